@@ -1,0 +1,741 @@
+"""The copy-on-write state map: Flink's ``CopyOnWriteStateMap`` in Python.
+
+A chained hash map from a composite key ``(key, namespace)`` to a state, built
+so that a snapshot costs one list copy and a background writer can read the
+snapshot while the owner keeps reading and writing the live map.
+
+Versions
+========
+The map keeps a version counter ``V`` (starts at 0), the set of open snapshot
+versions, and ``H``, the highest open version (0 when none is open).
+Every entry carries ``entry_version`` (the map version when the entry object
+was made) and ``state_version`` (the map version when its state object was
+last handed out or replaced).
+
+``snapshot()``   ``V += 1; H = V``; add ``V`` to the open set; shallow-copy the
+                 bucket list(s). Entries and states are shared, not copied.
+``release(v)``   remove ``v`` from the open set; ``H = max(open) or 0``.
+
+Anything made before the newest open snapshot has a version ``< H`` and *may*
+be reachable from a snapshot; anything made after has a version ``>= H`` and
+cannot be. The two copy-on-write rules follow:
+
+Rule E (entries)  Before changing an entry whose ``entry_version < H`` -- its
+                  state, its ``state_version`` or its ``next`` -- replace it in
+                  the live chain by a copy. A chain is singly linked, so every
+                  shared predecessor (``entry_version < H``) is copied too; the
+                  copies get ``entry_version = V``. The successors stay shared.
+Rule S (states)   Before handing a state with ``state_version < H`` to a caller
+                  who may mutate it (``get``, ``put_and_get_old``,
+                  ``remove_and_get_old``, ``transform``), deep-copy it through
+                  the serializer, store the copy (rule E first) and set
+                  ``state_version = V``. Later gets return that same copy until
+                  the next snapshot.
+
+New entries go to the head of their chain, so inserting never touches a shared
+entry. Removing a chain head only rewrites the live bucket list, which no
+snapshot shares; removing any other entry rewrites its predecessor (rule E).
+
+Incremental rehash
+==================
+When an insertion finds ``len(self) > threshold`` (3/4 of the capacity), a
+table twice as large is allocated and every keyed operation (get, put,
+contains, remove, transform and their variants) first moves whole buckets
+until at least 4 entries have moved. ``r`` is the next old bucket to move::
+
+      primary (L buckets)                 rehash table (2L buckets)
+      +---+---+---+---+---+---+           +---+---+---+---+---+---+---+---+
+      | . | . | x | x | x | x |           | y | y | . | . | y | y | . | . |
+      +---+---+---+---+---+---+           +---+---+---+---+---+---+---+---+
+        0   1   2=r         L-1             0   1         L  L+1       2L-1
+      buckets < r are empty:              old bucket j went to j or j + L
+      already moved
+
+A mapping whose primary bucket ``j = h & (L - 1)`` is ``>= r`` lives in the
+primary table; otherwise it lives in the rehash table at ``h & (2L - 1)``,
+which is ``j`` or ``j + L``. An entry the move would relink is copied first
+if a snapshot may hold it (rule E). When ``r`` reaches ``L`` the rehash table
+becomes the primary table.
+
+A snapshot taken while rehashing copies only the buckets that can hold
+entries, in this compact layout (Flink's ``snapshotMapArrays``)::
+
+      [ primary[r:L] | rehash[0:r] | rehash[L:L+r] | None padding ]
+        L - r slots    r slots       r slots
+
+padded with ``None`` to ``max(r + L, len(map))`` slots.
+
+Invariants
+==========
+The executable checker ``cowstate_spec.invariants.check_map`` asserts 1-9
+after every step of the state machines. Comments in the code cite them.
+
+1. Hash: an entry caches ``hash == composite_hash(key, namespace)``; in a
+   table of length ``n`` it sits in bucket ``hash & (n - 1)``.
+2. Placement: not rehashing, every entry is in the primary table. Rehashing at
+   index ``r``, primary buckets ``< r`` are empty, and an entry is in the rehash
+   table iff ``hash & (L - 1) < r``.
+3. Counters: ``_primary_size`` and ``_rehash_size`` count the entries reachable
+   in each table; ``len(map)`` is their sum.
+4. Uniqueness: each ``(key, namespace)`` is reachable at most once.
+5. Versions: ``entry_version <= V`` and ``state_version <= V`` for every live
+   entry; ``H == max(open versions)`` or 0; ``V`` never decreases.
+6. Entry sharing: an entry with ``entry_version >= H`` is reachable from no
+   open snapshot (rule E may change it in place).
+7. State sharing: a state with ``state_version >= H`` is reachable from no
+   open snapshot (rule S may hand it out as it is).
+8. Snapshot immutability: nothing reachable from an open snapshot changes --
+   no entry's key, namespace, state or ``next``, no state's value.
+9. Growth: capacities are powers of two in ``[4, 2**30]``; the rehash table is
+   twice the primary; outside a rehash ``len(map) <= threshold + 1``; every
+   keyed operation during a rehash moves at least 4 entries or finishes it.
+
+Iteration is fail-fast: an iterator raises
+:class:`~cowstate.errors.ConcurrentModificationError` when a mapping was added
+or removed, or a rehash step relinked entries, since it was created. Replacing
+the state of an existing mapping while no rehash runs is allowed.
+
+Threads: every operation except ``StateMapSnapshot.release`` must run on the
+owner's thread. ``release`` may run on a background writer thread; it shares a
+lock with ``snapshot``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any, Generic, NamedTuple, TypeVar
+
+from cowstate.errors import (
+    ConcurrentModificationError,
+    ForeignSnapshotError,
+    InvalidArgumentError,
+    MaximumCapacityError,
+    NoneStateError,
+    SnapshotReleasedError,
+    TransformFunctionError,
+    UnhashableKeyError,
+    VersionOverflowError,
+)
+from cowstate.serializers import DefaultSerializer, StateSerializer
+
+__all__ = [
+    "DEFAULT_CAPACITY",
+    "MAXIMUM_CAPACITY",
+    "MINIMUM_CAPACITY",
+    "MIN_TRANSFERRED_PER_INCREMENTAL_REHASH",
+    "CopyOnWriteStateMap",
+    "StateEntry",
+    "StateMapSnapshot",
+    "composite_hash",
+]
+
+K = TypeVar("K", bound=Hashable)
+N = TypeVar("N", bound=Hashable)
+S = TypeVar("S")
+V = TypeVar("V")
+
+DEFAULT_CAPACITY = 128
+MINIMUM_CAPACITY = 4
+MAXIMUM_CAPACITY = 1 << 30
+MIN_TRANSFERRED_PER_INCREMENTAL_REHASH = 4
+#: Threshold at maximum capacity: the map stops growing and refuses entries past it.
+MAX_ARRAY_SIZE = (1 << 31) - 1 - 8
+#: Flink's versions are Java ints; the map refuses a snapshot past this one.
+MAX_VERSION = (1 << 31) - 1
+
+
+class StateEntry(NamedTuple, Generic[K, N, S]):
+    """One mapping as iteration yields it."""
+
+    key: K
+    namespace: N
+    state: S
+
+
+# --------------------------------------------------------------------------
+# Pure arithmetic (each function is the single definition the map uses)
+# --------------------------------------------------------------------------
+
+
+def composite_hash(key: Hashable, namespace: Hashable) -> int:
+    """The hash of a composite key (invariant 1).
+
+    Python's ``hash`` of key and namespace, combined with XOR as Flink does,
+    then spread like ``java.util.HashMap`` (``h ^ (h >> 16)``) so that high
+    bits reach the bucket index. Small non-negative hashes stay themselves.
+    The map's hot paths inline exactly this arithmetic.
+    """
+    h = hash(key) ^ hash(namespace)
+    return h ^ (h >> 16)
+
+
+def bucket_index(h: int, capacity: int) -> int:
+    """Bucket of hash ``h`` in a table of ``capacity`` (a power of two)."""
+    return h & (capacity - 1)
+
+
+def clamp_capacity(requested: int) -> int:
+    """The capacity a map asked for ``requested`` buckets gets (invariant 9):
+    a power of two in ``[MINIMUM_CAPACITY, MAXIMUM_CAPACITY]``."""
+    if requested <= MINIMUM_CAPACITY:
+        return MINIMUM_CAPACITY
+    if requested >= MAXIMUM_CAPACITY:
+        return MAXIMUM_CAPACITY
+    return 1 << (requested - 1).bit_length()
+
+
+def threshold_for(capacity: int) -> int:
+    """Entries a table of ``capacity`` holds before it doubles (load 3/4)."""
+    if capacity >= MAXIMUM_CAPACITY:
+        return MAX_ARRAY_SIZE
+    return (capacity >> 1) + (capacity >> 2)
+
+
+def highest_required_version(open_versions: set[int]) -> int:
+    """``H``: the highest open snapshot version, 0 when none is open (invariant 5)."""
+    return max(open_versions) if open_versions else 0
+
+
+def snapshot_layout(primary: list[V], rehash: list[V] | None, rehash_index: int,
+                    size: int) -> list[V | None]:
+    """The snapshot's copy of the bucket list(s), in Flink's compact layout.
+
+    Not rehashing: a copy of ``primary`` padded to ``size``. Rehashing at
+    ``r``: the unmoved primary buckets, then both halves of the moved part of
+    the rehash table, padded with ``None`` to ``max(r + L, size)`` slots.
+    """
+    capacity = len(primary)
+    if rehash is None:
+        out: list[V | None] = list(primary)
+    else:
+        r = rehash_index
+        out = primary[r:] + rehash[:r] + rehash[capacity:capacity + r]
+    missing = size - len(out)
+    if missing > 0:
+        out.extend([None] * missing)
+    return out
+
+
+# --------------------------------------------------------------------------
+# The map
+# --------------------------------------------------------------------------
+
+
+class CopyOnWriteStateMap(Generic[K, N, S]):
+    """Map ``(key, namespace) -> state`` with cheap snapshots (see module doc).
+
+    ``serializer`` copies shared mutable states (rule S); the default copies
+    anything it does not know to be immutable. ``initial_capacity`` is
+    rounded up to a power of two in ``[4, 2**30]``.
+    """
+
+    __slots__ = (
+        "__weakref__",
+        "_highest_required",
+        "_lock",
+        "_mask",
+        "_mod_count",
+        "_open_versions",
+        "_primary",
+        "_primary_size",
+        "_rehash",
+        "_rehash_index",
+        "_rehash_size",
+        "_serializer",
+        "_structure_count",
+        "_threshold",
+        "_version",
+    )
+
+    def __init__(self, serializer: StateSerializer | None = None,
+                 initial_capacity: int = DEFAULT_CAPACITY) -> None:
+        if type(initial_capacity) is not int:
+            raise InvalidArgumentError(
+                f"expected an int initial_capacity, got {type(initial_capacity).__name__} "
+                f"{initial_capacity!r}")
+        if initial_capacity < 0:
+            raise InvalidArgumentError(
+                f"expected initial_capacity >= 0, got {initial_capacity}")
+        if serializer is not None and not isinstance(serializer, StateSerializer):
+            raise InvalidArgumentError(
+                "expected a serializer with copy/serialize/deserialize, got "
+                f"{type(serializer).__name__}")
+        capacity = clamp_capacity(initial_capacity)
+        self._serializer: StateSerializer = (
+            serializer if serializer is not None else DefaultSerializer())
+        self._primary: list[_Entry | None] = [None] * capacity
+        self._mask = capacity - 1
+        self._threshold = threshold_for(capacity)
+        self._rehash: list[_Entry | None] | None = None
+        self._rehash_index = 0
+        self._primary_size = 0
+        self._rehash_size = 0
+        self._version = 0
+        self._highest_required = 0
+        self._open_versions: set[int] = set()
+        self._lock = threading.Lock()
+        self._mod_count = 0
+        self._structure_count = 0
+
+    # ---------------------------------------------------------------- reads
+
+    def get(self, key: K, namespace: N) -> S | None:
+        """The state of ``(key, namespace)``, or ``None`` if absent.
+
+        The caller may mutate the returned state in place until the next
+        ``snapshot()``: a state an open snapshot can reach is copied first
+        (rule S).
+        """
+        try:
+            h = hash(key) ^ hash(namespace)
+        except TypeError:
+            raise UnhashableKeyError.of(key, namespace) from None
+        h ^= h >> 16                                   # composite_hash (inv. 1)
+        if self._rehash is None:
+            tab = self._primary
+            index = h & self._mask
+        else:
+            self._incremental_rehash()
+            tab, index = self._select(h)
+        e = tab[index]
+        while e is not None:
+            if e.hash == h and (e.key is key or e.key == key) and (
+                    e.namespace is namespace or e.namespace == namespace):
+                if e.state_version < self._highest_required:   # rule S
+                    return self._copy_state_for_caller(tab, index, e)  # type: ignore[no-any-return]
+                return e.state  # type: ignore[no-any-return]
+            e = e.next
+        return None
+
+    def contains_key(self, key: K, namespace: N) -> bool:
+        """True if ``(key, namespace)`` is mapped."""
+        h = self._hash_and_step(key, namespace)
+        return self._find(h, key, namespace) is not None
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidArgumentError(
+                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
+        return self.contains_key(item[0], item[1])
+
+    def __len__(self) -> int:
+        return self._primary_size + self._rehash_size           # inv. 3
+
+    def size_of_namespace(self, namespace: N) -> int:
+        """Number of mappings whose namespace equals ``namespace``."""
+        return sum(1 for e in self if e.namespace == namespace)
+
+    def keys(self, namespace: N) -> Iterator[K]:
+        """The keys mapped in ``namespace`` (fail-fast, like ``iter``)."""
+        return (e.key for e in self if e.namespace == namespace)
+
+    def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
+        """Every mapping once, primary table first (fail-fast, see module doc)."""
+        # The counters are read here, not in the generator, so a change between
+        # iter() and the first next() is detected too.
+        expected = (self._mod_count, self._structure_count)
+        tables = [self._primary] if self._rehash is None else [self._primary, self._rehash]
+        return self._iterate(tables, expected)
+
+    def _iterate(self, tables: list[list[_Entry | None]],
+                 expected: tuple[int, int]) -> Iterator[StateEntry[K, N, S]]:
+        if (self._mod_count, self._structure_count) != expected:
+            raise ConcurrentModificationError(self._modified_message())
+        for tab in tables:
+            for head in tab:
+                e = head
+                while e is not None:
+                    if (self._mod_count, self._structure_count) != expected:
+                        raise ConcurrentModificationError(self._modified_message())
+                    yield StateEntry(e.key, e.namespace, e.state)
+                    e = e.next
+        if (self._mod_count, self._structure_count) != expected:
+            raise ConcurrentModificationError(self._modified_message())
+
+    # --------------------------------------------------------------- writes
+
+    def put(self, key: K, namespace: N, state: S) -> None:
+        """Map ``(key, namespace)`` to ``state`` (never ``None``)."""
+        if state is None:
+            raise NoneStateError(self._none_message(key, namespace, "put"))
+        h = self._hash_and_step(key, namespace)
+        e = self._put_entry(h, key, namespace)
+        e.state = state
+        e.state_version = self._version
+
+    def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
+        """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""
+        if state is None:
+            raise NoneStateError(self._none_message(key, namespace, "put_and_get_old"))
+        h = self._hash_and_step(key, namespace)
+        e = self._put_entry(h, key, namespace)
+        old = e.state
+        if old is not None and e.state_version < self._highest_required:   # rule S
+            old = self._serializer.copy(old)
+        e.state = state
+        e.state_version = self._version
+        return old  # type: ignore[no-any-return]
+
+    def remove(self, key: K, namespace: N) -> None:
+        """Unmap ``(key, namespace)``; absent mappings are ignored."""
+        h = self._hash_and_step(key, namespace)
+        self._remove_entry(h, key, namespace)
+
+    def remove_and_get_old(self, key: K, namespace: N) -> S | None:
+        """Unmap ``(key, namespace)``; return its state or ``None`` if absent."""
+        h = self._hash_and_step(key, namespace)
+        e = self._remove_entry(h, key, namespace)
+        if e is None:
+            return None
+        if e.state_version < self._highest_required:               # rule S
+            return self._serializer.copy(e.state)  # type: ignore[no-any-return]
+        return e.state  # type: ignore[no-any-return]
+
+    def transform(self, key: K, namespace: N, value: V,
+                  fn: Callable[[S | None, V], S]) -> None:
+        """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
+
+        Atomic: if ``fn`` raises (:class:`TransformFunctionError`) or returns
+        ``None`` (:class:`NoneStateError`) the map is unchanged. ``fn`` gets a
+        state it may mutate (rule S) and must not use this map.
+        """
+        h = self._hash_and_step(key, namespace)
+        e = self._find(h, key, namespace)
+        old = None
+        if e is not None:
+            old = e.state
+            if e.state_version < self._highest_required:           # rule S
+                old = self._serializer.copy(old)
+        try:
+            new = fn(old, value)
+        except Exception as exc:
+            raise TransformFunctionError(
+                f"transform function {getattr(fn, '__name__', fn)!r} raised "
+                f"{type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is unchanged") from exc
+        if new is None:
+            raise NoneStateError(
+                f"expected the transform function to return a state, got None for "
+                f"({key!r}, {namespace!r}); the mapping is unchanged")
+        e = self._put_entry(h, key, namespace)
+        e.state = new
+        e.state_version = self._version
+
+    # ------------------------------------------------------------ snapshots
+
+    def snapshot(self) -> StateMapSnapshot[K, N, S]:
+        """Open a snapshot: an immutable view of the mappings as they are now.
+
+        Costs one shallow copy of the bucket list(s). Release it (or use it as a
+        context manager) when done: while it is open, changes copy shared data.
+        """
+        with self._lock:
+            version = self._version + 1
+            if version > MAX_VERSION:
+                raise VersionOverflowError(
+                    f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
+                    f"would be version {version}; restart with a fresh map")
+            self._version = version
+            self._highest_required = version                      # inv. 5
+            self._open_versions.add(version)
+        return StateMapSnapshot(self, version, self._snapshot_arrays(), len(self))
+
+    def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:
+        """Release ``snapshot``, which must have been taken from this map."""
+        if not isinstance(snapshot, StateMapSnapshot) or snapshot._owner is not self:
+            raise ForeignSnapshotError(
+                "expected a snapshot taken from this map, got "
+                + (f"one of another map (version {snapshot.version})"
+                   if isinstance(snapshot, StateMapSnapshot) else type(snapshot).__name__))
+        snapshot.release()
+
+    @property
+    def serializer(self) -> StateSerializer:
+        """The serializer that copies shared states."""
+        return self._serializer
+
+    @serializer.setter
+    def serializer(self, serializer: StateSerializer) -> None:
+        if not isinstance(serializer, StateSerializer):
+            raise InvalidArgumentError(
+                "expected a serializer with copy/serialize/deserialize, got "
+                f"{type(serializer).__name__}")
+        self._serializer = serializer
+
+    def __repr__(self) -> str:
+        return (f"<CopyOnWriteStateMap size={len(self)} capacity={len(self._primary)}"
+                f"{' rehashing' if self._rehash is not None else ''} version={self._version}"
+                f" open={sorted(self._open_versions)}>")
+
+    # ------------------------------------------------------ private helpers
+
+    def _hash_and_step(self, key: K, namespace: N) -> int:
+        """Validate and hash the composite key, then do one rehash step."""
+        try:
+            h = hash(key) ^ hash(namespace)
+        except TypeError:
+            raise UnhashableKeyError.of(key, namespace) from None
+        if self._rehash is not None:
+            self._incremental_rehash()
+        return h ^ (h >> 16)                                   # composite_hash (inv. 1)
+
+    def _select(self, h: int) -> tuple[list[_Entry | None], int]:
+        """The table and bucket that hold hash ``h`` (invariant 2)."""
+        index = h & self._mask
+        rehash = self._rehash
+        if rehash is not None and index < self._rehash_index:
+            return rehash, h & (len(rehash) - 1)
+        return self._primary, index
+
+    def _find(self, h: int, key: K, namespace: N) -> _Entry | None:
+        """The entry of ``(key, namespace)``; changes nothing."""
+        tab, index = self._select(h)
+        e = tab[index]
+        while e is not None:
+            if e.hash == h and (e.key is key or e.key == key) and (
+                    e.namespace is namespace or e.namespace == namespace):
+                return e
+            e = e.next
+        return None
+
+    def _put_entry(self, h: int, key: K, namespace: N) -> _Entry:
+        """The entry of ``(key, namespace)``, private to the live map (rule E),
+        added at its chain's head when absent."""
+        tab, index = self._select(h)
+        e = tab[index]
+        while e is not None:
+            if e.hash == h and (e.key is key or e.key == key) and (
+                    e.namespace is namespace or e.namespace == namespace):
+                if e.entry_version < self._highest_required:       # rule E
+                    e = self._copy_chain(tab, index, e)
+                return e
+            e = e.next
+        self._mod_count += 1
+        if self._primary_size + self._rehash_size > self._threshold:
+            # A new rehash starts at index 0, so (tab, index) stays right (inv. 2).
+            self._double_capacity()
+        version = self._version
+        e = _Entry(key, namespace, None, h, tab[index], version, version)
+        tab[index] = e
+        if tab is self._primary:
+            self._primary_size += 1
+        else:
+            self._rehash_size += 1
+        return e
+
+    def _remove_entry(self, h: int, key: K, namespace: N) -> _Entry | None:
+        tab, index = self._select(h)
+        e = tab[index]
+        prev: _Entry | None = None
+        while e is not None:
+            if e.hash == h and (e.key is key or e.key == key) and (
+                    e.namespace is namespace or e.namespace == namespace):
+                if prev is None:
+                    tab[index] = e.next          # the live bucket list is never shared
+                else:
+                    if prev.entry_version < self._highest_required:   # rule E
+                        prev = self._copy_chain(tab, index, prev)
+                    prev.next = e.next
+                self._mod_count += 1
+                if tab is self._primary:
+                    self._primary_size -= 1
+                else:
+                    self._rehash_size -= 1
+                return e
+            prev = e
+            e = e.next
+        return None
+
+    def _copy_state_for_caller(self, tab: list[_Entry | None], index: int, e: _Entry) -> Any:
+        """Rule S: replace a shared state by a deep copy and return the copy."""
+        state = self._serializer.copy(e.state)
+        if e.entry_version < self._highest_required:                # rule E
+            e = self._copy_chain(tab, index, e)
+        e.state = state
+        e.state_version = self._version
+        return state
+
+    def _copy_chain(self, tab: list[_Entry | None], index: int, until: _Entry) -> _Entry:
+        """Rule E: copy every shared entry from the head of ``tab[index]`` up to
+        ``until`` (found by identity) and return what stands for ``until``."""
+        required = self._highest_required
+        version = self._version
+        current = tab[index]
+        assert current is not None
+        if current.entry_version < required:
+            copy = current.copy(version)
+            tab[index] = copy
+        else:
+            copy = current
+        while current is not until:
+            current = current.next
+            assert current is not None, "copy-on-write target not in its chain"
+            if current.entry_version < required:
+                copy.next = current.copy(version)
+                copy = copy.next
+            else:
+                copy = current
+        return copy
+
+    def _double_capacity(self) -> None:
+        """Start a rehash into a table twice as large (invariant 9)."""
+        assert self._rehash is None, "a rehash is already in progress"
+        capacity = len(self._primary)
+        if capacity >= MAXIMUM_CAPACITY:
+            raise MaximumCapacityError(
+                f"expected at most {MAX_ARRAY_SIZE} entries at the maximum capacity "
+                f"{MAXIMUM_CAPACITY}, got {len(self)}")
+        new_capacity = capacity * 2
+        self._rehash = [None] * new_capacity
+        self._threshold = threshold_for(new_capacity)
+
+    def _incremental_rehash(self) -> None:
+        """Move whole buckets until at least 4 entries moved (invariant 9)."""
+        old = self._primary
+        new = self._rehash
+        assert new is not None
+        mask = len(new) - 1
+        required = self._highest_required
+        version = self._version
+        r = self._rehash_index
+        capacity = len(old)
+        moved = 0
+        self._structure_count += 1
+        while moved < MIN_TRANSFERRED_PER_INCREMENTAL_REHASH:
+            e = old[r]
+            while e is not None:
+                if e.entry_version < required:                   # rule E: relinking
+                    e = e.copy(version)
+                successor = e.next
+                pos = e.hash & mask                               # r or r + capacity
+                e.next = new[pos]
+                new[pos] = e
+                e = successor
+                moved += 1
+            old[r] = None
+            r += 1
+            if r == capacity:                                     # rehash complete
+                self._primary = new
+                self._mask = mask
+                self._rehash = None
+                self._primary_size += self._rehash_size
+                self._rehash_size = 0
+                self._rehash_index = 0
+                return
+        self._primary_size -= moved
+        self._rehash_size += moved
+        self._rehash_index = r
+
+    def _snapshot_arrays(self) -> list[_Entry | None]:
+        """The snapshot's shallow copy of the bucket list(s) (module doc layout)."""
+        return snapshot_layout(self._primary, self._rehash, self._rehash_index, len(self))
+
+    def _release_version(self, version: int) -> None:
+        with self._lock:
+            if version not in self._open_versions:
+                raise SnapshotReleasedError(
+                    f"expected an open snapshot version of this map "
+                    f"{sorted(self._open_versions)}, got {version}")
+            self._open_versions.discard(version)
+            self._highest_required = highest_required_version(self._open_versions)  # inv. 5
+
+    def _modified_message(self) -> str:
+        return ("expected no mapping added or removed and no rehash step while iterating "
+                "the map; collect what you need first, e.g. list(m.keys(ns))")
+
+    @staticmethod
+    def _none_message(key: object, namespace: object, op: str) -> str:
+        return (f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
+                "absent, use remove() to unmap")
+
+
+class _Entry:
+    """A chain link. Never handed out: iteration yields :class:`StateEntry`."""
+
+    __slots__ = ("entry_version", "hash", "key", "namespace", "next", "state",
+                 "state_version")
+
+    def __init__(self, key: Any, namespace: Any, state: Any, h: int,
+                 next_: _Entry | None, entry_version: int, state_version: int) -> None:
+        self.key = key
+        self.namespace = namespace
+        self.state = state
+        self.hash = h
+        self.next = next_
+        self.entry_version = entry_version
+        self.state_version = state_version
+
+    def copy(self, entry_version: int) -> _Entry:
+        """A shallow copy (same state object, same successor) with a new entry version."""
+        return _Entry(self.key, self.namespace, self.state, self.hash, self.next,
+                      entry_version, self.state_version)
+
+    def __repr__(self) -> str:
+        return (f"_Entry({self.key!r}, {self.namespace!r}, {self.state!r}, "
+                f"ev={self.entry_version}, sv={self.state_version})")
+
+
+class StateMapSnapshot(Generic[K, N, S]):
+    """An immutable view of a map at one version (see the module doc).
+
+    ``len(snap)`` and ``iter(snap)`` read it; ``release()`` ends it (once).
+    Reading a released snapshot raises :class:`SnapshotReleasedError`.
+    Yielded states are the snapshot's own objects: read, never mutate them.
+    """
+
+    __slots__ = ("_data", "_owner", "_released", "_size", "version")
+
+    def __init__(self, owner: CopyOnWriteStateMap[K, N, S], version: int,
+                 data: list[_Entry | None], size: int) -> None:
+        self._owner = owner
+        self.version = version
+        self._data: list[_Entry | None] | None = data
+        self._size = size
+        self._released = False
+
+    @property
+    def is_released(self) -> bool:
+        return self._released
+
+    def __len__(self) -> int:
+        self._check_open()
+        return self._size
+
+    def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
+        data = self._check_open()
+        for head in data:
+            e = head
+            while e is not None:
+                if self._released:
+                    raise SnapshotReleasedError(
+                        f"snapshot version {self.version} was released while being read")
+                yield StateEntry(e.key, e.namespace, e.state)
+                e = e.next
+
+    def release(self) -> None:
+        """Release this snapshot: copy-on-write stops protecting it."""
+        if self._released:
+            raise SnapshotReleasedError(
+                f"expected an open snapshot, got snapshot version {self.version} "
+                "which was already released")
+        self._owner._release_version(self.version)
+        self._released = True
+        self._data = None
+
+    def __enter__(self) -> StateMapSnapshot[K, N, S]:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if not self._released:
+            self.release()
+
+    def _check_open(self) -> list[_Entry | None]:
+        if self._data is None:
+            raise SnapshotReleasedError(
+                f"expected an open snapshot, got snapshot version {self.version} "
+                "which was released")
+        return self._data
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else f"size={self._size}"
+        return f"<StateMapSnapshot version={self.version} {state}>"

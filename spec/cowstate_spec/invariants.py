@@ -1,0 +1,178 @@
+"""The structural invariant checker for ``cowstate.CopyOnWriteStateMap``.
+
+``check_map(m, snapshots)`` walks the map's internals and raises
+:class:`InvariantViolation` naming the first invariant (numbered as in the
+``cowstate.state_map`` module docstring) that does not hold.
+``fingerprint(snapshot)`` records, when a snapshot is opened, everything the
+snapshot can reach, so that later checks prove it never changed (invariant 8).
+
+A model comparison cannot see structure or cost (a table that never grows, a
+stalled rehash, a wrong counter that happens to cancel out); this checker can.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from cowstate.serializers import is_known_immutable
+from cowstate.state_map import (
+    MAXIMUM_CAPACITY,
+    MINIMUM_CAPACITY,
+    CopyOnWriteStateMap,
+    StateMapSnapshot,
+    composite_hash,
+    highest_required_version,
+    threshold_for,
+)
+
+__all__ = ["InvariantViolation", "SnapshotFingerprint", "check_map", "fingerprint"]
+
+
+class InvariantViolation(AssertionError):
+    """A structural invariant of the map does not hold."""
+
+
+def _require(condition: bool, invariant: int, message: str) -> None:
+    if not condition:
+        raise InvariantViolation(f"invariant {invariant} violated: {message}")
+
+
+@dataclass
+class SnapshotFingerprint:
+    """What one open snapshot could reach when it was opened."""
+
+    snapshot: StateMapSnapshot[Any, Any, Any]
+    heads: list[Any]
+    # (entry, key, namespace, state object, next entry, deep copy of the state)
+    entries: list[tuple[Any, Any, Any, Any, Any, Any]] = field(default_factory=list)
+
+
+def fingerprint(snapshot: StateMapSnapshot[Any, Any, Any]) -> SnapshotFingerprint:
+    """Record everything ``snapshot`` reaches; take it right after ``snapshot()``."""
+    data = snapshot._data
+    assert data is not None, "fingerprint of a released snapshot"
+    fp = SnapshotFingerprint(snapshot, list(data))
+    for head in data:
+        e = head
+        while e is not None:
+            fp.entries.append(
+                (e, e.key, e.namespace, e.state, e.next, copy.deepcopy(e.state)))
+            e = e.next
+    return fp
+
+
+def check_map(m: CopyOnWriteStateMap[Any, Any, Any],
+              snapshots: Iterable[SnapshotFingerprint] = ()) -> None:
+    """Assert invariants 1-9 of ``m``; ``snapshots`` are the open ones' fingerprints."""
+    primary = m._primary
+    rehash = m._rehash
+    r = m._rehash_index
+    capacity = len(primary)
+    version = m._version
+    required = m._highest_required
+
+    # 9. growth: power-of-two capacities, threshold, load factor
+    _require(MINIMUM_CAPACITY <= capacity <= MAXIMUM_CAPACITY
+             and capacity & (capacity - 1) == 0, 9,
+             f"primary capacity {capacity} is not a power of two in [4, 2**30]")
+    _require(m._mask == capacity - 1, 9, f"mask {m._mask} != capacity - 1 = {capacity - 1}")
+    if rehash is None:
+        _require(r == 0, 2, f"rehash index {r} while not rehashing")
+        _require(m._threshold == threshold_for(capacity), 9,
+                 f"threshold {m._threshold} != {threshold_for(capacity)} for capacity {capacity}")
+        _require(len(m) <= m._threshold + 1, 9,
+                 f"size {len(m)} above threshold {m._threshold} + 1 outside a rehash")
+    else:
+        _require(len(rehash) == 2 * capacity, 9,
+                 f"rehash table has {len(rehash)} buckets, expected 2 * {capacity}")
+        _require(m._threshold == threshold_for(2 * capacity), 9,
+                 f"threshold {m._threshold} != {threshold_for(2 * capacity)} while rehashing")
+        _require(0 <= r < capacity, 2, f"rehash index {r} outside [0, {capacity})")
+
+    # 5. version bookkeeping
+    _require(required == highest_required_version(m._open_versions), 5,
+             f"highest required version {required} != max of open {sorted(m._open_versions)}")
+    _require(all(0 < v <= version for v in m._open_versions), 5,
+             f"open versions {sorted(m._open_versions)} outside (0, {version}]")
+
+    snapshot_entries: set[int] = set()
+    snapshot_states: set[int] = set()
+    for fp in snapshots:
+        for e, _k, _n, state, _next, _copy in fp.entries:
+            snapshot_entries.add(id(e))
+            if not is_known_immutable(state):
+                snapshot_states.add(id(state))
+
+    seen: set[tuple[Any, Any]] = set()
+    total = len(m)
+    counts = []
+    for name, table in (("primary", primary), ("rehash", rehash)):
+        count = 0
+        if table is None:
+            counts.append(0)
+            continue
+        length = len(table)
+        for index, head in enumerate(table):
+            if name == "primary" and rehash is not None:
+                _require(head is None or index >= r, 2,
+                         f"primary bucket {index} < rehash index {r} is not empty")
+            e = head
+            while e is not None:
+                count += 1
+                _require(count <= total + 1, 3,
+                         f"{name} table reaches more than len(map) = {total} entries (cycle?)")
+                where = f"entry ({e.key!r}, {e.namespace!r}) in {name} bucket {index}"
+                _require(e.hash == composite_hash(e.key, e.namespace), 1,
+                         f"{where} caches hash {e.hash}, "
+                         f"expected {composite_hash(e.key, e.namespace)}")
+                _require(e.hash & (length - 1) == index, 1,
+                         f"{where} belongs in bucket {e.hash & (length - 1)}")
+                if name == "rehash":
+                    _require(e.hash & (capacity - 1) < r, 2,
+                             f"{where}: its primary bucket {e.hash & (capacity - 1)} >= rehash "
+                             f"index {r}, so it must still be in the primary table")
+                _require((e.key, e.namespace) not in seen, 4, f"{where} is reachable twice")
+                seen.add((e.key, e.namespace))
+                _require(e.state is not None, 3, f"{where} has state None")
+                _require(e.entry_version <= version and e.state_version <= version, 5,
+                         f"{where} has versions ({e.entry_version}, {e.state_version}) above "
+                         f"the map version {version}")
+                if e.entry_version >= required:
+                    _require(id(e) not in snapshot_entries, 6,
+                             f"{where} has entry version {e.entry_version} >= {required} but "
+                             "an open snapshot reaches it")
+                if e.state_version >= required:
+                    _require(id(e.state) not in snapshot_states, 7,
+                             f"{where} has state version {e.state_version} >= {required} but "
+                             "an open snapshot reaches its state")
+                e = e.next
+        counts.append(count)
+    _require(counts[0] == m._primary_size, 3,
+             f"primary table holds {counts[0]} entries, counter says {m._primary_size}")
+    _require(counts[1] == m._rehash_size, 3,
+             f"rehash table holds {counts[1]} entries, counter says {m._rehash_size}")
+
+    for fp in snapshots:
+        check_snapshot_unchanged(fp)
+
+
+def check_snapshot_unchanged(fp: SnapshotFingerprint) -> None:
+    """Invariant 8: nothing ``fp.snapshot`` reaches changed since it was opened."""
+    snap = fp.snapshot
+    if snap.is_released:
+        return
+    data = snap._data
+    assert data is not None
+    _require(len(data) == len(fp.heads) and all(a is b for a, b in zip(data, fp.heads,
+                                                                         strict=True)), 8,
+             f"the bucket list of snapshot {snap.version} changed")
+    for e, key, namespace, state, successor, state_copy in fp.entries:
+        where = f"snapshot {snap.version}: entry ({key!r}, {namespace!r})"
+        _require(e.key is key and e.namespace is namespace, 8, f"{where} changed its key")
+        _require(e.state is state, 8, f"{where} now holds another state object {e.state!r}")
+        _require(e.next is successor, 8, f"{where} now links to another successor")
+        _require(state == state_copy, 8,
+                 f"{where}: its state was mutated in place to {state!r}, was {state_copy!r}")

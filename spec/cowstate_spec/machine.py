@@ -1,0 +1,224 @@
+"""The state machine: an implementation and the reference model, side by side.
+
+One rule per operation of the public API, named as the operation; the
+contract (DESIGN.md section 3) is in the rules and the invariants:
+
+- every result, size, iteration (as a multiset) and key set per namespace
+  equals the model's;
+- a state returned by ``get`` is mutated in place by the caller (the rule
+  ``get_and_mutate``) -- allowed until the next snapshot;
+- every open snapshot yields, after every step, exactly the model's deep copy
+  taken when it was opened;
+- bad input (``None`` states, unhashable keys, failing transform functions)
+  raises a ``cowstate.errors`` exception exactly when the model refuses it,
+  and changes nothing;
+- the implementation's structural checker holds after every step.
+
+``machine_for(implementation)`` returns the ``RuleBasedStateMachine`` class
+for one implementation of :mod:`cowstate_spec.implementations`.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+)
+
+from cowstate.errors import CowStateError
+from cowstate_model import ReferenceStateMap
+from cowstate_spec import strategies as s
+from cowstate_spec.implementations import Implementation
+from cowstate_spec.invariants import SnapshotFingerprint
+
+__all__ = ["StateMapMachine", "machine_for", "snapshot_contents"]
+
+
+class Outcome:
+    """What one call did: returned a value, or raised."""
+
+    def __init__(self, call: Callable[[], Any]) -> None:
+        self.value: Any = None
+        self.error: BaseException | None = None
+        try:
+            self.value = call()
+        except Exception as exc:
+            self.error = exc
+
+
+def snapshot_contents(entries: Any) -> dict[tuple[Any, Any], Any]:
+    """A snapshot's (or map's) entries as a dict; a mapping seen twice is an error."""
+    contents: dict[tuple[Any, Any], Any] = {}
+    for key, namespace, state in entries:
+        assert (key, namespace) not in contents, f"({key!r}, {namespace!r}) yielded twice"
+        contents[(key, namespace)] = state
+    return contents
+
+
+class StateMapMachine(RuleBasedStateMachine):
+    """Drives ``implementation`` and the model with the same operations."""
+
+    implementation: Implementation
+
+    #: Composite keys that were put: operations pick them half of the time,
+    #: so gets, removes and mutations hit mapped keys (and shared entries).
+    mappings = Bundle("mappings")
+    any_key = st.one_of(mappings, s.composite_keys)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.impl = self.implementation.factory()
+        self.model = ReferenceStateMap()
+        # (implementation snapshot, model snapshot, fingerprint or None)
+        self.open: list[tuple[Any, Any, SnapshotFingerprint | None]] = []
+
+    # ------------------------------------------------------------- helpers
+
+    def both(self, operation: str, *args: Any) -> tuple[Any, Any]:
+        """Apply ``operation`` to both; they must agree on success or failure.
+
+        The model gets its own deep copy of the arguments, so no state object
+        is ever shared between the two sides.
+        """
+        model_args = copy.deepcopy(args)
+        impl = Outcome(lambda: getattr(self.impl, operation)(*args))
+        model = Outcome(lambda: getattr(self.model, operation)(*model_args))
+        assert (impl.error is None) == (model.error is None), (
+            f"{operation}{args!r}: implementation "
+            f"{'raised ' + repr(impl.error) if impl.error else 'returned ' + repr(impl.value)}, "
+            f"model {'raised ' + repr(model.error) if model.error else 'returned ' + repr(model.value)}")
+        if impl.error is not None and not isinstance(self.impl, ReferenceStateMap):
+            assert isinstance(impl.error, CowStateError), (
+                f"{operation}{args!r} raised {impl.error!r}, expected a cowstate.errors exception")
+        return impl.value, model.value
+
+    def equal_results(self, operation: str, *args: Any) -> tuple[Any, Any]:
+        impl, model = self.both(operation, *args)
+        assert impl == model, f"{operation}{args!r}: implementation {impl!r}, model {model!r}"
+        return impl, model
+
+    # --------------------------------------------------------------- rules
+
+    @rule(target=mappings, kn=any_key, state=s.states)
+    def put(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
+        self.both("put", *kn, state)
+        return kn
+
+    @rule(kn=any_key)
+    def get(self, kn: tuple[Any, Any]) -> None:
+        self.equal_results("get", *kn)
+
+    @rule(kn=any_key, item=st.integers(0, 99))
+    def get_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
+        impl, model = self.equal_results("get", *kn)
+        if s.mutate_in_place(impl, item):
+            s.mutate_in_place(model, item)
+
+    @rule(kn=any_key)
+    def contains_key(self, kn: tuple[Any, Any]) -> None:
+        self.equal_results("contains_key", *kn)
+
+    @rule(kn=any_key, state=s.states, item=st.integers(0, 99))
+    def put_and_get_old(self, kn: tuple[Any, Any], state: Any, item: int) -> None:
+        impl, model = self.equal_results("put_and_get_old", *kn, state)
+        # The old state is the caller's now: mutating it must not reach a snapshot.
+        if s.mutate_in_place(impl, item):
+            s.mutate_in_place(model, item)
+
+    @rule(kn=any_key)
+    def remove(self, kn: tuple[Any, Any]) -> None:
+        self.equal_results("remove", *kn)
+
+    @rule(kn=any_key, item=st.integers(0, 99))
+    def remove_and_get_old(self, kn: tuple[Any, Any], item: int) -> None:
+        impl, model = self.equal_results("remove_and_get_old", *kn)
+        if s.mutate_in_place(impl, item):
+            s.mutate_in_place(model, item)
+
+    @rule(kn=any_key, value=st.integers(0, 9),
+          fn=s.transform_functions)
+    def transform(self, kn: tuple[Any, Any], value: int,
+                  fn: Callable[[Any, int], Any]) -> None:
+        self.both("transform", *kn, value, fn)
+
+    @rule()
+    def snapshot(self) -> None:
+        impl = self.impl.snapshot()
+        model = self.model.snapshot()
+        fp = self.implementation.fingerprint(impl) if self.implementation.fingerprint else None
+        self.open.append((impl, model, fp))
+
+    @precondition(lambda self: bool(self.open))
+    @rule(index=st.integers(0, 7))
+    def release(self, index: int) -> None:
+        impl, model, _ = self.open.pop(index % len(self.open))
+        assert snapshot_contents(impl) == model.contents, (
+            f"snapshot {impl.version} differs from the model's at release")
+        impl.release()
+        model.release()
+        assert impl.is_released
+
+    @rule()
+    def iterate(self) -> None:
+        assert snapshot_contents(self.impl) == snapshot_contents(self.model)
+
+    @rule(namespace=s.namespaces)
+    def keys(self, namespace: Any) -> None:
+        impl = Counter(self.impl.keys(namespace))
+        model = Counter(self.model.keys(namespace))
+        assert impl == model, f"keys({namespace!r}): implementation {impl}, model {model}"
+        self.equal_results("size_of_namespace", namespace)
+
+    # ------------------------------------------------------- bad input rules
+
+    @rule(kn=any_key)
+    def put_none(self, kn: tuple[Any, Any]) -> None:
+        self.both("put", *kn, None)
+
+    @rule(bad=s.unhashables, key=s.keys, as_key=st.booleans())
+    def put_unhashable(self, bad: Any, key: Any, as_key: bool) -> None:
+        args = (bad, 0) if as_key else (key, bad)
+        self.both("put", *args, 1)
+        self.both("get", *args)
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def sizes_agree(self) -> None:
+        assert len(self.impl) == len(self.model), (
+            f"size: implementation {len(self.impl)}, model {len(self.model)}")
+
+    @invariant()
+    def open_snapshots_never_change(self) -> None:
+        for impl, model, _ in self.open:
+            assert len(impl) == len(model), (
+                f"snapshot {impl.version}: size {len(impl)}, model {len(model)}")
+            assert snapshot_contents(impl) == model.contents, (
+                f"snapshot {impl.version} changed: {snapshot_contents(impl)!r} != "
+                f"{dict(model.contents)!r}")
+
+    @invariant()
+    def structure_holds(self) -> None:
+        if self.implementation.check is not None:
+            self.implementation.check(
+                self.impl, [fp for _, _, fp in self.open if fp is not None])
+
+    def teardown(self) -> None:
+        for impl, model, _ in self.open:
+            impl.release()
+            model.release()
+
+
+def machine_for(implementation: Implementation) -> type[StateMapMachine]:
+    """The state machine class that checks ``implementation``."""
+    return type(f"StateMapMachine[{implementation.name}]", (StateMapMachine,),
+                {"implementation": implementation})

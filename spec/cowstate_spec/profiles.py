@@ -1,0 +1,43 @@
+"""Hypothesis profiles of the project, loaded explicitly by ``tests/conftest.py``.
+
+``COWSTATE_PROFILE`` picks one (default: ``ci`` when ``CI`` is set, else
+``dev``). Loading it explicitly matters: with ``CI=true`` Hypothesis would
+otherwise load its own built-in ``ci`` profile.
+
+- ``ci``: derandomized (the same examples every run), no example database,
+  bounded so ``make test`` stays well under 10 minutes.
+- ``dev``: random seeds and the local example database, moderate size.
+- ``deep``: many more and longer runs, by hand (``make deep``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, Verbosity, settings
+
+PROFILES = ("ci", "dev", "deep", "mutation")
+
+
+def register_profiles() -> None:
+    common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow],
+              "print_blob": True}
+    settings.register_profile("ci", max_examples=120, stateful_step_count=40,
+                              derandomize=True, database=None, **common)
+    settings.register_profile("dev", max_examples=200, stateful_step_count=50, **common)
+    settings.register_profile("deep", max_examples=4000, stateful_step_count=120,
+                              verbosity=Verbosity.normal, **common)
+    settings.register_profile("mutation", max_examples=60, stateful_step_count=40,
+                              derandomize=True, database=None,
+                              phases=[Phase.explicit, Phase.generate], **common)
+
+
+def load_profile() -> str:
+    """Register the profiles and load the one the environment asks for."""
+    register_profiles()
+    default = "ci" if os.environ.get("CI") else "dev"
+    name = os.environ.get("COWSTATE_PROFILE", default)
+    if name not in PROFILES:
+        raise ValueError(f"expected COWSTATE_PROFILE in {PROFILES}, got {name!r}")
+    settings.load_profile(name)
+    return name

@@ -1,0 +1,25 @@
+"""The specification must catch every deliberately broken map.
+
+Each bug of cowstate_spec.bad_implementations changes one line of the real
+map. The state machine, run without shrinking, must fail on each; and the
+unchanged source must pass (so the failures come from the bugs).
+"""
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+from cowstate_spec.bad_implementations import BUGS, Bug, bad_implementation
+from cowstate_spec.machine import machine_for
+
+HUNT = settings(max_examples=400, stateful_step_count=50, derandomize=True, database=None,
+                deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("bug", BUGS, ids=lambda bug: bug.name)
+def test_state_machine_catches(bug: Bug) -> None:
+    machine = machine_for(bad_implementation(bug))
+    with pytest.raises((AssertionError, Flaky)):
+        run_state_machine_as_test(machine, settings=HUNT)
