@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+
 from cowstate import (
     ConcurrentModificationError,
     CopyOnWriteStateMap,

@@ -197,8 +197,8 @@ def highest_required_version(open_versions: set[int]) -> int:
     return max(open_versions) if open_versions else 0
 
 
-def snapshot_layout(primary: list[V], rehash: list[V] | None, rehash_index: int,
-                    size: int) -> list[V | None]:
+def snapshot_layout(primary: list[V | None], rehash: list[V | None] | None,
+                    rehash_index: int, size: int) -> list[V | None]:
     """The snapshot's copy of the bucket list(s), in Flink's compact layout.
 
     Not rehashing: a copy of ``primary`` padded to ``size``. Rehashing at
@@ -400,7 +400,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         ``None`` (:class:`NoneStateError`) the map is unchanged. ``fn`` gets a
         state it may mutate (rule S) and must not use this map.
         """
-        h = self._hash_and_step(key, namespace)
+        try:
+            h = composite_hash(key, namespace)
+        except TypeError:
+            raise UnhashableKeyError.of(key, namespace) from None
         e = self._find(h, key, namespace)
         old = None
         if e is not None:
@@ -411,12 +414,15 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             new = fn(old, value)
         except Exception as exc:
             raise TransformFunctionError(
-                f"transform function {getattr(fn, '__name__', fn)!r} raised "
-                f"{type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is unchanged") from exc
+                f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
+                f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
+                "unchanged") from exc
         if new is None:
             raise NoneStateError(
                 f"expected the transform function to return a state, got None for "
                 f"({key!r}, {namespace!r}); the mapping is unchanged")
+        if self._rehash is not None:     # this operation's rehash step, once fn succeeded
+            self._incremental_rehash()
         e = self._put_entry(h, key, namespace)
         e.state = new
         e.state_version = self._version

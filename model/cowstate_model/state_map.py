@@ -61,6 +61,9 @@ class ReferenceSnapshot:
 class ReferenceStateMap:
     """The meaning of a state map: a plain dict."""
 
+    #: What the model raises when it refuses a call (the built-ins below).
+    Error = (ValueError, TypeError, RuntimeError)
+
     def __init__(self, serializer: object = None, initial_capacity: int = 128) -> None:
         self._data: dict[tuple[Any, Any], Any] = {}
         self._version = 0

@@ -54,6 +54,9 @@ class Outcome:
         except Exception as exc:
             self.error = exc
 
+    def __str__(self) -> str:
+        return f"raised {self.error!r}" if self.error else f"returned {self.value!r}"
+
 
 def snapshot_contents(entries: Any) -> dict[tuple[Any, Any], Any]:
     """A snapshot's (or map's) entries as a dict; a mapping seen twice is an error."""
@@ -93,9 +96,7 @@ class StateMapMachine(RuleBasedStateMachine):
         impl = Outcome(lambda: getattr(self.impl, operation)(*args))
         model = Outcome(lambda: getattr(self.model, operation)(*model_args))
         assert (impl.error is None) == (model.error is None), (
-            f"{operation}{args!r}: implementation "
-            f"{'raised ' + repr(impl.error) if impl.error else 'returned ' + repr(impl.value)}, "
-            f"model {'raised ' + repr(model.error) if model.error else 'returned ' + repr(model.value)}")
+            f"{operation}{args!r}: implementation {impl}, model {model}")
         if impl.error is not None and not isinstance(self.impl, ReferenceStateMap):
             assert isinstance(impl.error, CowStateError), (
                 f"{operation}{args!r} raised {impl.error!r}, expected a cowstate.errors exception")

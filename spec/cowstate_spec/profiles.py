@@ -20,16 +20,16 @@ PROFILES = ("ci", "dev", "deep", "mutation")
 
 
 def register_profiles() -> None:
-    common = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow],
-              "print_blob": True}
-    settings.register_profile("ci", max_examples=120, stateful_step_count=40,
-                              derandomize=True, database=None, **common)
-    settings.register_profile("dev", max_examples=200, stateful_step_count=50, **common)
-    settings.register_profile("deep", max_examples=4000, stateful_step_count=120,
-                              verbosity=Verbosity.normal, **common)
-    settings.register_profile("mutation", max_examples=60, stateful_step_count=40,
+    common = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow],
+                      print_blob=True)
+    settings.register_profile("ci", common, max_examples=120, stateful_step_count=40,
+                              derandomize=True, database=None)
+    settings.register_profile("dev", common, max_examples=200, stateful_step_count=50)
+    settings.register_profile("deep", common, max_examples=4000, stateful_step_count=120,
+                              verbosity=Verbosity.normal)
+    settings.register_profile("mutation", common, max_examples=60, stateful_step_count=40,
                               derandomize=True, database=None,
-                              phases=[Phase.explicit, Phase.generate], **common)
+                              phases=[Phase.explicit, Phase.generate])
 
 
 def load_profile() -> str:
