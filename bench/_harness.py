@@ -9,6 +9,8 @@ Every benchmark in ``bench/`` follows one method, implemented here:
   times, optionally after a full ``gc.collect()`` before each call so that
   every repetition starts with empty young generations and no pending
   full collection, and keeps every repetition's value;
+  :func:`measure_interleaved` does the same for several competitors
+  round-robin (repetition ``i`` of all before repetition ``i + 1`` of any);
 * the number reported is the **median** of the repetitions (min and max are
   kept in the JSON output);
 * all competitors are measured side by side in one process, on the same
@@ -31,7 +33,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -47,6 +49,7 @@ __all__ = [
     "format_targets",
     "machine_info",
     "measure",
+    "measure_interleaved",
     "percentile_from_top",
     "time_ns",
     "write_json",
@@ -109,6 +112,27 @@ def measure(run: Run, *, warmup: int = 1, repeats: int = 5, collect: bool = True
             gc.collect()
         values.append(float(run()))
     return Sample(tuple(values))
+
+
+def measure_interleaved(runs: Mapping[str, Run], *, warmup: int = 1, repeats: int = 5,
+                        collect: bool = True) -> dict[str, Sample]:
+    """Like :func:`measure` for several competitors at once, round-robin.
+
+    Repetition ``i`` of every competitor runs before repetition ``i + 1`` of
+    any, so slow drift of the machine (other processes, thermal state) is
+    spread over all competitors instead of landing on whichever ran last.
+    """
+    if repeats < 1:
+        raise ValueError(f"expected repeats >= 1, got {repeats}")
+    values: dict[str, list[float]] = {key: [] for key in runs}
+    for i in range(warmup + repeats):
+        for key, run in runs.items():
+            if collect:
+                gc.collect()
+            elapsed = run()
+            if i >= warmup:
+                values[key].append(float(elapsed))
+    return {key: Sample(tuple(v)) for key, v in values.items()}
 
 
 def percentile_from_top(top_desc: Sequence[int], n: int, q: float) -> int:

@@ -50,9 +50,10 @@ dominate the run time; its figure is still a per-op median.
 
 Method
 ======
-Everything runs side by side in ONE process on the SAME keys. Each cell is
-measured with ``_harness.measure``: 1 warm-up run (discarded), then 5
-repetitions (``--repeats``); a full ``gc.collect()`` precedes every run
+Everything runs side by side in ONE process on the SAME keys. Each row is
+measured with ``_harness.measure_interleaved``: 1 warm-up round (discarded),
+then 5 rounds (``--repeats``); a round runs every competitor once, in column
+order, so machine drift is spread over all columns. A full ``gc.collect()`` precedes every run
 (untimed) and the garbage collector stays enabled during the run, so the
 young collections that a structure's own allocations trigger are part of its
 cost. The ``N``-entry structures of steps 1-4 are built, collected and then
@@ -147,6 +148,7 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
     format_targets,
     machine_info,
     measure,
+    measure_interleaved,
     percentile_from_top,
     write_json,
 )
@@ -590,67 +592,74 @@ def _operations(cfg: Config, w: Workload, notes: dict[str, Any], cow: StateMap,
                 d: dict[tuple[int, str], int], imm: Box, pm: Box,
                 check_sizes: Callable[[], None]) -> list[Result]:
     ops, pairs = cfg.ops, w.pairs
+    slow_pairs = pairs[:slow_ops(ops)]          # pmap updates: see the module doc
     values = ValueSource()
 
-    def timed(run_fn: Callable[[], int]) -> Sample:
-        return measure(run_fn, warmup=cfg.warmup, repeats=cfg.repeats)
+    def row(metric: str, label: str, unit: str,
+            runs: dict[str, tuple[Callable[[], int], float]],
+            missing: dict[str, str]) -> Result:
+        """Measure ``runs`` (competitor -> (run, scale)) round-robin into one row;
+        each repetition's nanoseconds are multiplied by the scale."""
+        samples = measure_interleaved({k: fn for k, (fn, _) in runs.items()},
+                                      warmup=cfg.warmup, repeats=cfg.repeats)
+        result = Result(metric, label, unit, missing=missing)
+        for key, (_, scale) in runs.items():
+            result.set(key, samples[key].scaled(scale))
+        return result
 
-    def timed_per_op(run_fn: Callable[[], int], n_ops: int = ops) -> Sample:
-        return timed(run_fn).scaled(1 / n_ops)
+    per_op, per_slow_op, to_ms = 1 / ops, 1 / len(slow_pairs), 1e-6
 
-    slow_pairs = pairs[:slow_ops(ops)]          # pmap updates: see the module doc
-    n_slow = len(slow_pairs)
     notes["perf_counter_ns_overhead_ns"] = statistics.median(
         timer_overhead() for _ in range(10_001))
-    notes["bare_loop_ns_per_op"] = timed_per_op(lambda: run_loop_only(pairs)).median
+    notes["bare_loop_ns_per_op"] = measure(
+        lambda: run_loop_only(pairs), warmup=cfg.warmup, repeats=cfg.repeats).median * per_op
     log(f"bare loop {notes['bare_loop_ns_per_op']:.1f} ns/op, perf_counter_ns overhead "
         f"{notes['perf_counter_ns_overhead_ns']:.0f} ns")
 
     log(f"get: {ops:,} lookups x ({cfg.warmup} warm-up + {cfg.repeats} repetitions)")
-    r_get = Result("get", "get (existing keys, random order)", "ns/op")
-    r_get.set(MAP, timed_per_op(lambda: run_get_map(cow, pairs)))
-    for key in (DICT, DICT_DEEPCOPY, DICT_COPY):
-        r_get.set(key, timed_per_op(lambda: run_get_tuple_keyed(d.get, pairs)))
-    r_get.set(IMM, timed_per_op(lambda: run_get_tuple_keyed(imm.value.get, pairs)))
-    r_get.missing[IMM_MUTATE] = "=imm"
-    r_get.set(PMAP, timed_per_op(lambda: run_get_tuple_keyed(pm.value.get, pairs)))
+    r_get = row("get", "get (existing keys, random order)", "ns/op", {
+        MAP: (lambda: run_get_map(cow, pairs), per_op),
+        DICT: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
+        DICT_DEEPCOPY: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
+        DICT_COPY: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
+        IMM: (lambda: run_get_tuple_keyed(imm.value.get, pairs), per_op),
+        PMAP: (lambda: run_get_tuple_keyed(pm.value.get, pairs), per_op),
+    }, {IMM_MUTATE: "=imm"})
 
     log("put: update existing keys, no snapshot")
-    r_put = Result("put", "put (update existing, no snapshot)", "ns/op")
-    r_put.set(MAP, timed_per_op(lambda: run_put_map(cow, pairs, values.next(MAP))))
-    for key in (DICT, DICT_DEEPCOPY, DICT_COPY):
-        r_put.set(key, timed_per_op(lambda: run_put_dict(d, pairs, values.next(DICT))))
-    r_put.set(IMM, timed_per_op(lambda: run_set_persistent(imm, pairs, values.next(IMM))))
-    r_put.set(IMM_MUTATE, timed_per_op(
-        lambda: run_mutate_immutables(imm, pairs, values.next(IMM))))
-    r_put.set(PMAP, timed_per_op(
-        lambda: run_set_persistent(pm, slow_pairs, values.next(PMAP)), n_slow))
+    r_put = row("put", "put (update existing, no snapshot)", "ns/op", {
+        MAP: (lambda: run_put_map(cow, pairs, values.next(MAP)), per_op),
+        DICT: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+        DICT_DEEPCOPY: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+        DICT_COPY: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+        IMM: (lambda: run_set_persistent(imm, pairs, values.next(IMM)), per_op),
+        IMM_MUTATE: (lambda: run_mutate_immutables(imm, pairs, values.next(IMM)), per_op),
+        PMAP: (lambda: run_set_persistent(pm, slow_pairs, values.next(PMAP)), per_slow_op),
+    }, {})
 
     log("put while a snapshot is open")
-    r_sput = Result("put_snapshot", "put, snapshot open (CoW work)", "ns/op")
-    r_sput.set(MAP, timed_per_op(lambda: run_put_map_snapshot(cow, pairs, values.next(MAP))))
-    r_sput.missing[DICT] = "n/a"
-    r_sput.set(DICT_DEEPCOPY, timed_per_op(lambda: run_put_dict_snapshot(
-        d, pairs, values.next(DICT), copy.deepcopy)))
-    r_sput.set(DICT_COPY, timed_per_op(lambda: run_put_dict_snapshot(
-        d, pairs, values.next(DICT), dict.copy)))
-    r_sput.set(IMM, timed_per_op(lambda: run_persistent_snapshot(
-        imm, pairs, values.next(IMM), run_set_persistent)))
-    r_sput.set(IMM_MUTATE, timed_per_op(lambda: run_persistent_snapshot(
-        imm, pairs, values.next(IMM), run_mutate_immutables)))
-    r_sput.set(PMAP, timed_per_op(lambda: run_persistent_snapshot(
-        pm, slow_pairs, values.next(PMAP), run_set_persistent), n_slow))
+    r_sput = row("put_snapshot", "put, snapshot open (CoW work)", "ns/op", {
+        MAP: (lambda: run_put_map_snapshot(cow, pairs, values.next(MAP)), per_op),
+        DICT_DEEPCOPY: (lambda: run_put_dict_snapshot(
+            d, pairs, values.next(DICT), copy.deepcopy), per_op),
+        DICT_COPY: (lambda: run_put_dict_snapshot(
+            d, pairs, values.next(DICT), dict.copy), per_op),
+        IMM: (lambda: run_persistent_snapshot(
+            imm, pairs, values.next(IMM), run_set_persistent), per_op),
+        IMM_MUTATE: (lambda: run_persistent_snapshot(
+            imm, pairs, values.next(IMM), run_mutate_immutables), per_op),
+        PMAP: (lambda: run_persistent_snapshot(
+            pm, slow_pairs, values.next(PMAP), run_set_persistent), per_slow_op),
+    }, {DICT: "n/a"})
 
     log("snapshot pause")
-    to_ms = 1e-6
-    r_pause = Result("snapshot_pause", "snapshot pause (synchronous part)", "ms")
-    r_pause.set(MAP, timed(lambda: pause_map(cow)).scaled(to_ms))
-    r_pause.missing[DICT] = "n/a"
-    r_pause.set(DICT_DEEPCOPY, timed(lambda: pause_copy(d, copy.deepcopy)).scaled(to_ms))
-    r_pause.set(DICT_COPY, timed(lambda: pause_copy(d, dict.copy)).scaled(to_ms))
-    r_pause.set(IMM, timed(lambda: pause_reference(imm)).scaled(to_ms))
-    r_pause.missing[IMM_MUTATE] = "=imm"
-    r_pause.set(PMAP, timed(lambda: pause_reference(pm)).scaled(to_ms))
+    r_pause = row("snapshot_pause", "snapshot pause (synchronous part)", "ms", {
+        MAP: (lambda: pause_map(cow), to_ms),
+        DICT_DEEPCOPY: (lambda: pause_copy(d, copy.deepcopy), to_ms),
+        DICT_COPY: (lambda: pause_copy(d, dict.copy), to_ms),
+        IMM: (lambda: pause_reference(imm), to_ms),
+        PMAP: (lambda: pause_reference(pm), to_ms),
+    }, {DICT: "n/a", IMM_MUTATE: "=imm"})
 
     check_sizes()
     notes["map_internals_at_end"] = _internals_json(describe(cow))

@@ -1,0 +1,69 @@
+"""Regression tests: every bug found gets a test named after what it fixes.
+
+Step lists printed by a failing state machine are pasted here as ordinary
+tests (see CONTRIBUTING.md, "Replaying a failure"): the same calls in the
+same order, then the invariants.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
+from cowstate.introspection import describe
+from cowstate_spec.bad_implementations import BUGS, bad_implementation
+from cowstate_spec.implementations import by_name
+from cowstate_spec.machine import StateMapMachine, machine_for
+
+
+def check_all(state: StateMapMachine) -> None:
+    state.open_snapshots_never_change()
+    state.sizes_agree()
+    state.structure_holds()
+
+
+def replay_remove_and_get_old_of_a_snapshotted_state(state: StateMapMachine) -> None:
+    """Step list the machine printed for the bug 'remove-and-get-old-returns-shared-state'."""
+    check_all(state)
+    state.put_and_get_old(item=0, kn=(1, 0), state=[])
+    check_all(state)
+    state.snapshot()
+    check_all(state)
+    state.remove_and_get_old(item=0, kn=(1, 0))
+    check_all(state)
+    state.teardown()
+
+
+def test_remove_and_get_old_copies_a_state_a_snapshot_still_holds() -> None:
+    replay_remove_and_get_old_of_a_snapshotted_state(
+        machine_for(by_name("cow-map-capacity-4"))())
+    bug = next(b for b in BUGS if b.name == "remove-and-get-old-returns-shared-state")
+    with pytest.raises(AssertionError, match="snapshot 1 changed"):
+        replay_remove_and_get_old_of_a_snapshotted_state(
+            machine_for(bad_implementation(bug))())
+
+
+def test_iterator_detects_a_change_made_before_its_first_next() -> None:
+    # The iterator used to read the modification counters lazily, at the first
+    # next(), so a put between iter() and next() went unnoticed.
+    m: CopyOnWriteStateMap[Any, Any, Any] = CopyOnWriteStateMap()
+    m.put(1, 0, 1)
+    entries = iter(m)
+    m.put(2, 0, 2)
+    with pytest.raises(ConcurrentModificationError):
+        next(entries)
+
+
+def test_transform_with_a_failing_function_does_not_step_the_rehash() -> None:
+    # transform used to run its rehash step before calling the function, so a
+    # refused call still changed the map's bookkeeping.
+    m: CopyOnWriteStateMap[Any, Any, Any] = CopyOnWriteStateMap(initial_capacity=4)
+    for i in range(5):
+        m.put(i, 0, i)
+    before = describe(m)
+    assert before.is_rehashing
+    with pytest.raises(Exception, match="refuses"):
+        m.transform(1, 0, 1, lambda old, v: (_ for _ in ()).throw(ValueError("refuses")))
+    assert describe(m) == before
