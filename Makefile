@@ -26,7 +26,7 @@ pytest: $(STAMP)
 
 ## make demo: the main job, a differential run of the implementation against the model
 demo: $(STAMP)
-	$(VENV)/bin/cowstate check --workloads 200 --ops 5000
+	$(VENV)/bin/cowstate check --preset smoke
 
 ## make bench: the benchmark, peers side by side (see bench/README.md)
 bench: $(STAMP)

@@ -50,6 +50,7 @@ __all__ = [
     "machine_info",
     "measure",
     "measure_interleaved",
+    "paired_ratio",
     "percentile_from_top",
     "time_ns",
     "write_json",
@@ -158,8 +159,9 @@ class Competitor:
 class Result:
     """One table row: a metric measured for some of the competitors.
 
-    ``higher_is_better`` only affects how the table marks the best cell.
-    A competitor without a value prints as ``note_missing`` (e.g. ``=dict``
+    ``paired`` marks a row measured round-robin (:func:`measure_interleaved`):
+    repetition ``i`` of two competitors ran back to back, so their ratio can
+    be taken per round. A competitor without a value prints as ``note_missing`` (e.g. ``=dict``
     when the cell would repeat another column's identical run).
     """
 
@@ -168,7 +170,7 @@ class Result:
     unit: str
     samples: dict[str, Sample] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)
-    higher_is_better: bool = False
+    paired: bool = False
     note: str = ""
 
     def set(self, competitor: str, sample: Sample) -> None:
@@ -184,6 +186,7 @@ class Result:
             "label": self.label,
             "unit": self.unit,
             "note": self.note,
+            "paired": self.paired,
             "median": {k: s.median for k, s in self.samples.items()},
             "min": {k: s.min for k, s in self.samples.items()},
             "max": {k: s.max for k, s in self.samples.items()},
@@ -208,8 +211,11 @@ def _fmt(value: float) -> str:
 
 
 def format_table(results: Iterable[Result], competitors: Sequence[Competitor],
-                 *, label_width: int = 38, col_width: int = 14) -> str:
+                 *, label_width: int | None = None, col_width: int = 14) -> str:
     """A fixed-width table: one row per result, one column per competitor."""
+    results = list(results)
+    if label_width is None:
+        label_width = max([len("metric"), *(len(f"{r.label} [{r.unit}]") for r in results)]) + 1
     header = "metric".ljust(label_width) + "".join(
         c.label.rjust(col_width) for c in competitors)
     lines = [header, "-" * len(header)]
@@ -238,10 +244,16 @@ class Target:
 
 @dataclass(frozen=True)
 class TargetOutcome:
+    """``ratio`` is what the limit is checked against: the median of the
+    per-round ratios for a paired row, else the ratio of the medians (which is
+    always kept in ``ratio_of_medians``)."""
+
     target: Target
     numerator_value: float | None
     denominator_value: float | None
     ratio: float | None
+    ratio_of_medians: float | None
+    paired: bool
     met: bool
 
     def to_json(self) -> dict[str, Any]:
@@ -255,23 +267,39 @@ class TargetOutcome:
             "numerator_value": self.numerator_value,
             "denominator_value": self.denominator_value,
             "value": self.ratio,
+            "value_is_median_of_paired_ratios": self.paired,
+            "ratio_of_medians": self.ratio_of_medians,
             "met": self.met,
             "explanation": t.explanation,
         }
 
 
+def paired_ratio(num: Sample, den: Sample) -> float | None:
+    """Median of ``num[i] / den[i]`` over rounds, or None if not pairable."""
+    if len(num.values) != len(den.values) or any(v == 0 for v in den.values):
+        return None
+    return statistics.median(a / b for a, b in zip(num.values, den.values, strict=True))
+
+
 def check_targets(targets: Iterable[Target],
                   results: Iterable[Result]) -> list[TargetOutcome]:
-    """Evaluate each target on the medians; a missing or zero cell is NOT MET."""
+    """Evaluate each target (see :class:`TargetOutcome`); a missing or zero
+    cell is NOT MET."""
     by_metric = {r.metric: r for r in results}
     outcomes = []
     for t in targets:
         row = by_metric.get(t.metric)
-        num = None if row is None else row.value(t.numerator)
-        den = None if row is None else row.value(t.denominator)
-        ratio = None if num is None or den is None or den == 0 else num / den
+        num_s = None if row is None else row.samples.get(t.numerator)
+        den_s = None if row is None else row.samples.get(t.denominator)
+        num = None if num_s is None else num_s.median
+        den = None if den_s is None else den_s.median
+        of_medians = None if num is None or den is None or den == 0 else num / den
+        paired = None
+        if row is not None and row.paired and num_s is not None and den_s is not None:
+            paired = paired_ratio(num_s, den_s)
+        ratio = paired if paired is not None else of_medians
         met = ratio is not None and (ratio <= t.limit if t.op == "<=" else ratio >= t.limit)
-        outcomes.append(TargetOutcome(t, num, den, ratio, met))
+        outcomes.append(TargetOutcome(t, num, den, ratio, of_medians, paired is not None, met))
     return outcomes
 
 
@@ -289,8 +317,11 @@ def format_targets(outcomes: Iterable[TargetOutcome]) -> str:
         inverse = "" if o.ratio is None or o.ratio == 0 or o.ratio >= 1 else (
             f" (= 1/{1 / o.ratio:.3g})")
         status = "MET" if o.met else "NOT MET"
+        how = ""
+        if o.paired and o.ratio_of_medians is not None:
+            how = f" [median of per-round ratios; ratio of medians {o.ratio_of_medians:.4g}]"
         lines.append(f"  [{status:>7}] {t.name}: {t.numerator}/{t.denominator} = "
-                     f"{ratio}{inverse}, target {t.op} {_fmt_limit(t.limit)}")
+                     f"{ratio}{inverse}, target {t.op} {_fmt_limit(t.limit)}{how}")
     return "\n".join(lines)
 
 

@@ -38,7 +38,7 @@ def replay_remove_and_get_old_of_a_snapshotted_state(state: StateMapMachine) -> 
 
 def test_remove_and_get_old_copies_a_state_a_snapshot_still_holds() -> None:
     replay_remove_and_get_old_of_a_snapshotted_state(
-        machine_for(by_name("cow-map-capacity-4"))())
+        machine_for(by_name("cow-map"))())
     bug = next(b for b in BUGS if b.name == "remove-and-get-old-returns-shared-state")
     with pytest.raises(AssertionError, match="snapshot 1 changed"):
         replay_remove_and_get_old_of_a_snapshotted_state(

@@ -5,6 +5,6 @@ immutable deep copy of that dict taken at that moment. Nothing here is
 optimised: it must be obviously right.
 """
 
-from cowstate_model.state_map import ReferenceSnapshot, ReferenceStateMap, StateEntry
+from cowstate_model.state_map import ReferenceSnapshot, ReferenceStateMap, StateEntry, deep_copy
 
-__all__ = ["ReferenceSnapshot", "ReferenceStateMap", "StateEntry"]
+__all__ = ["ReferenceSnapshot", "ReferenceStateMap", "StateEntry", "deep_copy"]

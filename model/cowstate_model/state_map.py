@@ -108,10 +108,29 @@ class ReferenceStateMap:
         self.put(key, namespace, new)
 
     def snapshot(self) -> ReferenceSnapshot:
+        # Keys are immutable (hashable) by contract; every state is deep-copied.
         self._version += 1
-        return ReferenceSnapshot(self, self._version, copy.deepcopy(self._data))
+        return ReferenceSnapshot(self, self._version,
+                                 {k: deep_copy(s) for k, s in self._data.items()})
 
     def release(self, snapshot: ReferenceSnapshot) -> None:
         if snapshot.owner is not self:
             raise ValueError("snapshot of another map")
         snapshot.release()
+
+
+_ATOMS = frozenset({int, float, str, bytes, bool, type(None)})
+
+
+def deep_copy(state: Any) -> Any:
+    """``copy.deepcopy(state)``, with shortcuts for atoms and for flat lists and
+    dicts of atoms (which it would copy the same way, only slower)."""
+    kind = type(state)
+    if kind in _ATOMS:
+        return state
+    if kind is list and all(type(item) in _ATOMS for item in state):
+        return list(state)
+    if kind is dict and all(type(k) in _ATOMS and type(v) in _ATOMS
+                            for k, v in state.items()):
+        return dict(state)
+    return copy.deepcopy(state)

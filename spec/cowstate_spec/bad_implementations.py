@@ -107,5 +107,8 @@ def broken_class(bug: Bug) -> type[CopyOnWriteStateMap[Any, Any, Any]]:
 def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
     """The broken map as an implementation the state machine can check."""
     cls = broken_class(bug)
-    return Implementation(f"bad-{bug.name}", lambda: cls(initial_capacity=capacity),
-                          check_map, fingerprint)
+
+    def factory(initial_capacity: int = capacity) -> CopyOnWriteStateMap[Any, Any, Any]:
+        return cls(initial_capacity=initial_capacity)
+
+    return Implementation(f"bad-{bug.name}", factory, check_map, fingerprint)

@@ -1,84 +1,97 @@
 """The ``cowstate`` command.
 
-``cowstate check`` runs random workloads against every chosen implementation
-and the reference model, in this process, and prints a report; the exit code
-is 1 when any workload diverged.
+``cowstate check`` runs the workloads of a spec (``--spec FILE`` or
+``--preset NAME``) against every implementation it names and the reference
+model -- on Spark (``--master``, default ``local[*]``) or ``in-process`` --
+writes ``records.parquet``, ``summary.json`` and minimized traces into
+``--out``, prints a short summary, and exits 1 when anything diverged.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
-import time
-from collections import Counter
+import json
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
-from cowstate_spec.differential import WorkloadResult, generate, run_workload
-from cowstate_spec.implementations import IMPLEMENTATIONS, by_name
+from pydantic import ValidationError
+
+from cowstate_spec.workloads import PRESETS, WorkloadSpec, preset
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cowstate", description=__doc__)
+    parser = argparse.ArgumentParser(prog="cowstate", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="differential run: implementations vs the model")
-    check.add_argument("--workloads", type=int, default=50, help="number of workloads")
-    check.add_argument("--ops", type=int, default=2000, help="operations per workload")
-    check.add_argument("--seed", type=int, default=0, help="base seed; workload i uses seed+i")
+    source = check.add_mutually_exclusive_group(required=True)
+    source.add_argument("--spec", type=Path, help="workload spec file (.json, .yaml)")
+    source.add_argument("--preset", choices=sorted(PRESETS), help="a shipped workload spec")
+    check.add_argument("--workloads", type=int, help="override the number of workloads")
+    check.add_argument("--ops", type=int, help="override the operations per workload")
+    check.add_argument("--seed", type=int, help="override the base seed")
     check.add_argument("--implementation", action="append", dest="implementations",
-                       help="implementation name (repeatable; default: all but the model)")
+                       help="implementation to check (repeatable; overrides the spec's)")
+    check.add_argument("--master", default="local[*]",
+                       help="Spark master URL, or 'in-process' (default: local[*])")
+    check.add_argument("--partitions", type=int, help="Spark partitions (default: 4 per core)")
+    check.add_argument("--out", type=Path, default=Path("out/check"),
+                       help="output directory (default: out/check)")
+    check.add_argument("--regressions-dir", type=Path,
+                       help="where minimized pytest regressions go "
+                            "(default: tests/regressions if it exists, else OUT/regressions)")
+    check.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
-    if args.workloads < 1 or args.ops < 1:
-        parser.error(f"expected --workloads and --ops >= 1, got {args.workloads}, {args.ops}")
     try:
-        chosen = ([by_name(n) for n in args.implementations] if args.implementations else
-                  [i for i in IMPLEMENTATIONS if i.name != "reference-model"])
-    except KeyError as exc:
-        parser.error(str(exc.args[0]))
-    return check_command(chosen, args.workloads, args.ops, args.seed)
+        spec = _spec(args)
+    except (ValidationError, OSError, ValueError) as exc:
+        parser.error(str(exc))
+    from cowstate_spec.spark_job import run_check
+
+    regressions = args.regressions_dir or (
+        Path("tests/regressions") if Path("tests/regressions").is_dir()
+        else args.out / "regressions")
+    report = run_check(spec, args.out, master=args.master, partitions=args.partitions,
+                       regressions_dir=regressions, progress=not args.no_progress)
+    print_summary(report.summary, args.out)
+    return 1 if report.divergences else 0
 
 
-def check_command(implementations: Sequence[object], workloads: int, ops: int,
-                  seed: int) -> int:
-    from cowstate_spec.implementations import Implementation
-
-    started = time.perf_counter()
-    results: list[WorkloadResult] = []
-    total = workloads * len(implementations)
-    for index in range(workloads):
-        operations = generate(seed + index, ops)
-        for implementation in implementations:
-            assert isinstance(implementation, Implementation)
-            results.append(run_workload(implementation, operations, seed + index))
-        done = len(results)
-        if sys.stdout.isatty():
-            print(f"\r  {done}/{total} workloads checked", end="", flush=True)
-        elif done == total or done % max(1, total // 10) == 0:
-            print(f"  {done}/{total} workloads checked", flush=True)
-    if sys.stdout.isatty():
-        print()
-    elapsed = time.perf_counter() - started
-    return report(results, elapsed)
+def _spec(args: argparse.Namespace) -> WorkloadSpec:
+    spec = WorkloadSpec.load(args.spec) if args.spec else preset(args.preset)
+    overrides: dict[str, Any] = {}
+    if args.workloads is not None:
+        overrides["workloads"] = args.workloads
+    if args.ops is not None:
+        overrides["operations_per_workload"] = args.ops
+    if args.seed is not None:
+        overrides["base_seed"] = args.seed
+    if args.implementations:
+        overrides["implementations"] = args.implementations
+    return WorkloadSpec.model_validate({**spec.model_dump(), **overrides})
 
 
-def report(results: list[WorkloadResult], elapsed: float) -> int:
-    checked = sum(r.applied for r in results)
-    counts: Counter[str] = Counter()
-    for r in results:
-        counts.update(r.operation_counts)
-    diverged = [r for r in results if r.diverged]
-    print("cowstate differential run (in-process)")
-    print(f"  implementations   : {', '.join(sorted({r.implementation for r in results}))}")
-    print(f"  workloads         : {len(results)}")
-    print(f"  operations checked: {checked:,}")
-    print(f"  elapsed           : {elapsed:.1f} s on 1 of {os.cpu_count()} cores")
-    print(f"  ops per second    : {checked / elapsed:,.0f}")
-    print("  operation counts  : " + ", ".join(f"{k}={v:,}" for k, v in counts.most_common()))
-    print(f"  divergences       : {len(diverged)}")
-    for r in diverged[:10]:
-        print(f"    - {r.implementation} seed {r.seed} at op {r.divergence_at} "
-              f"{r.divergence_operation!r}: expected {r.expected}, got {r.actual}")
-    return 1 if diverged else 0
+def print_summary(summary: dict[str, Any], out: Path) -> None:
+    divergences = summary["divergences"]
+    print(f"cowstate check: spec {summary['spec']} on {summary['master']} "
+          f"({summary['cores']} cores)")
+    print(f"  implementations    : {', '.join(summary['implementations'])}")
+    print(f"  workloads          : {summary['workloads']:,}")
+    print(f"  operations checked : {summary['operations_checked']:,} "
+          f"in {summary['elapsed_seconds']:.1f} s")
+    print(f"  ops/s              : {summary['ops_per_second']:,.0f} "
+          f"({summary['ops_per_second_per_core']:,.0f} per core)")
+    mix = ", ".join(f"{k} {v:,}" for k, v in list(summary["operation_counts"].items())[:6])
+    print(f"  most frequent ops  : {mix}")
+    print(f"  divergences        : {len(divergences)}")
+    for d in divergences[:10]:
+        print(f"    - {d['implementation']} workload {d['workload']} at op "
+              f"{d['divergence_at']} {d['operation']}: minimized to "
+              f"{d['minimized_operations']} ops -> {d['trace']}")
+        print(f"      expected {d['expected']}, got {json.dumps(d['actual'][-300:])}")
+    print(f"  output             : {out}/summary.json, records.parquet"
+          f"{', traces/' if divergences else ''}")
 
 
 if __name__ == "__main__":

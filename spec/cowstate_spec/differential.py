@@ -1,42 +1,50 @@
-"""Differential runs: random workloads, an implementation against the model.
+"""The differential runner: one workload, an implementation against the model.
 
-``generate(seed, ops)`` turns a seed into a deterministic operation list
-(``random.Random`` only: the same seed gives the same operations on any
-machine and any ``PYTHONHASHSEED``). ``run_workload`` applies it to an
-implementation and to the model side by side and stops at the first
-divergence: a different result or size, an open snapshot whose contents
-differ from the model's, a broken structural invariant, or an exception
-inside the implementation (reported with its traceback, never a crash).
+``run_workload`` applies an operation list (see
+:mod:`cowstate_spec.workloads`) to an implementation and to the reference
+model side by side and stops at the first divergence:
+
+- a result that differs, or one side failing where the other does not;
+- a size that differs (checked after every operation);
+- a snapshot whose contents differ from the model's deep copy (each snapshot
+  is compared in full when it is released, and every open snapshot every
+  ``check_every`` operations and at the end);
+- a broken structural invariant (the implementation's checker, at the same
+  cadence);
+- an exception inside the implementation that is not a refusal from
+  ``cowstate.errors`` (recorded with its traceback, never a crash of the run).
+
+``minimize`` shrinks a diverging operation list by delta debugging to a
+locally minimal one, and ``write_trace`` saves it as a replayable JSON trace
+plus a ready pytest regression file.
 """
 
 from __future__ import annotations
 
-import random
+import json
+import re
 import time
 import traceback
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cowstate.errors import CowStateError
-from cowstate_model import ReferenceStateMap
+from cowstate_model import ReferenceStateMap, deep_copy
 from cowstate_spec import strategies as s
 from cowstate_spec.implementations import Implementation
 from cowstate_spec.invariants import SnapshotFingerprint
-from cowstate_spec.keys import HashKey
 from cowstate_spec.machine import snapshot_contents
+from cowstate_spec.workloads import Operation, decode, encode
 
-Operation = tuple[Any, ...]
+__all__ = ["WorkloadResult", "minimize", "run_workload", "write_trace"]
 
-TRANSFORMS = {f.__name__: f for f in (s.add_or_append, s.replace_with_value, s.raise_error,
-                                      s.return_none)}
-
-#: Relative weight of each operation in a generated workload.
-DEFAULT_MIX: dict[str, int] = {
-    "put": 30, "get": 15, "get_and_mutate": 15, "contains_key": 5, "put_and_get_old": 5,
-    "remove": 8, "remove_and_get_old": 4, "transform": 6, "snapshot": 2, "release": 2,
-    "iterate": 1, "keys": 1,
-}
+TRANSFORMS: dict[str, Callable[[Any, Any], Any]] = {
+    f.__name__: f for f in (s.add_or_append, s.replace_with_value, s.raise_error,
+                            s.return_none)}
+_REFUSALS = (CowStateError, *ReferenceStateMap.Error)
 
 
 @dataclass
@@ -44,13 +52,14 @@ class WorkloadResult:
     """What one workload did, and where it diverged (if it did)."""
 
     implementation: str
-    seed: int
+    workload: int
+    seed: str
     operations: int
     applied: int = 0
     elapsed: float = 0.0
-    operation_counts: Counter[str] = field(default_factory=Counter)
+    operation_counts: dict[str, int] = field(default_factory=dict)
     divergence_at: int | None = None
-    divergence_operation: Operation | None = None
+    divergence_operation: str | None = None     # JSON of the encoded operation
     expected: str | None = None
     actual: str | None = None
 
@@ -58,48 +67,15 @@ class WorkloadResult:
     def diverged(self) -> bool:
         return self.divergence_at is not None
 
-
-def generate(seed: int, operations: int, key_space: int = 48, namespaces: int = 3,
-             collision_share: float = 0.15, mutable_share: float = 0.6,
-             mix: dict[str, int] | None = None) -> list[Operation]:
-    """A deterministic operation list for ``seed``."""
-    rng = random.Random(seed)
-    mix = mix or DEFAULT_MIX
-    names, weights = list(mix), list(mix.values())
-
-    def key() -> Any:
-        k = rng.randrange(key_space)
-        if rng.random() < collision_share:
-            return HashKey(k, k % 4)          # same hash for many keys: long chains
-        return k if k % 3 else f"k{k}"
-
-    def state() -> Any:
-        if rng.random() < mutable_share:
-            return [rng.randrange(100)] if rng.random() < 0.7 else {"v": rng.randrange(100)}
-        return rng.randrange(1000)
-
-    ops: list[Operation] = []
-    for _ in range(operations):
-        name = rng.choices(names, weights)[0]
-        ns = f"ns{rng.randrange(namespaces)}"
-        if name in ("put", "put_and_get_old"):
-            ops.append((name, key(), ns, state()))
-        elif name in ("get", "contains_key", "remove", "remove_and_get_old"):
-            ops.append((name, key(), ns))
-        elif name == "get_and_mutate":
-            ops.append((name, key(), ns, rng.randrange(100)))
-        elif name == "transform":
-            ops.append((name, key(), ns, rng.randrange(10), rng.choice(sorted(TRANSFORMS))))
-        elif name == "release":
-            ops.append((name, rng.randrange(8)))
-        elif name == "keys":
-            ops.append((name, ns))
-        else:
-            ops.append((name,))
-    return ops
+    def as_record(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["operation_counts"] = json.dumps(self.operation_counts, sort_keys=True)
+        return record
 
 
-class _Divergence(Exception):
+class Divergence(Exception):
+    """The implementation and the model disagree."""
+
     def __init__(self, expected: str, actual: str) -> None:
         super().__init__(f"expected {expected}, got {actual}")
         self.expected = expected
@@ -109,87 +85,98 @@ class _Divergence(Exception):
 class _Pair:
     """An implementation and the model, with their open snapshots."""
 
-    def __init__(self, implementation: Implementation) -> None:
+    def __init__(self, implementation: Implementation, initial_capacity: int | None) -> None:
         self.implementation = implementation
-        self.impl = implementation.factory()
+        self.impl = implementation.create(initial_capacity)
         self.model = ReferenceStateMap()
         self.open: list[tuple[Any, Any, SnapshotFingerprint | None]] = []
+        # Only the model may refuse with built-in exceptions; an implementation
+        # refuses with cowstate.errors, anything else is a crash.
+        self.impl_refusals: tuple[type[Exception], ...] = (
+            _REFUSALS if isinstance(self.impl, ReferenceStateMap) else (CowStateError,))
 
-    def call(self, name: str, *args: Any) -> tuple[Any, Any]:
-        model_error = impl_error = None
-        model_value = impl_value = None
+    def call(self, name: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
+        model_args = args
+        if name in _STATE_TAKING:
+            # Operations are data: each side gets its own copy of the state, so
+            # in-place mutations never reach the operation list (or the other side).
+            model_args = (*args[:2], deep_copy(args[2]))
+            args = (*args[:2], deep_copy(args[2]))
+        impl_value = model_value = impl_error = model_error = None
         try:
-            model_value = getattr(self.model, name)(*_copy(args))
-        except Exception as exc:
+            model_value = getattr(self.model, name)(*model_args)
+        except _REFUSALS as exc:
             model_error = exc
         try:
             impl_value = getattr(self.impl, name)(*args)
-        except Exception as exc:
-            if not isinstance(exc, (CowStateError, *ReferenceStateMap.Error)):
-                raise          # not a refusal: a crash inside the implementation
+        except self.impl_refusals as exc:
             impl_error = exc
         if (model_error is None) != (impl_error is None):
-            raise _Divergence(f"{'an error' if model_error else repr(model_value)}",
-                              f"{impl_error!r}" if impl_error else repr(impl_value))
+            raise Divergence("a refusal" if model_error else repr(model_value),
+                             repr(impl_error) if impl_error else repr(impl_value))
         return impl_value, model_value
 
-    def same(self, name: str, *args: Any) -> tuple[Any, Any]:
-        impl, model = self.call(name, *args)
+    def same(self, name: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
+        impl, model = self.call(name, args)
         if impl != model:
-            raise _Divergence(repr(model), repr(impl))
+            raise Divergence(repr(model), repr(impl))
         return impl, model
 
     def apply(self, op: Operation) -> None:
-        name, args = op[0], op[1:]
-        if name in ("get", "contains_key", "remove", "put"):
-            self.same(name, *args)
-        elif name in ("get_and_mutate", "remove_and_get_old", "put_and_get_old"):
+        name = op[0]
+        if name in _SIMPLE:
+            self.same(name, op[1:])
+        elif name in _HANDS_OUT:
             # The caller owns what these return and mutates it in place.
-            real, item = ("get", args[2]) if name == "get_and_mutate" else (name, 7)
-            impl, model = self.same(real, *(args[:2] if real == "get" else args))
+            if name == "get_and_mutate":
+                impl, model = self.same("get", op[1:3])
+                item = op[3]
+            else:
+                impl, model = self.same(name, op[1:])
+                item = 7
             if s.mutate_in_place(impl, item):
                 s.mutate_in_place(model, item)
         elif name == "transform":
-            self.call(name, *args[:3], TRANSFORMS[args[3]])
+            self.call(name, (op[1], op[2], op[3], TRANSFORMS[op[4]]))
         elif name == "snapshot":
             impl = self.impl.snapshot()
-            fp = (self.implementation.fingerprint(impl)
+            # Identities only: the model comparison at release checks the values.
+            fp = (self.implementation.fingerprint(impl, values=False)
                   if self.implementation.fingerprint else None)
             self.open.append((impl, self.model.snapshot(), fp))
-            self.compare_snapshots()
         elif name == "release":
             if self.open:
-                self.compare_snapshots()
-                impl, model, _ = self.open.pop(args[0] % len(self.open))
+                impl, model, _ = self.open.pop(op[1] % len(self.open))
+                self.compare_snapshot(impl, model)
                 impl.release()
                 model.release()
         elif name == "iterate":
-            if snapshot_contents(self.impl) != snapshot_contents(self.model):
-                raise _Divergence(repr(snapshot_contents(self.model)),
-                                  repr(snapshot_contents(self.impl)))
+            impl_all, model_all = snapshot_contents(self.impl), snapshot_contents(self.model)
+            if impl_all != model_all:
+                raise Divergence(repr(model_all), repr(impl_all))
         elif name == "keys":
-            impl_keys, model_keys = Counter(self.impl.keys(args[0])), Counter(
-                self.model.keys(args[0]))
+            impl_keys = Counter(self.impl.keys(op[1]))
+            model_keys = Counter(self.model.keys(op[1]))
             if impl_keys != model_keys:
-                raise _Divergence(repr(model_keys), repr(impl_keys))
+                raise Divergence(repr(model_keys), repr(impl_keys))
         else:
-            raise ValueError(f"expected an operation of {sorted(DEFAULT_MIX)}, got {name!r}")
+            raise ValueError(f"expected a workload operation, got {name!r}")
         if len(self.impl) != len(self.model):
-            raise _Divergence(f"size {len(self.model)}", f"size {len(self.impl)}")
+            raise Divergence(f"size {len(self.model)}", f"size {len(self.impl)}")
 
-    def compare_snapshots(self) -> None:
+    def compare_snapshot(self, impl: Any, model: Any) -> None:
+        got = snapshot_contents(impl)
+        if got != model.contents:
+            raise Divergence(f"snapshot {model.version} = {dict(model.contents)!r}", repr(got))
+
+    def check_all(self) -> None:
         for impl, model, _ in self.open:
-            got = snapshot_contents(impl)
-            if got != model.contents:
-                raise _Divergence(f"snapshot {model.version} = {dict(model.contents)!r}",
-                                  repr(got))
-
-    def check_structure(self) -> None:
+            self.compare_snapshot(impl, model)
         if self.implementation.check is not None:
             try:
                 self.implementation.check(self.impl, [fp for *_, fp in self.open if fp])
             except AssertionError as exc:
-                raise _Divergence("all structural invariants", str(exc)) from exc
+                raise Divergence("all structural invariants", str(exc)) from exc
 
     def close(self) -> None:
         for impl, model, _ in self.open:
@@ -198,44 +185,147 @@ class _Pair:
             model.release()
 
 
-def _copy(args: tuple[Any, ...]) -> tuple[Any, ...]:
-    import copy
+_SIMPLE = frozenset({"get", "contains_key", "remove", "put"})
+_HANDS_OUT = frozenset({"get_and_mutate", "remove_and_get_old", "put_and_get_old"})
+_STATE_TAKING = frozenset({"put", "put_and_get_old"})
 
-    return copy.deepcopy(args)
 
-
-def run_workload(implementation: Implementation, ops: list[Operation], seed: int = 0,
-                 check_every: int = 50) -> WorkloadResult:
+def run_workload(implementation: Implementation, ops: Sequence[Operation], *,
+                 workload: int = 0, seed: str = "", check_every: int = 200,
+                 initial_capacity: int | None = None) -> WorkloadResult:
     """Apply ``ops`` to ``implementation`` and the model; stop at the first divergence."""
-    result = WorkloadResult(implementation.name, seed, len(ops))
+    result = WorkloadResult(implementation.name, workload, seed, len(ops))
+    counts: Counter[str] = Counter()
     started = time.perf_counter()
-    pair = _Pair(implementation)
+    pair = _Pair(implementation, initial_capacity)
+    position = 0
     try:
         for position, op in enumerate(ops):
-            try:
-                pair.apply(op)
-                if check_every and (position + 1) % check_every == 0:
-                    pair.compare_snapshots()
-                    pair.check_structure()
-            except _Divergence as exc:
-                result.divergence_at, result.divergence_operation = position, op
-                result.expected, result.actual = exc.expected, exc.actual
-                break
-            except Exception:
-                result.divergence_at, result.divergence_operation = position, op
-                result.expected = "no exception"
-                result.actual = traceback.format_exc()
-                break
-            result.applied += 1
-            result.operation_counts[op[0]] += 1
-        else:
-            try:
-                pair.compare_snapshots()
-                pair.check_structure()
-            except _Divergence as exc:
-                result.divergence_at, result.divergence_operation = len(ops), ("end",)
-                result.expected, result.actual = exc.expected, exc.actual
+            pair.apply(op)
+            counts[op[0]] += 1
+            if check_every and (position + 1) % check_every == 0:
+                pair.check_all()
+        position = len(ops)
+        pair.check_all()
+    except Divergence as exc:
+        result.expected, result.actual = exc.expected, exc.actual
+        result.divergence_at = position
+    except Exception:
+        result.expected, result.actual = "no exception", traceback.format_exc()
+        result.divergence_at = position
     finally:
         pair.close()
+    if result.divergence_at is not None:
+        at = result.divergence_at
+        result.divergence_operation = json.dumps(encode(ops[at]) if at < len(ops) else ["end"])
+    result.applied = sum(counts.values())
+    result.operation_counts = dict(counts)
     result.elapsed = time.perf_counter() - started
     return result
+
+
+def minimize(implementation: Implementation, ops: Sequence[Operation], *,
+             initial_capacity: int | None = None,
+             max_runs: int = 20_000) -> list[Operation]:
+    """A locally minimal diverging sub-list of ``ops`` (delta debugging).
+
+    Every candidate is re-checked with the strictest cadence (snapshots and
+    structure after every operation). The result diverges, and removing any
+    single operation from it makes it pass.
+    """
+    runs = 0
+
+    def diverges(candidate: Sequence[Operation]) -> bool:
+        nonlocal runs
+        runs += 1
+        return run_workload(implementation, candidate, check_every=1,
+                            initial_capacity=initial_capacity).diverged
+
+    first = run_workload(implementation, ops, check_every=1, initial_capacity=initial_capacity)
+    if not first.diverged:
+        raise ValueError(f"expected a diverging workload for {implementation.name}, "
+                         "got one that agrees with the model")
+    assert first.divergence_at is not None
+    current = list(ops[:first.divergence_at + 1])
+    granularity = 2
+    while len(current) >= 2 and runs < max_runs:
+        chunk = -(-len(current) // granularity)
+        for start in range(0, len(current), chunk):
+            candidate = current[:start] + current[start + chunk:]
+            if candidate and diverges(candidate):
+                current = candidate
+                granularity = max(granularity - 1, 2)
+                break
+        else:
+            if granularity >= len(current):
+                break
+            granularity = min(granularity * 2, len(current))
+    changed = True
+    while changed and runs < max_runs:            # one-by-one: 1-minimal
+        changed = False
+        for i in range(len(current)):
+            candidate = current[:i] + current[i + 1:]
+            if candidate and diverges(candidate):
+                current = candidate
+                changed = True
+                break
+    return current
+
+
+def write_trace(out_dir: Path, tests_dir: Path | None, implementation: Implementation,
+                ops: Sequence[Operation], result: WorkloadResult,
+                initial_capacity: int | None = None) -> tuple[Path, Path | None]:
+    """Save ``ops`` as a JSON trace in ``out_dir`` and, if ``tests_dir`` is given,
+    a pytest regression file there; return both paths."""
+    slug = re.sub(r"[^a-z0-9]+", "_", f"{implementation.name}_{result.seed}".lower()).strip("_")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    trace = {
+        "implementation": implementation.name,
+        "workload": result.workload,
+        "seed": result.seed,
+        "initial_capacity": initial_capacity,
+        "expected": result.expected,
+        "actual": result.actual,
+        "operations": [encode(op) for op in ops],
+    }
+    trace_path = out_dir / f"trace_{slug}.json"
+    trace_path.write_text(json.dumps(trace, indent=1) + "\n")
+    if tests_dir is None:
+        return trace_path, None
+    tests_dir.mkdir(parents=True, exist_ok=True)
+    test_path = tests_dir / f"test_{slug}.py"
+    lines = ",\n    ".join(json.dumps(encode(op)) for op in ops)
+    test_path.write_text(f'''"""Regression: minimized divergence of {implementation.name}.
+
+Seed {result.seed}, workload {result.workload}.
+
+Found by cowstate check: expected {_one_line(result.expected)}, got {_one_line(result.actual)}.
+"""
+
+from cowstate_spec.differential import run_workload
+from cowstate_spec.implementations import by_name
+from cowstate_spec.workloads import decode
+
+OPERATIONS = [
+    {lines},
+]
+
+
+def test_{slug}_agrees_with_the_model() -> None:
+    result = run_workload(by_name({implementation.name!r}), [decode(op) for op in OPERATIONS],
+                          check_every=1, initial_capacity={initial_capacity!r})
+    assert not result.diverged, (result.divergence_at, result.expected, result.actual)
+''')
+    return trace_path, test_path
+
+
+def load_trace(path: Path) -> tuple[str, list[Operation], int | None]:
+    """The implementation name, operations and capacity of a JSON trace."""
+    trace = json.loads(path.read_text())
+    return (trace["implementation"], [decode(op) for op in trace["operations"]],
+            trace.get("initial_capacity"))
+
+
+def _one_line(text: str | None) -> str:
+    line = (text or "").strip().splitlines()[-1:] or [""]
+    return line[0].replace('"""', "'''")[:200]

@@ -16,39 +16,57 @@ from cowstate_model import ReferenceStateMap
 from cowstate_spec.invariants import SnapshotFingerprint, check_map, fingerprint
 
 Checker = Callable[[Any, Sequence[SnapshotFingerprint]], None]
-Fingerprinter = Callable[[Any], SnapshotFingerprint]
+Fingerprinter = Callable[..., SnapshotFingerprint]
 
 
 @dataclass(frozen=True)
 class Implementation:
-    """How to make one implementation and how to check its internals."""
+    """How to make one implementation and how to check its internals.
+
+    ``factory(**options)`` makes a fresh, empty instance; the only option is
+    ``initial_capacity`` (implementations without one ignore it).
+    """
 
     name: str
-    factory: Callable[[], Any]
+    factory: Callable[..., Any]
     check: Checker | None = None
     fingerprint: Fingerprinter | None = None
+
+    def create(self, initial_capacity: int | None = None) -> Any:
+        """A fresh instance, with ``initial_capacity`` if given."""
+        if initial_capacity is None:
+            return self.factory()
+        return self.factory(initial_capacity=initial_capacity)
 
     def __repr__(self) -> str:
         return self.name
 
 
-def _cow(capacity: int) -> Implementation:
-    return Implementation(f"cow-map-capacity-{capacity}",
-                          lambda: CopyOnWriteStateMap(initial_capacity=capacity),
-                          check_map, fingerprint)
+def _cow(name: str, capacity: int) -> Implementation:
+    def factory(initial_capacity: int = capacity) -> CopyOnWriteStateMap[Any, Any, Any]:
+        return CopyOnWriteStateMap(initial_capacity=initial_capacity)
+
+    return Implementation(name, factory, check_map, fingerprint)
 
 
 IMPLEMENTATIONS: list[Implementation] = [
-    _cow(4),          # tiny table: rehashes start while snapshots are open
-    _cow(128),        # Flink's default capacity
+    _cow("cow-map", 4),          # tiny table: rehashes start while snapshots are open
+    _cow("cow-map-128", 128),    # Flink's default capacity
     Implementation("reference-model", ReferenceStateMap),   # the model against itself
 ]
 
 
 def by_name(name: str) -> Implementation:
-    """The implementation called ``name`` (see :data:`IMPLEMENTATIONS`)."""
+    """The implementation called ``name``: one of :data:`IMPLEMENTATIONS`, or
+    ``bad-<bug>`` for a deliberately broken map of
+    :mod:`cowstate_spec.bad_implementations` (so executors can rebuild it)."""
     for implementation in IMPLEMENTATIONS:
         if implementation.name == name:
             return implementation
+    from cowstate_spec.bad_implementations import BUGS, bad_implementation
+
+    for bug in BUGS:
+        if name == f"bad-{bug.name}":
+            return bad_implementation(bug)
     known = ", ".join(i.name for i in IMPLEMENTATIONS)
-    raise KeyError(f"expected one of {known}, got {name!r}")
+    raise KeyError(f"expected one of {known} or bad-<bug>, got {name!r}")

@@ -79,7 +79,7 @@ class StateMapMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.impl = self.implementation.factory()
+        self.impl = self.implementation.create()
         self.model = ReferenceStateMap()
         # (implementation snapshot, model snapshot, fingerprint or None)
         self.open: list[tuple[Any, Any, SnapshotFingerprint | None]] = []

@@ -1,0 +1,282 @@
+"""Workload specs and the deterministic operation generator.
+
+A :class:`WorkloadSpec` (pydantic; loads from and saves to JSON or YAML)
+says how many workloads to run, how long each is, and what they look like:
+the operation mix, the key domain and its distribution, namespaces, state
+kinds, colliding keys, the initial capacity, how many snapshots may be open
+and in which order they are released, and which implementations to check.
+
+``operations(spec, index)`` turns a spec and a workload index into an
+operation list. It uses only ``random.Random`` seeded by a string (hashed
+with SHA-512 by the random module), never ``hash()``: the same index gives
+the same operations on any machine under any ``PYTHONHASHSEED``. Executors
+receive indices, never operations.
+
+An operation is a tuple ``(name, *args)``; :func:`encode` and
+:func:`decode` turn one into JSON-ready lists and back (``HashKey`` keys
+become ``{"HashKey": [value, hash]}``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cowstate_spec.keys import HashKey
+
+__all__ = [
+    "OPERATIONS",
+    "PRESETS",
+    "Operation",
+    "WorkloadSpec",
+    "decode",
+    "encode",
+    "operations",
+    "preset",
+]
+
+Operation = tuple[Any, ...]
+
+#: Every operation a workload can contain.
+OPERATIONS = (
+    "put", "get", "get_and_mutate", "contains_key", "put_and_get_old", "remove",
+    "remove_and_get_old", "transform", "snapshot", "release", "iterate", "keys",
+)
+TRANSFORM_FUNCTIONS = ("add_or_append", "replace_with_value", "raise_error", "return_none")
+
+StateKind = Literal["int", "str", "list", "dict"]
+DEFAULT_STATE_KINDS: tuple[StateKind, ...] = ("int", "list", "dict")
+
+DEFAULT_MIX: dict[str, float] = {
+    "put": 30, "get": 15, "get_and_mutate": 15, "contains_key": 5, "put_and_get_old": 5,
+    "remove": 8, "remove_and_get_old": 4, "transform": 6, "snapshot": 2, "release": 2,
+    "iterate": 0.2, "keys": 0.5,
+}
+
+
+class WorkloadSpec(BaseModel):
+    """What a differential run does. Unknown fields are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = "custom"
+    workloads: int = Field(100, ge=1, description="number of workloads")
+    operations_per_workload: int = Field(2000, ge=1)
+    base_seed: int = Field(0, ge=0)
+    mix: dict[str, float] = Field(default_factory=lambda: dict(DEFAULT_MIX))
+    key_domain: int = Field(64, ge=1, le=10_000_000, description="distinct keys")
+    key_distribution: Literal["uniform", "zipf", "hot-set"] = "uniform"
+    zipf_exponent: float = Field(1.1, gt=0, le=10)
+    hot_set_size: int = Field(8, ge=1)
+    hot_set_share: float = Field(0.8, ge=0, le=1)
+    namespaces: int = Field(3, ge=1, le=1000)
+    state_kinds: list[StateKind] = Field(default_factory=lambda: list(DEFAULT_STATE_KINDS),
+                                         min_length=1)
+    collision_share: float = Field(0.1, ge=0, le=1,
+                                   description="share of keys that are HashKeys with "
+                                               "colliding hashes")
+    initial_capacity: int = Field(4, ge=0, le=1 << 30)
+    max_open_snapshots: int = Field(3, ge=1, le=64)
+    release_order: Literal["fifo", "lifo", "random"] = "random"
+    check_every: int = Field(200, ge=0, description="compare open snapshots and check "
+                                                    "structure every N operations (0: never)")
+    implementations: list[str] = Field(default_factory=lambda: ["cow-map"], min_length=1)
+
+    @field_validator("mix")
+    @classmethod
+    def _mix_has_weight(cls, mix: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(mix) - set(OPERATIONS))
+        if unknown:
+            raise ValueError(f"expected operations among {list(OPERATIONS)}, got {unknown}")
+        negative = {k: v for k, v in mix.items() if v < 0}
+        if negative:
+            raise ValueError(f"expected weights >= 0, got {negative}")
+        if not any(v > 0 for k, v in mix.items() if k not in ("snapshot", "release")):
+            raise ValueError("expected a positive weight for at least one map operation")
+        return mix
+
+    @field_validator("implementations")
+    @classmethod
+    def _known_implementations(cls, names: list[str]) -> list[str]:
+        from cowstate_spec.implementations import by_name
+
+        for name in names:
+            try:
+                by_name(name)
+            except KeyError as exc:
+                raise ValueError(exc.args[0]) from None
+        return names
+
+    @model_validator(mode="after")
+    def _hot_set_fits(self) -> WorkloadSpec:
+        if self.key_distribution == "hot-set" and self.hot_set_size > self.key_domain:
+            raise ValueError(f"expected hot_set_size <= key_domain ({self.key_domain}), "
+                             f"got {self.hot_set_size}")
+        return self
+
+    @property
+    def total_operations(self) -> int:
+        return self.workloads * self.operations_per_workload
+
+    @classmethod
+    def load(cls, path: str | Path) -> WorkloadSpec:
+        """Read a spec from a ``.json``, ``.yaml`` or ``.yml`` file."""
+        path = Path(path)
+        text = path.read_text()
+        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        return cls.model_validate(data)
+
+    def save(self, path: str | Path) -> None:
+        """Write the spec as JSON or YAML, by the file's suffix."""
+        path = Path(path)
+        data = self.model_dump(mode="json")
+        if path.suffix in (".yaml", ".yml"):
+            path.write_text(yaml.safe_dump(data, sort_keys=False))
+        else:
+            path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+PRESETS: dict[str, WorkloadSpec] = {
+    spec.name: spec for spec in (
+        WorkloadSpec(name="smoke", workloads=400, operations_per_workload=2500),
+        WorkloadSpec(name="collisions", workloads=200, operations_per_workload=2000,
+                     key_domain=48, collision_share=0.7, initial_capacity=4),
+        WorkloadSpec(name="rehash-under-snapshots", workloads=100,
+                     operations_per_workload=5000, key_domain=4000, namespaces=2,
+                     initial_capacity=4, mix={**DEFAULT_MIX, "put": 60, "remove": 3,
+                                              "snapshot": 3, "release": 2},
+                     max_open_snapshots=4),
+        WorkloadSpec(name="zipf-hot-keys", workloads=200, operations_per_workload=2500,
+                     key_domain=2000, key_distribution="zipf", zipf_exponent=1.2),
+        WorkloadSpec(name="long-lived-snapshots", workloads=150,
+                     operations_per_workload=4000, key_domain=256, max_open_snapshots=8,
+                     release_order="fifo", mix={**DEFAULT_MIX, "snapshot": 1, "release": 0.5}),
+    )
+}
+
+
+def preset(name: str) -> WorkloadSpec:
+    """The preset called ``name``."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise KeyError(f"expected a preset among {sorted(PRESETS)}, got {name!r}") from None
+
+
+def workload_seed(spec: WorkloadSpec, index: int) -> str:
+    """The seed of workload ``index`` (a string: stable across processes)."""
+    return f"cowstate:{spec.base_seed}:{index}"
+
+
+def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
+    """The operations of workload ``index`` of ``spec`` (deterministic)."""
+    rng = random.Random(workload_seed(spec, index))
+    names = [n for n in OPERATIONS if spec.mix.get(n, 0) > 0]
+    cumulative = list(itertools.accumulate(spec.mix[n] for n in names))
+    draw_key = _key_sampler(spec, rng)
+    namespaces = [f"ns{i}" for i in range(spec.namespaces)]
+    open_snapshots = 0
+    ops: list[Operation] = []
+    while len(ops) < spec.operations_per_workload:
+        name = names[bisect.bisect_right(cumulative, rng.random() * cumulative[-1])
+                     if len(names) > 1 else 0]
+        if name == "snapshot" and open_snapshots >= spec.max_open_snapshots:
+            name = "release"
+        if name == "release":
+            if open_snapshots == 0:
+                continue
+            position = {"fifo": 0, "lifo": open_snapshots - 1,
+                        "random": rng.randrange(open_snapshots)}[spec.release_order]
+            ops.append(("release", position))
+            open_snapshots -= 1
+        elif name == "snapshot":
+            ops.append(("snapshot",))
+            open_snapshots += 1
+        elif name in ("iterate",):
+            ops.append((name,))
+        elif name == "keys":
+            ops.append((name, rng.choice(namespaces)))
+        else:
+            key, namespace = draw_key(), rng.choice(namespaces)
+            if name in ("put", "put_and_get_old"):
+                ops.append((name, key, namespace, _state(spec, rng)))
+            elif name == "get_and_mutate":
+                ops.append((name, key, namespace, rng.randrange(100)))
+            elif name == "transform":
+                ops.append((name, key, namespace, rng.randrange(10),
+                            rng.choice(TRANSFORM_FUNCTIONS)))
+            else:
+                ops.append((name, key, namespace))
+    return ops
+
+
+def _key_sampler(spec: WorkloadSpec, rng: random.Random) -> Any:
+    domain = spec.key_domain
+    if spec.key_distribution == "zipf":
+        weights = itertools.accumulate(1.0 / (rank ** spec.zipf_exponent)
+                                       for rank in range(1, domain + 1))
+        cumulative = list(weights)
+
+        def index() -> int:
+            return bisect.bisect_right(cumulative, rng.random() * cumulative[-1]) % domain
+    elif spec.key_distribution == "hot-set":
+        def index() -> int:
+            if rng.random() < spec.hot_set_share:
+                return rng.randrange(spec.hot_set_size)
+            return rng.randrange(domain)
+    else:
+        def index() -> int:
+            return rng.randrange(domain)
+
+    threshold = round(spec.collision_share * 1000)
+
+    def key() -> Any:
+        i = index()
+        if (i * 2654435761) % 1000 < threshold:
+            return HashKey(i, i % 4)        # many keys, four hashes: long chains
+        return i if i % 2 else f"k{i}"
+
+    return key
+
+
+def _state(spec: WorkloadSpec, rng: random.Random) -> Any:
+    kind = rng.choice(spec.state_kinds)
+    value = rng.randrange(1000)
+    if kind == "int":
+        return value
+    if kind == "str":
+        return f"s{value}"
+    if kind == "list":
+        return [value]
+    return {"v": value}
+
+
+def encode(op: Operation) -> list[Any]:
+    """A JSON-ready form of ``op``."""
+    return [_encode_value(v) for v in op]
+
+
+def decode(data: Sequence[Any]) -> Operation:
+    """The operation :func:`encode` encoded."""
+    return tuple(_decode_value(v) for v in data)
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, HashKey):
+        return {"HashKey": [value.value, value.hash_value]}
+    return value
+
+
+def _decode_value(value: Any) -> Any:
+    if isinstance(value, dict) and set(value) == {"HashKey"}:
+        inner, h = value["HashKey"]
+        return HashKey(inner, h)
+    return value
