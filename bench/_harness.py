@@ -94,29 +94,35 @@ def time_ns(fn: Callable[[], object]) -> int:
     return clock() - t0
 
 
-def measure(run: Run, *, warmup: int = 1, repeats: int = 5, collect: bool = True) -> Sample:
+def _call(run: Run, collect: bool, gc_enabled: bool) -> int:
+    if collect:
+        gc.collect()
+    if gc_enabled:
+        return run()
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return run()
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def measure(run: Run, *, warmup: int = 1, repeats: int = 5, collect: bool = True,
+            gc_enabled: bool = True) -> Sample:
     """Call ``run`` ``warmup`` times (discarded) then ``repeats`` times.
 
     ``run`` returns the elapsed nanoseconds of its timed section. With
-    ``collect`` a full ``gc.collect()`` precedes every call (untimed).
-    The garbage collector stays enabled during the call.
+    ``collect`` a full ``gc.collect()`` precedes every call (untimed). The
+    garbage collector stays enabled during the call unless ``gc_enabled`` is
+    false (then it is disabled for the whole call, as :mod:`timeit` does).
     """
-    if repeats < 1:
-        raise ValueError(f"expected repeats >= 1, got {repeats}")
-    for _ in range(warmup):
-        if collect:
-            gc.collect()
-        run()
-    values: list[float] = []
-    for _ in range(repeats):
-        if collect:
-            gc.collect()
-        values.append(float(run()))
-    return Sample(tuple(values))
+    return measure_interleaved({"": run}, warmup=warmup, repeats=repeats, collect=collect,
+                               gc_enabled=gc_enabled)[""]
 
 
 def measure_interleaved(runs: Mapping[str, Run], *, warmup: int = 1, repeats: int = 5,
-                        collect: bool = True) -> dict[str, Sample]:
+                        collect: bool = True, gc_enabled: bool = True) -> dict[str, Sample]:
     """Like :func:`measure` for several competitors at once, round-robin.
 
     Repetition ``i`` of every competitor runs before repetition ``i + 1`` of
@@ -128,9 +134,7 @@ def measure_interleaved(runs: Mapping[str, Run], *, warmup: int = 1, repeats: in
     values: dict[str, list[float]] = {key: [] for key in runs}
     for i in range(warmup + repeats):
         for key, run in runs.items():
-            if collect:
-                gc.collect()
-            elapsed = run()
+            elapsed = _call(run, collect, gc_enabled)
             if i >= warmup:
                 values[key].append(float(elapsed))
     return {key: Sample(tuple(v)) for key, v in values.items()}

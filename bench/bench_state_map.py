@@ -3,7 +3,8 @@
 Run::
 
     .venv/bin/python bench/bench_state_map.py            # 1,000,000 entries, grow to 4,000,000
-    .venv/bin/python bench/bench_state_map.py --quick    # 100,000 entries, grow to 400,000
+    .venv/bin/python bench/bench_state_map.py --quick    # 100,000 entries, grow to 400,000,
+                                                         # 3 rounds, 1 growth per structure
     .venv/bin/python bench/bench_state_map.py --entries N --grow-to M
 
 Competitors (table columns)
@@ -81,6 +82,13 @@ The cell is the **median** of the repetitions. Times are
    entries and their chain predecessors) is inside the timed loop. The snapshot
    is released / dropped after the timed loop (untimed). For the dict peers the
    update after their snapshot is a plain dict put.
+   Rows 2-3 are repeated with the garbage collector *disabled* during the
+   timed loop (``put, GC off`` and ``put, snapshot open, GC off``; the
+   ``dict+deepcopy`` column is skipped there, its update after the snapshot
+   is the ``dict.copy()`` one). They show the operations' own cost: the young
+   collections that allocations trigger -- copy-on-write entries, HAMT path
+   nodes, and the traversal of every new large container such as a
+   snapshot's bucket list -- are left out. The targets use the GC-on rows.
 4. ``snapshot pause`` (ms): the synchronous part of taking a snapshot of the
    ``N``-entry structure: ``m.snapshot()`` (its ``release()`` is untimed),
    ``copy.deepcopy(d)``, ``d.copy()`` (freeing the copy is untimed), and for
@@ -602,11 +610,12 @@ def _operations(cfg: Config, w: Workload, notes: dict[str, Any], cow: StateMap,
 
     def row(metric: str, label: str, unit: str,
             runs: dict[str, tuple[Callable[[], int], float]],
-            missing: dict[str, str]) -> Result:
+            missing: dict[str, str], gc_enabled: bool = True) -> Result:
         """Measure ``runs`` (competitor -> (run, scale)) round-robin into one row;
         each repetition's nanoseconds are multiplied by the scale."""
         samples = measure_interleaved({k: fn for k, (fn, _) in runs.items()},
-                                      warmup=cfg.warmup, repeats=cfg.repeats)
+                                      warmup=cfg.warmup, repeats=cfg.repeats,
+                                      gc_enabled=gc_enabled)
         result = Result(metric, label, unit, missing=missing, paired=True)
         for key, (_, scale) in runs.items():
             result.set(key, samples[key].scaled(scale))
@@ -657,6 +666,26 @@ def _operations(cfg: Config, w: Workload, notes: dict[str, Any], cow: StateMap,
             pm, slow_pairs, values.next(PMAP), run_set_persistent), per_slow_op),
     }, {DICT: "n/a"})
 
+    log("put and put while a snapshot is open, GC disabled during the loop")
+    r_put_off = row("put_nogc", "put, GC off", "ns/op", {
+        MAP: (lambda: run_put_map(cow, pairs, values.next(MAP)), per_op),
+        DICT: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+        IMM: (lambda: run_set_persistent(imm, pairs, values.next(IMM)), per_op),
+        IMM_MUTATE: (lambda: run_mutate_immutables(imm, pairs, values.next(IMM)), per_op),
+        PMAP: (lambda: run_set_persistent(pm, slow_pairs, values.next(PMAP)), per_slow_op),
+    }, {DICT_DEEPCOPY: "=dict", DICT_COPY: "=dict"}, gc_enabled=False)
+    r_sput_off = row("put_snapshot_nogc", "put, snapshot open, GC off", "ns/op", {
+        MAP: (lambda: run_put_map_snapshot(cow, pairs, values.next(MAP)), per_op),
+        DICT_COPY: (lambda: run_put_dict_snapshot(
+            d, pairs, values.next(DICT), dict.copy), per_op),
+        IMM: (lambda: run_persistent_snapshot(
+            imm, pairs, values.next(IMM), run_set_persistent), per_op),
+        IMM_MUTATE: (lambda: run_persistent_snapshot(
+            imm, pairs, values.next(IMM), run_mutate_immutables), per_op),
+        PMAP: (lambda: run_persistent_snapshot(
+            pm, slow_pairs, values.next(PMAP), run_set_persistent), per_slow_op),
+    }, {DICT: "n/a", DICT_DEEPCOPY: "=d.copy"}, gc_enabled=False)
+
     log("snapshot pause")
     r_pause = row("snapshot_pause", "snapshot pause (synchronous part)", "ms", {
         MAP: (lambda: pause_map(cow), to_ms),
@@ -668,7 +697,7 @@ def _operations(cfg: Config, w: Workload, notes: dict[str, Any], cow: StateMap,
 
     check_sizes()
     notes["map_internals_at_end"] = _internals_json(describe(cow))
-    return [r_get, r_put, r_sput, r_pause]
+    return [r_get, r_put, r_sput, r_put_off, r_sput_off, r_pause]
 
 
 def _internals_json(internals: Any) -> dict[str, Any]:
@@ -801,8 +830,8 @@ def run(cfg: Config) -> dict[str, Any]:
     print()
     print(format_table(results, COMPETITORS))
     print()
-    print("Ratios: CoW map / competitor (< 1: the map is faster or smaller; rows 1-4: median "
-          "of per-round ratios)")
+    print("Ratios: CoW map / competitor (< 1: the map is faster or smaller; round-robin rows: "
+          "median of per-round ratios)")
     print(format_table(ratios, COMPETITORS))
     print()
     print("TARGETS")
@@ -834,7 +863,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
                    help="smoke test: 100,000 entries, grow to 400,000")
     p.add_argument("--ops", type=int, default=None,
                    help="operations per timed loop (default min(200,000, entries / 5))")
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=None,
+                   help="timed rounds per row (default 5; 3 with --quick)")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--grow-repeats", type=int, default=None,
                    help="growths per structure and GC mode (default 3; 1 with --quick)")
@@ -843,11 +873,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--output", type=Path, default=RESULTS_PATH)
     a = p.parse_args(argv)
     entries, grow_to = (100_000, 400_000) if a.quick else (a.entries, a.grow_to)
+    repeats = a.repeats if a.repeats is not None else (3 if a.quick else 5)
     grow_repeats = a.grow_repeats if a.grow_repeats is not None else (1 if a.quick else 3)
     ops = a.ops if a.ops is not None else min(200_000, max(1, entries // 5))
     if not 0 < ops <= entries:
         p.error(f"--ops must be in 1..entries, got {ops}")
-    return Config(entries=entries, grow_to=grow_to, ops=ops, repeats=a.repeats,
+    return Config(entries=entries, grow_to=grow_to, ops=ops, repeats=repeats,
                   warmup=a.warmup, grow_repeats=grow_repeats, seed=a.seed, quick=a.quick,
                   skip_memory=a.skip_memory, output=str(a.output))
 

@@ -60,10 +60,12 @@ class Outcome:
 
 def snapshot_contents(entries: Any) -> dict[tuple[Any, Any], Any]:
     """A snapshot's (or map's) entries as a dict; a mapping seen twice is an error."""
-    contents: dict[tuple[Any, Any], Any] = {}
-    for key, namespace, state in entries:
-        assert (key, namespace) not in contents, f"({key!r}, {namespace!r}) yielded twice"
-        contents[(key, namespace)] = state
+    listed = [((key, namespace), state) for key, namespace, state in entries]
+    contents = dict(listed)
+    if len(contents) != len(listed):
+        seen: set[tuple[Any, Any]] = set()
+        twice = next(k for k, _ in listed if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise AssertionError(f"{twice!r} yielded twice")
     return contents
 
 

@@ -81,7 +81,10 @@ def build_session(master: str = "local[*]", app_name: str = "cowstate-check") ->
     from pyspark.sql import SparkSession
 
     log4j = Path(__file__).with_name("log4j2.properties")
-    builder = (SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:     # not under spark-submit: our master
+        builder = builder.master(master)
+    builder = (builder.appName(app_name)
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
