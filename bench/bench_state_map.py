@@ -53,15 +53,16 @@ Method
 ======
 Everything runs side by side in ONE process on the SAME keys. Each row is
 measured with ``_harness.measure_interleaved``: 1 warm-up round (discarded),
-then 5 rounds (``--repeats``); a round runs every competitor once, in column
-order, so machine drift is spread over all columns. A full ``gc.collect()`` precedes every run
-(untimed) and the garbage collector stays enabled during the run, so the
-young collections that a structure's own allocations trigger are part of its
-cost. The ``N``-entry structures of steps 1-4 are built, collected and then
-frozen with ``gc.freeze()``: a full collection, whichever run triggers it,
-then skips all of them, so no competitor pays for traversing another's heap.
-The cell is the **median** of the repetitions. Times are
-``time.perf_counter_ns`` around the timed section only.
+then 5 rounds (``--repeats``; 3 with ``--quick``); a round runs every
+competitor once, in column order, so machine drift is spread over all
+columns. A full ``gc.collect()`` precedes every run (untimed) and the garbage
+collector stays enabled during the run, so the young collections that a
+structure's own allocations trigger are part of its cost. The ``N``-entry
+structures of steps 1-4 are built, collected and then frozen with
+``gc.freeze()``: a full collection, whichever run triggers it, then skips all
+of them, so no competitor pays for traversing another's heap. The cell is the
+**median** of the rounds. Times are ``time.perf_counter_ns`` around the timed
+section only.
 
 1. ``get`` (ns/op): one timed loop over ``OPS``. Timed, per op: the
    ``for k, ns in pairs`` iteration and unpacking, then ``m.get(k, ns)`` for
@@ -106,7 +107,7 @@ The cell is the **median** of the repetitions. Times are
    target uses this row) and once with ``gc.disable()`` (isolates the
    structure's own pauses: table doubling / dict resize). The mean insert
    time is reported too. Only one structure exists during a growth; all
-   1,000,000-entry structures of steps 1-4 are freed before.
+   ``N``-entry structures of steps 1-4 are freed before.
 6. memory (bytes/entry): ``tracemalloc`` traces a fresh build of each
    structure from the already existing key ints, namespace strings and cached
    state ints, so the figure is what the structure itself allocates (dict

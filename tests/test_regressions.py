@@ -67,3 +67,16 @@ def test_transform_with_a_failing_function_does_not_step_the_rehash() -> None:
     with pytest.raises(Exception, match="refuses"):
         m.transform(1, 0, 1, lambda old, v: (_ for _ in ()).throw(ValueError("refuses")))
     assert describe(m) == before
+
+
+def test_runner_never_mutates_the_operation_list() -> None:
+    # The runner used to hand the state objects of put operations to the
+    # implementation itself; a later get-and-mutate then changed the operation
+    # list, so a minimized trace no longer replayed what had diverged.
+    from cowstate_spec.differential import run_workload
+    from cowstate_spec.workloads import WorkloadSpec, operations
+
+    spec = WorkloadSpec(operations_per_workload=800, state_kinds=["list", "dict"])
+    ops = operations(spec, 0)
+    assert not run_workload(by_name("cow-map"), ops).diverged
+    assert ops == operations(spec, 0)
