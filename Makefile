@@ -28,9 +28,10 @@ pytest: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/cowstate check --preset smoke
 
-## make bench: the benchmark, peers side by side (see bench/README.md)
+## make bench: the benchmarks, peers side by side (see bench/README.md)
 bench: $(STAMP)
 	$(PY) bench/bench_state_map.py
+	$(PY) bench/bench_differential.py
 
 ## make deep: the state machines under the deep Hypothesis profile (by hand, minutes)
 deep: $(STAMP)
