@@ -128,9 +128,9 @@ def deep_copy(state: Any) -> Any:
     kind = type(state)
     if kind in _ATOMS:
         return state
-    if kind is list and all(type(item) in _ATOMS for item in state):
+    if kind is list and _ATOMS.issuperset(map(type, state)):
         return list(state)
-    if kind is dict and all(type(k) in _ATOMS and type(v) in _ATOMS
-                            for k, v in state.items()):
+    if kind is dict and _ATOMS.issuperset(map(type, state)) and _ATOMS.issuperset(
+            map(type, state.values())):
         return dict(state)
     return copy.deepcopy(state)
