@@ -80,7 +80,6 @@ def build_session(master: str = "local[*]", app_name: str = "cowstate-check") ->
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    log4j = Path(__file__).with_name("log4j2.properties")
     builder = SparkSession.builder
     if "PYSPARK_GATEWAY_PORT" not in os.environ:     # not under spark-submit: our master
         builder = builder.master(master)
@@ -89,9 +88,7 @@ def build_session(master: str = "local[*]", app_name: str = "cowstate-check") ->
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.pyspark.python", os.environ["PYSPARK_PYTHON"])
                .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.driver.extraJavaOptions",
-                       f"-Dlog4j.configurationFile=file:{log4j}"))
+               .config("spark.python.worker.reuse", "true"))
     if master.startswith("local"):
         builder = (builder.config("spark.driver.host", "127.0.0.1")
                    .config("spark.driver.bindAddress", "127.0.0.1"))
@@ -221,9 +218,9 @@ def _progress(spark: Any, partitions: int, stop: threading.Event) -> None:
         tracker = spark.sparkContext.statusTracker()
     except Exception:                      # Spark Connect: no SparkContext, no bar
         return
-    width, last = 30, -1
+    width, last = 30, 0
     while not stop.wait(0.5):
-        done = 0
+        done = last                         # a finished stage leaves the active list
         for stage_id in tracker.getActiveStageIds():
             info = tracker.getStageInfo(stage_id)
             if info is not None:
