@@ -25,7 +25,7 @@ from cowstate import (
 )
 from cowstate.introspection import MapInternals, describe
 from cowstate_model import ReferenceStateMap
-from cowstate_spec.machine import snapshot_contents
+from cowstate_spec.contract import snapshot_contents
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
 

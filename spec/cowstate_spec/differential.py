@@ -26,24 +26,21 @@ import re
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from cowstate.errors import CowStateError
 from cowstate_model import ReferenceStateMap, deep_copy
-from cowstate_spec import strategies as s
+from cowstate_spec import contract as c
+from cowstate_spec.contract import TRANSFORMS, snapshot_contents
 from cowstate_spec.implementations import Implementation
 from cowstate_spec.invariants import SnapshotFingerprint
-from cowstate_spec.machine import snapshot_contents
 from cowstate_spec.workloads import Operation, decode, encode
 
 __all__ = ["WorkloadResult", "minimize", "run_workload", "write_trace"]
 
-TRANSFORMS: dict[str, Callable[[Any, Any], Any]] = {
-    f.__name__: f for f in (s.add_or_append, s.replace_with_value, s.raise_error,
-                            s.return_none)}
 _REFUSALS = (CowStateError, *ReferenceStateMap.Error)
 
 
@@ -134,8 +131,8 @@ class _Pair:
             else:
                 impl, model = self.same(name, op[1:])
                 item = 7
-            if s.mutate_in_place(impl, item):
-                s.mutate_in_place(model, item)
+            if c.mutate_in_place(impl, item):
+                c.mutate_in_place(model, item)
         elif name == "transform":
             self.call(name, (op[1], op[2], op[3], TRANSFORMS[op[4]]))
         elif name == "snapshot":

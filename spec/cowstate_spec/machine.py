@@ -36,7 +36,9 @@ from hypothesis.stateful import (
 
 from cowstate.errors import CowStateError
 from cowstate_model import ReferenceStateMap
+from cowstate_spec import contract as c
 from cowstate_spec import strategies as s
+from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.implementations import Implementation
 from cowstate_spec.invariants import SnapshotFingerprint
 
@@ -56,17 +58,6 @@ class Outcome:
 
     def __str__(self) -> str:
         return f"raised {self.error!r}" if self.error else f"returned {self.value!r}"
-
-
-def snapshot_contents(entries: Any) -> dict[tuple[Any, Any], Any]:
-    """A snapshot's (or map's) entries as a dict; a mapping seen twice is an error."""
-    listed = [((key, namespace), state) for key, namespace, state in entries]
-    contents = dict(listed)
-    if len(contents) != len(listed):
-        seen: set[tuple[Any, Any]] = set()
-        twice = next(k for k, _ in listed if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-        raise AssertionError(f"{twice!r} yielded twice")
-    return contents
 
 
 class StateMapMachine(RuleBasedStateMachine):
@@ -123,8 +114,8 @@ class StateMapMachine(RuleBasedStateMachine):
     @rule(kn=any_key, item=st.integers(0, 99))
     def get_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
         impl, model = self.equal_results("get", *kn)
-        if s.mutate_in_place(impl, item):
-            s.mutate_in_place(model, item)
+        if c.mutate_in_place(impl, item):
+            c.mutate_in_place(model, item)
 
     @rule(kn=any_key)
     def contains_key(self, kn: tuple[Any, Any]) -> None:
@@ -134,8 +125,8 @@ class StateMapMachine(RuleBasedStateMachine):
     def put_and_get_old(self, kn: tuple[Any, Any], state: Any, item: int) -> None:
         impl, model = self.equal_results("put_and_get_old", *kn, state)
         # The old state is the caller's now: mutating it must not reach a snapshot.
-        if s.mutate_in_place(impl, item):
-            s.mutate_in_place(model, item)
+        if c.mutate_in_place(impl, item):
+            c.mutate_in_place(model, item)
 
     @rule(kn=any_key)
     def remove(self, kn: tuple[Any, Any]) -> None:
@@ -144,8 +135,8 @@ class StateMapMachine(RuleBasedStateMachine):
     @rule(kn=any_key, item=st.integers(0, 99))
     def remove_and_get_old(self, kn: tuple[Any, Any], item: int) -> None:
         impl, model = self.equal_results("remove_and_get_old", *kn)
-        if s.mutate_in_place(impl, item):
-            s.mutate_in_place(model, item)
+        if c.mutate_in_place(impl, item):
+            c.mutate_in_place(model, item)
 
     @rule(kn=any_key, value=st.integers(0, 9),
           fn=s.transform_functions)

@@ -13,6 +13,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from cowstate_spec.contract import TRANSFORMS
 from cowstate_spec.keys import HashKey
 
 #: Keys: small ints (long chains in tiny tables), colliding HashKeys, short strings.
@@ -43,43 +44,4 @@ states: st.SearchStrategy[Any] = st.one_of(_mutable_states, _mutable_states, _im
 unhashables: st.SearchStrategy[Any] = st.sampled_from([[], {}, {1}, ["k"]])
 
 
-def mutate_in_place(state: Any, item: int) -> bool:
-    """Mutate a mutable state the way a caller would; False if it is immutable."""
-    if isinstance(state, list):
-        state.append(item)
-        return True
-    if isinstance(state, dict):
-        state[f"m{item}"] = item
-        return True
-    return False
-
-
-def add_or_append(old: Any, value: int) -> Any:
-    """A transform function: create, add to, or mutate-in-place-and-return the state."""
-    if old is None:
-        return [value]
-    if isinstance(old, bool) or not isinstance(old, int | list | dict):
-        return (old, value)
-    if isinstance(old, int):
-        return old + value
-    mutate_in_place(old, value)
-    return old
-
-
-def replace_with_value(old: Any, value: int) -> Any:
-    """A transform function that ignores the old state."""
-    return value
-
-
-def raise_error(old: Any, value: int) -> Any:
-    """A transform function that fails: the map must stay unchanged."""
-    raise ValueError(f"transform refuses {value}")
-
-
-def return_none(old: Any, value: int) -> Any:
-    """A transform function that returns None: the map must stay unchanged."""
-    return None
-
-
-transform_functions = st.sampled_from([add_or_append, replace_with_value, raise_error,
-                                       return_none])
+transform_functions = st.sampled_from(list(TRANSFORMS.values()))
