@@ -133,7 +133,9 @@ the medians.
 - worst single insert while growing to ``M`` (GC enabled) <= 1/5 of dict's
 - memory per entry <= 3x dict's
 
-Results are printed and written to ``bench/results/state_map.json``.
+Results are printed and written to ``bench/results/state_map.json``
+(``state_map_quick.json`` with ``--quick``, so a smoke test never overwrites
+a full run).
 """
 
 from __future__ import annotations
@@ -881,9 +883,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
                    help="growths per structure and GC mode (default 3; 1 with --quick)")
     p.add_argument("--seed", type=int, default=20240601)
     p.add_argument("--skip-memory", action="store_true", help="skip the tracemalloc step")
-    p.add_argument("--output", type=Path, default=RESULTS_PATH)
+    p.add_argument("--output", type=Path, default=None,
+                   help=f"JSON file (default {RESULTS_PATH.name}; "
+                        f"{RESULTS_PATH.stem}_quick.json with --quick)")
     a = p.parse_args(argv)
     entries, grow_to = (100_000, 400_000) if a.quick else (a.entries, a.grow_to)
+    output = a.output if a.output is not None else (
+        RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH)
     repeats = a.repeats if a.repeats is not None else (3 if a.quick else 5)
     grow_repeats = a.grow_repeats if a.grow_repeats is not None else (1 if a.quick else 3)
     ops = a.ops if a.ops is not None else min(200_000, max(1, entries // 5))
@@ -891,7 +897,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         p.error(f"--ops must be in 1..entries, got {ops}")
     return Config(entries=entries, grow_to=grow_to, ops=ops, repeats=repeats,
                   warmup=a.warmup, grow_repeats=grow_repeats, seed=a.seed, quick=a.quick,
-                  skip_memory=a.skip_memory, output=str(a.output))
+                  skip_memory=a.skip_memory, output=str(output))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -359,7 +359,13 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Map ``(key, namespace)`` to ``state`` (never ``None``)."""
         if state is None:
             raise NoneStateError(self._none_message(key, namespace, "put"))
-        h = self._hash_and_step(key, namespace)
+        try:
+            h = hash(key) ^ hash(namespace)
+        except TypeError:
+            raise UnhashableKeyError.of(key, namespace) from None
+        h ^= h >> 16                                   # composite_hash (inv. 1)
+        if self._rehash is not None:
+            self._incremental_rehash()
         e = self._put_entry(h, key, namespace)
         e.state = state
         e.state_version = self._version
@@ -495,7 +501,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def _find(self, h: int, key: K, namespace: N) -> _Entry | None:
         """The entry of ``(key, namespace)``; changes nothing."""
-        tab, index = self._select(h)
+        if self._rehash is None:                    # _select, inlined for the common case
+            tab = self._primary
+            index = h & self._mask
+        else:
+            tab, index = self._select(h)
         e = tab[index]
         while e is not None:
             if e.hash == h and (e.key is key or e.key == key) and (
@@ -507,7 +517,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def _put_entry(self, h: int, key: K, namespace: N) -> _Entry:
         """The entry of ``(key, namespace)``, private to the live map (rule E),
         added at its chain's head when absent."""
-        tab, index = self._select(h)
+        if self._rehash is None:                    # _select, inlined for the common case
+            tab = self._primary
+            index = h & self._mask
+        else:
+            tab, index = self._select(h)
         e = tab[index]
         while e is not None:
             if e.hash == h and (e.key is key or e.key == key) and (
@@ -530,7 +544,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         return e
 
     def _remove_entry(self, h: int, key: K, namespace: N) -> _Entry | None:
-        tab, index = self._select(h)
+        if self._rehash is None:                    # _select, inlined for the common case
+            tab = self._primary
+            index = h & self._mask
+        else:
+            tab, index = self._select(h)
         e = tab[index]
         prev: _Entry | None = None
         while e is not None:
@@ -568,6 +586,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         version = self._version
         current = tab[index]
         assert current is not None
+        if current is until:                         # the common case: a chain head
+            copy = until.copy(version)
+            tab[index] = copy
+            return copy
         if current.entry_version < required:
             copy = current.copy(version)
             tab[index] = copy
