@@ -91,21 +91,24 @@ class _Pair:
         # refuses with cowstate.errors, anything else is a crash.
         self.impl_refusals: tuple[type[Exception], ...] = (
             _REFUSALS if isinstance(self.impl, ReferenceStateMap) else (CowStateError,))
+        self.methods = {name: (getattr(self.impl, name), getattr(self.model, name))
+                        for name in _METHODS}
 
     def call(self, name: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
         model_args = args
         if name in _STATE_TAKING:
             # Operations are data: each side gets its own copy of the state, so
             # in-place mutations never reach the operation list (or the other side).
-            model_args = (*args[:2], deep_copy(args[2]))
-            args = (*args[:2], deep_copy(args[2]))
+            model_args = (args[0], args[1], deep_copy(args[2]))
+            args = (args[0], args[1], deep_copy(args[2]))
+        impl_method, model_method = self.methods[name]
         impl_value = model_value = impl_error = model_error = None
         try:
-            model_value = getattr(self.model, name)(*model_args)
+            model_value = model_method(*model_args)
         except _REFUSALS as exc:
             model_error = exc
         try:
-            impl_value = getattr(self.impl, name)(*args)
+            impl_value = impl_method(*args)
         except self.impl_refusals as exc:
             impl_error = exc
         if (model_error is None) != (impl_error is None):
@@ -185,6 +188,8 @@ class _Pair:
 _SIMPLE = frozenset({"get", "contains_key", "remove", "put"})
 _HANDS_OUT = frozenset({"get_and_mutate", "remove_and_get_old", "put_and_get_old"})
 _STATE_TAKING = frozenset({"put", "put_and_get_old"})
+_METHODS = ("get", "contains_key", "remove", "put", "remove_and_get_old", "put_and_get_old",
+            "transform")
 
 
 def run_workload(implementation: Implementation, ops: Sequence[Operation], *,

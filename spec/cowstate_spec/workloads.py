@@ -146,7 +146,8 @@ class WorkloadSpec(BaseModel):
 
 PRESETS: dict[str, WorkloadSpec] = {
     spec.name: spec for spec in (
-        WorkloadSpec(name="smoke", workloads=400, operations_per_workload=2500),
+        WorkloadSpec(name="smoke", workloads=2400, operations_per_workload=2500,
+                     key_domain=32, namespaces=2),
         WorkloadSpec(name="collisions", workloads=200, operations_per_workload=2000,
                      key_domain=48, collision_share=0.7, initial_capacity=4),
         WorkloadSpec(name="rehash-under-snapshots", workloads=100,
