@@ -41,20 +41,11 @@ from cowstate import (
     VersionOverflowError,
 )
 from cowstate.introspection import describe
+from cowstate_spec.invariants import chain
 
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-
-
-def chain(head: Any) -> list[Any]:
-    """The entries of one bucket, head first, following ``next``."""
-    out = []
-    e = head
-    while e is not None:
-        out.append(e)
-        e = e.next
-    return out
 
 
 def entries_of(buckets: Iterable[Any]) -> list[Any]:

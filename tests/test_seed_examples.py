@@ -22,18 +22,11 @@ from typing import Any
 
 from cowstate import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.introspection import describe
+from cowstate_spec.invariants import chain
+from cowstate_spec.keys import HashKey
 
 P, R = "primary", "rehash"  # the two tables, as locate() names them
 NS = 0  # hash(0) == 0: the composite hash of (key, 0) is hash(key)
-
-
-def chain(head: Any) -> list[Any]:
-    out = []
-    e = head
-    while e is not None:
-        out.append(e)
-        e = e.next
-    return out
 
 
 # ==========================================================================
@@ -42,32 +35,15 @@ def chain(head: Any) -> list[Any]:
 # ==========================================================================
 
 
-class PictureKey:
-    """The seed's ``K:n``: equal by label, hashing to ``slot`` (its label unless set).
-
-    The seed has K:42 and K:23 in ONE chain (K:42 at the head: get(23) copies
-    "the previous entry", K:42, and remove(23) says "K:42 is the chain head").
-    Under any power-of-two capacity 42 (even) and 23 (odd) land in different
-    buckets, so K:23 is given the hash of K:42; both then sit in bucket
-    42 & 3 == 2 of a 4-bucket table. K:13 keeps its own hash, bucket 13 & 3 == 1:
-    it cannot be in the K:42 chain, since a new entry goes to the head of its chain
-    and the seed's remove(23) finds K:42 at the head after put(13, 2).
-    """
-
-    __slots__ = ("label", "slot")
-
-    def __init__(self, label: int, slot: int | None = None) -> None:
-        self.label = label
-        self.slot = label if slot is None else slot
-
-    def __hash__(self) -> int:
-        return self.slot
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, PictureKey) and other.label == self.label
-
-    def __repr__(self) -> str:
-        return f"K:{self.label}"
+# The seed's ``K:n`` is ``HashKey(n, slot)``: equal by label n, hashing to slot.
+#
+# The seed has K:42 and K:23 in ONE chain (K:42 at the head: get(23) copies
+# "the previous entry", K:42, and remove(23) says "K:42 is the chain head").
+# Under any power-of-two capacity 42 (even) and 23 (odd) land in different
+# buckets, so K:23 is given the hash of K:42; both then sit in bucket
+# 42 & 3 == 2 of a 4-bucket table. K:13 keeps its own hash, bucket 13 & 3 == 1:
+# it cannot be in the K:42 chain, since a new entry goes to the head of its chain
+# and the seed's remove(23) finds K:42 at the head after put(13, 2).
 
 
 class Box:
@@ -106,23 +82,23 @@ class BoxSerializer:
         return Box(int(data))
 
 
-K42 = PictureKey(42)
-K23 = PictureKey(23, slot=42)  # forced into K:42's chain, see PictureKey
-K13 = PictureKey(13)
+K42 = HashKey(42, 42)
+K23 = HashKey(23, 42)  # forced into K:42's chain, see above
+K13 = HashKey(13, 13)
 BUCKET_42 = 42 & 3  # == 2, the bucket of the K:42 -> K:23 chain
 BUCKET_13 = 13 & 3  # == 1
 
 
 def view(snap: StateMapSnapshot[Any, Any, Any]) -> dict[int, Box]:
     """label -> state object, through the public snapshot iterator."""
-    out = {e.key.label: e.state for e in snap}
+    out = {e.key.value: e.state for e in snap}
     assert len(out) == len(snap)
     return out
 
 
 def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> None:
     ser = BoxSerializer()
-    m: CopyOnWriteStateMap[PictureKey, int, Box] = CopyOnWriteStateMap(
+    m: CopyOnWriteStateMap[HashKey, int, Box] = CopyOnWriteStateMap(
         serializer=ser, initial_capacity=4)
     s3, s7 = Box(3), Box(7)
     m.put(K23, NS, s3)
@@ -232,7 +208,7 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     assert view(snap2)[23] is got23 and view(snap2)[42] is got42
     assert not m.contains_key(K23, NS)
     assert len(m) == 2
-    assert {e.key.label: e.state for e in m} == {42: Box(7), 13: Box(2)}
+    assert {e.key.value: e.state for e in m} == {42: Box(7), 13: Box(2)}
 
     # -- release(1): our version 2; no snapshot is open any more
     m.release(snap2)

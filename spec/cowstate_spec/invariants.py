@@ -28,7 +28,17 @@ from cowstate.state_map import (
 )
 from cowstate_model import deep_copy
 
-__all__ = ["InvariantViolation", "SnapshotFingerprint", "check_map", "fingerprint"]
+__all__ = ["InvariantViolation", "SnapshotFingerprint", "chain", "check_map", "fingerprint"]
+
+
+def chain(head: Any) -> list[Any]:
+    """The entries of one bucket, head first, following ``next``."""
+    out = []
+    e = head
+    while e is not None:
+        out.append(e)
+        e = e.next
+    return out
 
 
 class InvariantViolation(AssertionError):

@@ -76,6 +76,8 @@ def _arrow_schema() -> Any:
 
 def build_session(master: str = "local[*]", app_name: str = "cowstate-check") -> Any:
     """A SparkSession with the UI off, quiet logs, and executors on this interpreter."""
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")     # loopback only
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
