@@ -6,8 +6,8 @@ model side by side and stops at the first divergence:
 
 - a result that differs, or one side failing where the other does not;
 - a size that differs (checked after every operation);
-- a snapshot whose contents differ from the model's deep copy (each snapshot
-  is compared in full when it is released, and every open snapshot every
+- a snapshot whose contents differ from the model's deep copy (every open
+  snapshot is compared in full at each snapshot and release, every
   ``check_every`` operations and at the end);
 - a broken structural invariant (the implementation's checker, at the same
   cadence);
@@ -144,10 +144,11 @@ class _Pair:
             fp = (self.implementation.fingerprint(impl, values=False)
                   if self.implementation.fingerprint else None)
             self.open.append((impl, self.model.snapshot(), fp))
+            self.compare_snapshots()
         elif name == "release":
             if self.open:
+                self.compare_snapshots()
                 impl, model, _ = self.open.pop(op[1] % len(self.open))
-                self.compare_snapshot(impl, model)
                 impl.release()
                 model.release()
         elif name == "iterate":
@@ -169,9 +170,13 @@ class _Pair:
         if got != model.contents:
             raise Divergence(f"snapshot {model.version} = {dict(model.contents)!r}", repr(got))
 
-    def check_all(self) -> None:
+    def compare_snapshots(self) -> None:
+        """Every open snapshot against the model's copy."""
         for impl, model, _ in self.open:
             self.compare_snapshot(impl, model)
+
+    def check_all(self) -> None:
+        self.compare_snapshots()
         if self.implementation.check is not None:
             try:
                 self.implementation.check(self.impl, [fp for *_, fp in self.open if fp])
