@@ -170,11 +170,6 @@ def composite_hash(key: Hashable, namespace: Hashable) -> int:
     return h ^ (h >> 16)
 
 
-def bucket_index(h: int, capacity: int) -> int:
-    """Bucket of hash ``h`` in a table of ``capacity`` (a power of two)."""
-    return h & (capacity - 1)
-
-
 def clamp_capacity(requested: int) -> int:
     """The capacity a map asked for ``requested`` buckets gets (invariant 9):
     a power of two in ``[MINIMUM_CAPACITY, MAXIMUM_CAPACITY]``."""

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cowstate_spec.differential import WorkloadResult, minimize, run_workload, write_trace
+from cowstate_spec.differential import minimize, run_workload, write_trace
 from cowstate_spec.implementations import by_name
 from cowstate_spec.workloads import WorkloadSpec, operations, workload_seed
 
@@ -250,10 +250,3 @@ def _progress(spark: Any, partitions: int, stop: threading.Event) -> None:
             last = done
     print(f"\r  [{'#' * width}] {partitions}/{partitions} partitions", file=sys.stderr,
           flush=True)
-
-
-def result_from_record(record: dict[str, Any]) -> WorkloadResult:
-    """A record back as a :class:`WorkloadResult`."""
-    fields = dict(record)
-    fields["operation_counts"] = json.loads(fields["operation_counts"])
-    return WorkloadResult(**fields)
