@@ -65,6 +65,10 @@ entries, in this compact layout (Flink's ``snapshotMapArrays``)::
 
 padded with ``None`` to ``max(r + L, len(map))`` slots.
 
+The arithmetic -- hashes, buckets, active-table selection, the rehash
+destination, capacities, thresholds, versions and the snapshot layout -- is
+defined once in :mod:`cowstate.arithmetic`, with contracts CrossHair checks.
+
 Invariants
 ==========
 The executable checker ``cowstate_spec.invariants.check_map`` asserts 1-9
@@ -106,6 +110,24 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any, Generic, NamedTuple, TypeVar
 
+from cowstate.arithmetic import (
+    DEFAULT_CAPACITY,
+    MAX_ARRAY_SIZE,
+    MAX_VERSION,
+    MAXIMUM_CAPACITY,
+    MIN_TRANSFERRED_PER_INCREMENTAL_REHASH,
+    MINIMUM_CAPACITY,
+    bucket_index,
+    clamp_capacity,
+    composite_hash,
+    highest_required_version,
+    in_rehash_table,
+    open_snapshot_version,
+    rehash_destination,
+    release_snapshot_version,
+    snapshot_layout,
+    threshold_for,
+)
 from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
@@ -135,81 +157,12 @@ N = TypeVar("N", bound=Hashable)
 S = TypeVar("S")
 V = TypeVar("V")
 
-DEFAULT_CAPACITY = 128
-MINIMUM_CAPACITY = 4
-MAXIMUM_CAPACITY = 1 << 30
-MIN_TRANSFERRED_PER_INCREMENTAL_REHASH = 4
-#: Threshold at maximum capacity: the map stops growing and refuses entries past it.
-MAX_ARRAY_SIZE = (1 << 31) - 1 - 8
-#: Flink's versions are Java ints; the map refuses a snapshot past this one.
-MAX_VERSION = (1 << 31) - 1
-
-
 class StateEntry(NamedTuple, Generic[K, N, S]):
     """One mapping as iteration yields it."""
 
     key: K
     namespace: N
     state: S
-
-
-# --------------------------------------------------------------------------
-# Pure arithmetic (each function is the single definition the map uses)
-# --------------------------------------------------------------------------
-
-
-def composite_hash(key: Hashable, namespace: Hashable) -> int:
-    """The hash of a composite key (invariant 1).
-
-    Python's ``hash`` of key and namespace, combined with XOR as Flink does,
-    then spread like ``java.util.HashMap`` (``h ^ (h >> 16)``) so that high
-    bits reach the bucket index. Small non-negative hashes stay themselves.
-    The map's hot paths inline exactly this arithmetic.
-    """
-    h = hash(key) ^ hash(namespace)
-    return h ^ (h >> 16)
-
-
-def clamp_capacity(requested: int) -> int:
-    """The capacity a map asked for ``requested`` buckets gets (invariant 9):
-    a power of two in ``[MINIMUM_CAPACITY, MAXIMUM_CAPACITY]``."""
-    if requested <= MINIMUM_CAPACITY:
-        return MINIMUM_CAPACITY
-    if requested >= MAXIMUM_CAPACITY:
-        return MAXIMUM_CAPACITY
-    return 1 << (requested - 1).bit_length()
-
-
-def threshold_for(capacity: int) -> int:
-    """Entries a table of ``capacity`` holds before it doubles (load 3/4)."""
-    if capacity >= MAXIMUM_CAPACITY:
-        return MAX_ARRAY_SIZE
-    return (capacity >> 1) + (capacity >> 2)
-
-
-def highest_required_version(open_versions: set[int]) -> int:
-    """``H``: the highest open snapshot version, 0 when none is open (invariant 5)."""
-    return max(open_versions) if open_versions else 0
-
-
-def snapshot_layout(primary: list[V | None], rehash: list[V | None] | None,
-                    rehash_index: int, size: int) -> list[V | None]:
-    """The snapshot's copy of the bucket list(s), in Flink's compact layout.
-
-    Not rehashing: a copy of ``primary`` padded to ``size``. Rehashing at
-    ``r``: the unmoved primary buckets, then both halves of the moved part of
-    the rehash table, padded with ``None`` to ``max(r + L, size)`` slots.
-    """
-    capacity = len(primary)
-    if rehash is None:
-        out: list[V | None] = list(primary)
-    else:
-        r = rehash_index
-        out = primary[r:] + rehash[:r] + rehash[capacity:capacity + r]
-    missing = size - len(out)
-    if missing > 0:
-        out.extend([None] * missing)
-    return out
 
 
 # --------------------------------------------------------------------------
@@ -268,7 +221,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         self._rehash_size = 0
         self._version = 0
         self._highest_required = 0
-        self._open_versions: set[int] = set()
+        self._open_versions: frozenset[int] = frozenset()
         self._lock = threading.Lock()
         self._mod_count = 0
         self._structure_count = 0
@@ -437,14 +390,14 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         context manager) when done: while it is open, changes copy shared data.
         """
         with self._lock:
-            version = self._version + 1
+            version, open_versions = open_snapshot_version(self._version, self._open_versions)
             if version > MAX_VERSION:
                 raise VersionOverflowError(
                     f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
                     f"would be version {version}; restart with a fresh map")
             self._version = version
-            self._highest_required = version                      # inv. 5
-            self._open_versions.add(version)
+            self._open_versions = open_versions
+            self._highest_required = highest_required_version(open_versions)   # inv. 5
         return StateMapSnapshot(self, version, self._snapshot_arrays(), len(self))
 
     def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:
@@ -488,11 +441,12 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def _select(self, h: int) -> tuple[list[_Entry | None], int]:
         """The table and bucket that hold hash ``h`` (invariant 2)."""
-        index = h & self._mask
+        primary = self._primary
+        capacity = len(primary)
         rehash = self._rehash
-        if rehash is not None and index < self._rehash_index:
-            return rehash, h & (len(rehash) - 1)
-        return self._primary, index
+        if rehash is not None and in_rehash_table(h, capacity, self._rehash_index):
+            return rehash, rehash_destination(h, capacity)
+        return primary, bucket_index(h, capacity)
 
     def _find(self, h: int, key: K, namespace: N) -> _Entry | None:
         """The entry of ``(key, namespace)``; changes nothing."""
@@ -617,7 +571,6 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         old = self._primary
         new = self._rehash
         assert new is not None
-        mask = len(new) - 1
         required = self._highest_required
         version = self._version
         r = self._rehash_index
@@ -630,7 +583,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                 if e.entry_version < required:                   # rule E: relinking
                     e = e.copy(version)
                 successor = e.next
-                pos = e.hash & mask                               # r or r + capacity
+                pos = rehash_destination(e.hash, capacity)        # r or r + capacity
                 e.next = new[pos]
                 new[pos] = e
                 e = successor
@@ -639,7 +592,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             r += 1
             if r == capacity:                                     # rehash complete
                 self._primary = new
-                self._mask = mask
+                self._mask = len(new) - 1
                 self._rehash = None
                 self._primary_size += self._rehash_size
                 self._rehash_size = 0
@@ -659,7 +612,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                 raise SnapshotReleasedError(
                     f"expected an open snapshot version of this map "
                     f"{sorted(self._open_versions)}, got {version}")
-            self._open_versions.discard(version)
+            self._open_versions = release_snapshot_version(self._open_versions, version)
             self._highest_required = highest_required_version(self._open_versions)  # inv. 5
 
     def _modified_message(self) -> str:

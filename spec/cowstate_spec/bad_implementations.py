@@ -18,7 +18,7 @@ from typing import Any
 from cowstate import CopyOnWriteStateMap
 from cowstate import state_map as state_map_module
 from cowstate_spec.implementations import Implementation
-from cowstate_spec.invariants import check_map, fingerprint
+from cowstate_spec.invariants import check_map, fingerprint, rehash_step_check
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,8 @@ BUGS: list[Bug] = [
         "min(self._open_versions, default=0)",
         "H must be the highest open version, not the lowest"),
     Bug("select-active-table-off-by-one", "_select",
-        "index < self._rehash_index", "index <= self._rehash_index",
+        "in_rehash_table(h, capacity, self._rehash_index)",
+        "in_rehash_table(h, capacity, self._rehash_index + 1)",
         "a bucket is looked up in the rehash table before it moved"),
     Bug("rehash-forgets-moved-count", "_incremental_rehash",
         "self._rehash_size += moved", "self._rehash_size += moved - 1",
@@ -111,4 +112,5 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
     def factory(initial_capacity: int = capacity) -> CopyOnWriteStateMap[Any, Any, Any]:
         return cls(initial_capacity=initial_capacity)
 
-    return Implementation(f"bad-{bug.name}", factory, check_map, fingerprint)
+    return Implementation(f"bad-{bug.name}", factory, check_map, fingerprint,
+                          rehash_step_check)

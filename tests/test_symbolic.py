@@ -1,0 +1,46 @@
+"""The symbolic checks are strong enough to fail: CrossHair refutes every
+one-line bug of ``cowstate_spec.bad_arithmetic`` in a copy of
+``cowstate/arithmetic.py`` and tells a broken snapshot layout from the plain
+one. (The real module's checks run in ``make test`` as
+``python -m cowstate_spec.symbolic``; this test proves they can fail.)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cowstate_spec.bad_arithmetic import BUGS, broken_source
+from cowstate_spec.symbolic import Job, Limits, jobs_for, run_jobs
+
+LIMITS = Limits(per_condition=10, per_path=2, deadline=300)
+
+
+def test_crosshair_check_refutes_every_broken_helper(tmp_path: Path) -> None:
+    jobs = []
+    for bug in BUGS:
+        source = broken_source(bug)
+        module = tmp_path / f"broken_{bug.function}.py"
+        module.write_text(source)
+        lines = source.splitlines()
+        line = lines.index(next(text for text in lines
+                                if text.startswith(f"def {bug.function}(")))
+        jobs += jobs_for(LIMITS, [f"{module}:{line + 2}"], [])   # a line of its body
+    run_jobs(jobs, LIMITS.deadline, workers=2)
+    missed = [(bug, job.output) for bug, job in zip(BUGS, jobs, strict=True)
+              if job.passed or not any(": error:" in line for line in job.findings)]
+    assert not missed, f"CrossHair found no counterexample for: {missed}"
+
+
+def test_crosshair_diffbehavior_tells_a_broken_layout_from_the_plain_one() -> None:
+    limits = Limits(per_condition=30, per_path=2, deadline=300)
+    pair = ("snapshot_layout", "cowstate_spec.bad_arithmetic.bad_snapshot_layout",
+            "cowstate_spec.equivalences.plain_snapshot_layout")
+    [job] = jobs_for(limits, [], [pair])
+    run_jobs([job], limits.deadline, workers=1)
+    assert not job.passed and "No differences found" not in job.output, job.output
+
+
+def test_a_passing_job_needs_exit_status_zero_and_no_finding() -> None:
+    assert Job("x", [], returncode=0).passed
+    assert not Job("x", [], returncode=1).passed
+    assert not Job("x", [], returncode=0, findings=["m.py:3: error: false"]).passed
