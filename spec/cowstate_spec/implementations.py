@@ -13,10 +13,17 @@ from typing import Any
 
 from cowstate import CopyOnWriteStateMap
 from cowstate_model import ReferenceStateMap
-from cowstate_spec.invariants import SnapshotFingerprint, check_map, fingerprint
+from cowstate_spec.invariants import (
+    SnapshotFingerprint,
+    check_map,
+    fingerprint,
+    rehash_step_check,
+)
 
 Checker = Callable[[Any, Sequence[SnapshotFingerprint]], None]
 Fingerprinter = Callable[..., SnapshotFingerprint]
+#: Called before a keyed operation; what it returns is called after it succeeded.
+StepChecker = Callable[[Any], Callable[[], None]]
 
 
 @dataclass(frozen=True)
@@ -24,13 +31,17 @@ class Implementation:
     """How to make one implementation and how to check its internals.
 
     ``factory(**options)`` makes a fresh, empty instance; the only option is
-    ``initial_capacity`` (implementations without one ignore it).
+    ``initial_capacity`` (implementations without one ignore it). ``check``
+    asserts the structural invariants, ``fingerprint`` records what an open
+    snapshot reaches, ``step_check`` watches one keyed operation (rehash
+    progress); each is ``None`` where the implementation has no such internals.
     """
 
     name: str
     factory: Callable[..., Any]
     check: Checker | None = None
     fingerprint: Fingerprinter | None = None
+    step_check: StepChecker | None = None
 
     def create(self, initial_capacity: int | None = None) -> Any:
         """A fresh instance, with ``initial_capacity`` if given."""
@@ -46,7 +57,7 @@ def _cow(name: str, capacity: int) -> Implementation:
     def factory(initial_capacity: int = capacity) -> CopyOnWriteStateMap[Any, Any, Any]:
         return CopyOnWriteStateMap(initial_capacity=initial_capacity)
 
-    return Implementation(name, factory, check_map, fingerprint)
+    return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
 
 IMPLEMENTATIONS: list[Implementation] = [

@@ -8,27 +8,41 @@ snapshot can reach, so that later checks prove it never changed (invariant 8).
 
 A model comparison cannot see structure or cost (a table that never grows, a
 stalled rehash, a wrong counter that happens to cancel out); this checker can.
+``rehash_step_check(m)``, called before a keyed operation, returns the check
+to run after it: the operation moved at least 4 entries or finished the
+rehash (invariant 9), so a rehash ends within a bounded number of operations.
+
+The checker computes hashes, thresholds, versions and the snapshot layout
+with the plain formulations of :mod:`cowstate_model.arithmetic`, never with
+the implementation's own helpers: a wrong helper cannot blind its judge.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from cowstate.serializers import is_known_immutable
-from cowstate.state_map import (
+from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
+from cowstate_model import deep_copy
+from cowstate_model.arithmetic import (
     MAXIMUM_CAPACITY,
     MINIMUM_CAPACITY,
-    CopyOnWriteStateMap,
-    StateMapSnapshot,
     composite_hash,
     highest_required_version,
+    snapshot_layout,
     threshold_for,
 )
-from cowstate_model import deep_copy
 
-__all__ = ["InvariantViolation", "SnapshotFingerprint", "chain", "check_map", "fingerprint"]
+__all__ = [
+    "InvariantViolation",
+    "SnapshotFingerprint",
+    "chain",
+    "check_map",
+    "fingerprint",
+    "rehash_step_check",
+]
 
 
 def chain(head: Any) -> list[Any]:
@@ -72,6 +86,17 @@ def fingerprint(snapshot: StateMapSnapshot[Any, Any, Any], *,
     """
     data = snapshot._data
     assert data is not None, "fingerprint of a released snapshot"
+    owner = snapshot._owner
+    if owner._version == snapshot.version:      # nothing happened since snapshot()
+        expected = snapshot_layout(owner._primary, owner._rehash, owner._rehash_index,
+                                   len(owner))
+        _require(len(data) == len(expected)
+                 and all(a is b for a, b in zip(data, expected, strict=True)), 8,
+                 f"snapshot {snapshot.version} does not hold the map's buckets in the "
+                 f"compact layout: {len(data)} slots, expected {len(expected)}")
+        _require(snapshot._size == len(owner), 8,
+                 f"snapshot {snapshot.version} says size {snapshot._size}, the map had "
+                 f"{len(owner)}")
     fp = SnapshotFingerprint(snapshot, list(data))
     for head in data:
         e = head
@@ -213,3 +238,36 @@ def _diagnose_entry(e: Any, name: str, index: int, length: int, capacity: int, r
              f"{where} has state version {e.state_version} >= {required} but an open "
              "snapshot reaches its state")
     raise AssertionError(f"{where} failed the entry test but no invariant names why")
+
+
+def rehash_step_check(m: CopyOnWriteStateMap[Any, Any, Any]) -> Callable[[], None]:
+    """Record where ``m``'s rehash stands before a keyed operation; the returned
+    function asserts invariant 9 after the operation succeeded: a rehash that
+    was running moved whole buckets holding at least 4 entries, or finished."""
+    rehash = m._rehash
+    if rehash is None:
+        return _nothing
+    primary = m._primary
+    r = m._rehash_index
+    # entries in each unmoved primary bucket before the operation
+    lengths = [len(chain(primary[j])) for j in range(len(primary))]
+
+    def after() -> None:
+        if m._rehash is None:
+            _require(m._primary is rehash, 9,
+                     "a running rehash ended without installing its table")
+            return
+        _require(m._rehash is rehash, 9, "a running rehash was replaced by another")
+        r_after = m._rehash_index
+        _require(r_after > r, 9,
+                 f"a keyed operation during a rehash did not move a bucket (index stays {r})")
+        moved = sum(lengths[r:r_after])
+        _require(moved >= 4, 9,
+                 f"a keyed operation moved buckets {r}..{r_after - 1} holding {moved} "
+                 "entries, expected at least 4 or the end of the rehash")
+
+    return after
+
+
+def _nothing() -> None:
+    return None

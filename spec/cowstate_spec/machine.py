@@ -45,6 +45,11 @@ from cowstate_spec.invariants import SnapshotFingerprint
 __all__ = ["StateMapMachine", "machine_for", "snapshot_contents"]
 
 
+#: Operations on one mapping: each performs a rehash step (invariant 9).
+KEYED_OPERATIONS = frozenset({"get", "contains_key", "put", "put_and_get_old", "remove",
+                              "remove_and_get_old", "transform"})
+
+
 class Outcome:
     """What one call did: returned a value, or raised."""
 
@@ -86,7 +91,11 @@ class StateMapMachine(RuleBasedStateMachine):
         is ever shared between the two sides.
         """
         model_args = copy.deepcopy(args)
+        step_check = self.implementation.step_check
+        after = step_check(self.impl) if step_check and operation in KEYED_OPERATIONS else None
         impl = Outcome(lambda: getattr(self.impl, operation)(*args))
+        if after is not None and impl.error is None:
+            after()                     # invariant 9: the rehash moved on
         model = Outcome(lambda: getattr(self.model, operation)(*model_args))
         assert (impl.error is None) == (model.error is None), (
             f"{operation}{args!r}: implementation {impl}, model {model}")
