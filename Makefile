@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: test demo bench lint typecheck pytest deep clean
+.PHONY: test demo bench lint typecheck crosshair pytest deep verify mutate clean
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -12,14 +12,20 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb]'
 	touch $(STAMP)
 
-## make test: ruff, mypy --strict, then the whole pytest suite (ci profile under CI=true)
-test: lint typecheck pytest
+## make test: ruff, mypy --strict, bounded CrossHair, then the whole pytest suite
+## (ci profile under CI=true)
+test: lint typecheck crosshair pytest
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check impl model spec tests bench
+	$(VENV)/bin/ruff check impl model spec tests bench scripts
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict impl model spec
+
+## CrossHair over the contracts of cowstate.arithmetic and the fast/plain equivalences
+## (a few CPU seconds per condition, 10-minute deadline; see cowstate_spec.symbolic)
+crosshair: $(STAMP)
+	$(PY) -m cowstate_spec.symbolic --profile quick
 
 pytest: $(STAMP)
 	$(PY) -m pytest
@@ -37,5 +43,17 @@ bench: $(STAMP)
 deep: $(STAMP)
 	COWSTATE_PROFILE=deep $(PY) -m pytest tests/test_state_machine.py -q
 
+## make verify: the state machines on the hypothesis-crosshair backend (small bounds),
+## then CrossHair with generous limits (by hand; see CONTRIBUTING.md for the time)
+verify: $(STAMP)
+	COWSTATE_PROFILE=crosshair $(PY) -m pytest -q \
+		tests/test_state_machine.py tests/test_arithmetic.py
+	$(PY) -m cowstate_spec.symbolic --profile deep
+
+## make mutate: mutmut 3 over impl/cowstate with the fast spec suite as killer;
+## writes build/mutation/report.md (see scripts/mutation.py)
+mutate: $(STAMP)
+	$(PY) scripts/mutation.py
+
 clean:
-	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache .pytest_cache build

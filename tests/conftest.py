@@ -6,4 +6,4 @@ PROFILE = load_profile()
 
 
 def pytest_report_header() -> str:
-    return f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation)"
+    return f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation|crosshair)"

@@ -8,6 +8,10 @@ otherwise load its own built-in ``ci`` profile.
   bounded so ``make test`` stays well under 10 minutes.
 - ``dev``: random seeds and the local example database, moderate size.
 - ``deep``: many more and longer runs, by hand (``make deep``).
+- ``mutation``: fixed seeds, no shrinking, no database, fewer examples: the
+  killer suite of ``make mutate`` (a mutant is killed or not, reproducibly).
+- ``crosshair``: the ``hypothesis-crosshair`` backend (CrossHair chooses the
+  inputs symbolically instead of at random) on small bounds, for ``make verify``.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import os
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 
-PROFILES = ("ci", "dev", "deep", "mutation")
+PROFILES = ("ci", "dev", "deep", "mutation", "crosshair")
 
 
 def register_profiles() -> None:
@@ -30,6 +34,10 @@ def register_profiles() -> None:
     settings.register_profile("mutation", common, max_examples=60, stateful_step_count=40,
                               derandomize=True, database=None,
                               phases=[Phase.explicit, Phase.generate])
+    settings.register_profile("crosshair", common, backend="crosshair", max_examples=40,
+                              stateful_step_count=12, database=None,
+                              phases=[Phase.explicit, Phase.generate],
+                              suppress_health_check=list(HealthCheck))
 
 
 def load_profile() -> str:
