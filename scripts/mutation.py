@@ -115,7 +115,6 @@ def collect() -> dict[str, dict[str, str]]:
 def report(results: dict[str, dict[str, str]], elapsed: float | None,
            target: float) -> tuple[str, dict[str, object], bool]:
     equivalent = equivalent_mutants()
-    rows = []
     ok = True
     summary: dict[str, object] = {"elapsed_seconds": elapsed, "target": target, "modules": {}}
     lines = ["| module | generated | killed | timeout | survived | equivalent | "
@@ -139,7 +138,6 @@ def report(results: dict[str, dict[str, str]], elapsed: float | None,
             "generated": len(statuses), "killed": counts["killed"],
             "timeout": counts["timeout"], "survived": survived, "equivalent": eq,
             "kill_rate": rate}
-        rows.append(rate)
     text = "\n".join(lines)
     if survivors:
         text += "\n\nSurviving non-equivalent mutants (`mutmut show NAME` in build/mutation):\n"

@@ -397,7 +397,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                     f"would be version {version}; restart with a fresh map")
             self._version = version
             self._open_versions = open_versions
-            self._highest_required = highest_required_version(open_versions)   # inv. 5
+            self._highest_required = version    # inv. 5: the newest is the highest open
         return StateMapSnapshot(self, version, self._snapshot_arrays(), len(self))
 
     def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:

@@ -249,8 +249,7 @@ def rehash_step_check(m: CopyOnWriteStateMap[Any, Any, Any]) -> Callable[[], Non
         return _nothing
     primary = m._primary
     r = m._rehash_index
-    # entries in each unmoved primary bucket before the operation
-    lengths = [len(chain(primary[j])) for j in range(len(primary))]
+    lengths = [len(chain(head)) for head in primary]   # entries per bucket before the op
 
     def after() -> None:
         if m._rehash is None:
