@@ -7,9 +7,13 @@ one. (The real module's checks run in ``make test`` as
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from cowstate_spec.bad_arithmetic import BUGS, broken_source
+import pytest
+
+import cowstate.key_groups
+from cowstate_spec.bad_arithmetic import BUGS, KEY_GROUP_BUGS, broken_source
 from cowstate_spec.symbolic import Job, Limits, jobs_for, run_jobs
 
 LIMITS = Limits(per_condition=10, per_path=2, deadline=300)
@@ -38,6 +42,25 @@ def test_crosshair_diffbehavior_tells_a_broken_layout_from_the_plain_one() -> No
     [job] = jobs_for(limits, [], [pair])
     run_jobs([job], limits.deadline, workers=1)
     assert not job.passed and "No differences found" not in job.output, job.output
+
+
+def test_crosshair_diffbehavior_tells_a_broken_key_group_helper_from_the_plain_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    limits = Limits(per_condition=5, per_path=2, deadline=300)
+    jobs = []
+    for i, bug in enumerate(KEY_GROUP_BUGS):
+        module = f"broken_key_groups_{i}"
+        (tmp_path / f"{module}.py").write_text(broken_source(bug, cowstate.key_groups))
+        # Unguarded on both sides: the two functions agree on every int, not only int32.
+        jobs += jobs_for(limits, [], [(bug.function, f"{module}.{bug.function}",
+                                       f"cowstate_model.key_groups.{bug.function}")])
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    run_jobs(jobs, limits.deadline, workers=2)
+    missed = [(bug, job.output) for bug, job in zip(KEY_GROUP_BUGS, jobs, strict=True)
+              if job.passed or "No differences found" in job.output
+              or not any(line.startswith("Given:") for line in job.findings)]
+    assert not missed, f"CrossHair told no difference for: {missed}"
 
 
 def test_a_passing_job_needs_exit_status_zero_and_no_finding() -> None:

@@ -12,16 +12,34 @@ check happens before the first write.
 
 from __future__ import annotations
 
+from concurrent.futures import CancelledError
+
 __all__ = [
+    "BackendClosedError",
+    "BadMagicError",
+    "ChecksumMismatchError",
     "ConcurrentModificationError",
     "CowStateError",
     "ForeignSnapshotError",
+    "IncompatibleSnapshotError",
     "InvalidArgumentError",
+    "KeyGroupMismatchError",
+    "KeyGroupOutOfRangeError",
+    "MaxParallelismMismatchError",
     "MaximumCapacityError",
+    "NoCurrentKeyError",
     "NoneStateError",
+    "SerializerMismatchError",
+    "SnapshotCancelledError",
+    "SnapshotFormatError",
     "SnapshotReleasedError",
+    "SnapshotWriteError",
+    "StateRegistrationError",
     "TransformFunctionError",
+    "TruncatedSnapshotError",
     "UnhashableKeyError",
+    "UnknownStateError",
+    "UnsupportedVersionError",
     "VersionOverflowError",
 ]
 
@@ -78,3 +96,85 @@ class VersionOverflowError(CowStateError, OverflowError):
 
 class MaximumCapacityError(CowStateError, MemoryError):
     """The map is at its maximum capacity and holds more entries than it can address."""
+
+
+# ------------------------------------------------------------------ key groups
+
+
+class KeyGroupOutOfRangeError(CowStateError, ValueError):
+    """A key group outside the range a table or backend holds.
+
+    Unless low-level state access passes a wrong key group, this is most
+    likely a key whose hash or equality is not deterministic.
+    """
+
+
+# --------------------------------------------------------------- snapshot files
+
+
+class SnapshotFormatError(CowStateError, ValueError):
+    """A snapshot file cannot be read; nothing was restored from it."""
+
+
+class TruncatedSnapshotError(SnapshotFormatError):
+    """The snapshot file ends before its structure says it should."""
+
+
+class BadMagicError(SnapshotFormatError):
+    """The stream does not start (or end) with the snapshot file's magic bytes."""
+
+
+class UnsupportedVersionError(SnapshotFormatError):
+    """The snapshot file has a format version this reader does not know."""
+
+
+class ChecksumMismatchError(SnapshotFormatError):
+    """A block's CRC32 does not match its bytes: the file is corrupt."""
+
+
+class KeyGroupMismatchError(SnapshotFormatError):
+    """A key group in the file lies outside the file's own key-group range,
+    or a block holds another key group than its index entry says."""
+
+
+class IncompatibleSnapshotError(SnapshotFormatError):
+    """A snapshot in a format this backend cannot restore (another backend's
+    native checkpoint or savepoint); restore a canonical savepoint instead."""
+
+
+class MaxParallelismMismatchError(SnapshotFormatError):
+    """The file was written with another max parallelism (number of key groups)."""
+
+
+class SerializerMismatchError(CowStateError, ValueError):
+    """A state is restored or re-registered with a serializer other than its own."""
+
+
+# ---------------------------------------------------------------- the backend
+
+
+class StateRegistrationError(CowStateError, ValueError):
+    """A state name was registered again with another kind or serializer."""
+
+
+class UnknownStateError(CowStateError, KeyError):
+    """A state name that no descriptor registered."""
+
+    def __str__(self) -> str:      # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class NoCurrentKeyError(CowStateError, RuntimeError):
+    """A keyed state was used before ``set_current_key``."""
+
+
+class BackendClosedError(CowStateError, RuntimeError):
+    """The backend was closed; it takes no more snapshots or restores."""
+
+
+class SnapshotCancelledError(CowStateError, CancelledError):
+    """An asynchronous snapshot was cancelled; its map snapshots were released."""
+
+
+class SnapshotWriteError(CowStateError, OSError):
+    """The asynchronous part of a snapshot failed; the cause is chained."""

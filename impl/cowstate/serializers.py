@@ -9,19 +9,41 @@ state's serializer for a *deep* copy (rule S in :mod:`cowstate.state_map`).
   deep-copies everything else; it pickles for bytes.
 - :class:`ImmutableSerializer` never copies: for users who promise their states
   are never mutated in place (the promise is theirs to keep).
+- :class:`IntSerializer`, :class:`LongSerializer`, :class:`StringSerializer`
+  and :class:`BytesSerializer` write Java's encodings of ints (4 and 8 bytes,
+  big-endian), strings (UTF-8) and raw bytes, for keys and namespaces that
+  other tools read.
+
+Every serializer has an ``identifier``: snapshot files record it beside each
+state, and a restore refuses a serializer whose identifier differs
+(:class:`~cowstate.errors.SerializerMismatchError`). :func:`serializer_for`
+turns an identifier back into a serializer. A serializer may offer
+``duplicate()``: a snapshot takes its serializers through
+:func:`duplicate_serializer` in its synchronous part, so a stateful
+serializer is never shared with the background writer (Flink's FLINK-6207).
 """
 
 from __future__ import annotations
 
 import copy as _copy
 import pickle
+import struct
 from typing import Any, Protocol, runtime_checkable
 
+from cowstate.errors import InvalidArgumentError, SerializerMismatchError
+
 __all__ = [
+    "BytesSerializer",
     "DefaultSerializer",
     "ImmutableSerializer",
+    "IntSerializer",
+    "LongSerializer",
     "StateSerializer",
+    "StringSerializer",
+    "duplicate_serializer",
     "is_known_immutable",
+    "serializer_for",
+    "serializer_identifier",
 ]
 
 
@@ -62,6 +84,7 @@ class DefaultSerializer:
     """Deep-copies mutable states, returns immutable ones unchanged; pickles."""
 
     __slots__ = ()
+    identifier = "pickle"
 
     def copy(self, state: Any) -> Any:
         if type(state) in _IMMUTABLE_SCALARS or is_known_immutable(state):
@@ -82,9 +105,137 @@ class ImmutableSerializer(DefaultSerializer):
     """Never copies: the caller promises states are never mutated in place."""
 
     __slots__ = ()
+    identifier = "pickle-immutable"
 
     def copy(self, state: Any) -> Any:
         return state
 
     def __repr__(self) -> str:
         return "ImmutableSerializer()"
+
+
+class _FixedSerializer:
+    """Base of the serializers of immutable values with a fixed encoding."""
+
+    __slots__ = ()
+    identifier = ""
+    kind: type = object
+
+    def copy(self, state: Any) -> Any:
+        return state
+
+    def _check(self, value: Any) -> None:
+        if type(value) is not self.kind:
+            raise InvalidArgumentError(
+                f"expected a {self.kind.__name__} for {self.identifier}, got "
+                f"{type(value).__name__} {value!r}")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class IntSerializer(_FixedSerializer):
+    """Java ``int``: 4 bytes, big-endian, two's complement (Flink's IntSerializer)."""
+
+    __slots__ = ()
+    identifier = "int32"
+    kind = int
+    _struct = struct.Struct(">i")
+
+    def serialize(self, state: Any) -> bytes:
+        self._check(state)
+        try:
+            return self._struct.pack(state)
+        except struct.error:
+            raise InvalidArgumentError(
+                f"expected an int in [-2**31, 2**31 - 1] for int32, got {state}") from None
+
+    def deserialize(self, data: bytes) -> Any:
+        return self._struct.unpack(data)[0]
+
+
+class LongSerializer(IntSerializer):
+    """Java ``long``: 8 bytes, big-endian, two's complement."""
+
+    __slots__ = ()
+    identifier = "int64"
+    _struct = struct.Struct(">q")
+
+    def serialize(self, state: Any) -> bytes:
+        self._check(state)
+        try:
+            return self._struct.pack(state)
+        except struct.error:
+            raise InvalidArgumentError(
+                f"expected an int in [-2**63, 2**63 - 1] for int64, got {state}") from None
+
+
+class StringSerializer(_FixedSerializer):
+    """A ``str`` as UTF-8 (lone surrogates kept, as Java strings may hold them)."""
+
+    __slots__ = ()
+    identifier = "utf8"
+    kind = str
+
+    def serialize(self, state: Any) -> bytes:
+        self._check(state)
+        return state.encode("utf-8", "surrogatepass")  # type: ignore[no-any-return]
+
+    def deserialize(self, data: bytes) -> Any:
+        return data.decode("utf-8", "surrogatepass")
+
+
+class BytesSerializer(_FixedSerializer):
+    """``bytes`` as they are."""
+
+    __slots__ = ()
+    identifier = "bytes"
+    kind = bytes
+
+    def serialize(self, state: Any) -> bytes:
+        self._check(state)
+        return state  # type: ignore[no-any-return]
+
+    def deserialize(self, data: bytes) -> Any:
+        return bytes(data)
+
+
+_BY_IDENTIFIER: dict[str, type[Any]] = {
+    cls.identifier: cls
+    for cls in (DefaultSerializer, ImmutableSerializer, IntSerializer, LongSerializer,
+                StringSerializer, BytesSerializer)
+}
+
+
+def serializer_identifier(serializer: StateSerializer) -> str:
+    """The name a snapshot file records for ``serializer``: its ``identifier``
+    attribute, else its class's qualified name."""
+    identifier = getattr(serializer, "identifier", None)
+    if isinstance(identifier, str) and identifier:
+        return identifier
+    kind = type(serializer)
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def serializer_for(identifier: str) -> StateSerializer:
+    """A fresh serializer of the built-in ``identifier``.
+
+    Serializers of the user's own classes are not known here: a restore of
+    such a state needs its descriptor (registered before restoring).
+    """
+    try:
+        return _BY_IDENTIFIER[identifier]()  # type: ignore[no-any-return]
+    except KeyError:
+        raise SerializerMismatchError(
+            f"expected a built-in serializer identifier ({', '.join(sorted(_BY_IDENTIFIER))})"
+            f", got {identifier!r}; register the state's descriptor before restoring"
+        ) from None
+
+
+def duplicate_serializer(serializer: StateSerializer) -> StateSerializer:
+    """``serializer.duplicate()`` when it has one, else ``serializer`` itself
+    (stateless serializers may be shared between threads)."""
+    duplicate = getattr(serializer, "duplicate", None)
+    if duplicate is None:
+        return serializer
+    return duplicate()  # type: ignore[no-any-return]

@@ -5,8 +5,11 @@ of the real source: :func:`broken_source` returns ``cowstate/arithmetic.py``
 with one function body changed and every contract intact, and ``crosshair
 check`` must find a counterexample in it. ``bad_snapshot_layout`` drops the
 moved high half of the rehash table; ``crosshair diffbehavior`` must tell it
-from the plain layout. A check that finds nothing here would be too weak to
-trust when it finds nothing in the real module.
+from the plain layout. :data:`KEY_GROUP_BUGS` are one-line rewrites of
+``cowstate/key_groups.py`` (``broken_source(bug, key_groups)``) that
+``crosshair diffbehavior`` must tell from ``cowstate_model.key_groups``. A
+check that finds nothing here would be too weak to trust when it finds
+nothing in the real module.
 
 Not here: a wrong shift in ``spread_hash`` (``h >> 15``). CrossHair reasons
 poorly about XOR and shifts of unbounded ints and does not refute it within
@@ -18,12 +21,13 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass
+from types import ModuleType
 
 import cowstate.arithmetic as real
 import cowstate_model.arithmetic as plain
 from cowstate_spec.equivalences import _layout_domain
 
-__all__ = ["BUGS", "ArithmeticBug", "bad_snapshot_layout", "broken_source"]
+__all__ = ["BUGS", "KEY_GROUP_BUGS", "ArithmeticBug", "bad_snapshot_layout", "broken_source"]
 
 
 @dataclass(frozen=True)
@@ -50,12 +54,21 @@ BUGS = [
 ]
 
 
-def broken_source(bug: ArithmeticBug) -> str:
-    """The source of ``cowstate.arithmetic`` with ``bug`` applied."""
-    source = inspect.getsource(real)
+#: Bugs of ``cowstate.key_groups`` that ``crosshair diffbehavior`` must tell from
+#: the plain function of the same name in ``cowstate_model.key_groups``.
+KEY_GROUP_BUGS = [
+    ArithmeticBug("murmur_hash", "c = (c << 15 | c >> 17) & _MASK32",
+                  "c = (c << 16 | c >> 16) & _MASK32"),
+    ArithmeticBug("bit_mix", "x ^= x >> 13", "x ^= x >> 12"),
+]
+
+
+def broken_source(bug: ArithmeticBug, module: ModuleType = real) -> str:
+    """The source of ``module`` (default ``cowstate.arithmetic``) with ``bug`` applied."""
+    source = inspect.getsource(module)
     if source.count(bug.old) != 1:
         raise ValueError(f"bug in {bug.function}: expected exactly one {bug.old!r} in "
-                         f"cowstate/arithmetic.py, found {source.count(bug.old)}")
+                         f"{module.__name__}, found {source.count(bug.old)}")
     return source.replace(bug.old, bug.new)
 
 

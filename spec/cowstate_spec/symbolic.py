@@ -37,7 +37,7 @@ from cowstate_spec.equivalences import PAIRS
 __all__ = ["CHECKED_MODULES", "PROFILES", "Job", "main", "run_jobs"]
 
 #: Modules whose docstring contracts ``crosshair check`` verifies.
-CHECKED_MODULES = ["cowstate.arithmetic"]
+CHECKED_MODULES = ["cowstate.arithmetic", "cowstate.key_groups"]
 
 
 @dataclass(frozen=True)
