@@ -1,4 +1,5 @@
-"""cowstate: Flink's copy-on-write keyed state map, in Python.
+"""cowstate: Flink's heap keyed state -- the copy-on-write state map, key
+groups, state tables, snapshot files and the keyed state backend -- in Python.
 
 >>> from cowstate import CopyOnWriteStateMap
 >>> m = CopyOnWriteStateMap()
@@ -11,6 +12,16 @@
 [1, 2]
 """
 
+from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
+from cowstate.descriptors import (
+    AggregateFunction,
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
 from cowstate.errors import (
     ConcurrentModificationError,
     CowStateError,
@@ -23,26 +34,84 @@ from cowstate.errors import (
     UnhashableKeyError,
     VersionOverflowError,
 )
-from cowstate.serializers import DefaultSerializer, ImmutableSerializer, StateSerializer
+from cowstate.key_groups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+)
+from cowstate.keyed_state import (
+    VOID_NAMESPACE,
+    AggregatingState,
+    ListState,
+    MapState,
+    ReducingState,
+    ValueState,
+)
+from cowstate.serializers import (
+    DefaultSerializer,
+    ImmutableSerializer,
+    IntSerializer,
+    LongSerializer,
+    StateSerializer,
+    StringSerializer,
+)
+from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
 from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
+from cowstate.state_table import (
+    CopyOnWriteStateTable,
+    NestedMapsStateTable,
+    StateMetaInfo,
+    StateTableSnapshot,
+)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "VOID_NAMESPACE",
+    "AggregateFunction",
+    "AggregatingState",
+    "AggregatingStateDescriptor",
     "ConcurrentModificationError",
     "CopyOnWriteStateMap",
+    "CopyOnWriteStateTable",
     "CowStateError",
     "DefaultSerializer",
     "ForeignSnapshotError",
+    "HeapKeyedStateBackend",
     "ImmutableSerializer",
+    "IntSerializer",
     "InvalidArgumentError",
+    "KeyGroupRange",
+    "KeyedStateSnapshotResult",
+    "ListState",
+    "ListStateDescriptor",
+    "LongSerializer",
+    "MapState",
+    "MapStateDescriptor",
     "MaximumCapacityError",
+    "NestedMapsStateTable",
     "NoneStateError",
+    "ReducingState",
+    "ReducingStateDescriptor",
+    "SnapshotFuture",
     "SnapshotReleasedError",
+    "StateDescriptor",
     "StateEntry",
     "StateMapSnapshot",
+    "StateMetaInfo",
     "StateSerializer",
+    "StateTableSnapshot",
+    "StringSerializer",
     "TransformFunctionError",
     "UnhashableKeyError",
+    "ValueState",
+    "ValueStateDescriptor",
     "VersionOverflowError",
+    "assign_to_key_group",
+    "compute_key_group_range_for_operator_index",
+    "compute_operator_index_for_key_group",
+    "read_snapshot",
+    "restore_table",
+    "write_snapshot",
 ]

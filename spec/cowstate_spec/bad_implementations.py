@@ -10,26 +10,41 @@ spec.
 
 from __future__ import annotations
 
+import functools
 import inspect
+import sys
 import textwrap
 from dataclasses import dataclass
 from typing import Any
 
 from cowstate import CopyOnWriteStateMap
-from cowstate import state_map as state_map_module
-from cowstate_spec.implementations import Implementation
-from cowstate_spec.invariants import check_map, fingerprint, rehash_step_check
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
+from cowstate_model.state_table import ReferenceStateTable
+from cowstate_spec.backends import BackendImplementation, heap_backend
+from cowstate_spec.implementations import SUB_RANGE, TABLE_MAX_PARALLELISM, Implementation
+from cowstate_spec.invariants import (
+    check_map,
+    check_table,
+    fingerprint,
+    rehash_step_check,
+    table_fingerprint,
+)
 
 
 @dataclass(frozen=True)
 class Bug:
-    """Replace ``old`` by ``new`` (exactly one occurrence) in ``method``."""
+    """Replace ``old`` by ``new`` (exactly one occurrence) in ``cls.method``.
+
+    Bugs of a state table are checked on a table over :data:`SUB_RANGE`, so
+    the range's start offset and refused keys matter.
+    """
 
     name: str
     method: str
     old: str
     new: str
     why: str
+    cls: type[Any] = CopyOnWriteStateMap
 
 
 BUGS: list[Bug] = [
@@ -89,28 +104,89 @@ BUGS: list[Bug] = [
         "e = _Entry(key, namespace, None, h, None, version, version)\n"
         "    tab[index] = e",
         "a new entry replaces the chain it heads"),
+    # ------------------------------------------------------------ state tables
+    Bug("table-routes-by-python-hash", "_route",
+        "key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)",
+        "key_group = hash(key) % self._max_parallelism",
+        "key groups must be Flink's murmur of the Java hash, never Python's hash()",
+        CopyOnWriteStateTable),
+    Bug("table-index-ignores-range-start", "_route",
+        "index = key_group - self._start", "index = key_group",
+        "the map of key group kg is maps[kg - start], not maps[kg]", CopyOnWriteStateTable),
+    Bug("table-snapshot-misorders-key-groups", "snapshot",
+        "CopyOnWriteStateTableSnapshot(self, taken)",
+        "CopyOnWriteStateTableSnapshot(self, taken[::-1])",
+        "the map snapshot of key group kg must stand at kg - start", CopyOnWriteStateTable),
+    Bug("nested-snapshot-shares-states", "snapshot",
+        "[m.copy_entries() for m in self._maps]", "[list(m) for m in self._maps]",
+        "a synchronous snapshot must deep-copy, or in-place mutations reach it",
+        NestedMapsStateTable),
+    Bug("table-size-counts-one-map", "__len__",
+        "sum(len(m) for m in self._maps)", "sum(len(m) for m in self._maps[:1])",
+        "the size of a table is the sum over all its key groups", NestedMapsStateTable),
 ]
 
 
-def broken_class(bug: Bug) -> type[CopyOnWriteStateMap[Any, Any, Any]]:
-    """``CopyOnWriteStateMap`` with ``bug`` applied to one method."""
-    source = textwrap.dedent(inspect.getsource(getattr(CopyOnWriteStateMap, bug.method)))
+def broken_class(bug: Bug) -> type[Any]:
+    """``bug.cls`` with ``bug`` applied to one method."""
+    source = textwrap.dedent(inspect.getsource(getattr(bug.cls, bug.method)))
     if source.count(bug.old) != 1:
         raise ValueError(
             f"bug {bug.name}: expected exactly one {bug.old!r} in {bug.method}, "
             f"found {source.count(bug.old)}")
-    namespace = dict(vars(state_map_module))
+    namespace = dict(vars(sys.modules[bug.cls.__module__]))
     exec(compile(source.replace(bug.old, bug.new), f"<bug {bug.name}>", "exec"), namespace)
-    return type(f"Broken_{bug.name.replace('-', '_')}", (CopyOnWriteStateMap,),
+    return type(f"Broken_{bug.name.replace('-', '_')}", (bug.cls,),
                 {bug.method: namespace[bug.method], "__slots__": ()})
 
 
 def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
-    """The broken map as an implementation the state machine can check."""
+    """The broken map or table as an implementation the state machine can check."""
     cls = broken_class(bug)
+    name = f"bad-{bug.name}"
+    if bug.cls is CopyOnWriteStateMap:
+        def factory(initial_capacity: int = capacity) -> Any:
+            return cls(initial_capacity=initial_capacity)
 
-    def factory(initial_capacity: int = capacity) -> CopyOnWriteStateMap[Any, Any, Any]:
-        return cls(initial_capacity=initial_capacity)
+        return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
-    return Implementation(f"bad-{bug.name}", factory, check_map, fingerprint,
-                          rehash_step_check)
+    def table_factory(initial_capacity: int = capacity) -> Any:
+        return cls(SUB_RANGE, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
+
+    def model() -> ReferenceStateTable:
+        return ReferenceStateTable(SUB_RANGE, TABLE_MAX_PARALLELISM)
+
+    copy_on_write = issubclass(bug.cls, CopyOnWriteStateTable)
+    return Implementation(name, table_factory, check_table,
+                          table_fingerprint if copy_on_write else None, model=model, table=True)
+
+
+# ----------------------------------------------------------------- backends
+
+
+def _cow_table_with(map_bug: str) -> type[Any]:
+    """A copy-on-write table whose key-group maps carry the map bug ``map_bug``."""
+    broken_map = broken_class(next(bug for bug in BUGS if bug.name == map_bug))
+
+    class BrokenMaps(CopyOnWriteStateTable):  # type: ignore[type-arg]
+        def _create_map(self) -> Any:
+            return broken_map(self._meta.state_serializer, self._initial_capacity)
+
+    return BrokenMaps
+
+
+def bad_backends() -> list[BackendImplementation]:
+    """Heap backends over broken tables: the backend machine must catch each."""
+    nested_shallow = broken_class(
+        next(b for b in BUGS if b.name == "nested-snapshot-shares-states"))
+    tables = {
+        "heap-nested-snapshot-shares-states": nested_shallow,
+        "heap-cow-get-skips-state-copy": _cow_table_with("get-skips-state-copy"),
+        "heap-cow-put-changes-shared-entry": _cow_table_with("put-changes-shared-entry"),
+        "heap-cow-transform-mutates-shared-state":
+            _cow_table_with("transform-mutates-shared-state"),
+        "heap-cow-remove-relinks-shared-predecessor":
+            _cow_table_with("remove-relinks-shared-predecessor"),
+    }
+    return [BackendImplementation(name, functools.partial(heap_backend, table))
+            for name, table in tables.items()]

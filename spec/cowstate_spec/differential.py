@@ -36,7 +36,6 @@ from cowstate_model import ReferenceStateMap, deep_copy
 from cowstate_spec import contract as c
 from cowstate_spec.contract import TRANSFORMS, snapshot_contents
 from cowstate_spec.implementations import Implementation
-from cowstate_spec.invariants import SnapshotFingerprint
 from cowstate_spec.workloads import Operation, decode, encode
 
 __all__ = ["WorkloadResult", "minimize", "run_workload", "write_trace"]
@@ -85,8 +84,8 @@ class _Pair:
     def __init__(self, implementation: Implementation, initial_capacity: int | None) -> None:
         self.implementation = implementation
         self.impl = implementation.create(initial_capacity)
-        self.model = ReferenceStateMap()
-        self.open: list[tuple[Any, Any, SnapshotFingerprint | None]] = []
+        self.model = implementation.model()
+        self.open: list[tuple[Any, Any, Any]] = []
         # Only the model may refuse with built-in exceptions; an implementation
         # refuses with cowstate.errors, anything else is a crash.
         self.impl_refusals: tuple[type[Exception], ...] = (

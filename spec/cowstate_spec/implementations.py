@@ -12,16 +12,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from cowstate import CopyOnWriteStateMap
+from cowstate.key_groups import KeyGroupRange
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
 from cowstate_model import ReferenceStateMap
+from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.invariants import (
     SnapshotFingerprint,
+    TableFingerprint,
     check_map,
+    check_table,
     fingerprint,
     rehash_step_check,
+    table_fingerprint,
 )
 
-Checker = Callable[[Any, Sequence[SnapshotFingerprint]], None]
-Fingerprinter = Callable[..., SnapshotFingerprint]
+Checker = Callable[[Any, Sequence[Any]], None]
+Fingerprinter = Callable[..., SnapshotFingerprint | TableFingerprint]
 #: Called before a keyed operation; what it returns is called after it succeeded.
 StepChecker = Callable[[Any], Callable[[], None]]
 
@@ -31,10 +37,13 @@ class Implementation:
     """How to make one implementation and how to check its internals.
 
     ``factory(**options)`` makes a fresh, empty instance; the only option is
-    ``initial_capacity`` (implementations without one ignore it). ``check``
-    asserts the structural invariants, ``fingerprint`` records what an open
-    snapshot reaches, ``step_check`` watches one keyed operation (rehash
-    progress); each is ``None`` where the implementation has no such internals.
+    ``initial_capacity`` (implementations without one ignore it). ``model()``
+    makes the reference it is compared with: the plain map, or for a state
+    table the reference table of the same key groups (``table`` is then
+    true and the state machine adds the key-group rules). ``check`` asserts
+    the structural invariants, ``fingerprint`` records what an open snapshot
+    reaches, ``step_check`` watches one keyed operation (rehash progress);
+    each is ``None`` where the implementation has no such internals.
     """
 
     name: str
@@ -42,6 +51,8 @@ class Implementation:
     check: Checker | None = None
     fingerprint: Fingerprinter | None = None
     step_check: StepChecker | None = None
+    model: Callable[[], Any] = ReferenceStateMap
+    table: bool = False
 
     def create(self, initial_capacity: int | None = None) -> Any:
         """A fresh instance, with ``initial_capacity`` if given."""
@@ -60,10 +71,32 @@ def _cow(name: str, capacity: int) -> Implementation:
     return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
 
+#: The tables' key groups: 8 in all; the sub-range tables hold 1..6, so a
+#: third of the spec's keys (2, 4, 8, HashKey(3, 0), ...) are refused.
+TABLE_MAX_PARALLELISM = 8
+SUB_RANGE = KeyGroupRange(1, 6)
+
+
+def _table(name: str, cls: type[StateTable[Any, Any, Any]], key_groups: KeyGroupRange | None,
+           checked: bool) -> Implementation:
+    def factory(initial_capacity: int = 4) -> StateTable[Any, Any, Any]:
+        return cls(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
+
+    def model() -> ReferenceStateTable:
+        return ReferenceStateTable(key_groups, TABLE_MAX_PARALLELISM)
+
+    return Implementation(name, factory, check_table,
+                          table_fingerprint if checked else None, model=model, table=True)
+
+
 IMPLEMENTATIONS: list[Implementation] = [
     _cow("cow-map", 4),          # tiny table: rehashes start while snapshots are open
     _cow("cow-map-128", 128),    # Flink's default capacity
     Implementation("reference-model", ReferenceStateMap),   # the model against itself
+    _table("cow-table", CopyOnWriteStateTable, None, checked=True),
+    _table("cow-table-sub-range", CopyOnWriteStateTable, SUB_RANGE, checked=True),
+    _table("nested-table", NestedMapsStateTable, None, checked=False),
+    _table("nested-table-sub-range", NestedMapsStateTable, SUB_RANGE, checked=False),
 ]
 
 

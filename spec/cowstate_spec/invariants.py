@@ -25,6 +25,7 @@ from typing import Any
 
 from cowstate.serializers import is_known_immutable
 from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
+from cowstate.state_table import CopyOnWriteStateTableSnapshot, StateTable
 from cowstate_model import deep_copy
 from cowstate_model.arithmetic import (
     MAXIMUM_CAPACITY,
@@ -34,14 +35,18 @@ from cowstate_model.arithmetic import (
     snapshot_layout,
     threshold_for,
 )
+from cowstate_model.key_groups import assign_to_key_group
 
 __all__ = [
     "InvariantViolation",
     "SnapshotFingerprint",
+    "TableFingerprint",
     "chain",
     "check_map",
+    "check_table",
     "fingerprint",
     "rehash_step_check",
+    "table_fingerprint",
 ]
 
 
@@ -270,3 +275,51 @@ def rehash_step_check(m: CopyOnWriteStateMap[Any, Any, Any]) -> Callable[[], Non
 
 def _nothing() -> None:
     return None
+
+
+# ------------------------------------------------------------------ tables
+
+
+@dataclass
+class TableFingerprint:
+    """The fingerprints of one copy-on-write table snapshot, one per key group."""
+
+    snapshot: CopyOnWriteStateTableSnapshot[Any, Any, Any]
+    maps: list[SnapshotFingerprint]
+
+
+def table_fingerprint(snapshot: CopyOnWriteStateTableSnapshot[Any, Any, Any], *,
+                      values: bool = True) -> TableFingerprint:
+    """Fingerprint every key group's map snapshot; take it right after ``snapshot()``
+    (``values`` as in :func:`fingerprint`)."""
+    return TableFingerprint(snapshot, [fingerprint(snapshot.map_snapshot(kg), values=values)
+                                       for kg in snapshot.key_group_range])
+
+
+def check_table(table: StateTable[Any, Any, Any],
+                snapshots: Iterable[TableFingerprint] = ()) -> None:
+    """Assert a table's invariants: every mapping sits in the map of its key
+    group (computed with the model's plain assignment), the size is the sum of
+    the maps', and every copy-on-write map holds invariants 1-9 against the
+    open snapshots of its key group."""
+    fingerprints: dict[int, list[SnapshotFingerprint]] = {}
+    for table_fp in snapshots:
+        for fp in table_fp.maps:
+            if not fp.snapshot.is_released:           # its key group was written
+                fingerprints.setdefault(id(fp.snapshot._owner), []).append(fp)
+    total = 0
+    max_parallelism = table.max_parallelism
+    for key_group in table.key_group_range:
+        m = table.state_map(key_group)
+        for key, namespace, _state in m:
+            actual = assign_to_key_group(key, max_parallelism)
+            if actual != key_group:
+                raise InvariantViolation(
+                    f"table invariant (routing) violated: ({key!r}, {namespace!r}) is in the "
+                    f"map of key group {key_group}, its key group is {actual}")
+        total += len(m)
+        if isinstance(m, CopyOnWriteStateMap):
+            check_map(m, fingerprints.get(id(m), ()))
+    if len(table) != total:
+        raise InvariantViolation(
+            f"table invariant (size) violated: len(table) = {len(table)}, the maps hold {total}")

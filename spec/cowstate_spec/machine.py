@@ -14,6 +14,12 @@ contract (DESIGN.md section 3) is in the rules and the invariants:
   and changes nothing;
 - the implementation's structural checker holds after every step.
 
+State tables (``implementation.table``) get :class:`StateTableMachine`: the
+same rules against the reference table of the same key groups, plus the
+key-group rules -- operations with an explicit key group, a key group
+outside the table (refused), per-key-group snapshot contents and releases,
+and the live mappings of each key group (routing).
+
 ``machine_for(implementation)`` returns the ``RuleBasedStateMachine`` class
 for one implementation of :mod:`cowstate_spec.implementations`.
 """
@@ -21,6 +27,7 @@ for one implementation of :mod:`cowstate_spec.implementations`.
 from __future__ import annotations
 
 import copy
+import functools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -40,9 +47,8 @@ from cowstate_spec import contract as c
 from cowstate_spec import strategies as s
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.implementations import Implementation
-from cowstate_spec.invariants import SnapshotFingerprint
 
-__all__ = ["StateMapMachine", "machine_for", "snapshot_contents"]
+__all__ = ["StateMapMachine", "StateTableMachine", "machine_for", "snapshot_contents"]
 
 
 #: Operations on one mapping: each performs a rehash step (invariant 9).
@@ -78,13 +84,13 @@ class StateMapMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.impl = self.implementation.create()
-        self.model = ReferenceStateMap()
+        self.model = self.implementation.model()
         # (implementation snapshot, model snapshot, fingerprint or None)
-        self.open: list[tuple[Any, Any, SnapshotFingerprint | None]] = []
+        self.open: list[tuple[Any, Any, Any]] = []
 
     # ------------------------------------------------------------- helpers
 
-    def both(self, operation: str, *args: Any) -> tuple[Any, Any]:
+    def both(self, operation: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         """Apply ``operation`` to both; they must agree on success or failure.
 
         The model gets its own deep copy of the arguments, so no state object
@@ -93,19 +99,20 @@ class StateMapMachine(RuleBasedStateMachine):
         model_args = copy.deepcopy(args)
         step_check = self.implementation.step_check
         after = step_check(self.impl) if step_check and operation in KEYED_OPERATIONS else None
-        impl = Outcome(lambda: getattr(self.impl, operation)(*args))
+        impl = Outcome(lambda: getattr(self.impl, operation)(*args, **kwargs))
         if after is not None and impl.error is None:
             after()                     # invariant 9: the rehash moved on
-        model = Outcome(lambda: getattr(self.model, operation)(*model_args))
+        model = Outcome(lambda: getattr(self.model, operation)(*model_args, **kwargs))
+        call = f"{operation}{args!r}{kwargs or ''}"
         assert (impl.error is None) == (model.error is None), (
-            f"{operation}{args!r}: implementation {impl}, model {model}")
+            f"{call}: implementation {impl}, model {model}")
         if impl.error is not None and not isinstance(self.impl, ReferenceStateMap):
             assert isinstance(impl.error, CowStateError), (
-                f"{operation}{args!r} raised {impl.error!r}, expected a cowstate.errors exception")
+                f"{call} raised {impl.error!r}, expected a cowstate.errors exception")
         return impl.value, model.value
 
-    def equal_results(self, operation: str, *args: Any) -> tuple[Any, Any]:
-        impl, model = self.both(operation, *args)
+    def equal_results(self, operation: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+        impl, model = self.both(operation, *args, **kwargs)
         assert impl == model, f"{operation}{args!r}: implementation {impl!r}, model {model!r}"
         return impl, model
 
@@ -221,7 +228,94 @@ class StateMapMachine(RuleBasedStateMachine):
             model.release()
 
 
+class StateTableMachine(StateMapMachine):
+    """The map's rules on a state table, plus the rules of key groups."""
+
+    #: A key group index, mapped onto the table's own key groups by the rules.
+    key_group_choices = st.integers(0, 31)
+
+    def key_group(self, choice: int) -> int:
+        groups = sorted(self.model.key_groups)
+        return int(groups[choice % len(groups)])
+
+    def own_key_group(self, key: Any) -> int | None:
+        """The key's key group by the model's plain assignment (None if it has none)."""
+        try:
+            return self.model.key_group_of(key)  # type: ignore[no-any-return]
+        except (ValueError, TypeError):
+            return None
+
+    @rule(target=StateMapMachine.mappings, kn=StateMapMachine.any_key, state=s.states)
+    def put_in_key_group(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
+        self.both("put", *kn, state, key_group=self.own_key_group(kn[0]))
+        return kn
+
+    @rule(kn=StateMapMachine.any_key, item=st.integers(0, 99))
+    def get_in_key_group_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
+        impl, model = self.equal_results("get", *kn, key_group=self.own_key_group(kn[0]))
+        if c.mutate_in_place(impl, item):
+            c.mutate_in_place(model, item)
+
+    @rule(kn=StateMapMachine.any_key, key_group=st.sampled_from([-1, 8, 4096]))
+    def key_group_outside_the_table(self, kn: tuple[Any, Any], key_group: int) -> None:
+        for side in (self.impl, self.model):
+            outcome = Outcome(functools.partial(side.put, *kn, 1, key_group=key_group))
+            assert outcome.error is not None, (
+                f"put{kn!r} in key group {key_group} outside the table was accepted")
+
+    @rule(choice=key_group_choices)
+    def entries_in_key_group(self, choice: int) -> None:
+        key_group = self.key_group(choice)
+        impl = snapshot_contents(self.impl.entries_in_key_group(key_group))
+        model = snapshot_contents(self.model.entries_in_key_group(key_group))
+        assert impl == model, (
+            f"key group {key_group}: implementation {impl!r}, model {model!r}")
+
+    @precondition(lambda self: bool(self.open))
+    @rule(index=st.integers(0, 7), choice=key_group_choices)
+    def release_key_group(self, index: int, choice: int) -> None:
+        impl, model, _ = self.open[index % len(self.open)]
+        key_group = self.key_group(choice)
+        self.compare_key_group(impl, model, key_group)
+        impl.release_key_group(key_group)
+        model.release_key_group(key_group)
+        assert impl.is_key_group_released(key_group)
+        assert impl.is_released == model.is_released
+
+    @precondition(lambda self: bool(self.open))
+    @rule(index=st.integers(0, 7))
+    def release(self, index: int) -> None:
+        impl, model, _ = self.open.pop(index % len(self.open))
+        self.compare_snapshot(impl, model)
+        impl.release()
+        model.release()
+        assert impl.is_released
+
+    def compare_key_group(self, impl: Any, model: Any, key_group: int) -> None:
+        if model.is_key_group_released(key_group):
+            assert impl.is_key_group_released(key_group), (
+                f"key group {key_group} of snapshot {impl.version} is open, the model's "
+                "was released")
+            return
+        contents = snapshot_contents(impl.key_group_entries(key_group))
+        expected = model.key_group_contents(key_group)
+        assert contents == expected, (
+            f"snapshot {impl.version}, key group {key_group} changed: {contents!r} != "
+            f"{dict(expected)!r}")
+        assert impl.size_of_key_group(key_group) == len(expected)
+
+    def compare_snapshot(self, impl: Any, model: Any) -> None:
+        for key_group in sorted(self.model.key_groups):
+            self.compare_key_group(impl, model, key_group)
+
+    @invariant()
+    def open_snapshots_never_change(self) -> None:
+        for impl, model, _ in self.open:
+            self.compare_snapshot(impl, model)
+
+
 def machine_for(implementation: Implementation) -> type[StateMapMachine]:
     """The state machine class that checks ``implementation``."""
-    return type(f"StateMapMachine[{implementation.name}]", (StateMapMachine,),
+    base = StateTableMachine if implementation.table else StateMapMachine
+    return type(f"{base.__name__}[{implementation.name}]", (base,),
                 {"implementation": implementation})

@@ -1,0 +1,465 @@
+"""The heap keyed state backend: named keyed states in state tables, with
+asynchronous snapshots (Flink's ``HeapKeyedStateBackend``).
+
+A backend holds the key groups of one :class:`~cowstate.key_groups.KeyGroupRange`
+of ``max_parallelism``. Each state registered through a descriptor gets a
+table (``table_factory``: :class:`~cowstate.state_table.CopyOnWriteStateTable`
+by default, :class:`~cowstate.state_table.NestedMapsStateTable` for synchronous
+snapshots). Keyed states read and write at the current key and namespace.
+
+A checkpoint has two parts::
+
+    owner thread                          writer thread (one per backend)
+    ------------                          -------------------------------
+    snapshot(id, stream_factory)
+      sync: table.snapshot() for every
+      state, in registration order  --->  stream = stream_factory()
+      returns a SnapshotFuture            for kg in range (ascending):
+    keeps processing: puts, gets,           if cancelled: stop
+    mutations in place ...                  write kg of every state
+    (copy-on-write keeps the                release kg's map snapshots
+     snapshot's view intact)              write the index; close_and_get_handle()
+                                          release everything left, in all cases
+
+Everything the writer needs (table snapshots with duplicated serializers,
+state ids, meta info) is captured in the synchronous part (FLINK-9269,
+FLINK-6207), so registering states or changing serializers afterwards does
+not reach a running writer. Every map snapshot is released when its key group
+is written, and all that remain when the write succeeds, fails or is
+cancelled (FLINK-13469): the copy-on-write maps stop copying.
+
+``restore(snapshot_streams)`` rebuilds every state for this backend's
+key-group range from snapshot files, possibly written by backends with other
+ranges (rescaling). All files are decoded and checked before any table
+changes, so a bad file leaves the backend as it was.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import IO, Any, overload
+
+from cowstate.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from cowstate.errors import (
+    BackendClosedError,
+    IncompatibleSnapshotError,
+    InvalidArgumentError,
+    SerializerMismatchError,
+    SnapshotCancelledError,
+    SnapshotWriteError,
+    StateRegistrationError,
+    UnknownStateError,
+)
+from cowstate.key_groups import KeyGroupRange
+from cowstate.keyed_state import (
+    HANDLES,
+    AggregatingState,
+    KeyContext,
+    KeyedState,
+    ListState,
+    MapState,
+    ReducingState,
+    StateHolder,
+    ValueState,
+)
+from cowstate.serializers import DefaultSerializer, StateSerializer, serializer_identifier
+from cowstate.snapshot_io import RestoredSnapshot, SnapshotFileInfo, read_snapshot, write_snapshot
+from cowstate.state_table import (
+    CopyOnWriteStateTable,
+    StateMetaInfo,
+    StateTable,
+    StateTableSnapshot,
+    TableFactory,
+)
+
+__all__ = [
+    "HEAP_FORMAT",
+    "HeapKeyedStateBackend",
+    "KeyedStateSnapshotResult",
+    "SnapshotFuture",
+    "StreamFactory",
+]
+
+#: The format name heap snapshots record; ``"canonical"`` files restore too.
+HEAP_FORMAT = "heap"
+RESTORABLE_FORMATS = frozenset({HEAP_FORMAT, "canonical"})
+
+#: Makes the stream a snapshot is written to (called on the writer thread).
+#: If the stream has ``close_and_get_handle()``, its result becomes the
+#: snapshot's handle; if it has ``discard()``, a failed write calls it.
+StreamFactory = Callable[[], IO[bytes]]
+
+
+@dataclass(frozen=True)
+class KeyedStateSnapshotResult:
+    """A completed snapshot: where it went and what it holds.
+
+    ``handle`` is what the stream's ``close_and_get_handle()`` returned, or
+    the stream itself; both are ``None`` for a backend without states.
+    """
+
+    checkpoint_id: int
+    key_group_range: KeyGroupRange
+    info: SnapshotFileInfo | None
+    handle: Any
+
+    @property
+    def size(self) -> int:
+        return 0 if self.info is None else self.info.size
+
+
+class SnapshotFuture(Future[KeyedStateSnapshotResult]):
+    """The asynchronous part of a snapshot.
+
+    ``cancel()`` before the writer starts cancels it outright; while it runs,
+    the writer stops before its next key group and ``result()`` raises
+    :class:`~cowstate.errors.SnapshotCancelledError` (a ``CancelledError``).
+    Either way the snapshot's resources are released.
+    """
+
+    def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
+        super().__init__()
+        self.checkpoint_id = checkpoint_id
+        self.cancel_requested = threading.Event()
+        self._release_resources = release
+
+    def cancel(self) -> bool:
+        self.cancel_requested.set()
+        if super().cancel():
+            self._release_resources()
+            return True
+        return not self.done()
+
+
+class HeapKeyedStateBackend:
+    """Keyed state on the heap for the key groups of ``key_group_range``."""
+
+    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int,
+                 table_factory: TableFactory = CopyOnWriteStateTable, *,
+                 key_serializer: StateSerializer | None = None,
+                 namespace_serializer: StateSerializer | None = None,
+                 executor: Executor | None = None) -> None:
+        if not isinstance(key_group_range, KeyGroupRange):
+            raise InvalidArgumentError(
+                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+        if not callable(table_factory):
+            raise InvalidArgumentError(
+                f"expected a table factory, got {type(table_factory).__name__}")
+        self._key_serializer: StateSerializer = key_serializer or DefaultSerializer()
+        self._namespace_serializer: StateSerializer = namespace_serializer or DefaultSerializer()
+        self._table_factory = table_factory
+        if type(max_parallelism) is not int or not 0 < max_parallelism <= 1 << 15:
+            raise InvalidArgumentError(
+                f"expected max_parallelism in 1..32768, got {max_parallelism!r}")
+        if key_group_range.end_key_group >= max_parallelism:
+            raise InvalidArgumentError(
+                f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
+                f"parallelism {max_parallelism}, got {key_group_range!r}")
+        self._context = KeyContext(key_group_range, max_parallelism, self._key_serializer)
+        self._holders: dict[str, StateHolder] = {}
+        self._own_executor = executor is None
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="cowstate-snapshot")
+        self._pending: set[SnapshotFuture] = set()
+        self._closed = False
+
+    # ------------------------------------------------------------ key context
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self._context.key_group_range
+
+    @property
+    def max_parallelism(self) -> int:
+        return self._context.max_parallelism
+
+    @property
+    def key_serializer(self) -> StateSerializer:
+        return self._key_serializer
+
+    @property
+    def namespace_serializer(self) -> StateSerializer:
+        return self._namespace_serializer
+
+    def set_current_key(self, key: Any) -> None:
+        """Make ``key`` current (its key group must be in this backend's range)."""
+        self._context.set_key(key)
+
+    @property
+    def current_key(self) -> Any:
+        return self._context.key
+
+    @property
+    def current_key_group(self) -> int:
+        _ = self._context.key                         # NoCurrentKeyError before a key
+        return self._context.key_group
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        self._context.set_namespace(namespace)
+
+    @property
+    def current_namespace(self) -> Any:
+        return self._context.namespace
+
+    # ----------------------------------------------------------------- states
+
+    @overload
+    def get_state(self, descriptor: ValueStateDescriptor[Any]) -> ValueState: ...
+    @overload
+    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
+    @overload
+    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
+    @overload
+    def get_state(self, descriptor: ReducingStateDescriptor[Any]) -> ReducingState: ...
+    @overload
+    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
+
+    def get_state(self, descriptor: StateDescriptor) -> KeyedState:
+        """The state ``descriptor`` names, registered on first use.
+
+        Another descriptor of the same name must have the same kind and a
+        serializer of the same identifier (:class:`StateRegistrationError`).
+        """
+        if not isinstance(descriptor, StateDescriptor) or descriptor.kind not in HANDLES:
+            raise InvalidArgumentError(
+                f"expected a state descriptor, got {type(descriptor).__name__}")
+        holder = self._holders.get(descriptor.name)
+        if holder is None:
+            meta = self._meta_for(descriptor)
+            holder = StateHolder(descriptor, self._new_table(meta))
+            self._holders[descriptor.name] = holder
+        else:
+            self._check_same_state(holder, descriptor)
+            if holder.descriptor is None:             # restored, registered only now
+                holder.table.set_meta_info(self._meta_for(descriptor))
+            holder.descriptor = descriptor
+        return HANDLES[descriptor.kind](self._context, holder)
+
+    @property
+    def state_names(self) -> list[str]:
+        """Registered and restored states, in registration order (their state ids)."""
+        return list(self._holders)
+
+    def table(self, name: str) -> StateTable[Any, Any, Any]:
+        """The table of state ``name`` (for inspection, restore and tests)."""
+        return self._holder(name).table
+
+    def get_keys(self, name: str, namespace: Any) -> list[Any]:
+        """The keys with state ``name`` in ``namespace`` (a list: safe to change state
+        while walking it)."""
+        return list(self._holder(name).table.keys(namespace))
+
+    def num_state_entries(self) -> int:
+        """Mappings over all states."""
+        return sum(len(h.table) for h in self._holders.values())
+
+    # -------------------------------------------------------------- snapshots
+
+    def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory) -> SnapshotFuture:
+        """Take the synchronous part now; the returned future writes the rest.
+
+        ``stream_factory()`` is called on the writer thread. The result's
+        ``handle`` is ``stream.close_and_get_handle()`` when the stream has
+        it, else the stream (rewound ``BytesIO`` callers can read).
+        """
+        self._check_open()
+        if type(checkpoint_id) is not int or checkpoint_id < 0:
+            raise InvalidArgumentError(
+                f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
+        if not callable(stream_factory):
+            raise InvalidArgumentError(
+                f"expected a callable stream factory, got {type(stream_factory).__name__}")
+        taken: list[StateTableSnapshot[Any, Any, Any]] = []
+        try:
+            for holder in self._holders.values():
+                taken.append(holder.table.snapshot())
+        except BaseException:
+            for snap in taken:
+                snap.release()
+            raise
+
+        def release() -> None:
+            for snap in taken:
+                snap.release()
+
+        future = SnapshotFuture(checkpoint_id, release)
+        if not taken:                                  # an empty backend writes nothing
+            future.set_running_or_notify_cancel()
+            future.set_result(KeyedStateSnapshotResult(checkpoint_id, self.key_group_range,
+                                                       None, None))
+            return future
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        self._executor.submit(self._write, future, taken, stream_factory)
+        return future
+
+    @property
+    def pending_snapshots(self) -> int:
+        """Snapshots whose asynchronous part has not finished."""
+        return len(self._pending)
+
+    def restore(self, snapshot_streams: Iterable[Any]) -> None:
+        """Rebuild every state for this backend's key groups from snapshot files.
+
+        Each item is the bytes of a file, a binary stream, a
+        :class:`KeyedStateSnapshotResult`, or a handle with ``open()``. States
+        in the files replace the tables of the same name; registered states
+        absent from the files become empty. Nothing changes unless every file
+        decodes and matches this backend (max parallelism, key and namespace
+        serializers, kinds and serializers of registered states).
+        """
+        self._check_open()
+        metas = {name: self._meta_for(h.descriptor) for name, h in self._holders.items()
+                 if h.descriptor is not None}
+        restored = RestoredSnapshot(self.key_group_range, self.max_parallelism)
+        for item in snapshot_streams:
+            read_snapshot(_open_snapshot(item), self.key_group_range,
+                          max_parallelism=self.max_parallelism, metas=metas,
+                          key_serializer=self._key_serializer, into=restored)
+        foreign = restored.formats - RESTORABLE_FORMATS
+        if foreign:
+            raise IncompatibleSnapshotError(
+                f"expected a heap or canonical snapshot, got format {sorted(foreign)}: a "
+                "native snapshot of another backend; restore from a canonical savepoint")
+        namespace_id = serializer_identifier(self._namespace_serializer)
+        for name, meta in restored.metas.items():
+            if serializer_identifier(meta.namespace_serializer) != namespace_id:
+                raise SerializerMismatchError(
+                    f"expected state {name!r} with the backend's namespace serializer "
+                    f"{namespace_id!r}, the file uses "
+                    f"{serializer_identifier(meta.namespace_serializer)!r}")
+        tables: dict[str, StateTable[Any, Any, Any]] = {}
+        for name, meta in restored.metas.items():
+            table = self._new_table(metas.get(name, meta))
+            for key_group, key, namespace, state in restored.entries(name):
+                table.put(key, namespace, state, key_group=key_group)
+            tables[name] = table
+        # Every file decoded: swap the tables in.
+        for name, holder in self._holders.items():
+            new = tables.pop(name, None)
+            holder.table = new if new is not None else self._new_table(
+                metas.get(name, holder.table.meta))
+        for name, table in tables.items():
+            self._holders[name] = StateHolder(None, table)
+
+    def close(self) -> None:
+        """Cancel pending snapshots, wait for the writer, release everything."""
+        if self._closed:
+            return
+        self._closed = True
+        for future in list(self._pending):
+            future.cancel()
+        if self._own_executor:
+            self._executor.shutdown(wait=True)
+
+    def __enter__(self) -> HeapKeyedStateBackend:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<HeapKeyedStateBackend {self.key_group_range!r} of {self.max_parallelism}, "
+                f"states {self.state_names}>")
+
+    # -------------------------------------------------------- private helpers
+
+    def _write(self, future: SnapshotFuture, snapshots: list[StateTableSnapshot[Any, Any, Any]],
+               stream_factory: StreamFactory) -> None:
+        """The asynchronous part (writer thread)."""
+        if not future.set_running_or_notify_cancel():
+            return                                    # cancelled before it started
+        stream: IO[bytes] | None = None
+        try:
+            stream = stream_factory()
+            info = write_snapshot(snapshots, stream, format=HEAP_FORMAT,
+                                  cancel=future.cancel_requested)
+            close = getattr(stream, "close_and_get_handle", None)
+            handle = close() if close is not None else stream
+            if isinstance(handle, io.BytesIO):
+                handle.seek(0)
+            future.set_result(KeyedStateSnapshotResult(future.checkpoint_id,
+                                                       self.key_group_range, info, handle))
+        except SnapshotCancelledError as exc:
+            _discard(stream)
+            future.set_exception(exc)
+        except Exception as exc:
+            _discard(stream)
+            error = SnapshotWriteError(
+                f"expected snapshot {future.checkpoint_id} to be written, got "
+                f"{type(exc).__name__}: {exc}; its resources were released")
+            error.__cause__ = exc
+            future.set_exception(error)
+        finally:
+            for snap in snapshots:
+                snap.release()
+
+    def _meta_for(self, descriptor: StateDescriptor | None) -> StateMetaInfo:
+        assert descriptor is not None
+        return StateMetaInfo(descriptor.name, descriptor.kind, self._namespace_serializer,
+                             descriptor.serializer)
+
+    def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
+        return self._table_factory(self.key_group_range, self.max_parallelism, meta=meta,
+                                   key_serializer=self._key_serializer)
+
+    def _holder(self, name: str) -> StateHolder:
+        holder = self._holders.get(name)
+        if holder is None:
+            raise UnknownStateError(
+                f"expected a registered state name ({', '.join(self._holders) or 'none'}), "
+                f"got {name!r}")
+        return holder
+
+    def _check_same_state(self, holder: StateHolder, descriptor: StateDescriptor) -> None:
+        meta = holder.table.meta
+        if meta.kind != descriptor.kind:
+            raise StateRegistrationError(
+                f"expected state {descriptor.name!r} to be registered again as a {meta.kind} "
+                f"state, got a {descriptor.kind} state descriptor")
+        ours, theirs = (serializer_identifier(meta.state_serializer),
+                        serializer_identifier(descriptor.serializer))
+        if ours != theirs:
+            raise StateRegistrationError(
+                f"expected state {descriptor.name!r} with serializer {ours!r}, got {theirs!r}")
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendClosedError("expected an open backend, got one that was closed")
+
+
+def _open_snapshot(item: Any) -> IO[bytes] | bytes:
+    """The bytes or stream of one snapshot to restore."""
+    if isinstance(item, KeyedStateSnapshotResult):
+        item = item.handle
+    if isinstance(item, bytes | bytearray | memoryview):
+        return bytes(item)
+    if isinstance(item, io.BytesIO):
+        return item.getvalue()
+    opener = getattr(item, "open", None)
+    if callable(opener):
+        return opener()  # type: ignore[no-any-return]
+    if hasattr(item, "read"):
+        return item  # type: ignore[no-any-return]
+    raise InvalidArgumentError(
+        f"expected snapshot bytes, a binary stream, a snapshot result or a handle with "
+        f"open(), got {type(item).__name__}")
+
+
+def _discard(stream: IO[bytes] | None) -> None:
+    discard = getattr(stream, "discard", None)
+    if discard is not None:
+        with contextlib.suppress(Exception):   # the write's own error is the one to report
+            discard()

@@ -1,0 +1,295 @@
+"""``ReferenceKeyedStateBackend``: the meaning of a keyed state backend.
+
+A backend *is* a dict per state name from ``(key, namespace)`` to a state
+object, plus a current key and namespace; keys whose key group is outside the
+backend's range are refused. A snapshot *is* a deep copy of every dict taken
+at the synchronous moment; its "asynchronous part" is already done. Restoring
+keeps the mappings whose key group is in the restoring backend's range.
+
+Same state API as ``cowstate.backend.HeapKeyedStateBackend``; descriptors
+are read by their attributes (``name``, ``kind``, ``serializer``,
+``default``, ``reduce_function``, ``aggregate_function``), so the model needs
+no import of the library. Refusals are built-in exceptions.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Collection, Iterable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from cowstate_model.key_groups import assign_to_key_group
+from cowstate_model.state_map import deep_copy
+
+__all__ = ["ReferenceBackendSnapshot", "ReferenceKeyedStateBackend"]
+
+_NO_KEY: Any = object()
+
+
+@dataclass(frozen=True)
+class ReferenceBackendSnapshot:
+    """Deep copies of every state's dict at one moment."""
+
+    checkpoint_id: int
+    max_parallelism: int
+    kinds: MappingProxyType[str, str]
+    serializers: MappingProxyType[str, str]
+    states: MappingProxyType[str, MappingProxyType[tuple[Any, Any], Any]]
+
+
+class ReferenceKeyedStateBackend:
+    """Dicts of keyed state for the key groups in ``key_group_range``."""
+
+    Error = (ValueError, TypeError, RuntimeError, KeyError)
+
+    def __init__(self, key_group_range: Collection[int], max_parallelism: int, *,
+                 default_namespace: Any = None) -> None:
+        self.key_group_range = key_group_range
+        self.max_parallelism = max_parallelism
+        self._key: Any = _NO_KEY
+        self._namespace: Any = default_namespace
+        self._data: dict[str, dict[tuple[Any, Any], Any]] = {}
+        self._descriptors: dict[str, Any] = {}
+        self._kinds: dict[str, str] = {}
+        self._serializers: dict[str, str] = {}
+
+    # ------------------------------------------------------------- context
+
+    def set_current_key(self, key: Any) -> None:
+        hash(key)
+        if assign_to_key_group(key, self.max_parallelism) not in self.key_group_range:
+            raise ValueError(f"key {key!r} is not in this backend's key groups")
+        self._key = key
+
+    @property
+    def current_key(self) -> Any:
+        if self._key is _NO_KEY:
+            raise RuntimeError("no current key")
+        return self._key
+
+    def set_current_namespace(self, namespace: Any) -> None:
+        if namespace is None:
+            raise ValueError("a namespace must not be None")
+        hash(namespace)
+        self._namespace = namespace
+
+    # -------------------------------------------------------------- states
+
+    def get_state(self, descriptor: Any) -> Any:
+        name, kind = descriptor.name, descriptor.kind
+        serializer = _identifier(descriptor.serializer)
+        if name in self._kinds:
+            if self._kinds[name] != kind or self._serializers[name] != serializer:
+                raise ValueError(f"state {name!r} is registered as another state")
+        else:
+            self._kinds[name] = kind
+            self._serializers[name] = serializer
+            self._data.setdefault(name, {})
+        self._descriptors[name] = descriptor
+        return _HANDLES[kind](self, name)
+
+    @property
+    def state_names(self) -> list[str]:
+        return list(self._kinds)
+
+    def contents(self, name: str) -> dict[tuple[Any, Any], Any]:
+        """The mappings of state ``name`` (the live objects)."""
+        return dict(self._data[name])
+
+    def get_keys(self, name: str, namespace: Any) -> list[Any]:
+        return [k for (k, n) in self._data[name] if n == namespace]
+
+    def num_state_entries(self) -> int:
+        return sum(len(d) for d in self._data.values())
+
+    # ----------------------------------------------------------- snapshots
+
+    def snapshot(self, checkpoint_id: int, stream_factory: Any = None
+                 ) -> Future[ReferenceBackendSnapshot]:
+        snapshot = ReferenceBackendSnapshot(
+            checkpoint_id, self.max_parallelism, MappingProxyType(dict(self._kinds)),
+            MappingProxyType(dict(self._serializers)),
+            MappingProxyType({name: MappingProxyType({kn: deep_copy(s) for kn, s in d.items()})
+                              for name, d in self._data.items()}))
+        future: Future[ReferenceBackendSnapshot] = Future()
+        future.set_result(snapshot)
+        return future
+
+    def restore(self, snapshots: Iterable[ReferenceBackendSnapshot]) -> None:
+        data: dict[str, dict[tuple[Any, Any], Any]] = {name: {} for name in self._kinds}
+        kinds = dict(self._kinds)
+        serializers = dict(self._serializers)
+        for snapshot in snapshots:
+            if snapshot.max_parallelism != self.max_parallelism:
+                raise ValueError("the max parallelism cannot change")
+            for name, contents in snapshot.states.items():
+                if (kinds.setdefault(name, snapshot.kinds[name]) != snapshot.kinds[name]
+                        or serializers.setdefault(name, snapshot.serializers[name])
+                        != snapshot.serializers[name]):
+                    raise ValueError(f"state {name!r} is another state in the snapshot")
+                target = data.setdefault(name, {})
+                for (key, namespace), state in contents.items():
+                    if assign_to_key_group(key, self.max_parallelism) in self.key_group_range:
+                        target[(key, namespace)] = deep_copy(state)
+        self._kinds = kinds
+        self._serializers = serializers
+        self._data = data
+
+    # ------------------------------------------------------------- helpers
+
+    def _at(self) -> tuple[Any, Any]:
+        return self.current_key, self._namespace
+
+
+class _State:
+    def __init__(self, backend: ReferenceKeyedStateBackend, name: str) -> None:
+        self._backend = backend
+        self._name = name
+
+    @property
+    def _dict(self) -> dict[tuple[Any, Any], Any]:
+        return self._backend._data[self._name]
+
+    @property
+    def _descriptor(self) -> Any:
+        return self._backend._descriptors[self._name]
+
+    def clear(self) -> None:
+        self._dict.pop(self._backend._at(), None)
+
+
+class _Value(_State):
+    def value(self) -> Any:
+        at = self._backend._at()
+        if at in self._dict:
+            return self._dict[at]
+        return copy.deepcopy(self._descriptor.default)
+
+    def update(self, value: Any) -> None:
+        at = self._backend._at()
+        if value is None:
+            self._dict.pop(at, None)
+        else:
+            self._dict[at] = value
+
+
+class _List(_State):
+    def get(self) -> list[Any]:
+        return self._dict.get(self._backend._at(), [])  # type: ignore[no-any-return]
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("None is not an element")
+        self._dict.setdefault(self._backend._at(), []).append(value)
+
+    def add_all(self, values: Iterable[Any]) -> None:
+        new = list(values)
+        if None in new:
+            raise ValueError("None is not an element")
+        if new:
+            self._dict.setdefault(self._backend._at(), []).extend(new)
+
+    def update(self, values: Iterable[Any]) -> None:
+        new = list(values)
+        if None in new:
+            raise ValueError("None is not an element")
+        at = self._backend._at()
+        if new:
+            self._dict[at] = new
+        else:
+            self._dict.pop(at, None)
+
+
+class _Map(_State):
+    def _stored(self) -> dict[Any, Any]:
+        return self._dict.get(self._backend._at(), {})  # type: ignore[no-any-return]
+
+    def get(self, user_key: Any) -> Any:
+        hash(user_key)
+        return self._stored().get(user_key)
+
+    def put(self, user_key: Any, value: Any) -> None:
+        hash(user_key)
+        self._dict.setdefault(self._backend._at(), {})[user_key] = value
+
+    def put_all(self, mapping: dict[Any, Any]) -> None:
+        for user_key in mapping:
+            hash(user_key)
+        if mapping:
+            self._dict.setdefault(self._backend._at(), {}).update(mapping)
+
+    def remove(self, user_key: Any) -> None:
+        hash(user_key)
+        at = self._backend._at()
+        stored = self._dict.get(at)
+        if stored is not None:
+            stored.pop(user_key, None)
+            if not stored:
+                del self._dict[at]
+
+    def contains(self, user_key: Any) -> bool:
+        hash(user_key)
+        return user_key in self._stored()
+
+    def keys(self) -> list[Any]:
+        return list(self._stored())
+
+    def values(self) -> list[Any]:
+        return list(self._stored().values())
+
+    def items(self) -> list[tuple[Any, Any]]:
+        return list(self._stored().items())
+
+    def is_empty(self) -> bool:
+        return not self._stored()
+
+
+class _Reducing(_State):
+    def get(self) -> Any:
+        return self._dict.get(self._backend._at())
+
+    def add(self, value: Any) -> None:
+        if value is None:
+            raise ValueError("None is not a value")
+        at = self._backend._at()
+        old = self._dict.get(at)
+        new = value if old is None else self._descriptor.reduce_function(old, value)
+        if new is None:
+            raise ValueError("the reduce function returned None")
+        self._dict[at] = new
+
+
+class _Aggregating(_State):
+    def get(self) -> Any:
+        at = self._backend._at()
+        if at not in self._dict:
+            return None
+        return self._descriptor.aggregate_function.get_result(self._dict[at])
+
+    def add(self, value: Any) -> None:
+        function = self._descriptor.aggregate_function
+        at = self._backend._at()
+        accumulator = self._dict.get(at)
+        if accumulator is None:
+            accumulator = function.create_accumulator()
+        new = function.add(value, accumulator)
+        if new is None:
+            raise ValueError("the aggregate function returned None")
+        self._dict[at] = new
+
+
+_HANDLES: dict[str, type[_State]] = {
+    "value": _Value, "list": _List, "map": _Map, "reducing": _Reducing,
+    "aggregating": _Aggregating,
+}
+
+
+def _identifier(serializer: Any) -> str:
+    identifier = getattr(serializer, "identifier", None)
+    if isinstance(identifier, str) and identifier:
+        return identifier
+    kind = type(serializer)
+    return f"{kind.__module__}.{kind.__qualname__}"

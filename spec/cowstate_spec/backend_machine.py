@@ -1,0 +1,358 @@
+"""The backend state machine: a keyed state backend and the reference backend,
+side by side, while asynchronous snapshot writers race the owner.
+
+One rule per operation of the state API (``value_update``, ``list_add``,
+``map_put``, ``reducing_add``, ...), applied to both at the current key and
+namespace; results and refusals must agree. States handed out are mutated in
+place by the caller, as the contract allows until the next snapshot.
+
+``snapshot`` takes the synchronous part on both and lets the implementation's
+writer thread run while the following rules keep mutating the live backend
+(the test sets ``sys.setswitchinterval`` tiny, and the writer's stream passes a
+:class:`~cowstate_spec.backends.WriteGate` that grants one write per owner
+operation, so every snapshot is written while the owner mutates, block by
+block). ``complete_snapshot``
+waits for the writer and requires that the bytes decode to exactly the model's
+snapshot of the synchronous moment; ``cancel_snapshot`` cancels one (whatever
+it managed to write is discarded). ``restore`` replaces both backends by ones
+restored from a completed snapshot; ``rescale`` restores a completed snapshot
+into several backends with split key-group ranges and requires every mapping
+in exactly the backend that owns its key group.
+
+Invariants: every state's live contents equal the model's; once no writer is
+pending, no copy-on-write map holds an open snapshot version (every map
+snapshot was released after success, failure or cancellation).
+"""
+
+from __future__ import annotations
+
+import copy
+import operator
+from collections.abc import Callable
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from cowstate.errors import CowStateError, SnapshotCancelledError
+from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
+from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.state_map import CopyOnWriteStateMap
+from cowstate_model.backend import ReferenceKeyedStateBackend
+from cowstate_model.key_groups import assign_to_key_group
+from cowstate_spec import contract as c
+from cowstate_spec.backends import DESCRIPTORS, BackendImplementation, WriteGate
+from cowstate_spec.machine import Outcome
+
+__all__ = ["BackendMachine", "backend_machine_for"]
+
+MAX_PARALLELISM = 8
+WAIT = 60.0                                      # seconds a writer may take at most
+
+keys = st.one_of(st.integers(0, 11), st.sampled_from(["a", "b", "é"]))
+namespaces = st.sampled_from([VOID_NAMESPACE, "w1", 2])
+small_ints = st.integers(-5, 20)
+values = st.one_of(small_ints, st.lists(small_ints, max_size=3), st.none())
+elements = st.one_of(small_ints, st.text("xy", max_size=2))
+user_keys = st.sampled_from(["u", "v", 3])
+
+
+class BackendMachine(RuleBasedStateMachine):
+    """Drives ``implementation`` and the reference backend with the same calls."""
+
+    implementation: BackendImplementation
+    key_group_range: KeyGroupRange
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend = self.implementation.factory(self.key_group_range, MAX_PARALLELISM)
+        self.model = ReferenceKeyedStateBackend(self.key_group_range, MAX_PARALLELISM,
+                                                default_namespace=VOID_NAMESPACE)
+        self.register()
+        self.gate = WriteGate(timeout=WAIT)
+        self.pending: list[tuple[Any, Any]] = []      # (future, model snapshot)
+        self.completed: list[tuple[Any, Any]] = []    # (result, model snapshot)
+        self.next_id = 1
+
+    def register(self) -> None:
+        self.states = {name: (self.backend.get_state(d), self.model.get_state(d))
+                       for name, d in DESCRIPTORS.items()}
+
+    # ------------------------------------------------------------- helpers
+
+    def both(self, call: Callable[[Any], Any]) -> tuple[Any, Any]:
+        """``call(backend)`` and ``call(model)``: both succeed or both refuse."""
+        self.gate.tick()
+        impl = Outcome(lambda: call(self.backend))
+        model = Outcome(lambda: call(self.model))
+        assert (impl.error is None) == (model.error is None), (
+            f"implementation {impl}, model {model}")
+        if impl.error is not None:
+            assert isinstance(impl.error, CowStateError), (
+                f"raised {impl.error!r}, expected a cowstate.errors exception")
+        return impl.value, model.value
+
+    def on_state(self, name: str, operation: str, *args: Any) -> tuple[Any, Any]:
+        self.gate.tick()
+        impl_state, model_state = self.states[name]
+        model_args = copy.deepcopy(args)
+        impl = Outcome(lambda: getattr(impl_state, operation)(*args))
+        model = Outcome(lambda: getattr(model_state, operation)(*model_args))
+        assert (impl.error is None) == (model.error is None), (
+            f"{name}.{operation}{args!r}: implementation {impl}, model {model}")
+        if impl.error is not None:
+            assert isinstance(impl.error, CowStateError), (
+                f"{name}.{operation}{args!r} raised {impl.error!r}, expected a cowstate.errors "
+                "exception")
+        assert impl.value == model.value, (
+            f"{name}.{operation}{args!r}: implementation {impl.value!r}, model {model.value!r}")
+        return impl.value, model.value
+
+    def mutate(self, pair: tuple[Any, Any], item: int) -> None:
+        """The caller mutates what it got, on both sides (allowed until the next snapshot)."""
+        impl, model = pair
+        if c.mutate_in_place(impl, item):
+            c.mutate_in_place(model, item)
+
+    @initialize(count=st.integers(0, 12))
+    def load(self, count: int) -> None:
+        """Start with state for the first ``count`` keys the backend holds."""
+        owned = [k for k in [*range(12), "a", "b", "é"]
+                 if assign_to_key_group(k, MAX_PARALLELISM) in self.key_group_range]
+        for key in owned[:count]:
+            self.both(operator.methodcaller("set_current_key", key))
+            self.on_state("value", "update", [key])
+            self.on_state("list", "add_all", [key, key])
+            self.on_state("map", "put", "u", key)
+            self.on_state("reducing", "add", 1)
+            self.on_state("aggregating", "add", 2)
+        self.both(lambda b: b.set_current_key(owned[0]))
+
+    # -------------------------------------------------------- key context
+
+    @rule(key=keys)
+    def set_current_key(self, key: Any) -> None:
+        self.both(lambda b: b.set_current_key(key))
+
+    @rule(namespace=namespaces)
+    def set_current_namespace(self, namespace: Any) -> None:
+        self.both(lambda b: b.set_current_namespace(namespace))
+
+    # ---------------------------------------------------------- value state
+
+    @rule(value=values)
+    def value_update(self, value: Any) -> None:
+        self.on_state("value", "update", value)
+
+    @rule(item=st.integers(0, 99))
+    def value_value_and_mutate(self, item: int) -> None:
+        self.mutate(self.on_state("value", "value"), item)
+
+    # ----------------------------------------------------------- list state
+
+    @rule(element=elements)
+    def list_add(self, element: Any) -> None:
+        self.on_state("list", "add", element)
+
+    @rule(elements=st.lists(st.one_of(elements, st.none()), max_size=3))
+    def list_add_all(self, elements: list[Any]) -> None:
+        self.on_state("list", "add_all", elements)
+
+    @rule(elements=st.lists(elements, max_size=3))
+    def list_update(self, elements: list[Any]) -> None:
+        self.on_state("list", "update", elements)
+
+    @rule(item=st.integers(0, 99))
+    def list_get_and_mutate(self, item: int) -> None:
+        self.mutate(self.on_state("list", "get"), item)
+
+    # ------------------------------------------------------------ map state
+
+    @rule(user_key=user_keys, value=values)
+    def map_put(self, user_key: Any, value: Any) -> None:
+        self.on_state("map", "put", user_key, value)
+
+    @rule(user_key=user_keys, item=st.integers(0, 99))
+    def map_get_and_mutate(self, user_key: Any, item: int) -> None:
+        self.mutate(self.on_state("map", "get", user_key), item)
+
+    @rule(user_key=user_keys)
+    def map_remove(self, user_key: Any) -> None:
+        self.on_state("map", "remove", user_key)
+
+    @rule(user_key=st.one_of(user_keys, st.just(["unhashable"])))
+    def map_contains(self, user_key: Any) -> None:
+        self.on_state("map", "contains", user_key)
+
+    @rule()
+    def map_items(self) -> None:
+        impl_state, model_state = self.states["map"]
+        impl = Outcome(impl_state.items)
+        model = Outcome(model_state.items)
+        assert (impl.error is None) == (model.error is None)
+        if impl.error is None:
+            assert dict(impl.value) == dict(model.value)
+            self.on_state("map", "is_empty")
+
+    # ------------------------------------------- reducing, aggregating state
+
+    @rule(value=st.one_of(small_ints, st.none()))
+    def reducing_add(self, value: Any) -> None:
+        self.on_state("reducing", "add", value)
+
+    @rule()
+    def reducing_get(self) -> None:
+        self.on_state("reducing", "get")
+
+    @rule(value=small_ints)
+    def aggregating_add(self, value: int) -> None:
+        self.on_state("aggregating", "add", value)
+
+    @rule()
+    def aggregating_get(self) -> None:
+        self.on_state("aggregating", "get")
+
+    @rule(name=st.sampled_from(sorted(DESCRIPTORS)))
+    def clear(self, name: str) -> None:
+        self.on_state(name, "clear")
+
+    @rule(name=st.sampled_from(sorted(DESCRIPTORS)),
+          other=st.sampled_from(sorted(DESCRIPTORS)))
+    def register_as_another_kind(self, name: str, other: str) -> None:
+        descriptor = DESCRIPTORS[other]
+        if descriptor.kind == DESCRIPTORS[name].kind:
+            return
+        clash = copy.copy(descriptor)
+        object.__setattr__(clash, "name", name)
+        self.both(lambda b: b.get_state(clash))
+
+    # ------------------------------------------------------------ snapshots
+
+    @precondition(lambda self: len(self.pending) < 3)
+    @rule()
+    def snapshot(self) -> None:
+        checkpoint_id = self.next_id
+        self.next_id += 1
+        future = self.implementation.snapshot(self.backend, checkpoint_id, self.gate)
+        model = self.model.snapshot(checkpoint_id).result()
+        self.pending.append((future, model))
+
+    @precondition(lambda self: bool(self.pending))
+    @rule(index=st.integers(0, 3))
+    def complete_snapshot(self, index: int) -> None:
+        future, model = self.pending.pop(index % len(self.pending))
+        result = self.wait(future)
+        self.check_written(result, model)
+        self.completed = [*self.completed[-2:], (result, model)]
+
+    @precondition(lambda self: bool(self.pending))
+    @rule(index=st.integers(0, 3))
+    def cancel_snapshot(self, index: int) -> None:
+        future, model = self.pending.pop(index % len(self.pending))
+        future.cancel()
+        try:
+            result = self.wait(future)
+        except SnapshotCancelledError:
+            return
+        except Exception as exc:            # concurrent.futures.CancelledError
+            assert future.cancelled(), f"a cancelled snapshot failed with {exc!r}"
+            return
+        self.check_written(result, model)   # it finished before the cancel was seen
+
+    def wait(self, future: Any) -> Any:
+        """Let the writers run to the end of ``future``, then gate them again."""
+        self.gate.open()
+        try:
+            return future.result(timeout=WAIT)
+        finally:
+            self.gate.close()
+
+    def check_written(self, result: Any, model: Any) -> None:
+        written = self.implementation.read(result, self.backend)
+        expected = {name: dict(contents) for name, contents in model.states.items()}
+        assert written == expected, (
+            f"snapshot {model.checkpoint_id} wrote {written!r}, the model's snapshot at the "
+            f"synchronous moment is {expected!r}")
+
+    @precondition(lambda self: bool(self.completed))
+    @rule(index=st.integers(0, 2))
+    def restore(self, index: int) -> None:
+        result, model = self.completed[index % len(self.completed)]
+        backend = self.implementation.factory(self.key_group_range, MAX_PARALLELISM)
+        backend.restore([result])
+        reference = ReferenceKeyedStateBackend(self.key_group_range, MAX_PARALLELISM,
+                                               default_namespace=VOID_NAMESPACE)
+        reference.restore([model])
+        self.finish_pending()
+        self.backend.close()
+        self.backend, self.model = backend, reference
+        self.register()
+
+    @precondition(lambda self: bool(self.completed))
+    @rule(index=st.integers(0, 2), parallelism=st.integers(2, 3))
+    def rescale(self, index: int, parallelism: int) -> None:
+        result, model = self.completed[index % len(self.completed)]
+        for index_ in range(parallelism):
+            key_groups = compute_key_group_range_for_operator_index(
+                MAX_PARALLELISM, parallelism, index_)
+            backend = self.implementation.factory(key_groups, MAX_PARALLELISM)
+            try:
+                backend.restore([result])
+                for name, contents in model.states.items():
+                    mine = {kn: s for kn, s in contents.items()
+                            if assign_to_key_group(kn[0], MAX_PARALLELISM) in key_groups}
+                    held = {(k, n): s for k, n, s in backend.table(name)}
+                    assert held == mine, (
+                        f"operator {index_} of {parallelism} ({key_groups!r}) restored "
+                        f"{name} = {held!r}, expected {mine!r}")
+            finally:
+                backend.close()
+
+    def finish_pending(self) -> None:
+        for future, model in self.pending:
+            self.check_written(self.wait(future), model)
+        self.pending.clear()
+
+    # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def contents_agree(self) -> None:
+        for name in DESCRIPTORS:
+            live = {(k, n): s for k, n, s in self.backend.table(name)}
+            expected = self.model.contents(name)
+            assert live == expected, f"{name}: implementation {live!r}, model {expected!r}"
+
+    @invariant()
+    def snapshots_released_when_written(self) -> None:
+        if self.pending:
+            return
+        assert self.backend.pending_snapshots == 0
+        for name in DESCRIPTORS:
+            table = self.backend.table(name)
+            for key_group in table.key_group_range:
+                m = table.state_map(key_group)
+                if isinstance(m, CopyOnWriteStateMap):
+                    assert not m._open_versions, (
+                        f"{name}, key group {key_group}: snapshot versions "
+                        f"{sorted(m._open_versions)} still open with no writer pending")
+
+    def teardown(self) -> None:
+        try:
+            self.finish_pending()
+        finally:
+            self.gate.open()
+            self.backend.close()
+
+
+def backend_machine_for(implementation: BackendImplementation,
+                        key_group_range: KeyGroupRange) -> type[BackendMachine]:
+    """The backend machine class for ``implementation`` over ``key_group_range``."""
+    return type(f"BackendMachine[{implementation.name}, {key_group_range!r}]",
+                (BackendMachine,),
+                {"implementation": implementation, "key_group_range": key_group_range})

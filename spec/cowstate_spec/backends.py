@@ -1,0 +1,189 @@
+"""Every keyed state backend the backend state machine checks, and the
+states it registers on them.
+
+Adding a backend to the whole suite costs one line in :data:`BACKENDS`: a
+name, a factory ``(key_group_range, max_parallelism) -> backend``, and how to
+read a completed snapshot back as plain dicts (``read``).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
+from cowstate.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    StateDescriptor,
+    ValueStateDescriptor,
+)
+from cowstate.key_groups import KeyGroupRange
+from cowstate.snapshot_io import read_snapshot
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, TableFactory
+
+__all__ = [
+    "BACKENDS",
+    "DESCRIPTORS",
+    "BackendImplementation",
+    "GatedStream",
+    "SumCount",
+    "WriteGate",
+    "add_ints",
+    "heap_backend",
+    "read_heap_snapshot",
+    "snapshot_heap",
+]
+
+#: ``{state name: {(key, namespace): state}}``
+Contents = dict[str, dict[tuple[Any, Any], Any]]
+
+
+def add_ints(a: int, b: int) -> int:
+    """The reducing state's function."""
+    return a + b
+
+
+class SumCount:
+    """An aggregate function whose accumulator ``[sum, count]`` is mutated in
+    place by ``add``: the copy-on-write table must hand ``add`` a private copy
+    whenever a snapshot still holds the stored one."""
+
+    def create_accumulator(self) -> list[int]:
+        return [0, 0]
+
+    def add(self, value: int, accumulator: list[int]) -> list[int]:
+        accumulator[0] += value
+        accumulator[1] += 1
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> tuple[int, int]:
+        return accumulator[0], accumulator[1]
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        return [a[0] + b[0], a[1] + b[1]]
+
+    def __repr__(self) -> str:
+        return "SumCount()"
+
+
+#: One state of each kind, registered on every backend under test.
+_ALL: tuple[StateDescriptor, ...] = (
+    ValueStateDescriptor("value", default=[]),
+    ListStateDescriptor("list"),
+    MapStateDescriptor("map"),
+    ReducingStateDescriptor("reducing", reduce_function=add_ints),
+    AggregatingStateDescriptor("aggregating", aggregate_function=SumCount()),
+)
+DESCRIPTORS: dict[str, StateDescriptor] = {d.name: d for d in _ALL}
+
+
+class WriteGate:
+    """Lets an asynchronous writer make one write per owner operation.
+
+    The writer's stream calls :meth:`pass_through` before every write and
+    waits there until the owner thread, which calls :meth:`tick` at the start
+    of every operation, grants it a write -- so every snapshot is written
+    while the owner keeps operating, block by block. :meth:`open` lets every
+    writer run to the end (before waiting for one); :meth:`close` gates again.
+    """
+
+    def __init__(self, timeout: float = 60.0) -> None:
+        self._condition = threading.Condition()
+        self._credits = 0
+        self._open = False
+        self._timeout = timeout
+
+    def tick(self) -> None:
+        with self._condition:
+            self._credits += 1
+            self._condition.notify_all()
+
+    def open(self) -> None:
+        with self._condition:
+            self._open = True
+            self._condition.notify_all()
+
+    def close(self) -> None:
+        with self._condition:
+            self._open = False
+            self._credits = 0
+
+    def pass_through(self) -> None:
+        with self._condition:
+            if not self._condition.wait_for(lambda: self._open or self._credits > 0,
+                                            timeout=self._timeout):
+                raise TimeoutError("the writer waited for the owner for too long")
+            if not self._open:
+                self._credits -= 1
+
+
+class GatedStream(io.BytesIO):
+    """A snapshot stream that passes ``gate`` before each write and gives up
+    the GIL, so the owner runs between the writer's blocks."""
+
+    def __init__(self, gate: WriteGate) -> None:
+        super().__init__()
+        self._gate = gate
+
+    def write(self, data: Any) -> int:
+        self._gate.pass_through()
+        time.sleep(0)
+        return super().write(data)
+
+
+def snapshot_heap(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
+    """Start a heap backend's snapshot into a gated in-memory stream."""
+    return backend.snapshot(checkpoint_id, functools.partial(GatedStream, gate))
+
+
+def read_heap_snapshot(result: KeyedStateSnapshotResult, backend: Any) -> Contents:
+    """The contents of a heap snapshot file, decoded for the full key-group range."""
+    if result.handle is None:
+        return {}
+    restored = read_snapshot(result.handle.getvalue(),
+                             KeyGroupRange(0, backend.max_parallelism - 1),
+                             max_parallelism=backend.max_parallelism)
+    return {name: {(key, namespace): state for _, key, namespace, state in restored.entries(name)}
+            for name in restored.metas}
+
+
+@dataclass(frozen=True)
+class BackendImplementation:
+    """How to make one backend, start its snapshots, and read them back.
+
+    ``snapshot(backend, checkpoint_id, gate)`` starts an asynchronous snapshot
+    whose writes pass ``gate``; ``read(result, backend)`` decodes a completed
+    one as ``{state name: {(key, namespace): state}}``.
+    """
+
+    name: str
+    factory: Callable[[KeyGroupRange, int], Any]
+    read: Callable[[Any, Any], Contents] = read_heap_snapshot
+    snapshot: Callable[[Any, int, WriteGate], Any] = snapshot_heap
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def heap_backend(table: TableFactory, key_groups: KeyGroupRange,
+                 max_parallelism: int) -> HeapKeyedStateBackend:
+    """A heap backend whose tables start with 4 buckets per key group (the test
+    knob that makes chains and incremental rehashes common)."""
+    return HeapKeyedStateBackend(key_groups, max_parallelism,
+                                 functools.partial(table, initial_capacity=4))
+
+
+BACKENDS: list[BackendImplementation] = [
+    BackendImplementation("heap-cow",
+                          functools.partial(heap_backend, CopyOnWriteStateTable)),
+    BackendImplementation("heap-nested",
+                          functools.partial(heap_backend, NestedMapsStateTable)),
+]

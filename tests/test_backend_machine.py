@@ -1,0 +1,41 @@
+"""The backend state machine over every backend of cowstate_spec.backends, with
+asynchronous writers forced to interleave with the owner thread."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from cowstate.key_groups import KeyGroupRange
+from cowstate_spec.backend_machine import MAX_PARALLELISM, backend_machine_for
+from cowstate_spec.backends import BACKENDS, BackendImplementation
+
+RANGES = [KeyGroupRange(0, MAX_PARALLELISM - 1), KeyGroupRange(2, 6)]
+
+
+@pytest.fixture
+def forced_interleavings() -> Iterator[None]:
+    """Switch threads every microsecond instead of every 5 ms."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+@pytest.mark.parametrize("key_group_range", RANGES, ids=repr)
+@pytest.mark.parametrize("implementation", BACKENDS, ids=repr)
+def test_backend_agrees_with_the_model(implementation: BackendImplementation,
+                                       key_group_range: KeyGroupRange,
+                                       forced_interleavings: None) -> None:
+    # Twice the profile's steps: a snapshot, mutations while it is written,
+    # its completion and a restore from it need room in one run.
+    current = settings()
+    run_state_machine_as_test(
+        backend_machine_for(implementation, key_group_range),
+        settings=settings(current, stateful_step_count=2 * current.stateful_step_count))

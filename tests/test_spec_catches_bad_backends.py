@@ -1,0 +1,46 @@
+"""The backend state machine must catch heap backends over broken tables.
+
+Each broken backend of ``cowstate_spec.bad_implementations.bad_backends`` puts
+one copy-on-write bug (or a synchronous snapshot that forgets to copy) under
+a real ``HeapKeyedStateBackend``. Unlike the map bugs, these corrupt a
+snapshot only if the owner changes a state while the writer still needs it,
+so a run may pass or fail depending on the interleaving: Hypothesis reports
+that as ``Flaky``, which counts as caught.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+from cowstate.key_groups import KeyGroupRange
+from cowstate_spec.backend_machine import MAX_PARALLELISM, backend_machine_for
+from cowstate_spec.backends import BackendImplementation
+from cowstate_spec.bad_implementations import bad_backends
+
+HUNT = settings(max_examples=500, stateful_step_count=60, derandomize=True, database=None,
+                deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
+                suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.fixture
+def forced_interleavings() -> Iterator[None]:
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
+@pytest.mark.parametrize("implementation", bad_backends(), ids=repr)
+def test_backend_machine_catches(implementation: BackendImplementation,
+                                 forced_interleavings: None) -> None:
+    machine = backend_machine_for(implementation, KeyGroupRange(0, MAX_PARALLELISM - 1))
+    with pytest.raises((AssertionError, Flaky)):
+        run_state_machine_as_test(machine, settings=HUNT)
