@@ -121,7 +121,8 @@ class TruncatedSnapshotError(SnapshotFormatError):
 
 
 class BadMagicError(SnapshotFormatError):
-    """The stream does not start (or end) with the snapshot file's magic bytes."""
+    """The stream does not start with the snapshot file's magic bytes (a missing
+    end magic means a truncated file: :class:`TruncatedSnapshotError`)."""
 
 
 class UnsupportedVersionError(SnapshotFormatError):

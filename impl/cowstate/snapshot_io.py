@@ -52,9 +52,9 @@ import io
 import struct
 import threading
 import zlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -111,11 +111,11 @@ RawEntry = tuple[bytes, bytes, bytes]
 class StateMetadata(BaseModel):
     """One state of a snapshot file."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     id: int = Field(ge=0, le=MAX_STATES)
     name: str = Field(min_length=1)
-    kind: str
+    kind: Literal["value", "list", "map", "reducing", "aggregating"]
     namespace_serializer: str
     state_serializer: str
 
@@ -123,7 +123,7 @@ class StateMetadata(BaseModel):
 class SnapshotMetadata(BaseModel):
     """The metadata block of a snapshot file."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     format: str = "heap"
     max_parallelism: int = Field(ge=1, le=1 << 15)
@@ -164,6 +164,10 @@ class RestoredSnapshot:
     key_serializer: str = ""
     metas: dict[str, StateMetaInfo] = field(default_factory=dict)
     states: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = field(default_factory=dict)
+    #: Key groups read so far (each may come from one file only).
+    key_groups: set[int] = field(default_factory=set)
+    #: Every state name the files hold, decoded or not.
+    all_states: set[str] = field(default_factory=set)
 
     def entries(self, name: str) -> Iterator[tuple[int, Any, Any, Any]]:
         """``(key_group, key, namespace, state)`` of state ``name``, by key group."""
@@ -182,8 +186,10 @@ class SnapshotWriter:
     """Writes one snapshot file from raw bytes, key group by key group.
 
     ``write_key_group(kg, per_state)`` must be called in ascending key-group
-    order for key groups of the metadata's range; ``finish()`` writes the
-    index and footer and returns the :class:`SnapshotFileInfo`.
+    order for key groups of the metadata's range; key groups it skips get an
+    empty block, so the file has one block for every key group of its range.
+    ``finish()`` writes the index and footer and returns the
+    :class:`SnapshotFileInfo`.
     """
 
     def __init__(self, stream: IO[bytes], metadata: SnapshotMetadata) -> None:
@@ -205,6 +211,11 @@ class SnapshotWriter:
             raise InvalidArgumentError(
                 f"expected key groups of {self._range!r} in ascending order, got {key_group} "
                 f"after {self._last}")
+        for skipped in range(max(self._last + 1, self._range.start_key_group), key_group):
+            self._write_block(skipped, {})
+        self._write_block(key_group, per_state)
+
+    def _write_block(self, key_group: int, per_state: Mapping[int, Sequence[RawEntry]]) -> None:
         parts: list[bytes] = []
         count = 0
         pack_u32 = _U32.pack
@@ -229,6 +240,9 @@ class SnapshotWriter:
 
     def finish(self) -> SnapshotFileInfo:
         """Write the index and the footer; the stream is flushed, not closed."""
+        for skipped in range(max(self._last + 1, self._range.start_key_group),
+                             self._range.end_key_group + 1):
+            self._write_block(skipped, {})
         index_at = self._position
         index = _U32.pack(len(self._offsets)) + b"".join(
             _INDEX_ENTRY.pack(kg, offset) for kg, offset in self._offsets.items())
@@ -293,6 +307,10 @@ class SnapshotReader:
     def __init__(self, stream: IO[bytes] | bytes) -> None:
         if isinstance(stream, bytes | bytearray | memoryview):
             stream = io.BytesIO(bytes(stream))
+        elif not callable(getattr(stream, "read", None)):
+            raise InvalidArgumentError(
+                f"expected the bytes of a snapshot file or a binary stream, got "
+                f"{type(stream).__name__} {stream!r:.60}")
         elif not _seekable(stream):
             stream = io.BytesIO(stream.read())
         self._stream = stream
@@ -305,6 +323,10 @@ class SnapshotReader:
     @property
     def size(self) -> int:
         return self._size
+
+    def rewind(self) -> None:
+        """Put the stream back where the file starts."""
+        self._stream.seek(self._base)
 
     def read_key_group(self, key_group: int) -> dict[int, list[RawEntry]]:
         """The raw entries of ``key_group`` per state id (empty if not in the file)."""
@@ -345,8 +367,8 @@ class SnapshotReader:
     def _read_metadata(self) -> SnapshotMetadata:
         if self._size < _HEADER.size:
             raise TruncatedSnapshotError(
-                f"expected a snapshot file of at least {_HEADER.size + 4 + _FOOTER.size} "
-                f"bytes, got {self._size}")
+                f"expected a snapshot file of at least its {_HEADER.size}-byte header, got "
+                f"{self._size} bytes")
         magic, version, _flags, length = _HEADER.unpack(self._read_at(0, _HEADER.size,
                                                                       "the header"))
         if magic != MAGIC:
@@ -403,17 +425,28 @@ class SnapshotReader:
                 "is corrupt")
         offsets: dict[int, int] = {}
         file_range = self.metadata.range
+        expected_groups = iter(file_range)
         for position in range(4, length, _INDEX_ENTRY.size):
             key_group, offset = _INDEX_ENTRY.unpack_from(raw, position)
             if key_group not in file_range:
                 raise KeyGroupMismatchError(
                     f"expected key groups of the file's range {file_range!r}, the index holds "
                     f"key group {key_group}")
+            expected = next(expected_groups, None)
+            if key_group != expected:
+                raise KeyGroupMismatchError(
+                    f"expected the index to list every key group of {file_range!r} once, in "
+                    f"order: key group {expected} at entry {(position - 4) // _INDEX_ENTRY.size}"
+                    f", got key group {key_group}")
             if not self._data_start <= offset < index_at:
                 raise TruncatedSnapshotError(
                     f"expected key group {key_group}'s block between offsets "
                     f"{self._data_start} and {index_at}, the index says {offset}")
             offsets[key_group] = offset
+        if len(offsets) != len(file_range):
+            raise KeyGroupMismatchError(
+                f"expected an index of the {len(file_range)} key groups of {file_range!r}, "
+                f"got {len(offsets)}")
         return offsets
 
     def _parse_payload(self, key_group: int, payload: bytes,
@@ -427,10 +460,11 @@ class SnapshotReader:
             while position < len(view):
                 state_id, entries = _STATE.unpack_from(view, position)
                 position += _STATE.size
-                if state_id not in known:
+                if state_id not in known or state_id in out:
                     raise SnapshotFormatError(
-                        f"expected a state id of {sorted(known)} in key group {key_group}, "
-                        f"got {state_id}")
+                        f"expected one section per state id of {sorted(known)} in key group "
+                        f"{key_group}, got state id {state_id}"
+                        + (" twice" if state_id in out else ""))
                 rows: list[RawEntry] = []
                 for _ in range(entries):
                     fields = []
@@ -459,20 +493,70 @@ def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
                   max_parallelism: int | None = None,
                   metas: Mapping[str, StateMetaInfo] | None = None,
                   key_serializer: StateSerializer | None = None,
+                  states: Collection[str] | None = None,
                   into: RestoredSnapshot | None = None) -> RestoredSnapshot:
     """Decode the key groups of ``key_group_range`` from one snapshot file.
 
     ``max_parallelism``, when given, must equal the file's. ``metas`` (by
     state name) and ``key_serializer`` supply the serializers; a state without
     one is decoded with the built-in serializer its identifier names. A
-    serializer whose identifier differs from the file's is refused. ``into``
-    accumulates several files (scale down). Nothing is returned unless the
-    whole requested part of the file decoded.
+    serializer whose identifier differs from the file's is refused.
+    ``states`` limits decoding to those names. ``into`` accumulates several
+    files (scale down); a key group found in two files is refused. Nothing is
+    added unless the whole requested part of the file decoded; a stream is
+    left where it started.
     """
     if not isinstance(key_group_range, KeyGroupRange):
         raise InvalidArgumentError(
             f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
     reader = SnapshotReader(stream)
+    try:
+        return _decode(reader, key_group_range, max_parallelism, metas or {}, key_serializer,
+                       states, into)
+    finally:
+        reader.rewind()
+
+
+def restore_table(table: StateTable[Any, Any, Any],
+                  streams: Iterable[IO[bytes] | bytes] | IO[bytes] | bytes) -> int:
+    """Restore ``table``'s state (by its meta info's name) from snapshot files.
+
+    ``streams`` is one file (bytes or a binary stream) or an iterable of them.
+    Reads only the table's key-group range of each file; every file is
+    decoded before the first ``put``, so a bad file leaves the table as it
+    was. Returns the number of mappings restored.
+    """
+    files: Iterable[Any]
+    if isinstance(streams, bytes | bytearray | memoryview) or callable(
+            getattr(streams, "read", None)):
+        files = [streams]
+    elif isinstance(streams, Iterable):
+        files = streams
+    else:
+        raise InvalidArgumentError(
+            f"expected snapshot files (bytes or binary streams, or an iterable of them), got "
+            f"{type(streams).__name__}")
+    name = table.meta.name
+    restored = RestoredSnapshot(table.key_group_range, table.max_parallelism)
+    for stream in files:
+        read_snapshot(stream, table.key_group_range, max_parallelism=table.max_parallelism,
+                      metas={name: table.meta}, key_serializer=table.key_serializer,
+                      states={name}, into=restored)
+    if name not in restored.metas:
+        raise UnknownStateError(
+            f"expected state {name!r} in the snapshot files, got states "
+            f"{sorted(restored.all_states)}")
+    count = 0
+    for key_group, key, namespace, state in restored.entries(name):
+        table.put(key, namespace, state, key_group=key_group)
+        count += 1
+    return count
+
+
+def _decode(reader: SnapshotReader, key_group_range: KeyGroupRange,
+            max_parallelism: int | None, metas: Mapping[str, StateMetaInfo],
+            key_serializer: StateSerializer | None, wanted: Collection[str] | None,
+            into: RestoredSnapshot | None) -> RestoredSnapshot:
     meta = reader.metadata
     if max_parallelism is not None and meta.max_parallelism != max_parallelism:
         raise MaxParallelismMismatchError(
@@ -488,19 +572,22 @@ def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
         raise SerializerMismatchError(
             f"expected every file to use key serializer {result.key_serializer!r}, got "
             f"{meta.key_serializer!r}")
+    overlap = result.key_groups & set(key_group_range.intersection(meta.range))
+    if overlap:
+        raise KeyGroupMismatchError(
+            f"expected every key group in one snapshot file only, got key groups "
+            f"{sorted(overlap)[:5]} in two files")
     decoders = {}
     state_metas = {}
     for state in meta.states:
-        given = (metas or {}).get(state.name)
-        if given is not None and given.kind != state.kind:
-            raise SerializerMismatchError(
-                f"expected state {state.name!r} of kind {given.kind!r}, the file holds kind "
-                f"{state.kind!r}")
-        known = result.metas.get(state.name)
+        if wanted is not None and state.name not in wanted:
+            continue
+        given = metas.get(state.name)
+        known = result.metas.get(state.name) or given
         if known is not None and known.kind != state.kind:
             raise SerializerMismatchError(
-                f"expected state {state.name!r} of kind {known.kind!r} as in the other "
-                f"files, got kind {state.kind!r}")
+                f"expected state {state.name!r} of kind {known.kind!r}, the file holds kind "
+                f"{state.kind!r}")
         namespace_ser = _resolve(given.namespace_serializer if given else None,
                                  state.namespace_serializer,
                                  f"the namespace serializer of {state.name!r}")
@@ -511,8 +598,11 @@ def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
             state.name, state.kind, namespace_ser, state_ser)
     decoded: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = {}
     key_decode = key_ser.deserialize
-    for key_group in key_group_range.intersection(meta.range):
+    read = key_group_range.intersection(meta.range)
+    for key_group in read:
         for state_id, rows in reader.read_key_group(key_group).items():
+            if state_id not in decoders:
+                continue
             name, namespace_decode, state_decode = decoders[state_id]
             try:
                 decoded.setdefault(name, {})[key_group] = [
@@ -525,6 +615,8 @@ def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
     # Everything decoded: now (and only now) merge into the result.
     result.formats.add(meta.format)
     result.key_serializer = meta.key_serializer
+    result.key_groups.update(read)
+    result.all_states.update(state.name for state in meta.states)
     for name, state_meta in state_metas.items():
         result.metas.setdefault(name, state_meta)
         result.states.setdefault(name, {})
@@ -533,42 +625,6 @@ def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
         for key_group, entries in groups.items():
             target.setdefault(key_group, []).extend(entries)
     return result
-
-
-def restore_table(table: StateTable[Any, Any, Any],
-                  streams: Iterable[IO[bytes] | bytes]) -> int:
-    """Restore ``table``'s state (by its meta info's name) from snapshot files.
-
-    Reads only the table's key-group range from each file; every file is
-    decoded before the first ``put``, so a bad file leaves the table as it
-    was. Returns the number of mappings restored.
-    """
-    name = table.meta.name
-    restored = RestoredSnapshot(table.key_group_range, table.max_parallelism)
-    for stream in streams:
-        read_snapshot(stream, table.key_group_range, max_parallelism=table.max_parallelism,
-                      metas={name: table.meta}, key_serializer=table.key_serializer,
-                      into=restored)
-    if name not in restored.metas and len(restored.metas) != 1:
-        raise UnknownStateError(
-            f"expected state {name!r} in the snapshot files, got states "
-            f"{sorted(restored.metas)}")
-    if name not in restored.metas:
-        name = next(iter(restored.metas))       # a single-state file of another name
-        meta = restored.metas[name]
-        for role, ours, theirs in (("namespace", table.meta.namespace_serializer,
-                                    meta.namespace_serializer),
-                                   ("state", table.meta.state_serializer,
-                                    meta.state_serializer)):
-            if serializer_identifier(ours) != serializer_identifier(theirs):
-                raise SerializerMismatchError(
-                    f"expected the {role} serializer {serializer_identifier(ours)!r} of the "
-                    f"table, the file's state {name!r} uses {serializer_identifier(theirs)!r}")
-    count = 0
-    for key_group, key, namespace, state in restored.entries(name):
-        table.put(key, namespace, state, key_group=key_group)
-        count += 1
-    return count
 
 
 # ---------------------------------------------------------- private helpers
@@ -583,6 +639,12 @@ def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
             f"expected at most {MAX_STATES} states in one snapshot, got {len(tables)}")
     first = tables[0]
     for snap in tables[1:]:
+        if serializer_identifier(snap.key_serializer) != serializer_identifier(
+                first.key_serializer):
+            raise InvalidArgumentError(
+                f"expected every table snapshot to use the key serializer "
+                f"{serializer_identifier(first.key_serializer)!r}, got "
+                f"{serializer_identifier(snap.key_serializer)!r} for {snap.meta.name!r}")
         if (snap.key_group_range != first.key_group_range
                 or snap.max_parallelism != first.max_parallelism):
             raise InvalidArgumentError(
@@ -598,7 +660,7 @@ def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
                          first.key_group_range.end_key_group),
         key_serializer=serializer_identifier(first.key_serializer),
         states=tuple(StateMetadata(
-            id=state_id, name=snap.meta.name, kind=snap.meta.kind,
+            id=state_id, name=snap.meta.name, kind=snap.meta.kind,  # type: ignore[arg-type]
             namespace_serializer=serializer_identifier(snap.meta.namespace_serializer),
             state_serializer=serializer_identifier(snap.meta.state_serializer))
             for state_id, snap in enumerate(tables)))
