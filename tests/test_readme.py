@@ -13,12 +13,22 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert first == ["make demo", "make test"]
 
 
-def test_readme_usage_example_runs_as_documented() -> None:
+def run_block(index: int) -> list[str]:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(blocks[0], "README.md", "exec"), {})
-    lines = out.getvalue().splitlines()
+        exec(compile(blocks[index], "README.md", "exec"), {})
+    return out.getvalue().splitlines()
+
+
+def test_readme_usage_example_runs_as_documented() -> None:
+    lines = run_block(0)
     assert sorted(lines[:2]) == ["alice window-1 [1]", "bob window-1 [5]"]
     assert lines[2] == "[1, 2]"
+
+
+def test_readme_backend_example_prints_what_its_comments_say() -> None:
+    assert run_block(1) == ["0 KeyGroupRange(0, 63) ['carol']",
+                            "1 KeyGroupRange(64, 127) ['alice', 'bob']",
+                            "['alice:home', 'alice:cart']"]
