@@ -6,11 +6,14 @@ reads and writes the table of its name at the backend's *current key* and
 *current namespace* (:class:`KeyContext`). ``set_current_key`` computes the
 key's key group once, so state accesses route without hashing again.
 
-Handles follow the map's caller contract: a state object a handle returns
-(the list of ``ListState.get``, a mutable value) may be mutated in place
-until the next snapshot. Handles mutate stored lists and dicts in place
-themselves; the copy-on-write table hands them private copies whenever a
-snapshot still holds the stored one.
+Handles change stored lists, dicts and accumulators through the table's
+``transform`` (one lookup to read, one to store), so the same handles work on
+a heap table, where ``transform`` hands the function a private copy whenever
+a snapshot still holds the stored object, and on a table that stores bytes
+(RocksDB), where it decodes, applies and encodes. On the heap, a state object
+a handle returns (the list of ``ListState.get``, a mutable value) may also be
+mutated in place until the next snapshot, as the map's caller contract says;
+on RocksDB a returned object is a copy and such mutations are not stored.
 
 ``None`` means "absent" everywhere: ``ValueState.update(None)`` clears,
 and ``None`` elements of a list state are refused.
@@ -18,7 +21,7 @@ and ``None`` elements of a list state are refused.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from cowstate.descriptors import (
@@ -175,6 +178,10 @@ class KeyedState:
         c = self._context
         self._holder.table.put(c.key, c.namespace, state, key_group=c.key_group)
 
+    def _transform(self, value: Any, fn: Callable[[Any, Any], Any]) -> None:
+        c = self._context
+        self._holder.table.transform(c.key, c.namespace, value, fn, key_group=c.key_group)
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
@@ -217,21 +224,13 @@ class ListState(KeyedState):
         if value is None:
             raise NoneStateError(f"expected an element to add to list state {self.name!r}, "
                                  "got None")
-        stored = self._get()
-        if stored is None:
-            self._put([value])
-        else:
-            stored.append(value)
+        self._transform([value], _extend)
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append every element of ``values`` (none may be ``None``)."""
         new = self._checked(values)
         if new:
-            stored = self._get()
-            if stored is None:
-                self._put(new)
-            else:
-                stored.extend(new)
+            self._transform(new, _extend)
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace the list by ``values``; an empty one clears the state."""
@@ -262,21 +261,13 @@ class MapState(KeyedState):
 
     def put(self, user_key: Hashable, value: Any) -> None:
         _check_user_key(user_key)
-        stored = self._get()
-        if stored is None:
-            self._put({user_key: value})
-        else:
-            stored[user_key] = value
+        self._transform({user_key: value}, _update)
 
     def put_all(self, mapping: dict[Any, Any]) -> None:
         for user_key in mapping:
             _check_user_key(user_key)
         if mapping:
-            stored = self._get()
-            if stored is None:
-                self._put(dict(mapping))
-            else:
-                stored.update(mapping)
+            self._transform(dict(mapping), _update)
 
     def remove(self, user_key: Hashable) -> None:
         """Remove ``user_key``; removing the last one clears the state."""
@@ -286,7 +277,7 @@ class MapState(KeyedState):
             if len(stored) == 1:
                 self.clear()
             else:
-                del stored[user_key]
+                self._transform(user_key, _delete)
 
     def contains(self, user_key: Hashable) -> bool:
         _check_user_key(user_key)
@@ -322,9 +313,7 @@ class ReducingState(KeyedState):
         if value is None:
             raise NoneStateError(f"expected a value to add to reducing state {self.name!r}, "
                                  "got None")
-        c = self._context
-        self._holder.table.transform(c.key, c.namespace, value, self._reduce,
-                                     key_group=c.key_group)
+        self._transform(value, self._reduce)
 
     def _reduce(self, old: Any, value: Any) -> Any:
         if old is None:
@@ -346,9 +335,7 @@ class AggregatingState(KeyedState):
         return None if accumulator is None else self._function().get_result(accumulator)
 
     def add(self, value: Any) -> None:
-        c = self._context
-        self._holder.table.transform(c.key, c.namespace, value, self._fold,
-                                     key_group=c.key_group)
+        self._transform(value, self._fold)
 
     def _fold(self, accumulator: Any, value: Any) -> Any:
         function = self._function()
@@ -371,6 +358,25 @@ HANDLES: dict[str, type[KeyedState]] = {
     ReducingStateDescriptor.kind: ReducingState,
     AggregatingStateDescriptor.kind: AggregatingState,
 }
+
+
+def _extend(stored: list[Any] | None, new: list[Any]) -> list[Any]:
+    if stored is None:
+        return new
+    stored.extend(new)
+    return stored
+
+
+def _update(stored: dict[Any, Any] | None, new: dict[Any, Any]) -> dict[Any, Any]:
+    if stored is None:
+        return new
+    stored.update(new)
+    return stored
+
+
+def _delete(stored: dict[Any, Any], user_key: Any) -> dict[Any, Any]:
+    del stored[user_key]
+    return stored
 
 
 def _check_user_key(user_key: object) -> None:
