@@ -1,11 +1,11 @@
 """The heap keyed state backend: named keyed states in state tables, with
 asynchronous snapshots (Flink's ``HeapKeyedStateBackend``).
 
-A backend holds the key groups of one :class:`~cowstate.key_groups.KeyGroupRange`
-of ``max_parallelism``. Each state registered through a descriptor gets a
-table (``table_factory``: :class:`~cowstate.state_table.CopyOnWriteStateTable`
+The state API (key context, registration, handles) is
+:class:`~cowstate.keyed_backend.AbstractKeyedStateBackend`'s. Each state gets a
+table from ``table_factory``: :class:`~cowstate.state_table.CopyOnWriteStateTable`
 by default, :class:`~cowstate.state_table.NestedMapsStateTable` for synchronous
-snapshots). Keyed states read and write at the current key and namespace.
+snapshots.
 
 A checkpoint has two parts::
 
@@ -42,39 +42,18 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import IO, Any, overload
+from typing import IO, Any
 
-from cowstate.descriptors import (
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    StateDescriptor,
-    ValueStateDescriptor,
-)
 from cowstate.errors import (
-    BackendClosedError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
     SerializerMismatchError,
     SnapshotCancelledError,
     SnapshotWriteError,
-    StateRegistrationError,
-    UnknownStateError,
 )
 from cowstate.key_groups import KeyGroupRange
-from cowstate.keyed_state import (
-    HANDLES,
-    AggregatingState,
-    KeyContext,
-    KeyedState,
-    ListState,
-    MapState,
-    ReducingState,
-    StateHolder,
-    ValueState,
-)
-from cowstate.serializers import DefaultSerializer, StateSerializer, serializer_identifier
+from cowstate.keyed_backend import AbstractKeyedStateBackend
+from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot_io import RestoredSnapshot, SnapshotFileInfo, read_snapshot, write_snapshot
 from cowstate.state_table import (
     CopyOnWriteStateTable,
@@ -143,7 +122,7 @@ class SnapshotFuture(Future[KeyedStateSnapshotResult]):
         return not self.done()
 
 
-class HeapKeyedStateBackend:
+class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     """Keyed state on the heap for the key groups of ``key_group_range``."""
 
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int,
@@ -151,119 +130,16 @@ class HeapKeyedStateBackend:
                  key_serializer: StateSerializer | None = None,
                  namespace_serializer: StateSerializer | None = None,
                  executor: Executor | None = None) -> None:
-        if not isinstance(key_group_range, KeyGroupRange):
-            raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+        super().__init__(key_group_range, max_parallelism, key_serializer=key_serializer,
+                         namespace_serializer=namespace_serializer)
         if not callable(table_factory):
             raise InvalidArgumentError(
                 f"expected a table factory, got {type(table_factory).__name__}")
-        self._key_serializer: StateSerializer = key_serializer or DefaultSerializer()
-        self._namespace_serializer: StateSerializer = namespace_serializer or DefaultSerializer()
         self._table_factory = table_factory
-        if type(max_parallelism) is not int or not 0 < max_parallelism <= 1 << 15:
-            raise InvalidArgumentError(
-                f"expected max_parallelism in 1..32768, got {max_parallelism!r}")
-        if key_group_range.end_key_group >= max_parallelism:
-            raise InvalidArgumentError(
-                f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
-                f"parallelism {max_parallelism}, got {key_group_range!r}")
-        self._context = KeyContext(key_group_range, max_parallelism, self._key_serializer)
-        self._holders: dict[str, StateHolder] = {}
         self._own_executor = executor is None
         self._executor: Executor = executor or ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="cowstate-snapshot")
         self._pending: set[SnapshotFuture] = set()
-        self._closed = False
-
-    # ------------------------------------------------------------ key context
-
-    @property
-    def key_group_range(self) -> KeyGroupRange:
-        return self._context.key_group_range
-
-    @property
-    def max_parallelism(self) -> int:
-        return self._context.max_parallelism
-
-    @property
-    def key_serializer(self) -> StateSerializer:
-        return self._key_serializer
-
-    @property
-    def namespace_serializer(self) -> StateSerializer:
-        return self._namespace_serializer
-
-    def set_current_key(self, key: Any) -> None:
-        """Make ``key`` current (its key group must be in this backend's range)."""
-        self._context.set_key(key)
-
-    @property
-    def current_key(self) -> Any:
-        return self._context.key
-
-    @property
-    def current_key_group(self) -> int:
-        _ = self._context.key                         # NoCurrentKeyError before a key
-        return self._context.key_group
-
-    def set_current_namespace(self, namespace: Any) -> None:
-        self._context.set_namespace(namespace)
-
-    @property
-    def current_namespace(self) -> Any:
-        return self._context.namespace
-
-    # ----------------------------------------------------------------- states
-
-    @overload
-    def get_state(self, descriptor: ValueStateDescriptor[Any]) -> ValueState: ...
-    @overload
-    def get_state(self, descriptor: ListStateDescriptor) -> ListState: ...
-    @overload
-    def get_state(self, descriptor: MapStateDescriptor) -> MapState: ...
-    @overload
-    def get_state(self, descriptor: ReducingStateDescriptor[Any]) -> ReducingState: ...
-    @overload
-    def get_state(self, descriptor: AggregatingStateDescriptor) -> AggregatingState: ...
-
-    def get_state(self, descriptor: StateDescriptor) -> KeyedState:
-        """The state ``descriptor`` names, registered on first use.
-
-        Another descriptor of the same name must have the same kind and a
-        serializer of the same identifier (:class:`StateRegistrationError`).
-        """
-        if not isinstance(descriptor, StateDescriptor) or descriptor.kind not in HANDLES:
-            raise InvalidArgumentError(
-                f"expected a state descriptor, got {type(descriptor).__name__}")
-        holder = self._holders.get(descriptor.name)
-        if holder is None:
-            meta = self._meta_for(descriptor)
-            holder = StateHolder(descriptor, self._new_table(meta))
-            self._holders[descriptor.name] = holder
-        else:
-            self._check_same_state(holder, descriptor)
-            if holder.descriptor is None:             # restored, registered only now
-                holder.table.set_meta_info(self._meta_for(descriptor))
-            holder.descriptor = descriptor
-        return HANDLES[descriptor.kind](self._context, holder)
-
-    @property
-    def state_names(self) -> list[str]:
-        """Registered and restored states, in registration order (their state ids)."""
-        return list(self._holders)
-
-    def table(self, name: str) -> StateTable[Any, Any, Any]:
-        """The table of state ``name`` (for inspection, restore and tests)."""
-        return self._holder(name).table
-
-    def get_keys(self, name: str, namespace: Any) -> list[Any]:
-        """The keys with state ``name`` in ``namespace`` (a list: safe to change state
-        while walking it)."""
-        return list(self._holder(name).table.keys(namespace))
-
-    def num_state_entries(self) -> int:
-        """Mappings over all states."""
-        return sum(len(h.table) for h in self._holders.values())
 
     # -------------------------------------------------------------- snapshots
 
@@ -321,8 +197,7 @@ class HeapKeyedStateBackend:
         serializers, kinds and serializers of registered states).
         """
         self._check_open()
-        metas = {name: self._meta_for(h.descriptor) for name, h in self._holders.items()
-                 if h.descriptor is not None}
+        metas = self._registered_metas()
         restored = RestoredSnapshot(self.key_group_range, self.max_parallelism)
         for item in snapshot_streams:
             read_snapshot(_open_snapshot(item), self.key_group_range,
@@ -346,19 +221,13 @@ class HeapKeyedStateBackend:
             for key_group, key, namespace, state in restored.entries(name):
                 table.put(key, namespace, state, key_group=key_group)
             tables[name] = table
-        # Every file decoded: swap the tables in.
-        for name, holder in self._holders.items():
-            new = tables.pop(name, None)
-            holder.table = new if new is not None else self._new_table(
-                metas.get(name, holder.table.meta))
-        for name, table in tables.items():
-            self._holders[name] = StateHolder(None, table)
+        self._install_tables(tables, metas)        # every file decoded: swap them in
 
     def close(self) -> None:
         """Cancel pending snapshots, wait for the writer, release everything."""
         if self._closed:
             return
-        self._closed = True
+        super().close()
         for future in list(self._pending):
             future.cancel()
         if self._own_executor:
@@ -366,13 +235,6 @@ class HeapKeyedStateBackend:
 
     def __enter__(self) -> HeapKeyedStateBackend:
         return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return (f"<HeapKeyedStateBackend {self.key_group_range!r} of {self.max_parallelism}, "
-                f"states {self.state_names}>")
 
     # -------------------------------------------------------- private helpers
 
@@ -406,38 +268,10 @@ class HeapKeyedStateBackend:
             for snap in snapshots:
                 snap.release()
 
-    def _meta_for(self, descriptor: StateDescriptor | None) -> StateMetaInfo:
-        assert descriptor is not None
-        return StateMetaInfo(descriptor.name, descriptor.kind, self._namespace_serializer,
-                             descriptor.serializer)
-
     def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
         return self._table_factory(self.key_group_range, self.max_parallelism, meta=meta,
                                    key_serializer=self._key_serializer)
 
-    def _holder(self, name: str) -> StateHolder:
-        holder = self._holders.get(name)
-        if holder is None:
-            raise UnknownStateError(
-                f"expected a registered state name ({', '.join(self._holders) or 'none'}), "
-                f"got {name!r}")
-        return holder
-
-    def _check_same_state(self, holder: StateHolder, descriptor: StateDescriptor) -> None:
-        meta = holder.table.meta
-        if meta.kind != descriptor.kind:
-            raise StateRegistrationError(
-                f"expected state {descriptor.name!r} to be registered again as a {meta.kind} "
-                f"state, got a {descriptor.kind} state descriptor")
-        ours, theirs = (serializer_identifier(meta.state_serializer),
-                        serializer_identifier(descriptor.serializer))
-        if ours != theirs:
-            raise StateRegistrationError(
-                f"expected state {descriptor.name!r} with serializer {ours!r}, got {theirs!r}")
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise BackendClosedError("expected an open backend, got one that was closed")
 
 
 def _open_snapshot(item: Any) -> IO[bytes] | bytes:

@@ -17,8 +17,11 @@ from concurrent.futures import CancelledError
 __all__ = [
     "BackendClosedError",
     "BadMagicError",
+    "CheckpointError",
+    "CheckpointNotFoundError",
     "ChecksumMismatchError",
     "ConcurrentModificationError",
+    "CorruptCheckpointError",
     "CowStateError",
     "ForeignSnapshotError",
     "IncompatibleSnapshotError",
@@ -38,6 +41,7 @@ __all__ = [
     "TransformFunctionError",
     "TruncatedSnapshotError",
     "UnhashableKeyError",
+    "UnknownCheckpointError",
     "UnknownStateError",
     "UnsupportedVersionError",
     "VersionOverflowError",
@@ -179,3 +183,26 @@ class SnapshotCancelledError(CowStateError, CancelledError):
 
 class SnapshotWriteError(CowStateError, OSError):
     """The asynchronous part of a snapshot failed; the cause is chained."""
+
+
+# ------------------------------------------------ checkpoints and savepoints
+
+
+class CheckpointError(CowStateError):
+    """A checkpoint or savepoint could not be taken, completed or restored."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No completed checkpoint or savepoint (no ``_metadata``) where one was expected."""
+
+
+class CorruptCheckpointError(CheckpointError, ValueError):
+    """A checkpoint's ``_metadata`` is invalid, or a file it lists is missing, has
+    another size or fails its CRC32."""
+
+
+class UnknownCheckpointError(CheckpointError, KeyError):
+    """A checkpoint id the coordinator has no pending checkpoint of."""
+
+    def __str__(self) -> str:      # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""

@@ -1,0 +1,275 @@
+"""The file system checkpoints live on: a thin, atomic layer over fsspec.
+
+A :class:`FileSystem` is rooted nowhere: it takes absolute paths or URLs
+(``/data/ckpt``, ``file:///data/ckpt``, ``memory://ckpt``, ``s3://bucket/x``
+with s3fs installed) and resolves each with ``fsspec.core.url_to_fs``.
+
+Every write is atomic: :meth:`FileSystem.create` returns an
+:class:`AtomicOutputStream` that writes to a hidden temporary name beside the
+target (``.<name>.<random>.inprogress``), and only ``close_and_get_handle()``
+flushes, closes and renames it into place. A crash before that leaves at
+most a temporary file, which readers never take for the real one and
+recovery deletes. The stream computes the size and CRC32 of what it wrote.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import posixpath
+import uuid
+import zlib
+from typing import IO, Any
+
+import fsspec
+
+from cowstate.errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError
+
+__all__ = [
+    "TEMP_SUFFIX",
+    "AtomicOutputStream",
+    "FileSystem",
+    "WrittenFile",
+    "is_temporary",
+]
+
+TEMP_SUFFIX = ".inprogress"
+_COPY_CHUNK = 1 << 20
+
+
+def is_temporary(path: str) -> bool:
+    """True for the temporary name of an unfinished atomic write."""
+    name = posixpath.basename(path)
+    return name.startswith(".") and name.endswith(TEMP_SUFFIX)
+
+
+class WrittenFile:
+    """Where an atomic write ended up, with its size and CRC32."""
+
+    __slots__ = ("crc32", "path", "size")
+
+    def __init__(self, path: str, size: int, crc32: int) -> None:
+        self.path = path
+        self.size = size
+        self.crc32 = crc32
+
+    def __repr__(self) -> str:
+        return f"WrittenFile({self.path!r}, size={self.size}, crc32={self.crc32:#010x})"
+
+
+class FileSystem:
+    """Absolute paths and URLs on any fsspec file system, with atomic writes.
+
+    ``hooks`` (tests only) is called with ``("write", path, data)`` before
+    each chunk is written and ``("rename", temp, final)`` before each rename;
+    it may raise to inject a failure.
+    """
+
+    def __init__(self, hooks: Any = None) -> None:
+        self._hooks = hooks
+
+    # ----------------------------------------------------------------- paths
+
+    @staticmethod
+    def join(base: str, *parts: str) -> str:
+        return posixpath.join(base.rstrip("/") if base != "/" else base, *parts)
+
+    @staticmethod
+    def name(path: str) -> str:
+        return posixpath.basename(path.rstrip("/"))
+
+    @staticmethod
+    def parent(path: str) -> str:
+        return posixpath.dirname(path.rstrip("/"))
+
+    # ----------------------------------------------------------------- reads
+
+    def exists(self, path: str) -> bool:
+        fs, p = self._fs(path)
+        return bool(fs.exists(p))
+
+    def is_dir(self, path: str) -> bool:
+        fs, p = self._fs(path)
+        return bool(fs.isdir(p))
+
+    def size(self, path: str) -> int:
+        fs, p = self._fs(path)
+        return int(fs.size(p))
+
+    def open(self, path: str) -> IO[bytes]:
+        """Open ``path`` for reading (:class:`CheckpointNotFoundError` if missing)."""
+        fs, p = self._fs(path)
+        try:
+            return fs.open(p, "rb")  # type: ignore[no-any-return]
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"expected a file at {path!r}, found none") from None
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.open(path) as stream:
+            return stream.read()
+
+    def list_files(self, directory: str) -> list[str]:
+        """Every file under ``directory``, recursively, as full paths (sorted);
+        empty if the directory does not exist."""
+        fs, p = self._fs(directory)
+        if not fs.exists(p):
+            return []
+        prefix = directory.rstrip("/")
+        root = p.rstrip("/")
+        found = fs.find(p, withdirs=False)
+        return sorted(prefix + str(f)[len(root):] for f in found)
+
+    def list_dir(self, directory: str) -> list[str]:
+        """The entries directly under ``directory`` (full paths, sorted)."""
+        fs, p = self._fs(directory)
+        if not fs.exists(p):
+            return []
+        prefix = directory.rstrip("/")
+        return sorted(self.join(prefix, posixpath.basename(str(e).rstrip("/")))
+                      for e in fs.ls(p, detail=False))
+
+    # ---------------------------------------------------------------- writes
+
+    def makedirs(self, path: str) -> None:
+        fs, p = self._fs(path)
+        fs.makedirs(p, exist_ok=True)
+
+    def create(self, path: str) -> AtomicOutputStream:
+        """An atomic stream that becomes ``path`` on ``close_and_get_handle()``."""
+        self.makedirs(self.parent(path))
+        temp = self.join(self.parent(path), f".{self.name(path)}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
+        return AtomicOutputStream(self, path, temp)
+
+    def write_bytes(self, path: str, data: bytes) -> WrittenFile:
+        stream = self.create(path)
+        try:
+            stream.write(data)
+        except BaseException:
+            stream.discard()
+            raise
+        return stream.close_and_get_handle()
+
+    def upload(self, local_path: str | os.PathLike[str], path: str) -> WrittenFile:
+        """Copy a local file to ``path`` atomically."""
+        stream = self.create(path)
+        try:
+            with open(local_path, "rb") as source:
+                while chunk := source.read(_COPY_CHUNK):
+                    stream.write(chunk)
+        except BaseException:
+            stream.discard()
+            raise
+        return stream.close_and_get_handle()
+
+    def download(self, path: str, local_path: str | os.PathLike[str], *, size: int,
+                 crc32: int) -> None:
+        """Copy ``path`` to a local file, checking its size and CRC32."""
+        crc = 0
+        written = 0
+        with self.open(path) as source, open(local_path, "wb") as target:
+            while chunk := source.read(_COPY_CHUNK):
+                crc = zlib.crc32(chunk, crc)
+                written += len(chunk)
+                target.write(chunk)
+        if (written, crc) != (size, crc32):
+            os.unlink(local_path)
+            raise CorruptCheckpointError(
+                f"expected {path!r} to hold {size} bytes with CRC32 {crc32:#010x}, got "
+                f"{written} bytes with CRC32 {crc:#010x}")
+
+    def delete(self, path: str) -> None:
+        """Delete a file (absent files are fine)."""
+        fs, p = self._fs(path)
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm(p)
+
+    def delete_dir(self, path: str) -> None:
+        """Delete a directory and everything in it (absent is fine)."""
+        fs, p = self._fs(path)
+        if fs.exists(p):
+            fs.rm(p, recursive=True)
+
+    def rename(self, source: str, target: str) -> None:
+        if self._hooks is not None:
+            self._hooks("rename", source, target)
+        fs, p = self._fs(source)
+        _, q = self._fs(target)
+        fs.mv(p, q)
+
+    # ------------------------------------------------------ private helpers
+
+    def _fs(self, path: str) -> tuple[Any, str]:
+        if not isinstance(path, str) or not path:
+            raise InvalidArgumentError(f"expected a path or URL, got {path!r}")
+        fs, p = fsspec.core.url_to_fs(path)
+        return fs, p
+
+    def _write_hook(self, path: str, data: bytes) -> None:
+        if self._hooks is not None:
+            self._hooks("write", path, data)
+
+
+class AtomicOutputStream:
+    """Writes a file under a temporary name; ``close_and_get_handle()`` renames it.
+
+    ``discard()`` removes the temporary file instead (a failed or cancelled
+    write). The size and CRC32 of what was written are tracked as it goes.
+    """
+
+    def __init__(self, filesystem: FileSystem, path: str, temp: str) -> None:
+        self.path = path
+        self.temp = temp
+        self._filesystem = filesystem
+        fs, p = filesystem._fs(temp)
+        self._stream: IO[bytes] | None = fs.open(p, "wb")
+        self._size = 0
+        self._crc = 0
+
+    def write(self, data: bytes | bytearray | memoryview) -> int:
+        stream = self._open()
+        chunk = bytes(data)
+        self._filesystem._write_hook(self.path, chunk)
+        stream.write(chunk)
+        self._size += len(chunk)
+        self._crc = zlib.crc32(chunk, self._crc)
+        return len(chunk)
+
+    def flush(self) -> None:
+        self._open().flush()
+
+    def tell(self) -> int:
+        return self._size
+
+    def writable(self) -> bool:
+        return True
+
+    def close_and_get_handle(self) -> WrittenFile:
+        """Flush, close and rename into place; the file is then visible."""
+        stream = self._open()
+        stream.flush()
+        stream.close()
+        self._stream = None
+        self._filesystem.rename(self.temp, self.path)
+        return WrittenFile(self.path, self._size, self._crc)
+
+    def discard(self) -> None:
+        """Drop what was written (idempotent)."""
+        if self._stream is not None:
+            try:
+                self._stream.close()
+            finally:
+                self._stream = None
+        self._filesystem.delete(self.temp)
+
+    def __enter__(self) -> AtomicOutputStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._stream is not None:
+            self.discard()
+
+    def _open(self) -> IO[bytes]:
+        if self._stream is None:
+            raise InvalidArgumentError(f"expected an open stream for {self.path!r}, it was closed")
+        return self._stream
+

@@ -1,0 +1,143 @@
+"""What a checkpoint or savepoint records: file handles, keyed state handles, the
+``_metadata`` document, and the options a backend snapshots with.
+
+Every model is pydantic and serializes to JSON; ``_metadata`` is a
+:class:`CheckpointMetadata`. A file handle names a file either by an absolute
+path (checkpoints: their shared files may live in another job's directory
+after a restore) or relative to the directory holding ``_metadata``
+(savepoints, so the directory can be moved). Scopes follow Flink:
+
+- ``exclusive``: owned by exactly one snapshot, inside its directory
+  (``chk-<id>/`` or the savepoint directory);
+- ``shared``: in the job's ``shared/`` directory, possibly referenced by
+  several checkpoints; only the shared-state registry deletes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "METADATA_FILE",
+    "CheckpointMetadata",
+    "FileHandle",
+    "KeyedStateHandle",
+    "RestoreMode",
+    "SnapshotOptions",
+    "StateInfo",
+]
+
+METADATA_FILE = "_metadata"
+
+BackendName = Literal["heap", "rocksdb"]
+#: ``heap``: a heap snapshot file; ``canonical``: the backend-independent
+#: snapshot file (any backend restores it); ``rocksdb-native``: RocksDB files.
+HandleFormat = Literal["heap", "canonical", "rocksdb-native"]
+
+
+class RestoreMode(StrEnum):
+    """Who owns the files of the snapshot a job starts from (Flink's FLIP-193)."""
+
+    #: The job owns it: it is subsumed and deleted like the job's own checkpoints.
+    CLAIM = "claim"
+    #: The user owns it: never deleted, and the first checkpoint is full so that
+    #: nothing depends on it afterwards.
+    NO_CLAIM = "no-claim"
+    #: Nobody owns it: later checkpoints may build on its files, which are
+    #: never deleted.
+    LEGACY = "legacy"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class FileHandle(_Model):
+    """One file of a snapshot."""
+
+    path: str
+    relative: bool = False
+    size: int = Field(ge=0)
+    crc32: int = Field(ge=0, lt=1 << 32)
+    scope: Literal["exclusive", "shared"]
+    #: The backend's own name of the file (RocksDB: ``000012.sst``, ``CURRENT``).
+    local_name: str | None = None
+
+
+class StateInfo(_Model):
+    """One state of a keyed state handle (for ``savepoint inspect`` and checks)."""
+
+    name: str
+    kind: str
+    namespace_serializer: str
+    state_serializer: str
+
+
+class KeyedStateHandle(_Model):
+    """The keyed state of one subtask in one snapshot."""
+
+    backend: BackendName
+    format: HandleFormat
+    key_group_range: tuple[int, int]
+    max_parallelism: int = Field(ge=1, le=1 << 15)
+    checkpoint_id: int = Field(ge=0)
+    key_serializer: str
+    states: tuple[StateInfo, ...]
+    files: tuple[FileHandle, ...]
+    #: Bytes this snapshot uploaded (an incremental checkpoint reuses the rest).
+    checkpointed_size: int = Field(ge=0)
+    #: Bytes of every file the handle references.
+    full_size: int = Field(ge=0)
+    #: The RocksDB instance lineage the handle's files come from.
+    backend_uid: str | None = None
+
+    @property
+    def shared_files(self) -> tuple[FileHandle, ...]:
+        return tuple(f for f in self.files if f.scope == "shared")
+
+
+class CheckpointMetadata(_Model):
+    """The ``_metadata`` document: written last, it makes a snapshot visible."""
+
+    format_version: Literal[1] = 1
+    job_id: str
+    checkpoint_id: int = Field(ge=0)
+    kind: Literal["checkpoint", "savepoint"]
+    #: For a savepoint: ``native`` (the backend's own files) or ``canonical``.
+    savepoint_format: Literal["native", "canonical"] | None = None
+    max_parallelism: int = Field(ge=1, le=1 << 15)
+    timestamp: float
+    subtasks: tuple[KeyedStateHandle, ...]
+
+    @property
+    def files(self) -> tuple[FileHandle, ...]:
+        return tuple(f for handle in self.subtasks for f in handle.files)
+
+
+@dataclass(frozen=True)
+class SnapshotOptions:
+    """How a backend takes one snapshot (Flink's snapshot type and sharing strategy).
+
+    ``kind="checkpoint"``: incremental on top of the last confirmed checkpoint
+    unless ``full`` (FORWARD_BACKWARD, or FORWARD when full). ``kind="savepoint"``:
+    NO_SHARING -- every file exclusive in the savepoint directory, nothing
+    reused, nothing recorded as a base -- in the ``native`` or ``canonical``
+    format.
+    """
+
+    kind: Literal["checkpoint", "savepoint"] = "checkpoint"
+    format: Literal["native", "canonical"] = "native"
+    full: bool = False
+
+    @property
+    def reuses_files(self) -> bool:
+        """May this snapshot reference files of the last confirmed checkpoint?"""
+        return self.kind == "checkpoint" and not self.full
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.kind == "savepoint"
