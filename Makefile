@@ -22,7 +22,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy --strict impl model spec
 
-## CrossHair over the contracts of cowstate.arithmetic and the fast/plain equivalences
+## CrossHair over the contracts of cowstate.arithmetic and cowstate.key_groups, and the fast/plain equivalences
 ## (a few CPU seconds per condition, 10-minute deadline; see cowstate_spec.symbolic)
 crosshair: $(STAMP)
 	$(PY) -m cowstate_spec.symbolic --profile quick
@@ -38,6 +38,7 @@ demo: $(STAMP)
 bench: $(STAMP)
 	$(PY) bench/bench_state_map.py
 	$(PY) bench/bench_differential.py
+	$(PY) bench/bench_table_backend.py
 
 ## make deep: the state machines under the deep Hypothesis profile (by hand, minutes)
 deep: $(STAMP)
