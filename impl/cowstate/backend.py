@@ -37,13 +37,17 @@ changes, so a bad file leaves the backend as it was.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
+from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions, StateInfo
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.protocol import map_future, overlapping
 from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
@@ -54,7 +58,13 @@ from cowstate.errors import (
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.serializers import StateSerializer, serializer_identifier
-from cowstate.snapshot_io import RestoredSnapshot, SnapshotFileInfo, read_snapshot, write_snapshot
+from cowstate.snapshot_io import (
+    BinaryWriter,
+    RestoredSnapshot,
+    SnapshotFileInfo,
+    read_snapshot,
+    write_snapshot,
+)
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     StateMetaInfo,
@@ -78,7 +88,7 @@ RESTORABLE_FORMATS = frozenset({HEAP_FORMAT, "canonical"})
 #: Makes the stream a snapshot is written to (called on the writer thread).
 #: If the stream has ``close_and_get_handle()``, its result becomes the
 #: snapshot's handle; if it has ``discard()``, a failed write calls it.
-StreamFactory = Callable[[], IO[bytes]]
+StreamFactory = Callable[[], BinaryWriter]
 
 
 @dataclass(frozen=True)
@@ -143,14 +153,20 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
 
     # -------------------------------------------------------------- snapshots
 
-    def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory) -> SnapshotFuture:
+    def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory, *,
+                 format: str = HEAP_FORMAT) -> SnapshotFuture:
         """Take the synchronous part now; the returned future writes the rest.
 
         ``stream_factory()`` is called on the writer thread. The result's
         ``handle`` is ``stream.close_and_get_handle()`` when the stream has
         it, else the stream (rewound ``BytesIO`` callers can read).
+        ``format`` is recorded in the file: ``"heap"`` (the heap's native
+        format) or ``"canonical"`` (a canonical savepoint, any backend restores it).
         """
         self._check_open()
+        if format not in RESTORABLE_FORMATS:
+            raise InvalidArgumentError(
+                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got {format!r}")
         if type(checkpoint_id) is not int or checkpoint_id < 0:
             raise InvalidArgumentError(
                 f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
@@ -178,8 +194,57 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             return future
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
-        self._executor.submit(self._write, future, taken, stream_factory)
+        self._executor.submit(self._write, future, taken, stream_factory, format)
         return future
+
+    # ------------------------------------------------ checkpoints and savepoints
+
+    def snapshot_to(self, checkpoint_id: int, location: SnapshotLocation,
+                    options: SnapshotOptions) -> Future[KeyedStateHandle]:
+        """A snapshot file in ``location`` (always full: the heap shares nothing
+        between checkpoints); canonical for a canonical savepoint, else heap."""
+        format = "canonical" if options.is_savepoint and options.format == "canonical" \
+            else HEAP_FORMAT
+        r = self.key_group_range
+        name = f"keyed-state-{r.start_key_group}-{r.end_key_group}"
+        inner = self.snapshot(checkpoint_id, functools.partial(location.exclusive_stream, name),
+                              format=format)
+        return map_future(inner, functools.partial(self._handle_of, format))
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Nothing to do: heap snapshots never build on earlier ones."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Nothing to do: heap snapshots never build on earlier ones."""
+
+    def restore_from(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource, *,
+                     incremental_base: bool = False) -> None:
+        """Restore from the heap or canonical handles of one snapshot (only those
+        meeting this backend's key groups are read; each file is checked
+        against its size and CRC32 first)."""
+        for handle in handles:
+            if handle.format not in RESTORABLE_FORMATS:
+                raise IncompatibleSnapshotError(
+                    f"expected a heap or canonical snapshot, got a {handle.format} snapshot of "
+                    f"the {handle.backend} backend: restore it into that backend, or take a "
+                    "canonical savepoint to change backends")
+        mine = overlapping(handles, self.key_group_range)
+        self.restore([source.read(f) for handle in mine for f in handle.files])
+
+    def _handle_of(self, format: str, result: KeyedStateSnapshotResult) -> KeyedStateHandle:
+        r = self.key_group_range
+        files: tuple[FileHandle, ...] = () if result.handle is None else (result.handle,)
+        size = sum(f.size for f in files)
+        states = () if result.info is None else tuple(
+            StateInfo(name=s.name, kind=s.kind, namespace_serializer=s.namespace_serializer,
+                      state_serializer=s.state_serializer)
+            for s in result.info.metadata.states)
+        return KeyedStateHandle(
+            backend="heap", format="canonical" if format == "canonical" else "heap",
+            key_group_range=(r.start_key_group, r.end_key_group),
+            max_parallelism=self.max_parallelism, checkpoint_id=result.checkpoint_id,
+            key_serializer=serializer_identifier(self._key_serializer), states=states,
+            files=files, checkpointed_size=size, full_size=size)
 
     @property
     def pending_snapshots(self) -> int:
@@ -239,14 +304,14 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     # -------------------------------------------------------- private helpers
 
     def _write(self, future: SnapshotFuture, snapshots: list[StateTableSnapshot[Any, Any, Any]],
-               stream_factory: StreamFactory) -> None:
+               stream_factory: StreamFactory, format: str) -> None:
         """The asynchronous part (writer thread)."""
         if not future.set_running_or_notify_cancel():
             return                                    # cancelled before it started
-        stream: IO[bytes] | None = None
+        stream: BinaryWriter | None = None
         try:
             stream = stream_factory()
-            info = write_snapshot(snapshots, stream, format=HEAP_FORMAT,
+            info = write_snapshot(snapshots, stream, format=format,
                                   cancel=future.cancel_requested)
             close = getattr(stream, "close_and_get_handle", None)
             handle = close() if close is not None else stream
@@ -292,7 +357,7 @@ def _open_snapshot(item: Any) -> IO[bytes] | bytes:
         f"open(), got {type(item).__name__}")
 
 
-def _discard(stream: IO[bytes] | None) -> None:
+def _discard(stream: BinaryWriter | None) -> None:
     discard = getattr(stream, "discard", None)
     if discard is not None:
         with contextlib.suppress(Exception):   # the write's own error is the one to report

@@ -54,7 +54,7 @@ import threading
 import zlib
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -79,6 +79,7 @@ __all__ = [
     "END_MAGIC",
     "FORMAT_VERSION",
     "MAGIC",
+    "BinaryWriter",
     "RawEntry",
     "RestoredSnapshot",
     "SnapshotFileInfo",
@@ -106,6 +107,14 @@ _FOOTER = struct.Struct(">Q8s")
 
 #: One entry as bytes: (namespace, key, state).
 RawEntry = tuple[bytes, bytes, bytes]
+
+
+class BinaryWriter(Protocol):
+    """Where a snapshot file is written: a binary stream, a checkpoint stream, ..."""
+
+    def write(self, data: bytes, /) -> int | None: ...
+
+    def flush(self) -> None: ...
 
 
 class StateMetadata(BaseModel):
@@ -192,7 +201,7 @@ class SnapshotWriter:
     :class:`SnapshotFileInfo`.
     """
 
-    def __init__(self, stream: IO[bytes], metadata: SnapshotMetadata) -> None:
+    def __init__(self, stream: BinaryWriter, metadata: SnapshotMetadata) -> None:
         self._stream = stream
         self._metadata = metadata
         self._range = metadata.range
@@ -259,7 +268,7 @@ class SnapshotWriter:
 
 def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
                    | Sequence[StateTableSnapshot[Any, Any, Any]],
-                   stream: IO[bytes], *, format: str = "heap",
+                   stream: BinaryWriter, *, format: str = "heap",
                    cancel: threading.Event | None = None,
                    release: bool = True) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.

@@ -161,13 +161,17 @@ class BackendImplementation:
 
     ``snapshot(backend, checkpoint_id, gate)`` starts an asynchronous snapshot
     whose writes pass ``gate``; ``read(result, backend)`` decodes a completed
-    one as ``{state name: {(key, namespace): state}}``.
+    one as ``{state name: {(key, namespace): state}}``. ``mutations_persist``
+    is true where a state object a handle returns is the stored one (the heap:
+    mutating it in place changes the state until the next snapshot); false
+    where it is a copy (RocksDB: mutating it must change nothing).
     """
 
     name: str
     factory: Callable[[KeyGroupRange, int], Any]
     read: Callable[[Any, Any], Contents] = read_heap_snapshot
     snapshot: Callable[[Any, int, WriteGate], Any] = snapshot_heap
+    mutations_persist: bool = True
 
     def __repr__(self) -> str:
         return self.name
