@@ -293,7 +293,7 @@ def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
                 key_bytes, namespace_bytes, state_bytes = serializers[state_id]
                 per_state[state_id] = [
                     (namespace_bytes(namespace), key_bytes(key), state_bytes(state))
-                    for key, namespace, state in snap.key_group_entries(key_group)]
+                    for key, namespace, state in snap.key_group_items(key_group)]
             writer.write_key_group(key_group, per_state)
             for snap in tables:
                 snap.release_key_group(key_group)

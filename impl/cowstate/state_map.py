@@ -688,6 +688,22 @@ class StateMapSnapshot(Generic[K, N, S]):
                 yield StateEntry(e.key, e.namespace, e.state)
                 e = e.next
 
+    def items(self) -> list[tuple[K, N, S]]:
+        """Every mapping as a plain ``(key, namespace, state)`` tuple, in one list.
+
+        The fast path for a writer that reads the snapshot once before
+        releasing it: no per-entry release check (a release *during* the call
+        is not detected), no :class:`StateEntry` per mapping.
+        """
+        out: list[tuple[K, N, S]] = []
+        append = out.append
+        for head in self._check_open():
+            e = head
+            while e is not None:
+                append((e.key, e.namespace, e.state))
+                e = e.next
+        return out
+
     def release(self) -> None:
         """Release this snapshot: copy-on-write stops protecting it."""
         if self._released:

@@ -423,6 +423,15 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
             return entries
         return _transformed(entries, transformer)
 
+    def key_group_items(self, key_group: int) -> list[tuple[K, N, S]]:
+        """:meth:`key_group_entries` as plain tuples in one list (the writer's fast path)."""
+        index = self._open_index(key_group)
+        items = self._items(index)
+        transformer = self.meta.snapshot_transformer
+        if transformer is None:
+            return items
+        return [(k, n, new) for k, n, s in items if (new := transformer(s)) is not None]
+
     def size_of_key_group(self, key_group: int) -> int:
         """The number of mappings of ``key_group`` before any transformer."""
         return self._size(self._open_index(key_group))
@@ -476,6 +485,9 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
     def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]: ...
 
     @abstractmethod
+    def _items(self, index: int) -> list[tuple[K, N, S]]: ...
+
+    @abstractmethod
     def _size(self, index: int) -> int: ...
 
     @abstractmethod
@@ -497,6 +509,9 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
     def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]:
         return iter(self._snapshots[index])
 
+    def _items(self, index: int) -> list[tuple[K, N, S]]:
+        return self._snapshots[index].items()
+
     def _size(self, index: int) -> int:
         return len(self._snapshots[index])
 
@@ -516,6 +531,11 @@ class NestedMapsStateTableSnapshot(StateTableSnapshot[K, N, S]):
         entries = self._copies[index]
         assert entries is not None
         return iter(entries)
+
+    def _items(self, index: int) -> list[tuple[K, N, S]]:
+        entries = self._copies[index]
+        assert entries is not None
+        return entries  # type: ignore[return-value]       # StateEntry is a tuple
 
     def _size(self, index: int) -> int:
         entries = self._copies[index]
