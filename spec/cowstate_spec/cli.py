@@ -5,12 +5,17 @@
 model -- on Spark (``--master``, default ``local[*]``) or ``in-process`` --
 writes ``records.parquet``, ``summary.json`` and minimized traces into
 ``--out``, prints a short summary, and exits 1 when anything diverged.
+
+``cowstate savepoint inspect DIR`` prints what a checkpoint or savepoint
+holds (format, states, key groups, sizes, referenced shared files) and exits
+1 when a file it lists is missing or has another size.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -42,7 +47,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                        help="where minimized pytest regressions go "
                             "(default: tests/regressions if it exists, else OUT/regressions)")
     check.add_argument("--no-progress", action="store_true", help="no progress bar")
+    savepoint = commands.add_parser("savepoint", help="checkpoints and savepoints")
+    savepoint_commands = savepoint.add_subparsers(dest="savepoint_command", required=True)
+    inspect = savepoint_commands.add_parser(
+        "inspect", help="print what a checkpoint or savepoint directory holds")
+    inspect.add_argument("directory", help="a chk-<id> or savepoint directory (path or URL)")
     args = parser.parse_args(argv)
+    if args.command == "savepoint":
+        return inspect_command(args.directory)
     try:
         spec = _spec(args)
     except (ValidationError, OSError, ValueError) as exc:
@@ -56,6 +68,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                        regressions_dir=regressions, progress=not args.no_progress)
     print_summary(report.summary, args.out)
     return 1 if report.divergences else 0
+
+
+def inspect_command(directory: str) -> int:
+    from cowstate.checkpoint.inspect import format_report, inspect_snapshot
+    from cowstate.errors import CheckpointError
+
+    try:
+        report = inspect_snapshot(directory)
+    except CheckpointError as exc:
+        print(f"cowstate savepoint inspect: {exc}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    return 1 if report.problems else 0
 
 
 def _spec(args: argparse.Namespace) -> WorkloadSpec:
