@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cowstate import CopyOnWriteStateMap
+from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
@@ -190,3 +192,29 @@ def bad_backends() -> list[BackendImplementation]:
     }
     return [BackendImplementation(name, functools.partial(heap_backend, table))
             for name, table in tables.items()]
+
+
+# ----------------------------------------------------------- checkpoint storage
+
+#: One-line bugs of the coordinator and the storage; the storage machine must
+#: catch each. ``STORAGE_BUGS_BACKEND`` names the backend kind that can show
+#: it (bugs about shared files need RocksDB, whose checkpoints share files).
+STORAGE_BUGS: list[Bug] = [
+    Bug("subsume-keeps-exclusive-files", "_subsume",
+        "filesystem.delete_dir(oldest.directory)", "pass",
+        "rule 5: a subsumed checkpoint's directory leaks", CheckpointCoordinator),
+    Bug("abort-leaves-its-uploads", "abort_checkpoint",
+        "pending.location.discard()\n    self.storage.filesystem.delete_dir("
+        "pending.location.directory)", "pass",
+        "rule 4: an aborted checkpoint's files leak", CheckpointCoordinator),
+    Bug("recovery-keeps-garbage", "_delete_garbage", "filesystem.delete(path)", "pass",
+        "recovery must delete what no retained checkpoint uses", CheckpointCoordinator),
+    Bug("claim-does-not-own", "_start_from", "self._completed.append(completed)", "pass",
+        "rule 7: a CLAIMed snapshot is subsumed and deleted like a checkpoint",
+        CheckpointCoordinator),
+    Bug("savepoint-paths-absolute", "savepoint_location",
+        "return SnapshotLocation(self.filesystem, directory, None, relative=True)",
+        "return SnapshotLocation(self.filesystem, directory, None, relative=False)",
+        "a savepoint must be relocatable: relative paths", CheckpointStorage),
+]
+STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS}

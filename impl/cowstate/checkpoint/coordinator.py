@@ -143,8 +143,16 @@ class CheckpointCoordinator:
     # ----------------------------------------------------------- checkpoints
 
     def trigger_checkpoint(self) -> int:
-        """Start checkpoint N on every subtask; returns N."""
-        checkpoint_id = self._next_id()
+        """Start checkpoint N on every subtask; returns N.
+
+        If it cannot start (the counter cannot be written, a backend refuses),
+        whatever it began is aborted and :class:`CheckpointError` raised.
+        """
+        try:
+            checkpoint_id = self._next_id()
+        except Exception as exc:
+            raise CheckpointError(
+                f"expected to trigger a checkpoint, got {type(exc).__name__}: {exc}") from exc
         location = self.storage.checkpoint_location(checkpoint_id)
         options = SnapshotOptions(kind="checkpoint", full=self.force_full)
         pending = PendingCheckpoint(checkpoint_id, location, options, [])
@@ -152,9 +160,11 @@ class CheckpointCoordinator:
         try:
             for backend in self.backends:
                 pending.futures.append(backend.snapshot_to(checkpoint_id, location, options))
-        except BaseException:
+        except Exception as exc:
             self.abort_checkpoint(checkpoint_id)
-            raise
+            raise CheckpointError(
+                f"expected every subtask to start checkpoint {checkpoint_id}, got "
+                f"{type(exc).__name__}: {exc}; the checkpoint was aborted") from exc
         return checkpoint_id
 
     def acknowledge(self, checkpoint_id: int, timeout: float | None = None) -> None:
@@ -189,10 +199,12 @@ class CheckpointCoordinator:
         pending = self._pending_checkpoint(checkpoint_id)
         if not pending.is_acknowledged:
             self.acknowledge(checkpoint_id, timeout)
+        subtasks = tuple(pending.acknowledged[i] for i in range(len(self.backends)))
         metadata = CheckpointMetadata(
             job_id=self.storage.job_id, checkpoint_id=checkpoint_id, kind="checkpoint",
-            max_parallelism=self.max_parallelism, timestamp=time.time(),
-            subtasks=tuple(pending.acknowledged[i] for i in range(len(self.backends))))
+            max_parallelism=self.max_parallelism, timestamp=time.time(), subtasks=subtasks,
+            disowned=tuple(sorted({f.path for h in subtasks for f in h.shared_files
+                                   if not self.registry.is_owned(f.path)})))
         try:
             write_metadata(self.storage.filesystem, pending.location.directory, metadata)
         except BaseException as exc:
@@ -242,12 +254,13 @@ class CheckpointCoordinator:
             raise InvalidArgumentError(
                 f"expected a savepoint format 'canonical' or 'native', got {format!r}")
         location = self.storage.savepoint_location(directory)
-        checkpoint_id = self._next_id()
         options = SnapshotOptions(kind="savepoint", format=format)
         futures: list[Future[KeyedStateHandle]] = []
         intent = self.storage.filesystem.join(self.storage.job_dir, "_savepoint")
-        self.storage.filesystem.write_bytes(intent, location.directory.encode("utf-8"))
+        checkpoint_id = self._last_id + 1
         try:
+            checkpoint_id = self._next_id()
+            self.storage.filesystem.write_bytes(intent, location.directory.encode("utf-8"))
             for backend in self.backends:
                 futures.append(backend.snapshot_to(checkpoint_id, location, options))
             _done, not_done = wait(futures, timeout=self.timeout if timeout is None else timeout)
@@ -259,7 +272,7 @@ class CheckpointCoordinator:
                 savepoint_format=format, max_parallelism=self.max_parallelism,
                 timestamp=time.time(), subtasks=handles)
             write_metadata(self.storage.filesystem, location.directory, metadata)
-        except BaseException as exc:
+        except Exception as exc:
             for future in futures:
                 future.cancel()
             wait(futures, timeout=self.timeout)
@@ -370,6 +383,7 @@ class CheckpointCoordinator:
                     restored.checkpoint_id, record.directory, restored, owned=True))
                 coordinator.registry.register(restored.checkpoint_id, sorted(
                     {f.path for f in restored.files if f.scope == "shared"}))
+                coordinator.registry.disown(restored.disowned)
             elif record.mode is not RestoreMode.CLAIM:
                 coordinator.registry.disown(f.path for f in restored.files if not f.relative)
             if not own:
@@ -379,6 +393,7 @@ class CheckpointCoordinator:
                                             storage.checkpoint_dir(metadata.checkpoint_id),
                                             metadata)
             coordinator.registry.register(metadata.checkpoint_id, completed.shared_paths)
+            coordinator.registry.disown(metadata.disowned)
             coordinator._completed.append(completed)
         coordinator._delete_garbage(record)
         latest = coordinator.latest_checkpoint
@@ -412,6 +427,7 @@ class CheckpointCoordinator:
         if mode is RestoreMode.CLAIM:
             completed = CompletedCheckpoint(metadata.checkpoint_id, directory, metadata)
             self.registry.register(metadata.checkpoint_id, completed.shared_paths)
+            self.registry.disown(metadata.disowned)        # not its job's to give away
             self._completed.append(completed)
         else:
             self.registry.disown(f.path for f in metadata.files if not f.relative)

@@ -61,8 +61,9 @@ class FileSystem:
     """Absolute paths and URLs on any fsspec file system, with atomic writes.
 
     ``hooks`` (tests only) is called with ``("write", path, data)`` before
-    each chunk is written and ``("rename", temp, final)`` before each rename;
-    it may raise to inject a failure.
+    each chunk is written, ``("rename", temp, final)`` before each rename and
+    ``("delete", path, None)`` before each deletion; it may raise to inject a
+    failure or a crash.
     """
 
     def __init__(self, hooks: Any = None) -> None:
@@ -179,12 +180,16 @@ class FileSystem:
 
     def delete(self, path: str) -> None:
         """Delete a file (absent files are fine)."""
+        if self._hooks is not None:
+            self._hooks("delete", path, None)
         fs, p = self._fs(path)
         with contextlib.suppress(FileNotFoundError):
             fs.rm(p)
 
     def delete_dir(self, path: str) -> None:
         """Delete a directory and everything in it (absent is fine)."""
+        if self._hooks is not None:
+            self._hooks("delete", path, None)
         fs, p = self._fs(path)
         if fs.exists(p):
             fs.rm(p, recursive=True)

@@ -112,6 +112,10 @@ class CheckpointMetadata(_Model):
     max_parallelism: int = Field(ge=1, le=1 << 15)
     timestamp: float
     subtasks: tuple[KeyedStateHandle, ...]
+    #: Shared files this checkpoint uses that its job does not own (files of a
+    #: snapshot restored in LEGACY mode): a job that CLAIMs this checkpoint
+    #: does not own them either.
+    disowned: tuple[str, ...] = ()
 
     @property
     def files(self) -> tuple[FileHandle, ...]:

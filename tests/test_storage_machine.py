@@ -1,0 +1,21 @@
+"""The storage state machine (cowstate_spec.storage_machine) over every backend
+kind, retaining one and two checkpoints."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from cowstate_spec.storage_machine import storage_machine_for
+
+
+@pytest.mark.parametrize("num_retained", [1, 2])
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_storage_agrees_with_the_model(kind: str, num_retained: int) -> None:
+    # Each step restores snapshots and lists the whole storage root: a quarter
+    # of the profile's examples keeps the four runs within the CI budget.
+    current = settings()
+    run_state_machine_as_test(
+        storage_machine_for(kind, num_retained),
+        settings=settings(current, max_examples=max(10, current.max_examples // 4)))
