@@ -19,6 +19,7 @@ from typing import Any
 
 from cowstate import CopyOnWriteStateMap
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 from cowstate_model.state_table import ReferenceStateTable
@@ -217,4 +218,25 @@ STORAGE_BUGS: list[Bug] = [
         "return SnapshotLocation(self.filesystem, directory, None, relative=False)",
         "a savepoint must be relocatable: relative paths", CheckpointStorage),
 ]
-STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS}
+STORAGE_BUGS += [
+    Bug("registry-deletes-disowned-files", "unregister",
+        "if path not in self._not_owned:", "if True:",
+        "rule 7: files of a LEGACY or NO_CLAIM snapshot are never deleted",
+        SharedStateRegistry),
+    Bug("registry-deletes-files-still-used", "unregister", "if not users:",
+        "if len(users) <= 1:",
+        "rule 5: a shared file goes only when no retained checkpoint uses it",
+        SharedStateRegistry),
+    Bug("no-claim-does-not-force-full", "_start_from",
+        "self.force_full = mode is RestoreMode.NO_CLAIM", "self.force_full = False",
+        "rule 7: the first checkpoint after a NO_CLAIM restore must be full",
+        CheckpointCoordinator),
+]
+#: Which backend shows each storage bug, and how many checkpoints the job keeps.
+STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
+    "registry-deletes-disowned-files": "rocksdb",
+    "registry-deletes-files-still-used": "rocksdb",
+    "no-claim-does-not-force-full": "rocksdb",
+}
+STORAGE_BUGS_RETAINED = {bug.name: 1 for bug in STORAGE_BUGS} | {
+    "registry-deletes-files-still-used": 2}

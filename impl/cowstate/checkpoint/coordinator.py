@@ -36,9 +36,11 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    savepoint file (savepoints are not in the store, unless CLAIMed).
 7. Restore modes: CLAIM -- the restored snapshot joins the store, owned, and
    is subsumed like a checkpoint; NO_CLAIM -- its files are never deleted,
-   the first successful checkpoint is full, and a failed one leaves the next
-   full too; LEGACY -- later checkpoints may build on its files, which are
-   never deleted.
+   the first successful checkpoint is full (``force_full``: the backends
+   restore a checkpoint as their incremental base in every mode, and a forced
+   full checkpoint uploads everything instead of reusing it), and a failed
+   one leaves the next full too; LEGACY -- later checkpoints may build on its
+   files, which are never deleted.
 
 Recovery (:meth:`CheckpointCoordinator.recover`) rebuilds a coordinator after a
 crash from what is on disk: the newest retained completed checkpoints (or the
@@ -119,6 +121,9 @@ class CompletedCheckpoint:
 class CheckpointCoordinator:
     """Checkpoints and savepoints of one job's subtasks (see the module doc)."""
 
+    #: The registry of shared files (a subclass may bring another).
+    registry_class: type[SharedStateRegistry] = SharedStateRegistry
+
     def __init__(self, storage: CheckpointStorage, backends: Sequence[CheckpointingBackend], *,
                  num_retained: int = 1, timeout: float = 600.0) -> None:
         if not isinstance(storage, CheckpointStorage):
@@ -132,7 +137,7 @@ class CheckpointCoordinator:
         self.max_parallelism = self.backends[0].max_parallelism
         self.num_retained = num_retained
         self.timeout = timeout
-        self.registry = SharedStateRegistry()
+        self.registry = self.registry_class()
         self._completed: list[CompletedCheckpoint] = []
         self._pending: dict[int, PendingCheckpoint] = {}
         self._last_id = storage.read_counter()
@@ -405,8 +410,7 @@ class CheckpointCoordinator:
             restored = read_metadata(storage.filesystem, record.directory)
             source = SnapshotSource(storage.filesystem, record.directory)
             _restore_backends(coordinator.backends, restored, source,
-                              incremental_base=record.mode is not RestoreMode.NO_CLAIM
-                              and restored.kind == "checkpoint")
+                              incremental_base=restored.kind == "checkpoint")
         storage.write_counter(coordinator._last_id)
         return coordinator
 
@@ -420,8 +424,7 @@ class CheckpointCoordinator:
                 f"{metadata.max_parallelism}: the number of key groups cannot change")
         source = SnapshotSource(self.storage.filesystem, directory)
         _restore_backends(self.backends, metadata, source,
-                          incremental_base=mode is not RestoreMode.NO_CLAIM
-                          and metadata.kind == "checkpoint")
+                          incremental_base=metadata.kind == "checkpoint")
         self._last_id = max(self._last_id, metadata.checkpoint_id)
         self.storage.write_counter(self._last_id)
         if mode is RestoreMode.CLAIM:
