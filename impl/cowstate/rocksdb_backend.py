@@ -1,0 +1,1051 @@
+"""The RocksDB keyed state backend: the heap backend's state API over an embedded
+RocksDB (through ``rocksdict``), with incremental checkpoints, native and
+canonical savepoints, and restores with rescaling (Flink's
+``RocksDBKeyedStateBackend`` and ``RocksIncrementalSnapshotStrategy``).
+
+Storage
+=======
+
+One RocksDB instance per backend, opened in raw mode (keys and values are the
+bytes we give), in ``<local_dir>/cowstate-rocksdb-<uuid>/db-<uuid>/``. Each
+registered state gets its own column family (``state.<name>``, or
+``state-hex.<hex of the UTF-8 name>`` for names with other characters than
+``[A-Za-z0-9_.-]``), created on registration. Writes skip the write-ahead
+log: durability comes from checkpoints, as in Flink. The key layout
+(:mod:`cowstate.rocksdb_table`)::
+
+    +----------+--------------+-----------------+-----------------+   value:
+    | kg (2 B) | len(key) 4 B | key bytes       | namespace bytes |   state bytes
+    +----------+--------------+-----------------+-----------------+
+     big-endian, so the keys of key groups [a, b] are exactly the byte range
+     [a.to_bytes(2), (b + 1).to_bytes(2)) of every column family
+
+so a key-group range is one contiguous key range: one seek to read it, one
+``delete_range`` to drop it. The bytes are the serializers' own (key
+serializer, namespace serializer, state serializer), so the canonical
+snapshot format (:mod:`cowstate.snapshot_io`) is written and read without
+deserializing anything.
+
+Snapshots (``snapshot_to``)
+===========================
+
+1. Synchronous part, on the caller's (owner's) thread:
+
+   a. ``Checkpoint(db).create_checkpoint(<instance>/checkpoints/chk-<id>)``:
+      RocksDB flushes the memtables of every column family, then hard-links
+      the live SST files and copies MANIFEST, CURRENT, OPTIONS (and a
+      0-byte WAL) into the directory. Writes made afterwards never reach it.
+   b. Capture what the writer needs: the state meta info (names, kinds,
+      serializer identifiers, column families, in registration order), the
+      backend UID, the restore generation, and -- under the lock -- the
+      *base*: the SST map of the last **confirmed** checkpoint for a regular
+      checkpoint, nothing for a full checkpoint or a savepoint.
+
+2. Asynchronous part, on the backend's single writer thread:
+
+   - checkpoint (native format): every ``*.sst`` whose name is in the base
+     (with the same size) is referenced by the base's own ``FileHandle``;
+     every other SST is uploaded as a **shared** file; every other file
+     (MANIFEST-*, CURRENT, OPTIONS-*, the WAL, rocksdict-config.json) is
+     uploaded **exclusive** as ``rocksdb-<start>-<end>/<name>`` (unique per
+     subtask). The SST map ``{local name: FileHandle}`` of the checkpoint is
+     recorded as a candidate base *before* the future completes.
+   - native savepoint: the same files, every one uploaded exclusive under
+     ``rocksdb-<start>-<end>/`` (relative handles if the location is), nothing
+     reused, nothing recorded: a savepoint never changes the base.
+   - canonical savepoint: the local checkpoint is opened read-only as a second
+     RocksDB, every column family is read in key order, key group by key
+     group, and written as ONE snapshot file ``keyed-state-<start>-<end>``
+     (format ``canonical``) any backend restores.
+
+   The handle reports ``checkpointed_size`` (bytes this snapshot uploaded)
+   beside ``full_size`` (bytes of every file it references). Whatever
+   happens -- success, failure (:class:`~cowstate.errors.SnapshotWriteError`
+   with the cause), or cancellation (checked before every file and every key
+   group; :class:`~cowstate.errors.SnapshotCancelledError`) -- the local
+   checkpoint directory is deleted before the future completes. Partial
+   uploads stay in the location for its owner to ``discard()``.
+
+The base rules
+==============
+
+- ``notify_checkpoint_complete(n)``: if ``n`` was recorded and is newer than
+  the last confirmed checkpoint, it becomes the base and older records are
+  dropped. Unknown ids (savepoints, aborted or failed checkpoints, ids of
+  another restore generation) and older ids are ignored (FLINK-23949).
+- ``notify_checkpoint_aborted(n)``: its record is dropped (also if its
+  writer finishes later).
+- A pending, aborted or failed checkpoint is never a base (FLINK-25395); a
+  full checkpoint reuses nothing but, once confirmed, is a base.
+- After a restore the previous records are void (another database). A
+  non-rescaling restore (exactly one handle, with this backend's key-group
+  range) of a *checkpoint* with ``incremental_base=True`` seeds the base with
+  that handle's shared SSTs and keeps its backend UID; any other restore
+  (rescaling, ``incremental_base=False``, a native savepoint -- it has no
+  shared files, a canonical snapshot) leaves no base: the first checkpoint
+  is full.
+
+Restores (``restore_from``)
+===========================
+
+1. Refuse a heap snapshot (:class:`~cowstate.errors.IncompatibleSnapshotError`:
+   take a canonical savepoint to change backends) and mixed formats; keep the
+   handles whose key groups meet this backend's (``overlapping``).
+2. Check every handle against this backend: max parallelism, key serializer,
+   namespace serializer, and kind and state serializer of registered states.
+3. Build the new database in a fresh directory, never touching the live one:
+
+   - canonical: read each file (size and CRC32 checked), validate its
+     metadata, and write the raw entries of this backend's key groups with
+     ``WriteBatch`` into new column families;
+   - native: download each handle's files under their local names (size and
+     CRC32 checked: :class:`~cowstate.errors.CorruptCheckpointError`), open
+     with ``create_if_missing=False`` and every column family. One handle of
+     the same range is the new database as it is. Otherwise (rescaling) the
+     handle sharing most key groups is opened read-write and everything
+     outside this backend's range is dropped with ``delete_range`` in every
+     column family; every other handle is opened read-only and the keys of
+     this range are copied over (``seek`` + upper bound), then it is closed
+     and deleted.
+
+4. Only then swap: the old tables are detached, the old database is closed
+   and deleted, every restored state gets a table (registered states missing
+   from the snapshot become empty), and the base is reset as above. Any
+   failure before the swap deletes what was built and leaves the backend
+   exactly as it was.
+
+Thread model
+============
+
+The owner thread does everything but the asynchronous part: state access,
+``snapshot_to``'s synchronous part, ``notify_*``, restores and ``close``.
+The writer thread (one per backend, or the given executor) touches only its
+local checkpoint directory (hard links: independent of later writes,
+compactions and restores of the live database) and the location. They
+share the base bookkeeping and the set of pending snapshots, under one lock.
+``close()`` requests every pending snapshot to stop, waits for the writer,
+detaches every table and releases every column family, iterator and
+checkpoint object before closing the database (rocksdict keeps a database
+open while any of them lives), then deletes the instance directory (and
+``local_dir`` when the backend made it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import os
+import re
+import shutil
+import tempfile
+import threading
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rocksdict import AccessType, Checkpoint, Options, Rdict, WriteBatch
+
+from cowstate.checkpoint.filesystem import FileSystem
+from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions, StateInfo
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.protocol import overlapping
+from cowstate.errors import (
+    CorruptCheckpointError,
+    IncompatibleSnapshotError,
+    InvalidArgumentError,
+    KeyGroupMismatchError,
+    MaxParallelismMismatchError,
+    SerializerMismatchError,
+    SnapshotCancelledError,
+    SnapshotWriteError,
+)
+from cowstate.key_groups import KeyGroupRange
+from cowstate.keyed_backend import AbstractKeyedStateBackend
+from cowstate.rocksdb_table import (
+    RocksDBStateTable,
+    decode_rocks_key,
+    encode_rocks_key,
+    key_group_prefix,
+    scan,
+    write_options,
+)
+from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
+from cowstate.snapshot_io import (
+    RawEntry,
+    SnapshotMetadata,
+    SnapshotReader,
+    SnapshotWriter,
+    StateMetadata,
+)
+from cowstate.state_table import STATE_KINDS, StateMetaInfo
+
+__all__ = [
+    "NATIVE_FORMAT",
+    "RocksDBKeyedStateBackend",
+    "RocksDBSnapshotFuture",
+    "column_family_name",
+]
+
+#: The handle format of RocksDB checkpoints and native savepoints.
+NATIVE_FORMAT = "rocksdb-native"
+CANONICAL_FORMAT = "canonical"
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
+_BATCH_ENTRIES = 10_000
+_CONFIG_FILE = "rocksdict-config.json"
+
+
+def column_family_name(state_name: str) -> str:
+    """The column family of state ``state_name`` (never ``default``)."""
+    if _SAFE_NAME.fullmatch(state_name):
+        return f"state.{state_name}"
+    return f"state-hex.{state_name.encode('utf-8', 'surrogatepass').hex()}"
+
+
+def _raw_options() -> Options:
+    """Options for opening a snapshot's database read-only (no user tuning needed)."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(False)
+    options.set_keep_log_file_num(1)
+    return options
+
+
+class RocksDBSnapshotFuture(Future[KeyedStateHandle]):
+    """The asynchronous part of a RocksDB snapshot.
+
+    ``cancel()`` before the writer starts cancels it outright; while it runs,
+    the writer stops before its next file or key group and ``result()``
+    raises :class:`~cowstate.errors.SnapshotCancelledError`. Either way the
+    local checkpoint directory is deleted.
+    """
+
+    def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
+        super().__init__()
+        self.checkpoint_id = checkpoint_id
+        self.cancel_requested = threading.Event()
+        self._release_resources = release
+
+    def cancel(self) -> bool:
+        self.cancel_requested.set()
+        if super().cancel():
+            self._release_resources()
+            return True
+        return not self.done()
+
+
+@dataclass(frozen=True)
+class _StateSnapshot:
+    """One state as the synchronous part saw it."""
+
+    info: StateInfo
+    column_family: str
+
+
+@dataclass(frozen=True)
+class _SnapshotJob:
+    """Everything the writer needs, captured in the synchronous part."""
+
+    checkpoint_id: int
+    options: SnapshotOptions
+    location: SnapshotLocation
+    local_dir: Path
+    base: dict[str, FileHandle]
+    states: tuple[_StateSnapshot, ...]
+    key_serializer: str
+    backend_uid: str
+    generation: int
+
+
+@dataclass
+class _Built:
+    """A database a restore built beside the live one."""
+
+    db: Rdict
+    path: Path
+    column_families: set[str]
+
+    def discard(self) -> None:
+        with contextlib.suppress(Exception):
+            self.db.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+class RocksDBKeyedStateBackend(AbstractKeyedStateBackend):
+    """Keyed state in an embedded RocksDB for the key groups of ``key_group_range``.
+
+    ``local_dir`` holds the instance directory (database, local checkpoints,
+    restore scratch); by default a fresh temporary directory, removed on
+    close. ``options`` must be ``rocksdict.Options(raw_mode=True)``; the
+    backend sets ``create_if_missing`` and ``create_missing_column_families``
+    on it. See the module doc for the design.
+    """
+
+    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
+                 local_dir: str | os.PathLike[str] | None = None,
+                 key_serializer: StateSerializer | None = None,
+                 namespace_serializer: StateSerializer | None = None,
+                 executor: Executor | None = None,
+                 options: Options | None = None) -> None:
+        super().__init__(key_group_range, max_parallelism, key_serializer=key_serializer,
+                         namespace_serializer=namespace_serializer)
+        if options is not None and not isinstance(options, Options):
+            raise InvalidArgumentError(
+                f"expected rocksdict.Options(raw_mode=True) or None, got "
+                f"{type(options).__name__}")
+        if executor is not None and not isinstance(executor, Executor):
+            raise InvalidArgumentError(
+                f"expected a concurrent.futures.Executor or None, got {type(executor).__name__}")
+        if options is None:
+            options = Options(raw_mode=True)
+            options.set_keep_log_file_num(1)
+        options.create_missing_column_families(True)
+        options.create_if_missing(True)
+        self._options = options
+        self._own_local_dir = local_dir is None
+        self._local_dir = Path(tempfile.mkdtemp(prefix="cowstate-rocksdb-")
+                               if local_dir is None else os.fspath(local_dir)).absolute()
+        self._root = self._local_dir / f"cowstate-rocksdb-{uuid.uuid4().hex[:12]}"
+        self._lock = threading.Lock()
+        self._uploaded: dict[int, dict[str, FileHandle]] = {}
+        self._last_completed = -1
+        self._aborted: set[int] = set()
+        self._generation = 0
+        self._backend_uid = uuid.uuid4().hex
+        self._pending: set[RocksDBSnapshotFuture] = set()
+        self._tables: list[RocksDBStateTable] = []
+        try:
+            self._root.mkdir(parents=True)
+            (self._root / "checkpoints").mkdir()
+            built = self._open_fresh()
+            _check_raw_mode(built)
+        except BaseException:
+            self._remove_directories()
+            raise
+        self._db = built.db
+        self._db_path = built.path
+        self._column_families = built.column_families
+        # A backend dropped without close() still leaves no directory behind.
+        self._finalizer = weakref.finalize(
+            self, _remove_trees, self._root, self._local_dir if self._own_local_dir else None)
+        self._own_executor = executor is None
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="cowstate-rocksdb-snapshot")
+
+    # ------------------------------------------------------------ inspection
+
+    @property
+    def instance_path(self) -> Path:
+        """The directory of this backend's database, local checkpoints and scratch."""
+        return self._root
+
+    @property
+    def db_path(self) -> Path:
+        """The directory of the live database."""
+        return self._db_path
+
+    @property
+    def local_checkpoints_path(self) -> Path:
+        """Where the synchronous part puts local checkpoints (empty when none runs)."""
+        return self._root / "checkpoints"
+
+    @property
+    def backend_uid(self) -> str:
+        """The lineage of the database's files (reused by a non-rescaling restore)."""
+        return self._backend_uid
+
+    @property
+    def last_completed_checkpoint_id(self) -> int:
+        """The last confirmed checkpoint whose SSTs are the base (-1: none)."""
+        with self._lock:
+            return self._last_completed
+
+    @property
+    def incremental_base(self) -> dict[str, FileHandle]:
+        """The SSTs the next regular checkpoint may reuse (local name -> handle)."""
+        with self._lock:
+            return dict(self._uploaded.get(self._last_completed, {}))
+
+    @property
+    def recorded_checkpoints(self) -> list[int]:
+        """The checkpoints whose SST maps are kept (candidates for the base)."""
+        with self._lock:
+            return sorted(self._uploaded)
+
+    @property
+    def pending_snapshots(self) -> int:
+        """Snapshots whose asynchronous part has not finished."""
+        with self._lock:
+            return len(self._pending)
+
+    def __enter__(self) -> RocksDBKeyedStateBackend:
+        return self
+
+    # ------------------------------------------------ checkpoints and savepoints
+
+    def snapshot_to(self, checkpoint_id: int, location: SnapshotLocation,
+                    options: SnapshotOptions) -> Future[KeyedStateHandle]:
+        """Take the synchronous part now; the future uploads and gives the handle
+        (see the module doc for what each kind of snapshot writes)."""
+        self._check_open()
+        if type(checkpoint_id) is not int or checkpoint_id < 0:
+            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
+        if not isinstance(location, SnapshotLocation):
+            raise InvalidArgumentError(
+                f"expected a SnapshotLocation, got {type(location).__name__}")
+        if not isinstance(options, SnapshotOptions):
+            raise InvalidArgumentError(
+                f"expected SnapshotOptions, got {type(options).__name__}")
+        if not options.is_savepoint and location.shared_directory is None:
+            raise InvalidArgumentError(
+                "expected a checkpoint location with a shared directory for the SST files, "
+                "got one without (a savepoint location?)")
+        local_dir = self._new_local_checkpoint_dir(checkpoint_id)
+        try:
+            checkpoint = Checkpoint(self._db)
+            try:
+                checkpoint.create_checkpoint(str(local_dir))
+            finally:
+                del checkpoint                     # it keeps the database open
+        except Exception as exc:
+            _remove_local_checkpoint(local_dir)
+            raise SnapshotWriteError(
+                f"expected RocksDB to take local checkpoint {checkpoint_id} in "
+                f"{str(local_dir)!r}, got {type(exc).__name__}: {exc}") from exc
+        states = tuple(
+            _StateSnapshot(StateInfo(
+                name=name, kind=holder.table.meta.kind,
+                namespace_serializer=serializer_identifier(holder.table.meta.namespace_serializer),
+                state_serializer=serializer_identifier(holder.table.meta.state_serializer)),
+                column_family_name(name))
+            for name, holder in self._holders.items())
+        with self._lock:
+            base = (dict(self._uploaded.get(self._last_completed, {}))
+                    if options.reuses_files else {})
+            job = _SnapshotJob(checkpoint_id, options, location, local_dir, base, states,
+                               serializer_identifier(self._key_serializer), self._backend_uid,
+                               self._generation)
+            future = RocksDBSnapshotFuture(
+                checkpoint_id, functools.partial(_remove_local_checkpoint, local_dir))
+            self._pending.add(future)
+        future.add_done_callback(self._forget)
+        self._executor.submit(self._write, future, job)
+        return future
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is confirmed: its SSTs become the base.
+        Unknown ids (savepoints, aborted or failed checkpoints) and ids older
+        than the last confirmed one are ignored."""
+        with self._lock:
+            if checkpoint_id not in self._uploaded or checkpoint_id <= self._last_completed:
+                return
+            self._last_completed = checkpoint_id
+            for older in [n for n in self._uploaded if n < checkpoint_id]:
+                del self._uploaded[older]
+            self._aborted = {n for n in self._aborted if n > checkpoint_id}
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete: drop its record (now,
+        or when its writer finishes)."""
+        with self._lock:
+            if checkpoint_id == self._last_completed:
+                return                              # confirmed: it cannot abort
+            self._uploaded.pop(checkpoint_id, None)
+            if checkpoint_id > self._last_completed:
+                self._aborted.add(checkpoint_id)
+
+    def restore_from(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource, *,
+                     incremental_base: bool = False) -> None:
+        """Rebuild the backend's key groups from ``handles`` of one snapshot (RocksDB
+        native or canonical); see the module doc. Nothing changes unless it all
+        succeeds."""
+        self._check_open()
+        if not isinstance(source, SnapshotSource):
+            raise InvalidArgumentError(
+                f"expected a SnapshotSource, got {type(source).__name__}")
+        handles = list(handles)
+        for handle in handles:
+            if not isinstance(handle, KeyedStateHandle):
+                raise InvalidArgumentError(
+                    f"expected KeyedStateHandles, got {type(handle).__name__}")
+            if handle.format not in (NATIVE_FORMAT, CANONICAL_FORMAT) or (
+                    handle.format == NATIVE_FORMAT and handle.backend != "rocksdb"):
+                raise IncompatibleSnapshotError(
+                    f"expected a RocksDB native snapshot or a canonical savepoint, got a "
+                    f"{handle.format} snapshot of the {handle.backend} backend: the rocksdb "
+                    f"backend cannot read the {handle.backend} backend's own format; take a "
+                    "canonical savepoint of it to change backends")
+        formats = sorted({h.format for h in handles})
+        if len(formats) > 1:
+            raise IncompatibleSnapshotError(
+                f"expected the handles of one snapshot (one format), got formats {formats}")
+        mine = overlapping(handles, self.key_group_range)
+        metas = self._check_handles(mine)
+        same_range = len(mine) == 1 and KeyGroupRange.of(
+            *mine[0].key_group_range) == self.key_group_range
+        if formats == [CANONICAL_FORMAT]:
+            built = self._build_from_canonical(mine, source, metas)
+            self._swap(built, metas, seed=None, backend_uid=uuid.uuid4().hex)
+            return
+        built = self._build_from_native(mine, source, metas, same_range)
+        seed: tuple[int, dict[str, FileHandle]] | None = None
+        backend_uid = uuid.uuid4().hex
+        if same_range:
+            handle = mine[0]
+            backend_uid = handle.backend_uid or backend_uid
+            shared = {f.local_name: f for f in handle.shared_files if f.local_name}
+            if incremental_base and shared:
+                seed = (handle.checkpoint_id, shared)
+        self._swap(built, metas, seed=seed, backend_uid=backend_uid)
+
+    def restore(self, handles: Iterable[KeyedStateHandle],
+                source: SnapshotSource | None = None) -> None:
+        """``restore_from(handles, source)`` without an incremental base; the
+        default source reads handles with absolute paths (checkpoints)."""
+        self.restore_from(list(handles), source or SnapshotSource(FileSystem(), "/"))
+
+    def close(self) -> None:
+        """Stop pending snapshots, wait for the writer, close and delete the database."""
+        if self._closed:
+            return
+        super().close()
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.cancel()
+        if self._own_executor:
+            self._executor.shutdown(wait=True)
+        else:
+            wait_futures(pending)
+        self._detach_tables()
+        with contextlib.suppress(Exception):
+            self._db.close()
+        self._remove_directories()
+
+    # ------------------------------------------------------------- tables
+
+    def _new_table(self, meta: StateMetaInfo) -> RocksDBStateTable:
+        self._check_open()
+        name = column_family_name(meta.name)
+        if name in self._column_families:
+            cf = self._db.get_column_family(name)
+        else:
+            cf = self._db.create_column_family(name, self._options)
+            self._column_families.add(name)
+        table = RocksDBStateTable(cf, self.key_group_range, self.max_parallelism, meta=meta,
+                                  key_serializer=self._key_serializer)
+        del cf
+        self._tables.append(table)
+        return table
+
+    def _detach_tables(self) -> None:
+        for table in self._tables:
+            table.detach()
+        self._tables.clear()
+
+    # ------------------------------------------------------ the writer thread
+
+    def _write(self, future: RocksDBSnapshotFuture, job: _SnapshotJob) -> None:
+        """The asynchronous part (writer thread)."""
+        if not future.set_running_or_notify_cancel():
+            return                                  # cancelled before it started
+        handle: KeyedStateHandle | None = None
+        error: BaseException | None = None
+        record: dict[str, FileHandle] | None = None
+        try:
+            if job.options.is_savepoint and job.options.format == "canonical":
+                handle = self._write_canonical(future, job)
+            else:
+                handle, record = self._upload(future, job)
+        except SnapshotCancelledError as exc:
+            error = exc
+        except Exception as exc:
+            error = SnapshotWriteError(
+                f"expected snapshot {job.checkpoint_id} to be written, got "
+                f"{type(exc).__name__}: {exc}; its local checkpoint was deleted")
+            error.__cause__ = exc
+        finally:
+            _remove_local_checkpoint(job.local_dir)
+        with self._lock:
+            if (error is None and record is not None and job.generation == self._generation
+                    and job.checkpoint_id not in self._aborted
+                    and job.checkpoint_id > self._last_completed):
+                self._uploaded[job.checkpoint_id] = record
+            self._pending.discard(future)
+        if error is not None:
+            future.set_exception(error)
+        else:
+            assert handle is not None
+            future.set_result(handle)
+
+    def _upload(self, future: RocksDBSnapshotFuture,
+                job: _SnapshotJob) -> tuple[KeyedStateHandle, dict[str, FileHandle] | None]:
+        """A native checkpoint or savepoint: the local checkpoint's files."""
+        shared = not job.options.is_savepoint
+        prefix = self._subtask_prefix()
+        files: list[FileHandle] = []
+        record: dict[str, FileHandle] = {}
+        uploaded = 0
+        for name in sorted(os.listdir(job.local_dir)):
+            path = job.local_dir / name
+            if not path.is_file():
+                continue
+            if future.cancel_requested.is_set():
+                raise SnapshotCancelledError(
+                    f"snapshot {job.checkpoint_id} cancelled before {name} was uploaded")
+            if name.endswith(".sst"):
+                reused = job.base.get(name)
+                if reused is not None and reused.size == path.stat().st_size:
+                    handle = reused
+                elif shared:
+                    handle = job.location.upload(path, scope="shared", local_name=name)
+                    uploaded += handle.size
+                else:
+                    handle = job.location.upload(path, scope="exclusive", local_name=name,
+                                                 name=f"{prefix}/{name}")
+                    uploaded += handle.size
+                if shared:
+                    record[name] = handle
+            else:
+                handle = job.location.upload(path, scope="exclusive", local_name=name,
+                                             name=f"{prefix}/{name}")
+                uploaded += handle.size
+            files.append(handle)
+        result = self._handle(job, NATIVE_FORMAT, tuple(files), uploaded)
+        return result, (record if shared else None)
+
+    def _write_canonical(self, future: RocksDBSnapshotFuture,
+                         job: _SnapshotJob) -> KeyedStateHandle:
+        """A canonical savepoint: one snapshot file read from the local checkpoint."""
+        r = self.key_group_range
+        metadata = SnapshotMetadata(
+            format=CANONICAL_FORMAT, max_parallelism=self.max_parallelism,
+            key_group_range=(r.start_key_group, r.end_key_group),
+            key_serializer=job.key_serializer,
+            states=tuple(StateMetadata(
+                id=state_id, name=s.info.name, kind=s.info.kind,  # type: ignore[arg-type]
+                namespace_serializer=s.info.namespace_serializer,
+                state_serializer=s.info.state_serializer)
+                for state_id, s in enumerate(job.states)))
+        stream = job.location.exclusive_stream(f"keyed-state-{r.start_key_group}-"
+                                               f"{r.end_key_group}")
+        try:
+            db = _open_read_only(job.local_dir)
+            cursors: list[_KeyGroupCursor] = []
+            try:
+                for state in job.states:
+                    cursors.append(_KeyGroupCursor(scan(
+                        db.get_column_family(state.column_family),
+                        key_group_prefix(r.start_key_group),
+                        key_group_prefix(r.end_key_group + 1))))
+                writer = SnapshotWriter(stream, metadata)
+                for key_group in r:
+                    if future.cancel_requested.is_set():
+                        raise SnapshotCancelledError(
+                            f"snapshot {job.checkpoint_id} cancelled before key group "
+                            f"{key_group} was written")
+                    writer.write_key_group(key_group, {
+                        state_id: cursor.take(key_group)
+                        for state_id, cursor in enumerate(cursors)})
+                writer.finish()
+            finally:
+                for cursor in cursors:
+                    cursor.close()
+                cursors.clear()
+                db.close()
+            written = stream.close_and_get_handle()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                stream.discard()
+            raise
+        return self._handle(job, CANONICAL_FORMAT, (written,), written.size)
+
+    def _handle(self, job: _SnapshotJob, format: str, files: tuple[FileHandle, ...],
+                uploaded: int) -> KeyedStateHandle:
+        r = self.key_group_range
+        return KeyedStateHandle(
+            backend="rocksdb", format=format,
+            key_group_range=(r.start_key_group, r.end_key_group),
+            max_parallelism=self.max_parallelism, checkpoint_id=job.checkpoint_id,
+            key_serializer=job.key_serializer, states=tuple(s.info for s in job.states),
+            files=files, checkpointed_size=uploaded, full_size=sum(f.size for f in files),
+            backend_uid=job.backend_uid)
+
+    def _forget(self, future: Future[KeyedStateHandle]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
+    # ------------------------------------------------------------- restores
+
+    def _check_handles(self, handles: Sequence[KeyedStateHandle]) -> dict[str, StateMetaInfo]:
+        """The meta info of every state of ``handles``, checked against this backend."""
+        key_id = serializer_identifier(self._key_serializer)
+        metas: dict[str, StateMetaInfo] = {}
+        for handle in handles:
+            if handle.max_parallelism != self.max_parallelism:
+                raise MaxParallelismMismatchError(
+                    f"expected a snapshot of max parallelism {self.max_parallelism}, got one "
+                    f"of {handle.max_parallelism}: the number of key groups cannot change on "
+                    "restore")
+            if handle.key_serializer != key_id:
+                raise SerializerMismatchError(
+                    f"expected the key serializer {key_id!r}, the snapshot was written with "
+                    f"{handle.key_serializer!r}")
+            for state in handle.states:
+                self._check_state(state.name, state.kind, state.namespace_serializer,
+                                  state.state_serializer, metas)
+        return metas
+
+    def _check_state(self, name: str, kind: str, namespace_id: str, state_id: str,
+                     metas: dict[str, StateMetaInfo]) -> StateMetaInfo:
+        """The meta info of one restored state (added to ``metas``), or a refusal."""
+        if kind not in STATE_KINDS:
+            raise CorruptCheckpointError(
+                f"expected a state kind in {STATE_KINDS} for state {name!r}, got {kind!r}")
+        namespace = serializer_identifier(self._namespace_serializer)
+        if namespace_id != namespace:
+            raise SerializerMismatchError(
+                f"expected state {name!r} with the backend's namespace serializer "
+                f"{namespace!r}, the snapshot uses {namespace_id!r}")
+        known = metas.get(name)
+        holder = self._holders.get(name)
+        if known is None and holder is not None and holder.descriptor is not None:
+            known = self._meta_for(holder.descriptor)
+        if known is not None:
+            if known.kind != kind:
+                raise SerializerMismatchError(
+                    f"expected state {name!r} of kind {known.kind!r}, the snapshot holds kind "
+                    f"{kind!r}")
+            ours = serializer_identifier(known.state_serializer)
+            if ours != state_id:
+                raise SerializerMismatchError(
+                    f"expected the state serializer of {name!r} to be {ours!r}, the snapshot "
+                    f"was written with {state_id!r}")
+        else:
+            known = StateMetaInfo(name, kind, self._namespace_serializer,
+                                  serializer_for(state_id))
+        metas.setdefault(name, known)
+        return known
+
+    def _build_from_canonical(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
+                              metas: dict[str, StateMetaInfo]) -> _Built:
+        """A new database with the raw entries of this backend's key groups."""
+        built = self._open_fresh()
+        try:
+            handles_of: dict[str, Any] = {}
+            write_opts = write_options()
+            seen: set[int] = set()
+            key_id = serializer_identifier(self._key_serializer)
+            for handle in handles:
+                for file in handle.files:
+                    reader = SnapshotReader(source.read(file))
+                    meta = reader.metadata
+                    if meta.format != CANONICAL_FORMAT:
+                        raise IncompatibleSnapshotError(
+                            f"expected a canonical snapshot file, got format {meta.format!r} "
+                            f"in {source.path(file)!r}: restore a canonical savepoint")
+                    if meta.max_parallelism != self.max_parallelism:
+                        raise MaxParallelismMismatchError(
+                            f"expected a snapshot of max parallelism {self.max_parallelism}, "
+                            f"got one of {meta.max_parallelism}")
+                    if meta.key_serializer != key_id:
+                        raise SerializerMismatchError(
+                            f"expected the key serializer {key_id!r}, the file was written "
+                            f"with {meta.key_serializer!r}")
+                    names = {}
+                    for state in meta.states:
+                        self._check_state(state.name, state.kind, state.namespace_serializer,
+                                          state.state_serializer, metas)
+                        names[state.id] = column_family_name(state.name)
+                        self._ensure_column_family(built, names[state.id])
+                    read = self.key_group_range.intersection(meta.range)
+                    overlap = seen.intersection(read)
+                    if overlap:
+                        raise KeyGroupMismatchError(
+                            f"expected every key group in one snapshot file only, got key "
+                            f"groups {sorted(overlap)[:5]} in two files")
+                    seen.update(read)
+                    batch = _Batch(built.db, write_opts)
+                    for key_group in read:
+                        for state_id, rows in reader.read_key_group(key_group).items():
+                            cf_name = names[state_id]
+                            cf = handles_of.get(cf_name)
+                            if cf is None:
+                                cf = handles_of[cf_name] = built.db.get_column_family_handle(
+                                    cf_name)
+                            for namespace, key, value in rows:
+                                batch.put(encode_rocks_key(key_group, key, namespace), value, cf)
+                    batch.flush()
+            for name in metas:
+                self._ensure_column_family(built, column_family_name(name))
+            handles_of.clear()
+            return built
+        except BaseException:
+            built.discard()
+            raise
+
+    def _build_from_native(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
+                           metas: dict[str, StateMetaInfo], same_range: bool) -> _Built:
+        """A new database from RocksDB files (one handle as is, or several clipped
+        to this backend's key groups)."""
+        if not handles:
+            fresh = self._open_fresh()
+            try:
+                for name in metas:
+                    self._ensure_column_family(fresh, column_family_name(name))
+            except BaseException:
+                fresh.discard()
+                raise
+            return fresh
+        scratch = self._root / f"restore-{uuid.uuid4().hex[:12]}"
+        built: _Built | None = None
+        try:
+            directories = []
+            for index, handle in enumerate(handles):
+                directory = scratch / str(index)
+                directory.mkdir(parents=True)
+                _download(handle, source, directory)
+                directories.append(directory)
+            r = self.key_group_range
+            first = 0 if same_range else max(
+                range(len(handles)), key=lambda i: len(r.intersection(
+                    KeyGroupRange.of(*handles[i].key_group_range))))
+            path = self._root / f"db-{uuid.uuid4().hex[:12]}"
+            os.rename(directories[first], path)
+            built = self._open_existing(path)
+            wanted = {column_family_name(name) for name in metas}
+            for name in wanted - built.column_families:
+                if any(column_family_name(s.name) == name for s in handles[first].states):
+                    raise CorruptCheckpointError(
+                        f"expected column family {name!r} in the RocksDB files of "
+                        f"{handles[first].key_group_range}, they hold "
+                        f"{sorted(built.column_families)}")
+                self._ensure_column_family(built, name)
+            for stale in built.column_families - wanted:
+                built.db.drop_column_family(stale)
+            built.column_families &= wanted
+            if not same_range:
+                self._clip(built)
+                for index, directory in enumerate(directories):
+                    if index != first:
+                        self._copy_range(directory, built, wanted)
+                        shutil.rmtree(directory, ignore_errors=True)
+            return built
+        except BaseException:
+            if built is not None:
+                built.discard()
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _clip(self, built: _Built) -> None:
+        """Drop every key outside this backend's key groups, in every column family."""
+        r = self.key_group_range
+        lower = key_group_prefix(r.start_key_group)
+        upper = key_group_prefix(r.end_key_group + 1)
+        write_opts = write_options()
+        for name in sorted(built.column_families):
+            cf = built.db.get_column_family(name)
+            try:
+                if r.start_key_group > 0:
+                    cf.delete_range(key_group_prefix(0), lower, write_opts)
+                cf.delete_range(upper, b"\xff\xff", write_opts)
+            finally:
+                del cf
+
+    def _copy_range(self, directory: Path, built: _Built, wanted: set[str]) -> None:
+        """Copy this backend's key groups of the database in ``directory`` into ``built``."""
+        r = self.key_group_range
+        lower = key_group_prefix(r.start_key_group)
+        upper = key_group_prefix(r.end_key_group + 1)
+        other = _open_read_only(directory)
+        try:
+            present = set(Rdict.list_cf(str(directory), _raw_options())) - {"default"}
+            batch = _Batch(built.db, write_options())
+            for name in sorted(present & wanted):
+                self._ensure_column_family(built, name)
+                target = built.db.get_column_family_handle(name)
+                entries = scan(other.get_column_family(name), lower, upper)
+                try:
+                    for key, value in entries:
+                        batch.put(key, value, target)
+                    batch.flush()
+                finally:
+                    entries.close()             # releases the column family
+                    del target
+        finally:
+            other.close()
+
+    def _swap(self, built: _Built, metas: dict[str, StateMetaInfo],
+              seed: tuple[int, dict[str, FileHandle]] | None, backend_uid: str) -> None:
+        """Make ``built`` the live database (everything was checked)."""
+        registered = self._registered_metas()
+        old_db, old_path = self._db, self._db_path
+        self._detach_tables()
+        self._db, self._db_path, self._column_families = built.db, built.path, \
+            built.column_families
+        tables = {name: self._new_table(registered.get(name, meta))
+                  for name, meta in metas.items()}
+        self._install_tables(dict(tables), registered)
+        with self._lock:
+            self._generation += 1
+            self._aborted = set()
+            self._backend_uid = backend_uid
+            if seed is None:
+                self._uploaded, self._last_completed = {}, -1
+            else:
+                self._uploaded, self._last_completed = {seed[0]: seed[1]}, seed[0]
+        with contextlib.suppress(Exception):
+            old_db.close()
+        del old_db
+        shutil.rmtree(old_path, ignore_errors=True)
+
+    # ------------------------------------------------------ private helpers
+
+    def _open_fresh(self) -> _Built:
+        path = self._root / f"db-{uuid.uuid4().hex[:12]}"
+        db = Rdict(str(path), self._options)
+        return _Built(db, path, set())
+
+    def _open_existing(self, path: Path) -> _Built:
+        """Open restored files read-write (never creating an empty database:
+        RocksDB would delete the SSTs it does not know)."""
+        try:
+            names = [n for n in Rdict.list_cf(str(path), _raw_options()) if n != "default"]
+            self._options.create_if_missing(False)
+            try:
+                db = Rdict(str(path), self._options,
+                           column_families={n: self._options for n in names})
+            finally:
+                self._options.create_if_missing(True)
+        except Exception as exc:
+            raise CorruptCheckpointError(
+                f"expected the RocksDB files of a snapshot to open as a database, got "
+                f"{type(exc).__name__}: {exc}") from exc
+        return _Built(db, path, set(names))
+
+    def _ensure_column_family(self, built: _Built, name: str) -> None:
+        if name not in built.column_families:
+            cf = built.db.create_column_family(name, self._options)
+            del cf
+            built.column_families.add(name)
+
+    def _new_local_checkpoint_dir(self, checkpoint_id: int) -> Path:
+        parent = self.local_checkpoints_path
+        parent.mkdir(exist_ok=True)
+        path = parent / f"chk-{checkpoint_id}"
+        attempt = 1
+        while path.exists() or Path(f"{path}.tmp").exists():
+            attempt += 1
+            path = parent / f"chk-{checkpoint_id}-{attempt}"
+        return path
+
+    def _subtask_prefix(self) -> str:
+        r = self.key_group_range
+        return f"rocksdb-{r.start_key_group}-{r.end_key_group}"
+
+    def _remove_directories(self) -> None:
+        _remove_trees(self._root, self._local_dir if self._own_local_dir else None)
+
+
+# ------------------------------------------------------------ module helpers
+
+
+class _KeyGroupCursor:
+    """Raw entries of one column family, handed out key group by key group."""
+
+    def __init__(self, entries: Iterator[tuple[bytes, bytes]]) -> None:
+        self._entries = entries
+        self._next: tuple[int, RawEntry] | None = None
+        self._advance()
+
+    def take(self, key_group: int) -> list[RawEntry]:
+        """The ``(namespace, key, state)`` entries of ``key_group`` (ascending calls)."""
+        out: list[RawEntry] = []
+        while self._next is not None and self._next[0] <= key_group:
+            if self._next[0] == key_group:
+                out.append(self._next[1])
+            self._advance()
+        return out
+
+    def close(self) -> None:
+        close = getattr(self._entries, "close", None)
+        if close is not None:
+            close()
+        self._next = None
+
+    def _advance(self) -> None:
+        item = next(self._entries, None)
+        if item is None:
+            self._next = None
+            return
+        key_group, key, namespace = decode_rocks_key(item[0])
+        self._next = (key_group, (namespace, key, item[1]))
+
+
+class _Batch:
+    """Raw puts written in ``WriteBatch``es of at most ``_BATCH_ENTRIES``."""
+
+    def __init__(self, db: Rdict, options: Any) -> None:
+        self._db = db
+        self._options = options
+        self._batch = WriteBatch(raw_mode=True)
+        self._count = 0
+
+    def put(self, key: bytes, value: bytes, column_family: Any) -> None:
+        self._batch.put(key, value, column_family)
+        self._count += 1
+        if self._count >= _BATCH_ENTRIES:
+            self.flush()
+
+    def flush(self) -> None:
+        if self._count:
+            self._db.write(self._batch, self._options)
+            self._batch = WriteBatch(raw_mode=True)
+            self._count = 0
+
+
+def _open_read_only(path: Path) -> Rdict:
+    """A snapshot's database, read-only, with every column family."""
+    names = [n for n in Rdict.list_cf(str(path), _raw_options()) if n != "default"]
+    return Rdict(str(path), _raw_options(), column_families={n: _raw_options() for n in names},
+                 access_type=AccessType.read_only())
+
+
+def _download(handle: KeyedStateHandle, source: SnapshotSource, directory: Path) -> None:
+    """Every file of ``handle`` into ``directory`` under its local name (checked)."""
+    for file in handle.files:
+        name = file.local_name
+        if not name or "/" in name or name in (".", ".."):
+            raise CorruptCheckpointError(
+                f"expected a RocksDB file name as the local name of {file.path!r}, got {name!r}")
+        source.download(file, directory / name)
+
+
+def _remove_trees(*paths: Path | None) -> None:
+    for path in paths:
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_local_checkpoint(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(f"{path}.tmp", ignore_errors=True)
+
+
+def _check_raw_mode(built: _Built) -> None:
+    """rocksdict writes the mode it opened with into its config file."""
+    try:
+        config = json.loads((built.path / _CONFIG_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        config = {"raw_mode": True}               # absent: rocksdict's default is raw
+    if config.get("raw_mode") is not True:
+        built.discard()
+        raise InvalidArgumentError(
+            "expected rocksdict.Options(raw_mode=True), got options without raw mode: the "
+            "backend stores the serializers' bytes as they are")

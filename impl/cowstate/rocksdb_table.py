@@ -1,0 +1,377 @@
+"""One keyed state in one RocksDB column family (Flink's ``RocksDB*State`` storage).
+
+Every mapping ``(key, namespace) -> state`` of a state is one RocksDB entry
+of the state's column family, stored as the serializers' bytes::
+
+    RocksDB key   = key group (2 bytes, big-endian)      -- sorts by key group
+                  + len(key bytes) (4 bytes, big-endian) -- frames the key
+                  + key bytes         (key_serializer.serialize(key))
+                  + namespace bytes   (namespace_serializer.serialize(namespace))
+    RocksDB value = state bytes       (state_serializer.serialize(state))
+
+so a key-group range ``[a, b]`` is the contiguous key range
+``[a.to_bytes(2), (b + 1).to_bytes(2))``: a snapshot, a restore or a
+rescaling works on whole key groups with one seek (or one ``delete_range``),
+and within a key group the length frame lets the key and the namespace be
+parsed back.
+
+:class:`RocksDBStateTable` has the API of
+:class:`~cowstate.state_table.StateTable` (``get``, ``contains_key``,
+``put``, ``put_and_get_old``, ``remove``, ``remove_and_get_old``,
+``transform`` -- each with ``key_group=`` --, iteration in key-group order,
+``keys(namespace)``, ``size_of_namespace``, ``len``) and refuses the same
+arguments with the same errors. It differs where bytes differ from objects:
+
+- every state it returns is freshly deserialized: mutating it changes
+  nothing stored (``transform`` is how a state changes);
+- a key or namespace is *its bytes*: two keys that are ``==`` but serialize
+  differently (``1`` and ``True`` under pickle) are two mappings, as in
+  Flink's RocksDB backend;
+- iteration reads the column family in chunks (no native iterator stays open
+  between chunks, so an abandoned iteration never keeps the database open);
+  it is not fail-fast: a mapping added or removed behind the iteration point
+  is simply seen or not, never an error;
+- ``len`` counts by scanning (RocksDB keeps no exact count).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import replace
+from typing import Any
+
+from rocksdict import Rdict, ReadOptions, WriteOptions
+
+from cowstate.errors import (
+    BackendClosedError,
+    InvalidArgumentError,
+    NoneStateError,
+    TransformFunctionError,
+    UnhashableKeyError,
+)
+from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.state_map import StateEntry
+from cowstate.state_table import StateMetaInfo
+
+__all__ = [
+    "KEY_GROUP_PREFIX_BYTES",
+    "RocksDBStateTable",
+    "decode_rocks_key",
+    "encode_rocks_key",
+    "key_group_prefix",
+    "scan",
+    "write_options",
+]
+
+#: Bytes of the key-group prefix of every RocksDB key.
+KEY_GROUP_PREFIX_BYTES = 2
+_PREFIX_AND_LENGTH = struct.Struct(">HI")
+_SCAN_CHUNK = 1024
+
+
+def key_group_prefix(key_group: int) -> bytes:
+    """The first bytes of every RocksDB key of ``key_group`` (also the lower bound
+    of its key range; ``key_group_prefix(kg + 1)`` is the upper bound)."""
+    return key_group.to_bytes(KEY_GROUP_PREFIX_BYTES, "big")
+
+
+def encode_rocks_key(key_group: int, key_bytes: bytes, namespace_bytes: bytes) -> bytes:
+    """The RocksDB key of one mapping (see the module doc)."""
+    return _PREFIX_AND_LENGTH.pack(key_group, len(key_bytes)) + key_bytes + namespace_bytes
+
+
+def decode_rocks_key(rocks_key: bytes) -> tuple[int, bytes, bytes]:
+    """``(key_group, key bytes, namespace bytes)`` of a RocksDB key."""
+    key_group, length = _PREFIX_AND_LENGTH.unpack_from(rocks_key)
+    start = _PREFIX_AND_LENGTH.size
+    return key_group, rocks_key[start:start + length], rocks_key[start + length:]
+
+
+def write_options() -> WriteOptions:
+    """Write options of every state write: no WAL (checkpoints give durability,
+    as in Flink)."""
+    options = WriteOptions()
+    # A property in rocksdict 0.3.29; its .pyi declares a method.
+    setattr(options, "disable_wal", True)  # noqa: B010
+    return options
+
+
+def scan(column: Rdict | Callable[[], Rdict], lower: bytes, upper: bytes,
+         chunk: int = _SCAN_CHUNK) -> Generator[tuple[bytes, bytes], None, None]:
+    """Every ``(key, value)`` of a column family in ``[lower, upper)``, in key order.
+
+    ``column`` is the column family, or a function returning it (asked again
+    for every chunk, so a table detached meanwhile raises instead of reading
+    a closed database). Reads ``chunk`` entries per native iterator and drops
+    the iterator and the column family before yielding: a generator left
+    unfinished keeps no reference that would hold the database open. Only
+    the upper bound goes into ``ReadOptions``: rocksdict 0.3.29's
+    ``set_iterate_lower_bound`` sets the upper bound, so the lower bound is a
+    ``seek``.
+    """
+    position = lower
+    while True:
+        read_options = ReadOptions()
+        read_options.set_iterate_upper_bound(upper)
+        cf = column if isinstance(column, Rdict) else column()
+        iterator = cf.iter(read_options)
+        batch: list[tuple[bytes, bytes]] = []
+        try:
+            iterator.seek(position)
+            while len(batch) < chunk and iterator.valid():
+                key = iterator.key()
+                if key >= upper:
+                    break
+                batch.append((key, iterator.value()))
+                iterator.next()
+        finally:
+            del iterator, cf
+        yield from batch
+        if len(batch) < chunk:
+            return
+        position = batch[-1][0] + b"\x00"
+
+
+class RocksDBStateTable:
+    """The mappings of one state in one column family (see the module doc).
+
+    ``cf`` is the column family (an ``Rdict`` bound to it); the backend
+    detaches the table when it replaces or closes the database, after which
+    every operation raises :class:`~cowstate.errors.BackendClosedError`.
+    """
+
+    def __init__(self, cf: Rdict, key_group_range: KeyGroupRange, max_parallelism: int, *,
+                 meta: StateMetaInfo, key_serializer: StateSerializer | None = None) -> None:
+        if not isinstance(key_group_range, KeyGroupRange):
+            raise InvalidArgumentError(
+                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+        if not isinstance(meta, StateMetaInfo):
+            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
+        if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
+            raise InvalidArgumentError(
+                "expected a key_serializer with copy/serialize/deserialize, got "
+                f"{type(key_serializer).__name__}")
+        self._cf: Rdict | None = cf
+        self._range = key_group_range
+        self._max_parallelism = max_parallelism
+        self._meta = meta
+        self._key_serializer: StateSerializer = (
+            key_serializer if key_serializer is not None else DefaultSerializer())
+        self._write_options = write_options()
+        self._lower = key_group_prefix(key_group_range.start_key_group)
+        self._upper = key_group_prefix(key_group_range.end_key_group + 1)
+
+    # ----------------------------------------------------------- properties
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self._range
+
+    @property
+    def max_parallelism(self) -> int:
+        return self._max_parallelism
+
+    @property
+    def meta(self) -> StateMetaInfo:
+        return self._meta
+
+    @property
+    def key_serializer(self) -> StateSerializer:
+        return self._key_serializer
+
+    @property
+    def serializer(self) -> StateSerializer:
+        """The state serializer (the bytes of every stored state)."""
+        return self._meta.state_serializer
+
+    @serializer.setter
+    def serializer(self, serializer: StateSerializer) -> None:
+        self.set_meta_info(replace(self._meta, state_serializer=serializer))
+
+    def set_meta_info(self, meta: StateMetaInfo) -> None:
+        """Replace the meta info (the serializers states are read and written with)."""
+        if not isinstance(meta, StateMetaInfo):
+            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
+        self._meta = meta
+
+    def key_group_of(self, key: Any) -> int:
+        """The key group of ``key`` (Flink's assignment, this table's max parallelism)."""
+        return assign_to_key_group(key, self._max_parallelism, self._key_serializer)
+
+    @property
+    def is_attached(self) -> bool:
+        """False once the backend replaced or closed the database under the table."""
+        return self._cf is not None
+
+    def detach(self) -> None:
+        """Drop the column family (the backend is closing or replacing the database)."""
+        self._cf = None
+
+    # ---------------------------------------------------------------- reads
+
+    def get(self, key: Any, namespace: Any, *, key_group: int | None = None) -> Any:
+        """A fresh copy of the state of ``(key, namespace)``, or ``None``."""
+        data = self._column().get(self._rocks_key(key, namespace, key_group))
+        return None if data is None else self._meta.state_serializer.deserialize(data)
+
+    def contains_key(self, key: Any, namespace: Any, *, key_group: int | None = None) -> bool:
+        return self._column().get(self._rocks_key(key, namespace, key_group)) is not None
+
+    def __contains__(self, item: object) -> bool:
+        if not isinstance(item, tuple) or len(item) != 2:
+            raise InvalidArgumentError(
+                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
+        return self.contains_key(item[0], item[1])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in scan(self._column, self._lower, self._upper))
+
+    def __iter__(self) -> Iterator[StateEntry[Any, Any, Any]]:
+        """Every mapping once, in key-group order, decoded (fresh objects)."""
+        return self._entries(self._lower, self._upper)
+
+    def entries_in_key_group(self, key_group: int) -> Iterator[StateEntry[Any, Any, Any]]:
+        """The mappings of one key group."""
+        self._check_key_group(key_group)
+        return self._entries(key_group_prefix(key_group), key_group_prefix(key_group + 1))
+
+    def keys(self, namespace: Any) -> Iterator[Any]:
+        """The keys mapped in ``namespace`` (compared by its bytes), in key-group order."""
+        wanted = self._namespace_bytes(namespace)
+        key_decode = self._key_serializer.deserialize
+        return (key_decode(key) for key, ns in self._raw_keys() if ns == wanted)
+
+    def size_of_namespace(self, namespace: Any) -> int:
+        wanted = self._namespace_bytes(namespace)
+        return sum(1 for _, ns in self._raw_keys() if ns == wanted)
+
+    # --------------------------------------------------------------- writes
+
+    def put(self, key: Any, namespace: Any, state: Any, *,
+            key_group: int | None = None) -> None:
+        """Map ``(key, namespace)`` to ``state`` (never ``None``)."""
+        rocks_key = self._rocks_key(key, namespace, key_group)
+        self._check_state(key, namespace, state, "put")
+        self._column().put(rocks_key, self._meta.state_serializer.serialize(state),
+                           self._write_options)
+
+    def put_and_get_old(self, key: Any, namespace: Any, state: Any, *,
+                        key_group: int | None = None) -> Any:
+        """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""
+        rocks_key = self._rocks_key(key, namespace, key_group)
+        self._check_state(key, namespace, state, "put_and_get_old")
+        serializer = self._meta.state_serializer
+        cf = self._column()
+        old = cf.get(rocks_key)
+        cf.put(rocks_key, serializer.serialize(state), self._write_options)
+        return None if old is None else serializer.deserialize(old)
+
+    def remove(self, key: Any, namespace: Any, *, key_group: int | None = None) -> None:
+        """Unmap ``(key, namespace)``; absent mappings are ignored."""
+        self._column().delete(self._rocks_key(key, namespace, key_group), self._write_options)
+
+    def remove_and_get_old(self, key: Any, namespace: Any, *,
+                           key_group: int | None = None) -> Any:
+        """Unmap ``(key, namespace)``; return its state or ``None`` if absent."""
+        rocks_key = self._rocks_key(key, namespace, key_group)
+        cf = self._column()
+        old = cf.get(rocks_key)
+        if old is None:
+            return None
+        cf.delete(rocks_key, self._write_options)
+        return self._meta.state_serializer.deserialize(old)
+
+    def transform(self, key: Any, namespace: Any, value: Any, fn: Callable[[Any, Any], Any], *,
+                  key_group: int | None = None) -> None:
+        """Map ``(key, namespace)`` to ``fn(old_or_None, value)``, atomically: if
+        ``fn`` raises (:class:`TransformFunctionError`) or returns ``None``
+        (:class:`NoneStateError`) nothing is written. ``fn`` gets a fresh copy."""
+        rocks_key = self._rocks_key(key, namespace, key_group)
+        serializer = self._meta.state_serializer
+        cf = self._column()
+        data = cf.get(rocks_key)
+        old = None if data is None else serializer.deserialize(data)
+        try:
+            new = fn(old, value)
+        except Exception as exc:
+            raise TransformFunctionError(
+                f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
+                f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
+                "unchanged") from exc
+        if new is None:
+            raise NoneStateError(
+                f"expected the transform function to return a state, got None for "
+                f"({key!r}, {namespace!r}); the mapping is unchanged")
+        cf.put(rocks_key, serializer.serialize(new), self._write_options)
+
+    def __repr__(self) -> str:
+        state = "attached" if self._cf is not None else "detached"
+        return (f"<{type(self).__name__} {self._meta.name!r} {self._range!r} of "
+                f"{self._max_parallelism}, {state}>")
+
+    # ------------------------------------------------------ private helpers
+
+    def _column(self) -> Rdict:
+        cf = self._cf
+        if cf is None:
+            raise BackendClosedError(
+                f"expected the table of state {self._meta.name!r} to be in use, got one whose "
+                "database was closed or replaced by a restore; ask the backend for its table "
+                "again")
+        return cf
+
+    def _rocks_key(self, key: Any, namespace: Any, key_group: int | None) -> bytes:
+        if key is None:
+            raise InvalidArgumentError(
+                "expected a key, got None; keyed state needs a key (no key set?)")
+        try:
+            hash(key)
+            hash(namespace)
+        except TypeError:
+            raise UnhashableKeyError.of(key, namespace) from None
+        if key_group is None:
+            key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
+        self._check_key_group(key_group)
+        return encode_rocks_key(key_group, self._key_serializer.serialize(key),
+                                self._meta.namespace_serializer.serialize(namespace))
+
+    def _check_key_group(self, key_group: object) -> None:
+        if type(key_group) is not int:
+            raise InvalidArgumentError(
+                f"expected an int key_group, got {type(key_group).__name__} {key_group!r}")
+        self._range.index_of(key_group)              # KeyGroupOutOfRangeError outside
+
+    def _namespace_bytes(self, namespace: Any) -> bytes:
+        try:
+            hash(namespace)
+        except TypeError:
+            raise UnhashableKeyError(
+                f"expected a hashable namespace, got {type(namespace).__name__} "
+                f"{namespace!r}") from None
+        return self._meta.namespace_serializer.serialize(namespace)
+
+    @staticmethod
+    def _check_state(key: Any, namespace: Any, state: Any, op: str) -> None:
+        if state is None:
+            raise NoneStateError(
+                f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
+                "absent, use remove() to unmap")
+
+    def _raw_keys(self) -> Iterator[tuple[bytes, bytes]]:
+        for rocks_key, _ in scan(self._column, self._lower, self._upper):
+            _, key, namespace = decode_rocks_key(rocks_key)
+            yield key, namespace
+
+    def _entries(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[Any, Any, Any]]:
+        self._column()                            # BackendClosedError now, not at next()
+        return self._decoded(lower, upper)
+
+    def _decoded(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[Any, Any, Any]]:
+        key_decode = self._key_serializer.deserialize
+        namespace_decode = self._meta.namespace_serializer.deserialize
+        state_decode = self._meta.state_serializer.deserialize
+        for rocks_key, value in scan(self._column, lower, upper):
+            _, key, namespace = decode_rocks_key(rocks_key)
+            yield StateEntry(key_decode(key), namespace_decode(namespace), state_decode(value))

@@ -1,0 +1,652 @@
+"""Checkpoint storage and the coordinator: one named test per rule of
+``cowstate.checkpoint.coordinator`` (and of the issue), on real files, with
+the heap backend and the RocksDB backend.
+
+Rules 1-5 are about files shared between checkpoints, so they run on RocksDB,
+whose incremental checkpoints share SST files; the rest run on both.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import shutil
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cowstate.backend import HeapKeyedStateBackend
+from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.filesystem import FileSystem, is_temporary
+from cowstate.checkpoint.handles import (
+    METADATA_FILE,
+    CheckpointMetadata,
+    RestoreMode,
+    SnapshotOptions,
+)
+from cowstate.checkpoint.inspect import format_report, inspect_snapshot
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.storage import CheckpointStorage, read_metadata
+from cowstate.descriptors import ListStateDescriptor, ValueStateDescriptor
+from cowstate.errors import (
+    CheckpointError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    IncompatibleSnapshotError,
+    InvalidArgumentError,
+    UnknownCheckpointError,
+)
+from cowstate.key_groups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    compute_key_group_range_for_operator_index,
+)
+from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+from cowstate_spec.cli import main as cowstate_main
+
+MAXP = 16
+VALUE = ValueStateDescriptor("value")
+LIST = ListStateDescriptor("list")
+Factory = Callable[[KeyGroupRange, int], Any]
+
+
+def heap(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+    return HeapKeyedStateBackend(key_groups, max_parallelism)
+
+
+def rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+    return RocksDBKeyedStateBackend(key_groups, max_parallelism)
+
+
+BOTH = pytest.mark.parametrize("factory", [heap, rocksdb], ids=["heap", "rocksdb"])
+
+
+class Job:
+    """A job's subtasks and coordinator, with helpers to change and read its state."""
+
+    def __init__(self, root: Path, job_id: str, factory: Factory, parallelism: int = 2, *,
+                 num_retained: int = 1, filesystem: FileSystem | None = None,
+                 restore: tuple[str, RestoreMode] | None = None, recover: bool = False) -> None:
+        self.storage = CheckpointStorage(str(root), job_id, filesystem)
+        self.backends = [factory(compute_key_group_range_for_operator_index(
+            MAXP, parallelism, i), MAXP) for i in range(parallelism)]
+        for backend in self.backends:
+            backend.get_state(VALUE)
+            backend.get_state(LIST)
+        if restore is not None:
+            self.coordinator = CheckpointCoordinator.restore(
+                self.storage, self.backends, restore[0], restore[1], num_retained=num_retained)
+        elif recover:
+            self.coordinator = CheckpointCoordinator.recover(self.storage, self.backends,
+                                                             num_retained=num_retained)
+        else:
+            self.coordinator = CheckpointCoordinator(self.storage, self.backends,
+                                                     num_retained=num_retained)
+
+    def put(self, keys: Any, value: Any) -> None:
+        for key in keys:
+            backend = next(b for b in self.backends
+                           if assign_to_key_group(key, MAXP) in b.key_group_range)
+            backend.set_current_key(key)
+            backend.get_state(VALUE).update(value)
+            backend.get_state(LIST).add(value)
+
+    def contents(self) -> dict[str, dict[Any, Any]]:
+        """A deep copy of every state of every subtask, by key."""
+        return copy.deepcopy({name: {k: s for b in self.backends for k, _, s in b.entries(name)}
+                              for name in ("value", "list")})
+
+    def checkpoint(self) -> CheckpointMetadata:
+        return self.coordinator.complete_checkpoint(
+            self.coordinator.trigger_checkpoint()).metadata
+
+    def close(self) -> None:
+        self.coordinator.close()
+        for backend in self.backends:
+            backend.close()
+
+
+@pytest.fixture
+def jobs(tmp_path: Path) -> Iterator[Callable[..., Job]]:
+    made: list[Job] = []
+
+    def make(job_id: str, factory: Factory = rocksdb, **options: Any) -> Job:
+        made.append(Job(tmp_path / "root", job_id, factory, **options))
+        return made[-1]
+
+    yield make
+    for job in made:
+        job.close()
+
+
+def shared(metadata: CheckpointMetadata) -> set[str]:
+    return {f.path for f in metadata.files if f.scope == "shared"}
+
+
+def files_under(path: Path) -> set[str]:
+    return {str(p) for p in path.rglob("*") if p.is_file()}
+
+
+def restored_contents(factory: Factory, directory: str) -> dict[str, dict[Any, Any]]:
+    """What the snapshot in ``directory`` restores to, in one fresh subtask."""
+    metadata = read_metadata(FileSystem(), directory)
+    backend = factory(KeyGroupRange(0, MAXP - 1), MAXP)
+    try:
+        backend.restore_from(metadata.subtasks, SnapshotSource(FileSystem(), directory))
+        return {name: {k: s for k, _, s in backend.entries(name)} for name in ("value", "list")}
+    finally:
+        backend.close()
+
+
+# ------------------------------------------------------------------ storage
+
+
+@BOTH
+def test_a_checkpoint_exists_only_once_its_metadata_is_written(jobs: Any, factory: Factory,
+                                                                tmp_path: Path) -> None:
+    job = jobs("job", factory)
+    job.put(range(20), 1)
+    checkpoint_id = job.coordinator.trigger_checkpoint()
+    job.coordinator.acknowledge(checkpoint_id)
+    directory = job.storage.checkpoint_dir(checkpoint_id)
+    assert job.storage.completed_checkpoints() == []
+    with pytest.raises(CheckpointNotFoundError, match="holds no _metadata"):
+        read_metadata(job.storage.filesystem, directory)
+    job.coordinator.complete_checkpoint(checkpoint_id)
+    assert [m.checkpoint_id for m in job.storage.completed_checkpoints()] == [checkpoint_id]
+    assert restored_contents(factory, directory) == job.contents()
+
+
+def test_metadata_is_written_only_after_every_subtask_finished(jobs: Any,
+                                                               tmp_path: Path) -> None:
+    """complete_checkpoint waits for the slowest subtask before _metadata."""
+    go = threading.Event()
+
+    def slow_writes(operation: str, path: str, data: bytes | None) -> None:
+        if operation == "write" and "keyed-state-8-15" in path:
+            assert go.wait(10)
+
+    job = jobs("job", heap, filesystem=FileSystem(hooks=slow_writes))
+    job.put(range(30), 1)
+    checkpoint_id = job.coordinator.trigger_checkpoint()
+    completing = threading.Thread(target=job.coordinator.complete_checkpoint,
+                                  args=(checkpoint_id,))
+    completing.start()
+    completing.join(0.3)
+    assert completing.is_alive()
+    assert not Path(job.storage.checkpoint_dir(checkpoint_id), METADATA_FILE).exists()
+    go.set()
+    completing.join(10)
+    assert Path(job.storage.checkpoint_dir(checkpoint_id), METADATA_FILE).exists()
+
+
+def test_writes_are_atomic(tmp_path: Path) -> None:
+    """A failure mid-write leaves only a temporary name, never the file itself."""
+    calls = 0
+
+    def fail_second_chunk(operation: str, path: str, data: bytes | None) -> None:
+        nonlocal calls
+        if operation == "write":
+            calls += 1
+            if calls == 2:
+                raise OSError("disk full")
+
+    filesystem = FileSystem(hooks=fail_second_chunk)
+    target = str(tmp_path / "dir" / "file")
+    stream = filesystem.create(target)
+    stream.write(b"first")
+    with pytest.raises(OSError, match="disk full"):
+        stream.write(b"second")
+    assert not Path(target).exists()
+    leftovers = list((tmp_path / "dir").iterdir())
+    assert len(leftovers) == 1 and is_temporary(str(leftovers[0]))
+    stream.discard()
+    assert list((tmp_path / "dir").iterdir()) == []
+
+
+class Crash(Exception):
+    pass
+
+
+@BOTH
+def test_a_crash_at_any_write_leaves_the_last_completed_checkpoint_restorable(
+        tmp_path: Path, factory: Factory) -> None:
+    """Crash at every file-system operation of checkpoint 2 in turn: recovery
+    always restores checkpoint 1 or 2 -- 2 exactly when its _metadata landed --
+    and leaves no file no retained checkpoint uses."""
+    operation = 0
+    crash_at = 0
+
+    def hooks(kind: str, path: str, data: bytes | None) -> None:
+        nonlocal operation
+        operation += 1
+        if crash_at and operation >= crash_at:
+            raise Crash(f"{kind} {path}")
+
+    def run(root: Path, crash: int) -> tuple[Job, dict[str, Any], dict[str, Any], bool]:
+        nonlocal crash_at, operation
+        crash_at = 0
+        job = Job(root, "job", factory, filesystem=FileSystem(hooks=hooks))
+        job.put(range(40), "one")
+        job.checkpoint()
+        first = job.contents()
+        job.put(range(20, 60), "two")
+        second = job.contents()
+        crash_at, operation = crash, 0
+        try:
+            job.checkpoint()
+            finished = True
+        except Exception as exc:
+            finished = False
+            assert any(isinstance(e, Crash) for e in _chain(exc)), exc
+        crash_at = 0
+        for backend in job.backends:
+            backend.close()
+        return job, first, second, finished
+
+    *_, finished = run(tmp_path / "count", 0)
+    total = operation                                # file-system operations of checkpoint 2
+    assert finished and total > 5
+    for crash in range(1, total + 1):
+        root = tmp_path / f"crash-at-{crash}"
+        _, first, second, finished = run(root, crash)
+        assert not finished
+        recovered = Job(root, "job", factory, filesystem=FileSystem(), recover=True)
+        landed = Path(recovered.storage.checkpoint_dir(2), METADATA_FILE).exists()
+        assert recovered.contents() == (second if landed else first), crash
+        retained = recovered.coordinator.completed_checkpoints
+        keep = {str(Path(c.directory) / METADATA_FILE) for c in retained} | {
+            f.path for c in retained for f in c.metadata.files}
+        job_dir = Path(recovered.storage.job_dir)
+        on_disk = files_under(job_dir) - {str(job_dir / "_counter")}
+        assert on_disk == keep, (crash, sorted(on_disk ^ keep))
+        recovered.close()
+        shutil.rmtree(root)
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: BaseException | None = exc
+    while seen is not None:
+        yield seen
+        seen = seen.__cause__ or seen.__context__
+
+
+def test_storage_on_an_fsspec_url() -> None:
+    """The same job on memory:// -- checkpoint, savepoint, restore from both."""
+    root = "memory://cowstate-test"
+    FileSystem().delete_dir(root)
+    storage = CheckpointStorage(root, "job")
+    backends = [heap(KeyGroupRange(0, MAXP - 1), MAXP)]
+    backends[0].get_state(VALUE)
+    coordinator = CheckpointCoordinator(storage, backends)
+    backends[0].set_current_key("k")
+    backends[0].get_state(VALUE).update(42)
+    checkpoint = coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
+    coordinator.trigger_savepoint("memory://cowstate-test/savepoints/sp", "canonical")
+    assert storage.filesystem.list_files(root) == sorted([
+        f"{root}/job/_counter", f"{root}/job/chk-1/_metadata",
+        f"{root}/job/chk-1/keyed-state-0-15", f"{root}/savepoints/sp/_metadata",
+        f"{root}/savepoints/sp/keyed-state-0-15"])
+    for directory in (checkpoint.directory, f"{root}/savepoints/sp"):
+        target = heap(KeyGroupRange(0, MAXP - 1), MAXP)
+        CheckpointCoordinator.restore(CheckpointStorage(root, f"new-{len(directory)}"),
+                                      [target], directory, RestoreMode.NO_CLAIM)
+        assert [s for _, _, s in target.entries("value")] == [42]
+
+
+def test_missing_and_corrupt_snapshots_are_refused_and_change_nothing(jobs: Any) -> None:
+    job = jobs("job", heap)
+    job.put(range(10), 1)
+    metadata = job.checkpoint()
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    target = jobs("target", heap, parallelism=1)
+    target.put(range(3), "mine")
+    before = target.contents()
+    with pytest.raises(CheckpointNotFoundError, match="the directory does not exist"):
+        CheckpointCoordinator.restore(CheckpointStorage(str(Path(directory).parent), "x"),
+                                      target.backends, directory + "-missing",
+                                      RestoreMode.CLAIM)
+    Path(directory, METADATA_FILE).write_text('{"not": "metadata"}')
+    with pytest.raises(CorruptCheckpointError, match="expected a valid _metadata document"):
+        read_metadata(FileSystem(), directory)
+    assert target.contents() == before
+
+    job.put(range(10), 2)
+    metadata = job.checkpoint()
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    data_file = Path(metadata.files[0].path)
+    data_file.write_bytes(data_file.read_bytes()[:-10])              # truncated
+    for backend in target.backends:
+        with pytest.raises(CorruptCheckpointError, match="bytes with CRC32"):
+            backend.restore_from(metadata.subtasks, SnapshotSource(FileSystem(), directory))
+    assert target.contents() == before
+
+
+def test_coordinator_argument_errors(jobs: Any, tmp_path: Path) -> None:
+    job = jobs("job", heap)
+    with pytest.raises(UnknownCheckpointError, match="expected a pending checkpoint id"):
+        job.coordinator.complete_checkpoint(99)
+    with pytest.raises(UnknownCheckpointError):
+        job.coordinator.abort_checkpoint(99)
+    with pytest.raises(InvalidArgumentError, match="expected num_retained >= 1"):
+        CheckpointCoordinator(job.storage, job.backends, num_retained=0)
+    overlapping = [heap(KeyGroupRange(0, 9), MAXP), heap(KeyGroupRange(5, 15), MAXP)]
+    with pytest.raises(InvalidArgumentError, match="expected disjoint key-group ranges"):
+        CheckpointCoordinator(job.storage, overlapping)
+    with pytest.raises(InvalidArgumentError, match="expected a job id"):
+        CheckpointStorage(str(tmp_path), "../escape")
+    sp = str(tmp_path / "sp")
+    job.coordinator.trigger_savepoint(sp)
+    with pytest.raises(InvalidArgumentError, match="already holds a snapshot"):
+        job.coordinator.trigger_savepoint(sp)
+    job.checkpoint()
+    with pytest.raises(InvalidArgumentError, match="expected a new job directory"):
+        CheckpointCoordinator.restore(job.storage, job.backends, sp, RestoreMode.CLAIM)
+
+
+# -------------------------------------------------------------------- rules
+
+
+def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(jobs: Any) -> None:
+    job = jobs("job", rocksdb, parallelism=1)
+    job.put(range(200), "a")
+    first = job.checkpoint()
+    job.put(range(10), "b")
+    pending = job.coordinator.trigger_checkpoint()           # uploaded, never confirmed
+    job.coordinator.acknowledge(pending)
+    pending_uploads = {f.path for h in job.coordinator._pending[pending].acknowledged.values()
+                       for f in h.shared_files} - shared(first)
+    assert pending_uploads
+    job.put(range(10, 20), "c")
+    third = job.checkpoint()                                 # completes, aborting `pending`
+    assert not shared(third) & pending_uploads
+    assert shared(third) & shared(first)                     # still incremental on `first`
+    assert not any(Path(p).exists() for p in pending_uploads)
+    job.put(range(20, 30), "d")
+    aborted = job.coordinator.trigger_checkpoint()
+    job.coordinator.acknowledge(aborted)
+    aborted_uploads = {f.path for h in job.coordinator._pending[aborted].acknowledged.values()
+                       for f in h.shared_files} - shared(third)
+    job.coordinator.abort_checkpoint(aborted)
+    fourth = job.checkpoint()
+    # Whatever the fourth reuses is the third's (compaction may have rewritten
+    # the rest, which it then uploads anew), never an aborted upload.
+    earlier = shared(first) | shared(third) | pending_uploads | aborted_uploads
+    assert shared(fourth) & earlier <= shared(third)
+    assert restored_contents(rocksdb, job.storage.checkpoint_dir(fourth.checkpoint_id)
+                             ) == job.contents()
+
+
+@pytest.mark.parametrize("format", ["native", "canonical"])
+def test_rule_2_a_savepoint_never_changes_the_incremental_base(jobs: Any, tmp_path: Path,
+                                                               format: str) -> None:
+    """RocksIncrementalSnapshotStrategyTest: checkpoint 1 confirmed, a savepoint,
+    checkpoint 3 is still incremental and reuses what it would have without it."""
+    with_savepoint = jobs("a", rocksdb, parallelism=1)
+    without = jobs("b", rocksdb, parallelism=1)
+    for job in (with_savepoint, without):
+        job.put(range(300), "x")
+        job.checkpoint()
+        job.put(range(5), "y")
+    savepoint = with_savepoint.coordinator.trigger_savepoint(str(tmp_path / "sp"), format)
+    assert all(f.relative and f.scope == "exclusive" for f in savepoint.files)
+    after = with_savepoint.checkpoint()
+    plain = without.checkpoint()
+    reused = {f.local_name for f in after.files if f.scope == "shared"} & {
+        f.local_name for f in with_savepoint.coordinator.completed_checkpoints[0].metadata.files}
+    assert reused
+    assert {f.local_name for f in after.files if f.scope == "shared"} == {
+        f.local_name for f in plain.files if f.scope == "shared"}
+    handle = after.subtasks[0]
+    assert handle.checkpointed_size < handle.full_size
+    assert not any(str(tmp_path / "sp") in f.path for f in after.files)
+
+
+def test_rule_3_unknown_older_and_aborted_notices(tmp_path: Path) -> None:
+    backend = rocksdb(KeyGroupRange(0, MAXP - 1), MAXP)
+    try:
+        backend.get_state(VALUE)
+        filesystem = FileSystem()
+
+        def checkpoint(checkpoint_id: int) -> Any:
+            backend.set_current_key(checkpoint_id)
+            backend.get_state(VALUE).update(checkpoint_id)
+            location = SnapshotLocation(filesystem, str(tmp_path / f"chk-{checkpoint_id}"),
+                                        str(tmp_path / "shared"), relative=False)
+            return backend.snapshot_to(checkpoint_id, location, SnapshotOptions()).result()
+
+        checkpoint(1)
+        backend.notify_checkpoint_complete(1)
+        checkpoint(2)
+        backend.notify_checkpoint_complete(7)              # a savepoint's id: unknown
+        assert backend.last_completed_checkpoint_id == 1
+        backend.notify_checkpoint_complete(2)
+        backend.notify_checkpoint_complete(1)              # older: ignored
+        assert backend.last_completed_checkpoint_id == 2
+        checkpoint(3)
+        backend.notify_checkpoint_aborted(3)
+        assert 3 not in backend.recorded_checkpoints
+        backend.notify_checkpoint_complete(3)              # its record is gone: ignored
+        assert backend.last_completed_checkpoint_id == 2
+    finally:
+        backend.close()
+
+
+def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any,
+                                                                 tmp_path: Path) -> None:
+    job = jobs("job", rocksdb, parallelism=1)
+    job.put(range(300), "a")
+    first = job.checkpoint()
+    before = files_under(tmp_path / "root")
+    job.put(range(50), "b")
+    checkpoint_id = job.coordinator.trigger_checkpoint()
+    job.coordinator.acknowledge(checkpoint_id)
+    assert files_under(tmp_path / "root") > before           # it uploaded something
+    job.coordinator.abort_checkpoint(checkpoint_id)
+    assert files_under(tmp_path / "root") == before
+    assert restored_contents(rocksdb, job.storage.checkpoint_dir(first.checkpoint_id))
+
+    writes = 0
+
+    def fail_late(operation: str, path: str, data: bytes | None) -> None:
+        nonlocal writes
+        if operation == "write" and "/shared/" not in path and "chk-" in path:
+            writes += 1
+            if writes == 3:
+                raise OSError("disk full")
+
+    failing = jobs("failing", rocksdb, parallelism=1, filesystem=FileSystem(hooks=fail_late))
+    failing.put(range(300), "a")
+    root_before = files_under(tmp_path / "root")
+    with pytest.raises(CheckpointError, match="OSError: disk full"):
+        failing.checkpoint()
+    assert files_under(tmp_path / "root") == root_before | {
+        str(Path(failing.storage.job_dir) / "_counter")}
+
+
+def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(jobs: Any,
+                                                                  tmp_path: Path) -> None:
+    job = jobs("job", rocksdb, parallelism=1, num_retained=2)
+    metadata = []
+    for round_ in range(5):
+        job.put(range(round_ * 40, round_ * 40 + 200), round_)
+        before = files_under(tmp_path / "root")
+        metadata.append(job.checkpoint())
+        after = files_under(tmp_path / "root")
+        if round_ >= 2:
+            subsumed = metadata[round_ - 2]
+            retained = metadata[round_ - 1:]
+            used = set().union(*(shared(m) for m in retained))
+            exclusive = {f.path for f in subsumed.files if f.scope == "exclusive"} | {
+                str(Path(job.storage.checkpoint_dir(subsumed.checkpoint_id)) / METADATA_FILE)}
+            expected_deleted = (shared(subsumed) - used) | exclusive
+            new = {f.path for f in metadata[round_].files} | {
+                str(Path(job.storage.checkpoint_dir(metadata[round_].checkpoint_id))
+                    / METADATA_FILE)}
+            assert before - after == expected_deleted
+            assert after - before == new - before
+            assert all(Path(p).exists() for m in retained for p in shared(m))
+
+
+@BOTH
+def test_rule_6_savepoints_and_checkpoints_never_break_each_other(jobs: Any, factory: Factory,
+                                                                  tmp_path: Path) -> None:
+    job = jobs("job", factory)
+    job.put(range(100), "a")
+    job.checkpoint()
+    sp = str(tmp_path / "sp")
+    job.coordinator.trigger_savepoint(sp, "native")
+    moment = job.contents()
+    sp_files = files_under(Path(sp))
+    for round_ in range(3):                                  # subsume past the savepoint
+        job.put(range(round_ * 10, round_ * 10 + 30), round_)
+        job.checkpoint()
+    assert files_under(Path(sp)) == sp_files
+    assert restored_contents(factory, sp) == moment
+    job.coordinator.delete_savepoint(sp)
+    assert not Path(sp).exists()
+    latest = job.coordinator.latest_checkpoint
+    assert latest is not None and restored_contents(factory, latest.directory) == job.contents()
+
+
+@BOTH
+def test_rule_7_claim_owns_and_subsumes_the_restored_snapshot(jobs: Any, factory: Factory,
+                                                              tmp_path: Path) -> None:
+    old = jobs("old", factory)
+    old.put(range(100), "a")
+    old.checkpoint()
+    source = old.coordinator.latest_checkpoint
+    assert source is not None
+    moment = old.contents()
+    old.close()
+    new = jobs("new", factory, restore=(source.directory, RestoreMode.CLAIM), parallelism=3)
+    assert new.contents() == moment
+    assert [c.directory for c in new.coordinator.completed_checkpoints] == [source.directory]
+    new.put(range(10), "b")
+    new.checkpoint()
+    assert not Path(source.directory).exists()              # subsumed and deleted
+    assert not any(Path(p).exists() for p in shared(source.metadata)
+                   if p not in shared(new.coordinator.completed_checkpoints[0].metadata))
+
+
+def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(jobs: Any,
+                                                                    tmp_path: Path) -> None:
+    old = jobs("old", rocksdb, parallelism=1)
+    old.put(range(300), "a")
+    old.checkpoint()
+    source = old.coordinator.latest_checkpoint
+    assert source is not None
+    source_files = files_under(Path(source.directory)) | {Path(p).as_posix()
+                                                          for p in shared(source.metadata)}
+    old.close()
+    writes = 0
+
+    def fail_once(operation: str, path: str, data: bytes | None) -> None:
+        nonlocal writes
+        if operation == "write" and "/new/chk-" in path:
+            writes += 1
+            if writes == 2:
+                raise OSError("injected")
+
+    new = jobs("new", rocksdb, parallelism=1, restore=(source.directory, RestoreMode.NO_CLAIM),
+               filesystem=FileSystem(hooks=fail_once))
+    assert new.coordinator.force_full
+    with pytest.raises(CheckpointError, match="injected"):
+        new.checkpoint()                                     # a failed one: still full next
+    assert new.coordinator.force_full
+    for round_ in range(3):
+        new.put(range(round_ * 5, round_ * 5 + 5), round_)
+        metadata = new.checkpoint()
+        handle = metadata.subtasks[0]
+        if round_ == 0:
+            assert handle.checkpointed_size == handle.full_size
+            assert not shared(metadata) & shared(source.metadata)
+            assert not new.coordinator.force_full
+        else:
+            assert handle.checkpointed_size < handle.full_size
+    assert all(Path(p).exists() for p in source_files)       # never deleted
+
+
+def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(jobs: Any) -> None:
+    old = jobs("old", rocksdb, parallelism=1)
+    old.put(range(300), "a")
+    old.checkpoint()
+    source = old.coordinator.latest_checkpoint
+    assert source is not None
+    old.close()
+    new = jobs("new", rocksdb, parallelism=1, restore=(source.directory, RestoreMode.LEGACY))
+    new.put(range(5), "b")
+    first = new.checkpoint()
+    reused = shared(first) & shared(source.metadata)
+    assert reused                                            # incremental on the restored files
+    assert set(first.disowned) == reused
+    for round_ in range(4):                                  # subsume it several times over
+        new.put(range(round_ * 50, round_ * 50 + 100), round_)
+        new.checkpoint()
+    assert all(Path(p).exists() for p in shared(source.metadata))
+    assert Path(source.directory, METADATA_FILE).exists()
+
+
+# ------------------------------------------------------------ formats, inspect
+
+
+@pytest.mark.parametrize(("source_factory", "target_factory"),
+                         [(heap, rocksdb), (rocksdb, heap)], ids=["heap-to-rocksdb",
+                                                                  "rocksdb-to-heap"])
+def test_canonical_savepoints_switch_backends_and_native_ones_are_refused(
+        jobs: Any, tmp_path: Path, source_factory: Factory, target_factory: Factory) -> None:
+    old = jobs("old", source_factory, parallelism=2)
+    old.put(range(150), "a")
+    canonical, native = str(tmp_path / "canonical"), str(tmp_path / "native")
+    old.coordinator.trigger_savepoint(canonical, "canonical")
+    old.coordinator.trigger_savepoint(native, "native")
+    for parallelism in (1, 3):
+        new = jobs(f"new-{parallelism}", target_factory, parallelism=parallelism,
+                   restore=(canonical, RestoreMode.NO_CLAIM))
+        assert new.contents() == old.contents()
+    target = jobs("refusing", target_factory, parallelism=1)
+    target.put(range(3), "mine")
+    before = target.contents()
+    with pytest.raises(IncompatibleSnapshotError, match="canonical savepoint"):
+        CheckpointCoordinator.restore(CheckpointStorage(str(tmp_path / "root"), "other"),
+                                      target.backends, native, RestoreMode.NO_CLAIM)
+    assert target.contents() == before
+
+
+@BOTH
+def test_savepoints_are_relocatable(jobs: Any, factory: Factory, tmp_path: Path) -> None:
+    """SavepointFormatITCase: move the directory, resume in CLAIM mode from there."""
+    old = jobs("old", factory)
+    old.put(range(80), "a")
+    for format in ("native", "canonical"):
+        sp = tmp_path / f"sp-{format}"
+        old.coordinator.trigger_savepoint(str(sp), format)  # type: ignore[arg-type]
+        moved = tmp_path / "elsewhere" / f"sp-{format}"
+        moved.parent.mkdir(exist_ok=True)
+        shutil.move(str(sp), str(moved))
+        new = jobs(f"new-{format}", factory, restore=(str(moved), RestoreMode.CLAIM))
+        assert new.contents() == old.contents()
+
+
+def test_inspect_command_prints_what_a_snapshot_holds(jobs: Any, tmp_path: Path) -> None:
+    job = jobs("job", rocksdb)
+    job.put(range(50), "a")
+    metadata = job.checkpoint()
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    report = format_report(inspect_snapshot(directory))
+    assert f"checkpoint {metadata.checkpoint_id} of job 'job'" in report
+    assert "rocksdb/rocksdb-native" in report and "key groups 0..7" in report
+    assert "value (value, pickle)" in report and "files: all present" in report
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert cowstate_main(["savepoint", "inspect", directory]) == 0
+    assert out.getvalue().strip() == report
+    Path(next(iter(shared(metadata)))).unlink()
+    with redirect_stdout(io.StringIO()):
+        assert cowstate_main(["savepoint", "inspect", directory]) == 1
+    assert "[MISSING]" in format_report(inspect_snapshot(directory))
+    assert cowstate_main(["savepoint", "inspect", str(tmp_path / "nothing")]) == 2

@@ -1,0 +1,1056 @@
+"""The RocksDB keyed state backend on a real embedded RocksDB: the state API, the
+table's argument checks, incremental checkpoints and the base rules (Flink's
+RocksIncrementalSnapshotStrategyTest scenarios), native and canonical
+savepoints, restores with rescaling between backends, refusals that leave
+the backend as it was, and cancellation and failure releasing everything."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rocksdict import Options
+
+from cowstate.backend import HeapKeyedStateBackend
+from cowstate.checkpoint.filesystem import FileSystem
+from cowstate.checkpoint.handles import (
+    FileHandle,
+    KeyedStateHandle,
+    SnapshotOptions,
+    StateInfo,
+)
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.protocol import CheckpointingBackend
+from cowstate.descriptors import (
+    AggregatingStateDescriptor,
+    ListStateDescriptor,
+    MapStateDescriptor,
+    ReducingStateDescriptor,
+    ValueStateDescriptor,
+)
+from cowstate.errors import (
+    BackendClosedError,
+    CorruptCheckpointError,
+    IncompatibleSnapshotError,
+    InvalidArgumentError,
+    KeyGroupOutOfRangeError,
+    MaxParallelismMismatchError,
+    NoneStateError,
+    SerializerMismatchError,
+    SnapshotCancelledError,
+    SnapshotWriteError,
+    StateRegistrationError,
+    TransformFunctionError,
+    UnhashableKeyError,
+)
+from cowstate.key_groups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    compute_key_group_range_for_operator_index,
+)
+from cowstate.keyed_backend import AbstractKeyedStateBackend
+from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.rocksdb_backend import RocksDBKeyedStateBackend, column_family_name
+from cowstate.rocksdb_table import RocksDBStateTable, decode_rocks_key, encode_rocks_key
+from cowstate.serializers import IntSerializer, StringSerializer
+from cowstate_spec.backends import SumCount, add_ints
+
+MAX_P = 128
+FULL = KeyGroupRange(0, MAX_P - 1)
+VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value", default=[])
+LIST = ListStateDescriptor("list")
+MAP = MapStateDescriptor("map")
+REDUCING: ReducingStateDescriptor[int] = ReducingStateDescriptor("reducing",
+                                                                 reduce_function=add_ints)
+AGGREGATING = AggregatingStateDescriptor("aggregating", aggregate_function=SumCount())
+ALL = (VALUE, LIST, MAP, REDUCING, AGGREGATING)
+
+Contents = dict[str, dict[tuple[Any, Any], Any]]
+Factory = Callable[..., RocksDBKeyedStateBackend]
+FS = FileSystem()
+
+
+@pytest.fixture
+def make(tmp_path: Path) -> Iterator[Factory]:
+    """Makes backends under ``tmp_path``; closes them all at the end."""
+    made: list[RocksDBKeyedStateBackend] = []
+
+    def factory(key_group_range: KeyGroupRange = FULL, max_parallelism: int = MAX_P,
+                **kwargs: Any) -> RocksDBKeyedStateBackend:
+        kwargs.setdefault("local_dir", tmp_path / "local")
+        backend = RocksDBKeyedStateBackend(key_group_range, max_parallelism, **kwargs)
+        made.append(backend)
+        return backend
+
+    yield factory
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def backend(make: Factory) -> RocksDBKeyedStateBackend:
+    return make()
+
+
+def checkpoint_location(root: Path, checkpoint_id: int,
+                        filesystem: FileSystem = FS) -> SnapshotLocation:
+    return SnapshotLocation(filesystem, str(root / f"chk-{checkpoint_id}"), str(root / "shared"),
+                            relative=False)
+
+
+def savepoint_location(directory: Path) -> SnapshotLocation:
+    return SnapshotLocation(FS, str(directory), None, relative=True)
+
+
+def source(directory: Path) -> SnapshotSource:
+    return SnapshotSource(FS, str(directory))
+
+
+def checkpoint(b: RocksDBKeyedStateBackend, root: Path, checkpoint_id: int, *,
+               full: bool = False) -> KeyedStateHandle:
+    options = SnapshotOptions(kind="checkpoint", full=full)
+    return b.snapshot_to(checkpoint_id, checkpoint_location(root, checkpoint_id),
+                         options).result(timeout=30)
+
+
+def savepoint(b: AbstractKeyedStateBackend, directory: Path, checkpoint_id: int,
+              format: Any = "native") -> KeyedStateHandle:
+    options = SnapshotOptions(kind="savepoint", format=format)
+    assert isinstance(b, CheckpointingBackend)
+    return b.snapshot_to(checkpoint_id, savepoint_location(directory),
+                         options).result(timeout=30)
+
+
+def dump(b: AbstractKeyedStateBackend) -> Contents:
+    return {name: {(k, n): s for k, n, s in b.entries(name)} for name in b.state_names}
+
+
+def fill(b: AbstractKeyedStateBackend, keys: range = range(300), *, tag: int = 0) -> None:
+    """One entry per key in each of the five states (two namespaces for values)."""
+    value, lst, m = b.get_state(VALUE), b.get_state(LIST), b.get_state(MAP)
+    reducing, aggregating = b.get_state(REDUCING), b.get_state(AGGREGATING)
+    for key in keys:
+        if assign_to_key_group(key, b.max_parallelism) not in b.key_group_range:
+            continue
+        b.set_current_key(key)
+        b.set_current_namespace(VOID_NAMESPACE)
+        value.update([key, tag])
+        lst.add_all([key, -key])
+        m.put(f"u{key % 3}", key)
+        reducing.add(key)
+        aggregating.add(key)
+        b.set_current_namespace("w")
+        value.update(key + tag)
+
+
+def change_a_few(b: AbstractKeyedStateBackend, keys: range = range(5)) -> None:
+    value = b.get_state(VALUE)
+    for key in keys:
+        b.set_current_key(key)
+        b.set_current_namespace(VOID_NAMESPACE)
+        value.update(["changed", key])
+
+
+def ssts(handle: KeyedStateHandle) -> dict[str, FileHandle]:
+    return {f.local_name: f for f in handle.files
+            if f.local_name is not None and f.local_name.endswith(".sst")}
+
+
+def owned(contents: Contents, key_group_range: KeyGroupRange) -> Contents:
+    return {name: {kn: s for kn, s in states.items()
+                   if assign_to_key_group(kn[0], MAX_P) in key_group_range}
+            for name, states in contents.items()}
+
+
+def snapshot_files(root: Path) -> list[str]:
+    """Every file of the snapshot directories the tests use under ``root``."""
+    return [path for name in ("chk-1", "shared", "sp") for path in FS.list_files(str(root / name))]
+
+
+def open_files_under(path: Path) -> list[str]:
+    """The files under ``path`` this process holds open (Linux's /proc)."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith(str(path)):
+                found.append(target)
+    return found
+
+
+class Blocker:
+    """A FileSystem hook that holds the writer at its ``at``-th write until
+    released, and optionally fails there instead."""
+
+    def __init__(self, at: int = 1, fail: bool = False) -> None:
+        self.at = at
+        self.fail = fail
+        self.writes = 0
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, event: str, *args: Any) -> None:
+        if event != "write":
+            return
+        self.writes += 1
+        if self.writes == self.at:
+            self.entered.set()
+            if self.fail:
+                raise OSError("disk full (injected)")
+            assert self.release.wait(20), "the test never released the writer"
+
+
+# ------------------------------------------------------------------- states
+
+
+def test_each_state_kind_at_key_and_namespace(backend: RocksDBKeyedStateBackend) -> None:
+    value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
+    reducing, aggregating = backend.get_state(REDUCING), backend.get_state(AGGREGATING)
+    backend.set_current_key("alice")
+    assert value.value() == [] and lst.get() == [] and m.is_empty()
+    assert reducing.get() is None and aggregating.get() is None
+    value.update([1])
+    lst.add(1)
+    lst.add_all([2, 3])
+    m.put("x", 1)
+    m.put_all({"y": 2})
+    reducing.add(5)
+    reducing.add(6)
+    aggregating.add(4)
+    aggregating.add(6)
+    backend.set_current_namespace("window-2")
+    assert value.value() == [] and lst.get() == [] and reducing.get() is None
+    value.update([2])
+    backend.set_current_namespace(VOID_NAMESPACE)
+    assert value.value() == [1] and lst.get() == [1, 2, 3]
+    assert sorted(m.items()) == [("x", 1), ("y", 2)] and m.contains("x") and m.get("z") is None
+    assert reducing.get() == 11 and aggregating.get() == (10, 2)
+    m.remove("x")
+    m.remove("y")                              # the last user key clears the state
+    assert m.is_empty()
+    backend.set_current_key("bob")
+    assert value.value() == [] and lst.get() == []
+    assert backend.get_keys("value", VOID_NAMESPACE) == ["alice"]
+    assert backend.get_keys("value", "window-2") == ["alice"]
+    assert backend.num_state_entries() == 5
+    backend.set_current_key("alice")
+    value.update(None)
+    lst.update([])
+    assert backend.num_state_entries() == 3
+
+
+def test_returned_states_are_copies(backend: RocksDBKeyedStateBackend) -> None:
+    value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
+    aggregating = backend.get_state(AGGREGATING)
+    backend.set_current_key(1)
+    value.update([1])
+    lst.add(1)
+    m.put("k", [1])
+    aggregating.add(3)
+    value.value().append("mutated")
+    lst.get().append("mutated")
+    m.get("k").append("mutated")
+    value.value().clear()
+    assert value.value() == [1] and lst.get() == [1] and m.get("k") == [1]
+    assert value.value() is not value.value()
+    table = backend.table("aggregating")
+    assert isinstance(table, RocksDBStateTable)
+    stored = table.get(1, VOID_NAMESPACE)
+    assert stored == [3, 1]
+    stored[0] = 99
+    assert aggregating.get() == (3, 1)
+    assert VALUE.default == []                  # the default is copied too
+
+
+def test_registration_conflicts(backend: RocksDBKeyedStateBackend) -> None:
+    backend.get_state(VALUE)
+    with pytest.raises(StateRegistrationError, match="as a value state, got a list state"):
+        backend.get_state(ListStateDescriptor("value"))
+    with pytest.raises(StateRegistrationError, match="serializer 'pickle', got 'utf8'"):
+        backend.get_state(ValueStateDescriptor("value", serializer=StringSerializer()))
+    backend.get_state(ValueStateDescriptor("value"))        # same kind and serializer
+    assert backend.state_names == ["value"]
+
+
+def test_one_column_family_per_state(backend: RocksDBKeyedStateBackend) -> None:
+    for descriptor in ALL:
+        backend.get_state(descriptor)
+    backend.get_state(ValueStateDescriptor("odd name/é"))
+    from rocksdict import Rdict
+
+    families = set(Rdict.list_cf(str(backend.db_path), Options(raw_mode=True)))
+    expected = {column_family_name(d.name) for d in ALL} | {"default",
+                                                            column_family_name("odd name/é")}
+    assert families == expected
+    assert column_family_name("value") == "state.value"
+    assert column_family_name("odd name/é").startswith("state-hex.")
+    assert column_family_name("default") != "default"
+
+
+def test_key_layout_makes_key_groups_contiguous() -> None:
+    keys = [encode_rocks_key(kg, key, ns) for kg, key, ns in
+            [(3, b"zz", b""), (1, b"\xff" * 9, b"n"), (2, b"", b"x"), (1, b"a", b"")]]
+    assert [decode_rocks_key(k)[0] for k in sorted(keys)] == [1, 1, 2, 3]
+    assert decode_rocks_key(encode_rocks_key(7, b"key", b"ns")) == (7, b"key", b"ns")
+    assert decode_rocks_key(encode_rocks_key(7, b"", b"key")) == (7, b"", b"key")
+
+
+def test_table_api_and_its_refusals(backend: RocksDBKeyedStateBackend) -> None:
+    backend.get_state(VALUE)
+    table = backend.table("value")
+    assert isinstance(table, RocksDBStateTable)
+    assert table.key_group_range == FULL and table.max_parallelism == MAX_P
+    assert table.meta.name == "value" and table.key_serializer is backend.key_serializer
+    table.put("a", "ns", 1)
+    assert table.put_and_get_old("a", "ns", 2) == 1
+    assert table.put_and_get_old("b", "ns", 3) is None
+    table.put("a", "other", 4)
+    assert table.contains_key("a", "ns") and ("a", "ns") in table
+    assert not table.contains_key("z", "ns")
+    assert len(table) == 3 and table.size_of_namespace("ns") == 2
+    assert sorted(table.keys("ns")) == ["a", "b"]
+    groups = [table.key_group_of(e.key) for e in table]
+    assert groups == sorted(groups)             # key-group order
+    assert table.remove_and_get_old("b", "ns") == 3
+    assert table.remove_and_get_old("b", "ns") is None
+    table.remove("nothing", "ns")
+    def plus(old: Any, value: int) -> Any:
+        return old + value
+
+    table.transform("a", "ns", 10, plus)
+    assert table.get("a", "ns") == 12
+    kg = table.key_group_of("a")
+    assert [e.key for e in table.entries_in_key_group(kg)] == ["a", "a"]
+
+    def boom(old: Any, v: Any) -> Any:
+        raise ArithmeticError("no")
+
+    with pytest.raises(TransformFunctionError, match="ArithmeticError: no"):
+        table.transform("a", "ns", 1, boom)
+    with pytest.raises(NoneStateError, match="the mapping is unchanged"):
+        table.transform("a", "ns", 1, lambda old, v: None)
+    assert table.get("a", "ns") == 12
+    with pytest.raises(InvalidArgumentError, match="expected a key, got None"):
+        table.get(None, "ns")
+    with pytest.raises(NoneStateError, match="use remove"):
+        table.put("a", "ns", None)
+    with pytest.raises(UnhashableKeyError, match="hashable key, got list"):
+        table.put(["a"], "ns", 1)
+    with pytest.raises(UnhashableKeyError, match="hashable namespace, got dict"):
+        table.get("a", {})
+    with pytest.raises(KeyGroupOutOfRangeError, match="key group 200"):
+        table.get("a", "ns", key_group=200)
+    with pytest.raises(InvalidArgumentError, match="int key_group, got str"):
+        table.get("a", "ns", key_group="1")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="a \\(key, namespace\\) tuple"):
+        _ = "a" in table
+    with pytest.raises(InvalidArgumentError, match="StateMetaInfo"):
+        table.set_meta_info("meta")  # type: ignore[arg-type]
+    assert len(table) == 2 and table.get("a", "other") == 4
+
+
+def test_keys_outside_a_sub_range_are_refused(make: Factory) -> None:
+    b = make(KeyGroupRange(0, 63))
+    value = b.get_state(VALUE)
+    outside = next(k for k in range(100) if assign_to_key_group(k, MAX_P) >= 64)
+    with pytest.raises(KeyGroupOutOfRangeError):
+        b.set_current_key(outside)
+    table = b.table("value")
+    with pytest.raises(KeyGroupOutOfRangeError):
+        table.put(outside, VOID_NAMESPACE, 1)
+    inside = next(k for k in range(100) if assign_to_key_group(k, MAX_P) < 64)
+    b.set_current_key(inside)
+    value.update(1)
+    assert dump(b) == {"value": {(inside, VOID_NAMESPACE): 1}}
+
+
+def test_options_without_raw_mode_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="raw_mode=True"):
+        RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path, options=Options())
+    assert os.listdir(tmp_path) == []
+    with pytest.raises(InvalidArgumentError, match=r"rocksdict.Options"):
+        RocksDBKeyedStateBackend(FULL, MAX_P, options="fast")  # type: ignore[arg-type]
+
+
+def test_close_releases_everything_and_refuses_more_work(tmp_path: Path) -> None:
+    b = RocksDBKeyedStateBackend(FULL, MAX_P)
+    local = b.instance_path.parent
+    fill(b, range(20))
+    table = b.table("value")
+    entries = iter(table)                       # an unfinished iteration holds nothing
+    next(entries)
+    assert local.exists()
+    b.close()
+    b.close()                                   # idempotent
+    assert not local.exists()                   # the backend's own temp dir is gone
+    with pytest.raises(BackendClosedError, match="replaced by a restore"):
+        table.get(1, VOID_NAMESPACE)
+    with pytest.raises(BackendClosedError):
+        b.get_state(ValueStateDescriptor("new"))
+    with pytest.raises(BackendClosedError):
+        b.snapshot_to(1, checkpoint_location(tmp_path, 1), SnapshotOptions())
+    with pytest.raises(BackendClosedError):
+        b.restore([])
+    kept = RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "mine")
+    kept.close()
+    assert os.listdir(tmp_path / "mine") == []  # a given local_dir stays, emptied
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_close_and_restore_release_every_file(make: Factory, tmp_path: Path) -> None:
+    b = make()
+    fill(b, range(100))
+    handle = checkpoint(b, tmp_path, 1)
+    old_table = b.table("value")
+    entries = iter(old_table)
+    next(entries)                               # an unfinished iteration
+    old = b.db_path
+    assert open_files_under(old)
+    b.restore_from([handle], source(tmp_path / "chk-1"))
+    assert open_files_under(old) == [] and not old.exists()
+    with pytest.raises(BackendClosedError, match="replaced by a restore"):
+        iter(old_table)                         # the restore replaced it
+    assert len(list(entries)) == 199            # the chunk it had read stays readable
+    assert b.table("value") is not old_table and open_files_under(b.db_path)
+    instance = b.instance_path
+    b.close()
+    assert open_files_under(instance) == [] and not instance.exists()
+    dropped = RocksDBKeyedStateBackend(FULL, MAX_P)
+    fill(dropped, range(10))
+    directory = dropped.instance_path.parent
+    del dropped                                  # never closed: the finalizer cleans up
+    gc.collect()
+    assert not directory.exists()
+
+
+def test_custom_serializers_round_trip(make: Factory, tmp_path: Path) -> None:
+    b = make(key_serializer=IntSerializer(), namespace_serializer=StringSerializer())
+    value = b.get_state(ValueStateDescriptor("v", serializer=StringSerializer()))
+    for key in range(50):
+        b.set_current_key(key)
+        b.set_current_namespace(f"ns{key % 2}")
+        value.update(f"s{key}")
+    handle = savepoint(b, tmp_path / "sp", 1, "canonical")
+    assert handle.key_serializer == "int32" and handle.states[0].state_serializer == "utf8"
+    heap = HeapKeyedStateBackend(FULL, MAX_P, key_serializer=IntSerializer(),
+                                 namespace_serializer=StringSerializer())
+    heap.get_state(ValueStateDescriptor("v", serializer=StringSerializer()))
+    heap.restore_from([handle], source(tmp_path / "sp"))
+    assert dump(heap) == dump(b) and len(dump(b)["v"]) == 50
+    plain = make()
+    with pytest.raises(SerializerMismatchError, match=r"key serializer 'pickle'.*'int32'"):
+        plain.restore_from([handle], source(tmp_path / "sp"))
+
+
+# ---------------------------------------------------- incremental checkpoints
+
+
+def test_first_checkpoint_full_then_only_new_ssts(backend: RocksDBKeyedStateBackend,
+                                                  tmp_path: Path) -> None:
+    fill(backend, range(2000))
+    first = checkpoint(backend, tmp_path, 1)
+    assert first.backend == "rocksdb" and first.format == "rocksdb-native"
+    assert first.checkpointed_size == first.full_size > 0
+    assert first.backend_uid == backend.backend_uid
+    assert [s.name for s in first.states] == [d.name for d in ALL]
+    first_ssts = ssts(first)
+    assert len(first_ssts) == 5                 # one flushed SST per column family
+    assert all(f.scope == "shared" and not f.relative for f in first_ssts.values())
+    private = [f for f in first.files if f not in first_ssts.values()]
+    assert {f.local_name for f in private} >= {"CURRENT"}
+    assert any((f.local_name or "").startswith("MANIFEST-") for f in private)
+    assert all(f.scope == "exclusive" and f.path.startswith(str(tmp_path / "chk-1/rocksdb-0-127/"))
+               for f in private)
+    assert os.listdir(backend.local_checkpoints_path) == []
+    backend.notify_checkpoint_complete(1)
+    assert backend.incremental_base == first_ssts
+
+    change_a_few(backend)
+    second = checkpoint(backend, tmp_path, 2)
+    second_ssts = ssts(second)
+    reused = {n: f for n, f in second_ssts.items() if n in first_ssts}
+    assert reused == first_ssts                 # nothing compacted: all five reused
+    assert all(second_ssts[n] is first_ssts[n] for n in reused)   # the base's own handles
+    new = set(second_ssts) - set(first_ssts)
+    assert len(new) == 1                        # only the value state's flush
+    uploaded = sum(f.size for f in second.files
+                   if f.local_name not in first_ssts)
+    assert second.checkpointed_size == uploaded < second.full_size
+    assert second.full_size == sum(f.size for f in second.files)
+    assert second.checkpointed_size < first.checkpointed_size
+    restored = RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "r")
+    try:
+        restored.restore_from([second], source(tmp_path / "chk-2"))
+        assert dump(restored) == dump(backend)
+    finally:
+        restored.close()
+
+
+def test_pending_checkpoint_is_never_a_base(backend: RocksDBKeyedStateBackend,
+                                            tmp_path: Path) -> None:
+    fill(backend, range(200))
+    first = checkpoint(backend, tmp_path, 1)      # never confirmed
+    change_a_few(backend)
+    second = checkpoint(backend, tmp_path, 2)
+    assert backend.incremental_base == {}
+    assert not {f.path for f in second.files} & {f.path for f in first.files}
+    assert second.checkpointed_size == second.full_size
+    assert backend.recorded_checkpoints == [1, 2]
+
+
+def test_aborted_checkpoint_is_dropped_and_never_a_base(backend: RocksDBKeyedStateBackend,
+                                                        tmp_path: Path) -> None:
+    fill(backend, range(200))
+    first = checkpoint(backend, tmp_path, 1)
+    backend.notify_checkpoint_complete(1)
+    change_a_few(backend)
+    second = checkpoint(backend, tmp_path, 2)
+    backend.notify_checkpoint_aborted(2)
+    assert backend.recorded_checkpoints == [1]
+    backend.notify_checkpoint_complete(2)                  # unknown now: ignored
+    assert backend.last_completed_checkpoint_id == 1
+    change_a_few(backend, range(5, 8))
+    third = checkpoint(backend, tmp_path, 3)
+    second_only = set(ssts(second)) - set(ssts(first))
+    assert second_only and all(ssts(third)[n] is not ssts(second)[n] for n in second_only)
+    assert {n: f for n, f in ssts(third).items() if f in ssts(first).values()} == ssts(first)
+    backend.notify_checkpoint_aborted(1)                   # a confirmed one cannot abort
+    assert backend.incremental_base == ssts(first)
+
+
+def test_abort_before_the_writer_finishes_drops_the_record(make: Factory,
+                                                           tmp_path: Path) -> None:
+    b = make()
+    fill(b, range(50))
+    blocker = Blocker()
+    future = b.snapshot_to(1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)),
+                           SnapshotOptions())
+    assert blocker.entered.wait(10)
+    b.notify_checkpoint_aborted(1)
+    blocker.release.set()
+    future.result(timeout=10)
+    b.notify_checkpoint_complete(1)
+    assert b.recorded_checkpoints == [] and b.incremental_base == {}
+
+
+def test_savepoint_never_changes_the_base(backend: RocksDBKeyedStateBackend,
+                                          tmp_path: Path) -> None:
+    """Flink's RocksIncrementalSnapshotStrategyTest: checkpoint, savepoint,
+    checkpoint -- the last reuses what it would have without the savepoint."""
+    fill(backend, range(300))
+    first = checkpoint(backend, tmp_path, 1)
+    backend.notify_checkpoint_complete(1)
+    change_a_few(backend)
+    native = savepoint(backend, tmp_path / "sp-2", 2)
+    canonical = savepoint(backend, tmp_path / "sp-3", 3, "canonical")
+    backend.notify_checkpoint_complete(2)                  # stop-with-savepoint: ignored
+    backend.notify_checkpoint_complete(3)
+    assert backend.last_completed_checkpoint_id == 1
+    assert backend.recorded_checkpoints == [1]
+    assert backend.incremental_base == ssts(first)
+    change_a_few(backend, range(5, 9))
+    fourth = checkpoint(backend, tmp_path, 4)
+    reused = {n: f for n, f in ssts(fourth).items() if f in ssts(first).values()}
+    assert reused == ssts(first)
+    savepoint_paths = {f.path for f in native.files + canonical.files}
+    assert not {f.path for f in fourth.files} & savepoint_paths
+    assert all(not f.path.startswith(str(tmp_path / "sp-")) for f in fourth.files)
+    assert fourth.checkpointed_size < fourth.full_size
+
+
+def test_older_completion_notice_is_ignored(backend: RocksDBKeyedStateBackend,
+                                            tmp_path: Path) -> None:
+    fill(backend, range(100))
+    checkpoint(backend, tmp_path, 1)
+    change_a_few(backend)
+    second = checkpoint(backend, tmp_path, 2)
+    backend.notify_checkpoint_complete(2)
+    backend.notify_checkpoint_complete(1)
+    assert backend.last_completed_checkpoint_id == 2
+    assert backend.incremental_base == ssts(second)
+    assert backend.recorded_checkpoints == [2]
+
+
+def test_full_checkpoint_uploads_everything_and_becomes_a_base(
+        backend: RocksDBKeyedStateBackend, tmp_path: Path) -> None:
+    fill(backend, range(200))
+    first = checkpoint(backend, tmp_path, 1)
+    backend.notify_checkpoint_complete(1)
+    change_a_few(backend)
+    full = checkpoint(backend, tmp_path, 2, full=True)
+    assert full.checkpointed_size == full.full_size
+    assert not {f.path for f in full.files} & {f.path for f in first.files}
+    assert set(ssts(first)) < set(ssts(full))              # same local files, uploaded again
+    assert backend.incremental_base == ssts(first)         # not a base until confirmed
+    backend.notify_checkpoint_complete(2)
+    assert backend.incremental_base == ssts(full)
+    change_a_few(backend, range(5, 7))
+    third = checkpoint(backend, tmp_path, 3)
+    assert {n: f for n, f in ssts(third).items() if f in ssts(full).values()} == ssts(full)
+    assert not {f.path for f in third.files} & {f.path for f in first.files}
+
+
+# ------------------------------------------------------------ native savepoints
+
+
+def test_native_savepoint_is_exclusive_relative_and_movable(
+        backend: RocksDBKeyedStateBackend, make: Factory, tmp_path: Path) -> None:
+    fill(backend, range(300))
+    handle = savepoint(backend, tmp_path / "sp", 7)
+    assert handle.format == "rocksdb-native" and handle.shared_files == ()
+    assert handle.checkpointed_size == handle.full_size
+    assert ssts(handle)
+    for f in handle.files:
+        assert f.scope == "exclusive" and f.relative and f.path.startswith("rocksdb-0-127/")
+    assert backend.recorded_checkpoints == []
+    shutil.move(str(tmp_path / "sp"), str(tmp_path / "moved"))
+    restored = make()
+    restored.restore_from([handle], source(tmp_path / "moved"), incremental_base=True)
+    assert dump(restored) == dump(backend)
+    assert restored.incremental_base == {}                 # no shared files: no base
+    half = make(KeyGroupRange(64, 127))                    # rescaling from a savepoint
+    half.restore_from([handle], source(tmp_path / "moved"))
+    assert dump(half) == owned(dump(backend), KeyGroupRange(64, 127))
+    again = checkpoint(restored, tmp_path, 8)
+    assert again.checkpointed_size == again.full_size
+    assert not any(f.path.startswith(str(tmp_path / "moved")) for f in again.files)
+
+
+# ---------------------------------------------------- canonical savepoints
+
+
+def rocksdb_savepoints(make: Factory, tmp_path: Path, parallelism: int,
+                       keys: range) -> tuple[list[KeyedStateHandle], Contents]:
+    handles: list[KeyedStateHandle] = []
+    contents: Contents = {}
+    for index in range(parallelism):
+        kgs = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
+        b = make(kgs)
+        fill(b, keys)
+        handles.append(savepoint(b, tmp_path / "sp", 1, "canonical"))
+        for name, states in dump(b).items():
+            contents.setdefault(name, {}).update(states)
+    return handles, contents
+
+
+def heap_savepoints(tmp_path: Path, parallelism: int,
+                    keys: range) -> tuple[list[KeyedStateHandle], Contents]:
+    handles: list[KeyedStateHandle] = []
+    contents: Contents = {}
+    for index in range(parallelism):
+        kgs = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
+        with HeapKeyedStateBackend(kgs, MAX_P) as b:
+            fill(b, keys)
+            handles.append(savepoint(b, tmp_path / "sp", 1, "canonical"))
+            for name, states in dump(b).items():
+                contents.setdefault(name, {}).update(states)
+    return handles, contents
+
+
+RESCALINGS = [(1, 2), (2, 1), (2, 3)]
+
+
+@pytest.mark.parametrize(("old", "new"), RESCALINGS, ids=lambda p: str(p))
+def test_canonical_rocksdb_savepoint_into_heap_with_rescaling(
+        make: Factory, tmp_path: Path, old: int, new: int) -> None:
+    handles, contents = rocksdb_savepoints(make, tmp_path, old, range(400))
+    assert all(h.backend == "rocksdb" and h.format == "canonical" for h in handles)
+    assert len(contents["value"]) == 800
+    for index in range(new):
+        kgs = compute_key_group_range_for_operator_index(MAX_P, new, index)
+        with HeapKeyedStateBackend(kgs, MAX_P) as heap:
+            for d in ALL:
+                heap.get_state(d)
+            heap.restore_from(handles, source(tmp_path / "sp"))
+            assert dump(heap) == owned(contents, kgs)
+
+
+@pytest.mark.parametrize(("old", "new"), RESCALINGS, ids=lambda p: str(p))
+def test_canonical_heap_savepoint_into_rocksdb_with_rescaling(
+        make: Factory, tmp_path: Path, old: int, new: int) -> None:
+    handles, contents = heap_savepoints(tmp_path, old, range(400))
+    seen: Contents = {}
+    for index in range(new):
+        kgs = compute_key_group_range_for_operator_index(MAX_P, new, index)
+        b = make(kgs)
+        b.get_state(VALUE)                                 # registered before the restore
+        b.restore_from(handles, source(tmp_path / "sp"), incremental_base=True)
+        assert dump(b) == owned(contents, kgs)
+        assert b.incremental_base == {}
+        for name, states in dump(b).items():
+            assert not set(states) & set(seen.get(name, {}))   # each key in one backend
+            seen.setdefault(name, {}).update(states)
+        reducing = b.get_state(REDUCING)                   # restored states work as before
+        key = next(k for k, _ in contents["reducing"]
+                   if assign_to_key_group(k, MAX_P) in kgs)
+        b.set_current_key(key)
+        reducing.add(1000)
+        assert reducing.get() == contents["reducing"][(key, VOID_NAMESPACE)] + 1000
+    assert {n: len(s) for n, s in seen.items()} == {n: len(s) for n, s in contents.items()}
+
+
+def test_canonical_round_trip_between_rocksdb_backends(make: Factory, tmp_path: Path) -> None:
+    source_backend = make()
+    fill(source_backend, range(300))
+    handle = savepoint(source_backend, tmp_path / "sp", 1, "canonical")
+    assert handle.checkpointed_size == handle.full_size == handle.files[0].size
+    target = make()
+    target.restore_from([handle], source(tmp_path / "sp"))
+    assert dump(target) == dump(source_backend)
+
+
+# ------------------------------------------------------ incompatible formats
+
+
+def test_native_rocksdb_handle_is_refused_by_the_heap(backend: RocksDBKeyedStateBackend,
+                                                      tmp_path: Path) -> None:
+    fill(backend, range(50))
+    handle = savepoint(backend, tmp_path / "sp", 1)
+    with HeapKeyedStateBackend(FULL, MAX_P) as heap:
+        fill(heap, range(10), tag=1)
+        before = dump(heap)
+        with pytest.raises(IncompatibleSnapshotError,
+                           match=r"rocksdb-native snapshot of the rocksdb backend.*canonical"):
+            heap.restore_from([handle], source(tmp_path / "sp"))
+        assert dump(heap) == before
+
+
+def test_heap_handle_is_refused_by_rocksdb(backend: RocksDBKeyedStateBackend,
+                                           tmp_path: Path) -> None:
+    with HeapKeyedStateBackend(FULL, MAX_P) as heap:
+        fill(heap, range(50))
+        handle = heap.snapshot_to(1, checkpoint_location(tmp_path, 1),
+                                  SnapshotOptions()).result(timeout=10)
+    fill(backend, range(10), tag=1)
+    before = dump(backend)
+    db_path = backend.db_path
+    with pytest.raises(IncompatibleSnapshotError,
+                       match=r"heap snapshot of the heap backend.*canonical savepoint"):
+        backend.restore_from([handle], source(tmp_path / "chk-1"))
+    assert dump(backend) == before and backend.db_path == db_path
+
+
+# --------------------------------------------------- restores and rescaling
+
+
+def checkpoints_of(make: Factory, tmp_path: Path, parallelism: int,
+                   keys: range) -> tuple[list[KeyedStateHandle], Contents]:
+    handles: list[KeyedStateHandle] = []
+    contents: Contents = {}
+    for index in range(parallelism):
+        kgs = compute_key_group_range_for_operator_index(MAX_P, parallelism, index)
+        b = make(kgs)
+        fill(b, keys)
+        handles.append(checkpoint(b, tmp_path, 1))
+        for name, states in dump(b).items():
+            contents.setdefault(name, {}).update(states)
+    return handles, contents
+
+
+@pytest.mark.parametrize(("old", "new"), [(1, 2), (3, 2)], ids=lambda p: str(p))
+def test_rescaling_restore_from_checkpoints(make: Factory, tmp_path: Path, old: int,
+                                            new: int) -> None:
+    handles, contents = checkpoints_of(make, tmp_path, old, range(600))
+    seen: Contents = {}
+    for index in range(new):
+        kgs = compute_key_group_range_for_operator_index(MAX_P, new, index)
+        b = make(kgs)
+        b.restore_from(handles, source(tmp_path / "chk-1"), incremental_base=True)
+        mine = dump(b)
+        assert mine == owned(contents, kgs)
+        for name, states in mine.items():
+            assert all(assign_to_key_group(k, MAX_P) in kgs for k, _ in states)
+            assert not set(states) & set(seen.get(name, {}))
+            seen.setdefault(name, {}).update(states)
+        assert b.incremental_base == {}                    # rescaled: no base
+        assert b.backend_uid not in {h.backend_uid for h in handles}
+        first = checkpoint(b, tmp_path / f"after-{index}", 2)
+        assert first.checkpointed_size == first.full_size
+        for table_name in b.state_names:                   # the dropped ranges stay dropped
+            assert {k for k, _, _ in b.entries(table_name)} == {
+                k for k, _ in owned(contents, kgs)[table_name]}
+    assert seen == contents
+
+
+def test_rescaling_drops_the_other_key_groups_so_nothing_comes_back(
+        make: Factory, tmp_path: Path) -> None:
+    """Keys outside a rescaled backend's range must leave its database: else a
+    later merge (2 -> 1) takes them from its files after their owner removed them."""
+    whole = make()
+    fill(whole, range(200))
+    before = checkpoint(whole, tmp_path / "a", 1)
+    low = make(KeyGroupRange(0, 63))
+    high = make(KeyGroupRange(64, 127))
+    for b in (low, high):
+        b.restore_from([before], source(tmp_path / "a" / "chk-1"))
+    gone = next(k for k in range(200) if assign_to_key_group(k, MAX_P) >= 64)
+    high.set_current_key(gone)
+    for d in ALL:
+        high.get_state(d).clear()
+    high.set_current_namespace("w")
+    high.get_state(VALUE).clear()
+    merged = make()
+    merged.restore_from([checkpoint(low, tmp_path / "b", 2), checkpoint(high, tmp_path / "c", 2)],
+                        source(tmp_path))
+    expected = {name: {kn: s for kn, s in states.items() if kn[0] != gone}
+                for name, states in dump(whole).items()}
+    assert dump(merged) == expected
+
+
+def test_restore_with_the_same_range_seeds_the_base(make: Factory, tmp_path: Path) -> None:
+    original = make()
+    fill(original, range(300))
+    handle = checkpoint(original, tmp_path, 5)
+    claimed = make()
+    claimed.restore_from([handle], source(tmp_path / "chk-5"), incremental_base=True)
+    assert dump(claimed) == dump(original)
+    assert claimed.incremental_base == ssts(handle)
+    assert claimed.last_completed_checkpoint_id == 5
+    assert claimed.backend_uid == handle.backend_uid
+    change_a_few(claimed)
+    after = checkpoint(claimed, tmp_path, 6)
+    assert {n: f for n, f in ssts(after).items() if f in ssts(handle).values()} == ssts(handle)
+    assert after.checkpointed_size < after.full_size
+    claimed.notify_checkpoint_complete(6)
+    assert claimed.incremental_base == ssts(after)
+    no_claim = make()
+    no_claim.restore_from([handle], source(tmp_path / "chk-5"), incremental_base=False)
+    assert no_claim.incremental_base == {}
+    fresh = checkpoint(no_claim, tmp_path, 7)
+    assert fresh.checkpointed_size == fresh.full_size
+
+
+def test_restore_replaces_states_and_keeps_registered_ones(make: Factory,
+                                                           tmp_path: Path) -> None:
+    original = make()
+    original.get_state(VALUE)
+    original.set_current_key(1)
+    original.get_state(VALUE).update([1])
+    handle = checkpoint(original, tmp_path, 1)
+    target = make()
+    other = target.get_state(ValueStateDescriptor("other"))
+    target.set_current_key(2)
+    other.update("gone")
+    value = target.get_state(VALUE)
+    target.restore([handle])                               # absolute paths: no source needed
+    assert target.state_names == ["other", "value"]
+    assert dump(target) == {"other": {}, "value": {(1, VOID_NAMESPACE): [1]}}
+    target.set_current_key(1)
+    assert value.value() == [1]                            # a handle taken before still works
+
+
+def test_pending_snapshot_of_a_replaced_database_never_becomes_a_base(
+        make: Factory, tmp_path: Path) -> None:
+    b = make()
+    fill(b, range(50))
+    handle = checkpoint(b, tmp_path, 1)
+    blocker = Blocker()
+    future = b.snapshot_to(2, checkpoint_location(tmp_path, 2, FileSystem(hooks=blocker)),
+                           SnapshotOptions())
+    assert blocker.entered.wait(10)
+    b.restore_from([handle], source(tmp_path / "chk-1"), incremental_base=True)
+    blocker.release.set()
+    future.result(timeout=10)
+    b.notify_checkpoint_complete(2)
+    assert b.last_completed_checkpoint_id == 1 and b.recorded_checkpoints == [1]
+
+
+# ------------------------------------------- refusals leave the backend as it was
+
+
+def test_truncated_file_is_corrupt_and_changes_nothing(make: Factory, tmp_path: Path) -> None:
+    original = make()
+    fill(original, range(300))
+    handle = checkpoint(original, tmp_path, 1)
+    target = make()
+    fill(target, range(20), tag=9)
+    before, db_path = dump(target), target.db_path
+    largest = max(ssts(handle).values(), key=lambda f: f.size)
+    with open(largest.path, "r+b") as f:
+        f.truncate(largest.size // 2)
+    with pytest.raises(CorruptCheckpointError, match=f"expected .* {largest.size} bytes"):
+        target.restore_from([handle], source(tmp_path / "chk-1"), incremental_base=True)
+    assert dump(target) == before and target.db_path == db_path
+    assert sorted(p.name for p in target.instance_path.iterdir()) == [
+        "checkpoints", db_path.name]                       # the restore's scratch is gone
+    assert target.incremental_base == {}
+
+
+def test_files_that_do_not_open_as_a_database_are_corrupt(make: Factory,
+                                                          tmp_path: Path) -> None:
+    original = make()
+    fill(original, range(100))
+    handle = checkpoint(original, tmp_path, 1)
+    without_current = handle.model_copy(
+        update={"files": tuple(f for f in handle.files if f.local_name != "CURRENT")})
+    target = make()
+    fill(target, range(10))
+    before = dump(target)
+    with pytest.raises(CorruptCheckpointError, match="CURRENT"):
+        target.restore_from([without_current], source(tmp_path / "chk-1"))
+    assert dump(target) == before
+    for f in ssts(handle).values():                        # RocksDB deleted nothing
+        assert Path(f.path).stat().st_size == f.size
+
+
+def test_mismatches_are_refused_before_anything_changes(make: Factory,
+                                                        tmp_path: Path) -> None:
+    original = make()
+    fill(original, range(100))
+    handle = checkpoint(original, tmp_path, 1)
+    target = make()
+    target.get_state(ValueStateDescriptor("list"))         # registered as another kind
+    fill_value = target.get_state(VALUE)
+    target.set_current_key(3)
+    fill_value.update(["mine"])
+    before = dump(target)
+    with pytest.raises(SerializerMismatchError, match=r"'list' of kind 'value'.*kind 'list'"):
+        target.restore_from([handle], source(tmp_path / "chk-1"))
+    assert dump(target) == before
+    other_p = make(KeyGroupRange(0, 255), 256)
+    with pytest.raises(MaxParallelismMismatchError, match="max parallelism 256, got one of 128"):
+        other_p.restore_from([handle], source(tmp_path / "chk-1"))
+    strings = make(namespace_serializer=StringSerializer())
+    with pytest.raises(SerializerMismatchError, match="namespace serializer 'utf8'"):
+        strings.restore_from([handle], source(tmp_path / "chk-1"))
+    fake = handle.model_copy(update={"states": (*handle.states, StateInfo(
+        name="custom", kind="value", namespace_serializer="pickle",
+        state_serializer="my.Serializer"))})
+    plain = make()
+    fill(plain, range(10))
+    plain_before = dump(plain)
+    with pytest.raises(SerializerMismatchError, match="register the state's descriptor"):
+        plain.restore_from([fake], source(tmp_path / "chk-1"))
+    assert dump(plain) == plain_before and dump(target) == before
+    assert os.listdir(target.local_checkpoints_path) == []
+
+
+# ------------------------------------------------- cancellation and failure
+
+
+def test_cancel_before_the_writer_starts_releases_the_local_checkpoint(
+        make: Factory, tmp_path: Path) -> None:
+    busy = threading.Event()
+    executor = ThreadPoolExecutor(max_workers=1)
+    try:
+        executor.submit(busy.wait, 10)                     # the writer is busy elsewhere
+        b = make(executor=executor)
+        fill(b, range(50))
+        future = b.snapshot_to(1, checkpoint_location(tmp_path, 1), SnapshotOptions())
+        assert len(os.listdir(b.local_checkpoints_path)) == 1
+        assert b.pending_snapshots == 1
+        assert future.cancel() and future.cancelled()
+        assert os.listdir(b.local_checkpoints_path) == []
+        assert b.pending_snapshots == 0
+        busy.set()
+        executor.submit(lambda: None).result(timeout=10)   # the writer saw the cancel
+        assert b.recorded_checkpoints == []
+        assert not (tmp_path / "chk-1").exists() and not (tmp_path / "shared").exists()
+    finally:
+        busy.set()
+        executor.shutdown(wait=True)
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "native", "canonical"])
+def test_cancel_while_writing_releases_everything(make: Factory, tmp_path: Path,
+                                                  kind: str) -> None:
+    b = make()
+    fill(b, range(200))
+    blocker = Blocker(at=2)
+    filesystem = FileSystem(hooks=blocker)
+    if kind == "checkpoint":
+        location = checkpoint_location(tmp_path, 1, filesystem)
+        options = SnapshotOptions()
+    else:
+        location = SnapshotLocation(filesystem, str(tmp_path / "sp"), None, relative=True)
+        options = SnapshotOptions(kind="savepoint", format=kind)  # type: ignore[arg-type]
+    future = b.snapshot_to(1, location, options)
+    assert blocker.entered.wait(10)
+    assert future.cancel()
+    blocker.release.set()
+    with pytest.raises(SnapshotCancelledError, match="cancelled before"):
+        future.result(timeout=10)
+    assert os.listdir(b.local_checkpoints_path) == []
+    assert b.pending_snapshots == 0 and b.recorded_checkpoints == []
+    assert location.written                                 # partial uploads: the caller's
+    location.discard()
+    assert snapshot_files(tmp_path) == []
+
+
+@pytest.mark.parametrize("kind", ["checkpoint", "canonical"])
+def test_write_failure_is_reported_and_releases_everything(make: Factory, tmp_path: Path,
+                                                           kind: str) -> None:
+    b = make()
+    fill(b, range(200))
+    blocker = Blocker(at=3, fail=True)
+    filesystem = FileSystem(hooks=blocker)
+    if kind == "checkpoint":
+        location = checkpoint_location(tmp_path, 1, filesystem)
+        options = SnapshotOptions()
+    else:
+        location = SnapshotLocation(filesystem, str(tmp_path / "sp"), None, relative=True)
+        options = SnapshotOptions(kind="savepoint", format="canonical")
+    future = b.snapshot_to(1, location, options)
+    with pytest.raises(SnapshotWriteError, match="OSError: disk full") as caught:
+        future.result(timeout=10)
+    assert isinstance(caught.value.__cause__, OSError)
+    assert os.listdir(b.local_checkpoints_path) == []
+    assert b.pending_snapshots == 0 and b.recorded_checkpoints == []
+    b.notify_checkpoint_complete(1)
+    assert b.incremental_base == {}
+    location.discard()
+    assert snapshot_files(tmp_path) == []
+
+
+def test_close_cancels_a_running_snapshot(tmp_path: Path) -> None:
+    b = RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "local")
+    fill(b, range(100))
+    blocker = Blocker()
+    future: Future[KeyedStateHandle] = b.snapshot_to(
+        1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)), SnapshotOptions())
+    assert blocker.entered.wait(10)
+    threading.Timer(0.2, blocker.release.set).start()
+    b.close()
+    with pytest.raises(SnapshotCancelledError):
+        future.result(timeout=10)
+    assert not b.instance_path.exists()
+
+
+def test_snapshot_is_the_synchronous_moment(make: Factory, tmp_path: Path) -> None:
+    b = make()
+    fill(b, range(100))
+    expected = dump(b)
+    blocker = Blocker()
+    future = b.snapshot_to(1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)),
+                           SnapshotOptions())
+    assert blocker.entered.wait(10)
+    fill(b, range(100, 200), tag=5)                        # the owner keeps writing
+    change_a_few(b)
+    b.get_state(ValueStateDescriptor("late"))              # and registers a state
+    blocker.release.set()
+    handle = future.result(timeout=10)
+    assert [s.name for s in handle.states] == [d.name for d in ALL]
+    restored = make()
+    restored.restore_from([handle], source(tmp_path / "chk-1"))
+    assert dump(restored) == expected
+
+
+def test_snapshot_arguments_are_checked(backend: RocksDBKeyedStateBackend,
+                                        tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError, match="checkpoint id >= 0"):
+        backend.snapshot_to(-1, checkpoint_location(tmp_path, 1), SnapshotOptions())
+    with pytest.raises(InvalidArgumentError, match="SnapshotLocation"):
+        backend.snapshot_to(1, str(tmp_path), SnapshotOptions())  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="shared directory"):
+        backend.snapshot_to(1, savepoint_location(tmp_path / "sp"), SnapshotOptions())
+    assert os.listdir(backend.local_checkpoints_path) == []
+    assert isinstance(backend, CheckpointingBackend)
