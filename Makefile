@@ -43,9 +43,11 @@ bench: $(STAMP)
 	$(PY) bench/bench_differential.py
 	$(PY) bench/bench_table_backend.py
 
-## make deep: the state machines under the deep Hypothesis profile (by hand, minutes)
+## make deep: the map/table, backend and storage state machines under the deep
+## Hypothesis profile (by hand; the time is in CONTRIBUTING.md)
 deep: $(STAMP)
-	COWSTATE_PROFILE=deep $(PY) -m pytest tests/test_state_machine.py -q
+	COWSTATE_PROFILE=deep PYTHONHASHSEED=0 $(PY) -m pytest -q tests/test_state_machine.py \
+		tests/test_backend_machine.py tests/test_storage_machine.py
 
 ## make verify: the state machines on the hypothesis-crosshair backend (small bounds),
 ## then CrossHair with generous limits (by hand; see CONTRIBUTING.md for the time)
