@@ -39,7 +39,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import io
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -56,7 +55,7 @@ from cowstate.errors import (
     SnapshotWriteError,
 )
 from cowstate.key_groups import KeyGroupRange
-from cowstate.keyed_backend import AbstractKeyedStateBackend
+from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
 from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot_io import (
     BinaryWriter,
@@ -109,29 +108,6 @@ class KeyedStateSnapshotResult:
         return 0 if self.info is None else self.info.size
 
 
-class SnapshotFuture(Future[KeyedStateSnapshotResult]):
-    """The asynchronous part of a snapshot.
-
-    ``cancel()`` before the writer starts cancels it outright; while it runs,
-    the writer stops before its next key group and ``result()`` raises
-    :class:`~cowstate.errors.SnapshotCancelledError` (a ``CancelledError``).
-    Either way the snapshot's resources are released.
-    """
-
-    def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
-        super().__init__()
-        self.checkpoint_id = checkpoint_id
-        self.cancel_requested = threading.Event()
-        self._release_resources = release
-
-    def cancel(self) -> bool:
-        self.cancel_requested.set()
-        if super().cancel():
-            self._release_resources()
-            return True
-        return not self.done()
-
-
 class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     """Keyed state on the heap for the key groups of ``key_group_range``."""
 
@@ -149,12 +125,12 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         self._own_executor = executor is None
         self._executor: Executor = executor or ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="cowstate-snapshot")
-        self._pending: set[SnapshotFuture] = set()
+        self._pending: set[SnapshotFuture[KeyedStateSnapshotResult]] = set()
 
     # -------------------------------------------------------------- snapshots
 
     def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory, *,
-                 format: str = HEAP_FORMAT) -> SnapshotFuture:
+                 format: str = HEAP_FORMAT) -> SnapshotFuture[KeyedStateSnapshotResult]:
         """Take the synchronous part now; the returned future writes the rest.
 
         ``stream_factory()`` is called on the writer thread. The result's
@@ -186,7 +162,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             for snap in taken:
                 snap.release()
 
-        future = SnapshotFuture(checkpoint_id, release)
+        future: SnapshotFuture[KeyedStateSnapshotResult] = SnapshotFuture(checkpoint_id, release)
         if not taken:                                  # an empty backend writes nothing
             future.set_running_or_notify_cancel()
             future.set_result(KeyedStateSnapshotResult(checkpoint_id, self.key_group_range,
@@ -303,7 +279,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
 
     # -------------------------------------------------------- private helpers
 
-    def _write(self, future: SnapshotFuture, snapshots: list[StateTableSnapshot[Any, Any, Any]],
+    def _write(self, future: SnapshotFuture[KeyedStateSnapshotResult],
+               snapshots: list[StateTableSnapshot[Any, Any, Any]],
                stream_factory: StreamFactory, format: str) -> None:
         """The asynchronous part (writer thread)."""
         if not future.set_running_or_notify_cancel():

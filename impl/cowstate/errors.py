@@ -62,6 +62,12 @@ class NoneStateError(CowStateError, ValueError):
     ``None`` means "absent" in cowstate, so it is never a valid state.
     """
 
+    @classmethod
+    def from_transform(cls, key: object, namespace: object) -> NoneStateError:
+        """A transform function returned ``None`` for ``(key, namespace)``."""
+        return cls(f"expected the transform function to return a state, got None for "
+                   f"({key!r}, {namespace!r}); the mapping is unchanged")
+
 
 class UnhashableKeyError(CowStateError, TypeError):
     """A key or namespace cannot be hashed, so it cannot address a mapping."""
@@ -80,6 +86,14 @@ class UnhashableKeyError(CowStateError, TypeError):
 
 class TransformFunctionError(CowStateError):
     """The function given to ``transform`` raised; the mapping was not changed."""
+
+    @classmethod
+    def of(cls, fn: object, exc: BaseException, key: object,
+           namespace: object) -> TransformFunctionError:
+        """``fn`` raised ``exc`` while transforming ``(key, namespace)``."""
+        return cls(f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
+                   f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
+                   "unchanged")
 
 
 class SnapshotReleasedError(CowStateError, RuntimeError):

@@ -12,9 +12,11 @@ kind, serializer of the same identifier). Subclasses decide what a table is
 
 from __future__ import annotations
 
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from typing import Any, overload
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any, TypeVar, overload
 
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
@@ -46,7 +48,32 @@ from cowstate.serializers import DefaultSerializer, StateSerializer, serializer_
 from cowstate.state_map import StateEntry
 from cowstate.state_table import StateMetaInfo, StateTable
 
-__all__ = ["AbstractKeyedStateBackend"]
+__all__ = ["AbstractKeyedStateBackend", "SnapshotFuture"]
+
+T = TypeVar("T")
+
+
+class SnapshotFuture(Future[T]):
+    """The asynchronous part of a backend's snapshot.
+
+    ``cancel()`` before the writer starts cancels it outright; while it runs,
+    the writer stops at its next step (key group, file) and ``result()``
+    raises :class:`~cowstate.errors.SnapshotCancelledError` (a
+    ``CancelledError``). Either way the snapshot's resources are released.
+    """
+
+    def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
+        super().__init__()
+        self.checkpoint_id = checkpoint_id
+        self.cancel_requested = threading.Event()
+        self._release_resources = release
+
+    def cancel(self) -> bool:
+        self.cancel_requested.set()
+        if super().cancel():
+            self._release_resources()
+            return True
+        return not self.done()
 
 
 class AbstractKeyedStateBackend(ABC):

@@ -142,7 +142,7 @@ import tempfile
 import threading
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
@@ -166,7 +166,7 @@ from cowstate.errors import (
     SnapshotWriteError,
 )
 from cowstate.key_groups import KeyGroupRange
-from cowstate.keyed_backend import AbstractKeyedStateBackend
+from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
 from cowstate.rocksdb_table import (
     RocksDBStateTable,
     decode_rocks_key,
@@ -216,27 +216,8 @@ def _raw_options() -> Options:
     return options
 
 
-class RocksDBSnapshotFuture(Future[KeyedStateHandle]):
-    """The asynchronous part of a RocksDB snapshot.
-
-    ``cancel()`` before the writer starts cancels it outright; while it runs,
-    the writer stops before its next file or key group and ``result()``
-    raises :class:`~cowstate.errors.SnapshotCancelledError`. Either way the
-    local checkpoint directory is deleted.
-    """
-
-    def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
-        super().__init__()
-        self.checkpoint_id = checkpoint_id
-        self.cancel_requested = threading.Event()
-        self._release_resources = release
-
-    def cancel(self) -> bool:
-        self.cancel_requested.set()
-        if super().cancel():
-            self._release_resources()
-            return True
-        return not self.done()
+#: The future of a RocksDB snapshot (cancellation as for the heap backend).
+RocksDBSnapshotFuture = SnapshotFuture[KeyedStateHandle]
 
 
 @dataclass(frozen=True)

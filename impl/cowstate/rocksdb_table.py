@@ -296,14 +296,9 @@ class RocksDBStateTable:
         try:
             new = fn(old, value)
         except Exception as exc:
-            raise TransformFunctionError(
-                f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
-                f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
-                "unchanged") from exc
+            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
         if new is None:
-            raise NoneStateError(
-                f"expected the transform function to return a state, got None for "
-                f"({key!r}, {namespace!r}); the mapping is unchanged")
+            raise NoneStateError.from_transform(key, namespace)
         cf.put(rocks_key, serializer.serialize(new), self._write_options)
 
     def __repr__(self) -> str:

@@ -150,6 +150,7 @@ class IntSerializer(_FixedSerializer):
     identifier = "int32"
     kind = int
     _struct = struct.Struct(">i")
+    _bits = 32
 
     def serialize(self, state: Any) -> bytes:
         self._check(state)
@@ -157,7 +158,8 @@ class IntSerializer(_FixedSerializer):
             return self._struct.pack(state)
         except struct.error:
             raise InvalidArgumentError(
-                f"expected an int in [-2**31, 2**31 - 1] for int32, got {state}") from None
+                f"expected an int in [-2**{self._bits - 1}, 2**{self._bits - 1} - 1] for "
+                f"{self.identifier}, got {state}") from None
 
     def deserialize(self, data: bytes) -> Any:
         return self._struct.unpack(data)[0]
@@ -169,14 +171,7 @@ class LongSerializer(IntSerializer):
     __slots__ = ()
     identifier = "int64"
     _struct = struct.Struct(">q")
-
-    def serialize(self, state: Any) -> bytes:
-        self._check(state)
-        try:
-            return self._struct.pack(state)
-        except struct.error:
-            raise InvalidArgumentError(
-                f"expected an int in [-2**63, 2**63 - 1] for int64, got {state}") from None
+    _bits = 64
 
 
 class StringSerializer(_FixedSerializer):
