@@ -650,3 +650,39 @@ def test_inspect_command_prints_what_a_snapshot_holds(jobs: Any, tmp_path: Path)
         assert cowstate_main(["savepoint", "inspect", directory]) == 1
     assert "[MISSING]" in format_report(inspect_snapshot(directory))
     assert cowstate_main(["savepoint", "inspect", str(tmp_path / "nothing")]) == 2
+
+
+@BOTH
+def test_recovery_finishes_subsuming_a_claimed_snapshot(tmp_path: Path, factory: Factory) -> None:
+    """A crash after the first own checkpoint's _metadata, while the CLAIMed
+    snapshot it subsumes is being deleted: recovery deletes the rest of it."""
+    old = Job(tmp_path / "root", "old", factory)
+    old.put(range(60), "a")
+    old.checkpoint()
+    source = old.coordinator.latest_checkpoint
+    assert source is not None
+    old.close()
+    crashed = False
+
+    def crash_at_its_deletion(operation: str, path: str, data: bytes | None) -> None:
+        nonlocal crashed
+        if crashed or (operation == "delete" and path.startswith(source.directory)):
+            crashed = True
+            raise Crash(path)
+
+    new = Job(tmp_path / "root", "new", factory, restore=(source.directory, RestoreMode.CLAIM),
+              filesystem=FileSystem(hooks=crash_at_its_deletion))
+    new.put(range(10), "b")
+    moment = new.contents()
+    with pytest.raises(Exception) as error:
+        new.checkpoint()
+    assert any(isinstance(e, Crash) for e in _chain(error.value))
+    assert Path(source.directory, METADATA_FILE).exists()   # the crash kept it
+    for backend in new.backends:
+        backend.close()
+    recovered = Job(tmp_path / "root", "new", factory, recover=True)
+    assert not Path(source.directory).exists()
+    assert [c.directory for c in recovered.coordinator.completed_checkpoints] == [
+        recovered.storage.checkpoint_dir(2)]
+    assert recovered.contents() == moment
+    recovered.close()

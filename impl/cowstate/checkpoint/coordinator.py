@@ -383,13 +383,13 @@ class CheckpointCoordinator:
         if record is not None and storage.filesystem.exists(
                 storage.filesystem.join(record.directory, METADATA_FILE)):
             restored = read_metadata(storage.filesystem, record.directory)
-            if record.mode is RestoreMode.CLAIM and len(retained) < num_retained:
-                coordinator._completed.append(CompletedCheckpoint(
-                    restored.checkpoint_id, record.directory, restored, owned=True))
-                coordinator.registry.register(restored.checkpoint_id, sorted(
-                    {f.path for f in restored.files if f.scope == "shared"}))
+            if record.mode is RestoreMode.CLAIM:
+                claimed = CompletedCheckpoint(restored.checkpoint_id, record.directory,
+                                              restored)
+                coordinator.registry.register(claimed.checkpoint_id, claimed.shared_paths)
                 coordinator.registry.disown(restored.disowned)
-            elif record.mode is not RestoreMode.CLAIM:
+                coordinator._completed.append(claimed)
+            else:
                 coordinator.registry.disown(f.path for f in restored.files if not f.relative)
             if not own:
                 coordinator.force_full = record.mode is RestoreMode.NO_CLAIM
@@ -400,6 +400,8 @@ class CheckpointCoordinator:
             coordinator.registry.register(metadata.checkpoint_id, completed.shared_paths)
             coordinator.registry.disown(metadata.disowned)
             coordinator._completed.append(completed)
+        # A CLAIMed snapshot the crash caught while it was being subsumed: finish that.
+        coordinator._subsume()
         coordinator._delete_garbage(record)
         latest = coordinator.latest_checkpoint
         if latest is not None:                # the job's own, or the CLAIMed snapshot
