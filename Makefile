@@ -42,6 +42,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_state_map.py
 	$(PY) bench/bench_differential.py
 	$(PY) bench/bench_table_backend.py
+	$(PY) bench/bench_checkpoints.py
 
 ## make deep: the map/table, backend and storage state machines under the deep
 ## Hypothesis profile (by hand; the time is in CONTRIBUTING.md)

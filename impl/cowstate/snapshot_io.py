@@ -460,14 +460,15 @@ class SnapshotReader:
 
     def _parse_payload(self, key_group: int, payload: bytes,
                        count: int) -> dict[int, list[RawEntry]]:
-        view = memoryview(payload)
         out: dict[int, list[RawEntry]] = {}
         position = 0
         total = 0
+        end = len(payload)
         known = {s.id for s in self.metadata.states}
+        unpack = _U32.unpack_from
         try:
-            while position < len(view):
-                state_id, entries = _STATE.unpack_from(view, position)
+            while position < end:
+                state_id, entries = _STATE.unpack_from(payload, position)
                 position += _STATE.size
                 if state_id not in known or state_id in out:
                     raise SnapshotFormatError(
@@ -475,16 +476,22 @@ class SnapshotReader:
                         f"{key_group}, got state id {state_id}"
                         + (" twice" if state_id in out else ""))
                 rows: list[RawEntry] = []
-                for _ in range(entries):
-                    fields = []
-                    for _field in range(3):
-                        (length,) = _U32.unpack_from(view, position)
-                        position += 4
-                        if position + length > len(view):
-                            raise struct.error("field past the end of the block")
-                        fields.append(bytes(view[position:position + length]))
-                        position += length
-                    rows.append((fields[0], fields[1], fields[2]))
+                append = rows.append
+                for _ in range(entries):       # (namespace, key, state), unrolled: the hot loop
+                    (length,) = unpack(payload, position)
+                    start = position + 4
+                    position = start + length
+                    namespace = payload[start:position]
+                    (length,) = unpack(payload, position)
+                    start = position + 4
+                    position = start + length
+                    key = payload[start:position]
+                    (length,) = unpack(payload, position)
+                    start = position + 4
+                    position = start + length
+                    append((namespace, key, payload[start:position]))
+                    if position > end:         # a slice past the end is silently short
+                        raise struct.error("field past the end of the block")
                 out[state_id] = rows
                 total += entries
         except struct.error:
