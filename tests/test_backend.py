@@ -341,6 +341,49 @@ def test_snapshot_failure_is_reported_and_releases(backend: HeapKeyedStateBacken
     assert written(backend.snapshot(3, io.BytesIO).result(10)) == dump(backend)
 
 
+@pytest.mark.parametrize("outcome", ["success", "failure", "cancel"])
+def test_snapshot_released_before_its_future_resolves(
+        backend: HeapKeyedStateBackend, outcome: str) -> None:
+    """Regression: the writer left the pending set in a done callback, which
+    runs after ``result()`` has woken its waiters, so a caller could see its
+    finished snapshot still pending (the backend machine's
+    ``snapshots_released_when_written`` caught it under mutmut's slower
+    trampolines). The knob: leaving the pending set stalls for up to 0.5 s;
+    the caller must nevertheless find the snapshot gone when ``result()``
+    returns."""
+    fill(backend)
+    go, started, checked = threading.Event(), threading.Event(), threading.Event()
+
+    class StallingSet(set):  # type: ignore[type-arg]
+        def discard(self, item: Any) -> None:
+            checked.wait(0.5)
+            super().discard(item)
+
+    backend._pending = StallingSet(backend._pending)
+
+    class Stream(GatedStream):
+        def write(self, data: Any) -> int:
+            count = super().write(data)
+            if outcome == "failure" and self.tell() > 1000:
+                raise OSError("disk full")
+            return count
+
+    future = backend.snapshot(1, lambda: Stream(go, started))
+    assert started.wait(10)
+    if outcome == "cancel":
+        assert future.cancel()
+    go.set()
+    try:
+        if outcome == "success":
+            assert written(future.result(10)) == dump(backend)
+        else:
+            with pytest.raises((SnapshotWriteError, SnapshotCancelledError)):
+                future.result(10)
+        assert (open_versions(backend), backend.pending_snapshots) == (set(), 0)
+    finally:
+        checked.set()
+
+
 def test_snapshot_arguments(backend: HeapKeyedStateBackend) -> None:
     with pytest.raises(InvalidArgumentError, match="expected a checkpoint id >= 0"):
         backend.snapshot(-1, io.BytesIO)

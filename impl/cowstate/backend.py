@@ -169,7 +169,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
                                                        None, None))
             return future
         self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
+        future.add_done_callback(self._pending.discard)   # cancelled before it started
         self._executor.submit(self._write, future, taken, stream_factory, format)
         return future
 
@@ -286,6 +286,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         if not future.set_running_or_notify_cancel():
             return                                    # cancelled before it started
         stream: BinaryWriter | None = None
+        outcome: KeyedStateSnapshotResult | BaseException
         try:
             stream = stream_factory()
             info = write_snapshot(snapshots, stream, format=format,
@@ -294,21 +295,26 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             handle = close() if close is not None else stream
             if isinstance(handle, io.BytesIO):
                 handle.seek(0)
-            future.set_result(KeyedStateSnapshotResult(future.checkpoint_id,
-                                                       self.key_group_range, info, handle))
+            outcome = KeyedStateSnapshotResult(future.checkpoint_id, self.key_group_range,
+                                               info, handle)
         except SnapshotCancelledError as exc:
             _discard(stream)
-            future.set_exception(exc)
-        except Exception as exc:
+            outcome = exc
+        except BaseException as exc:                  # anything fails the snapshot
             _discard(stream)
-            error = SnapshotWriteError(
+            outcome = SnapshotWriteError(
                 f"expected snapshot {future.checkpoint_id} to be written, got "
                 f"{type(exc).__name__}: {exc}; its resources were released")
-            error.__cause__ = exc
-            future.set_exception(error)
-        finally:
-            for snap in snapshots:
-                snap.release()
+            outcome.__cause__ = exc
+        # Release before resolving: whoever waits on the future then finds the
+        # map snapshots released and the snapshot no longer pending.
+        for snap in snapshots:
+            snap.release()
+        self._pending.discard(future)
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
 
     def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
         return self._table_factory(self.key_group_range, self.max_parallelism, meta=meta,
