@@ -45,7 +45,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_checkpoints.py
 
 ## make deep: the map/table, backend and storage state machines under the deep
-## Hypothesis profile (by hand; the time is in CONTRIBUTING.md)
+## Hypothesis profile (by hand; hours -- what is timed is in CONTRIBUTING.md)
 deep: $(STAMP)
 	COWSTATE_PROFILE=deep PYTHONHASHSEED=0 $(PY) -m pytest -q tests/test_state_machine.py \
 		tests/test_backend_machine.py tests/test_storage_machine.py
@@ -57,10 +57,11 @@ verify: $(STAMP)
 		tests/test_state_machine.py tests/test_arithmetic.py
 	$(PY) -m cowstate_spec.symbolic --profile deep
 
-## make mutate: mutmut 3 over impl/cowstate with the fast spec suite as killer;
+## make mutate: mutmut 3 over the core of impl/cowstate (the map) with the fast
+## spec suite as killer; SCOPE=tables mutates the table layer instead (hours);
 ## writes build/mutation/report.md (see scripts/mutation.py)
 mutate: $(STAMP)
-	$(PY) scripts/mutation.py
+	$(PY) scripts/mutation.py --scope $(or $(SCOPE),core)
 
 clean:
 	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache .pytest_cache build

@@ -21,7 +21,7 @@ and ``None`` elements of a list state are refused.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from typing import Any
 
 from cowstate.descriptors import (
@@ -263,9 +263,10 @@ class MapState(KeyedState):
         _check_user_key(user_key)
         self._transform({user_key: value}, _update)
 
-    def put_all(self, mapping: dict[Any, Any]) -> None:
-        for user_key in mapping:
-            _check_user_key(user_key)
+    def put_all(self, mapping: Mapping[Any, Any]) -> None:
+        if not isinstance(mapping, Mapping):      # a mapping's keys are hashable already
+            raise InvalidArgumentError(
+                f"expected a mapping of user keys to values, got {type(mapping).__name__}")
         if mapping:
             self._transform(dict(mapping), _update)
 
