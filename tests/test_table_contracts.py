@@ -53,7 +53,6 @@ from cowstate.state_table import (
     NestedMapsStateTable,
     NestedStateMap,
     StateMetaInfo,
-    StateTable,
 )
 from cowstate_spec.backends import SumCount
 
@@ -97,6 +96,11 @@ def keys_told_apart(max_parallelism: int) -> list[Point]:
 
 def kg(key: Any) -> int:
     return assign_to_key_group(key, MAXP)
+
+
+def keys_in(group: int, count: int = 1) -> list[int]:
+    """The first ``count`` int keys of key group ``group``."""
+    return [k for k in range(100 * MAXP * count) if kg(k) == group][:count]
 
 
 def key_in_other_group(key: Any) -> int:
@@ -151,13 +155,6 @@ def test_membership_takes_a_key_namespace_pair(table_type: Any) -> None:
 # ------------------------------------------------------------ fail-fast
 
 
-def two_keys_in_distinct_groups() -> tuple[int, int]:
-    """A key of the first non-empty group to iterate and one of a later group."""
-    first = next(k for k in range(1000) if kg(k) == 0)
-    later = next(k for k in range(1000) if kg(k) == MAXP - 1)
-    return first, later
-
-
 INSERTS = {"put": lambda t, k: t.put(k, "ns", 1),
            "put_and_get_old": lambda t, k: t.put_and_get_old(k, "ns", 1),
            "transform": lambda t, k: t.transform(k, "ns", 1, lambda old, v: v)}
@@ -174,9 +171,7 @@ def test_iteration_fails_fast_on_a_change_in_a_later_key_group(
     walk, so an operation that set the counter instead of advancing it would
     leave it where the walk started."""
     table = table_type(None, MAXP)
-    last = [k for k in range(3000) if kg(k) == MAXP - 1]
-    first = next(k for k in range(1000) if kg(k) == 0)
-    later, spare, fresh = last[:3]
+    [first], [later, spare, fresh] = keys_in(0), keys_in(MAXP - 1, 3)
     table.put(first, "ns", 1)
     table.put(later, "ns", 1)
     if change in INSERTS:
@@ -197,7 +192,7 @@ def test_iteration_fails_fast_on_a_change_in_a_later_key_group(
 @pytest.mark.parametrize("table_type", TABLES, ids=lambda t: t.__name__)
 def test_replacing_a_state_is_not_a_structural_change(table_type: Any) -> None:
     table = table_type(None, MAXP)
-    first, later = two_keys_in_distinct_groups()
+    [first], [later] = keys_in(0), keys_in(MAXP - 1)
     table.put(first, "ns", 1)
     table.put(later, "ns", 1)
     seen = []
@@ -401,7 +396,6 @@ def test_state_meta_info_messages() -> None:
         "expected a non-empty str state name, got ''")
     assert message(InvalidArgumentError, lambda: StateMetaInfo(None)) == (  # type: ignore[arg-type]
         "expected a non-empty str state name, got None")
-    assert isinstance(CopyOnWriteStateTable(None, MAXP), StateTable)
 
 
 # ------------------------------------------ nested maps: serializers, fail-fast
@@ -469,7 +463,7 @@ def test_nested_map_iteration_fails_fast_word_for_word() -> None:
 
 def test_reprs_name_what_they_hold() -> None:
     table = CopyOnWriteStateTable(KeyGroupRange(2, 5), MAXP, meta=StateMetaInfo("counts"))
-    table.put(next(k for k in range(100) if kg(k) == 3), "ns", 1)
+    table.put(keys_in(3)[0], "ns", 1)
     assert repr(table) == "<CopyOnWriteStateTable 'counts' KeyGroupRange(2, 5) of 16 size=1>"
     snap = table.snapshot()
     assert repr(snap) == ("<CopyOnWriteStateTableSnapshot 'counts' #1 KeyGroupRange(2, 5), "
