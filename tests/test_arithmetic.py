@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import cowstate.arithmetic as fast
 import cowstate_model.arithmetic as plain
+from cowstate_spec.keys import HashKey, value_key
 
 hashes = st.one_of(st.integers(-(2 ** 63), 2 ** 63), st.integers(-70_000, 70_000))
 capacities = st.integers(2, 30).map(lambda k: 1 << k)
@@ -33,8 +34,8 @@ def test_composite_hash(key: Any, namespace: Any) -> None:
 
 
 def test_small_hashes_stay_themselves() -> None:
-    # Keys whose hash is their value land in bucket value & (n - 1): the seed's pictures.
-    assert [fast.composite_hash(k, 0) for k in range(8)] == list(range(8))
+    # value_key(k) lands in bucket k & (n - 1) with namespace 0: the seed's pictures.
+    assert [fast.composite_hash(value_key(k), 0) for k in range(8)] == list(range(8))
     assert fast.spread_hash(65535) == 65535
     assert fast.spread_hash(65536) == 65537
 
@@ -118,3 +119,19 @@ def test_snapshot_layout(exponent: int, data: st.DataObject) -> None:
     got = fast.snapshot_layout(primary, rehash, r, size)
     want = plain.snapshot_layout(primary, rehash, r, size)
     assert len(got) == len(want) and all(a is b for a, b in zip(got, want, strict=True))
+
+
+def test_composite_hash_keeps_equal_and_swapped_pairs_apart() -> None:
+    equal = {fast.composite_hash(i, i) for i in range(4000)}
+    assert len(equal) == 4000
+    assert len({h & 4095 for h in equal}) > 2000          # spread over the buckets
+    swapped = [(fast.composite_hash(a, b), fast.composite_hash(b, a))
+               for a in range(50) for b in range(50) if a != b]
+    assert all(x != y for x, y in swapped)
+    same = [fast.composite_hash(HashKey("a", 7), ns) for ns in ("x", "y", 0)]
+    assert len(set(same)) == 3 and same[2] == 7
+
+
+def test_composite_hash_is_an_unsigned_64_bit_number() -> None:
+    for key, namespace in [(-1, -2), (2**62, -(2**62)), ("k", "n"), ((1, 2), None)]:
+        assert 0 <= fast.composite_hash(key, namespace) < 2**64

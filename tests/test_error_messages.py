@@ -28,6 +28,7 @@ from cowstate.errors import (
 )
 from cowstate.introspection import MapInternals, describe
 from cowstate.serializers import DefaultSerializer, ImmutableSerializer, is_known_immutable
+from cowstate_spec.keys import value_key
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
 
@@ -158,8 +159,8 @@ def test_describe_reports_every_field() -> None:
         open_versions=frozenset())
     m = CopyOnWriteStateMap(initial_capacity=8)
     for i in range(8):                           # the 8th insert starts the rehash to 16
-        m.put(i, "ns", i)
-    m.get(0, "ns")                               # one step: buckets 0-3, four entries
+        m.put(value_key(i), 0, i)
+    m.get(value_key(0), 0)                       # one step: buckets 0-3, four entries
     snap = m.snapshot()
     assert describe(m) == MapInternals(
         capacity=8, rehash_capacity=16, is_rehashing=True, rehash_index=4, primary_size=4,

@@ -10,10 +10,12 @@ module docstring of ``cowstate.state_map``), and the ports follow cowstate:
 * ``transform`` is atomic: a raising function gives ``TransformFunctionError``,
   a function returning ``None`` gives ``NoneStateError``; the map is unchanged.
 * Releasing a snapshot twice raises ``SnapshotReleasedError``.
-* The composite hash is ``h = hash(key) ^ hash(namespace); h ^= h >> 16`` with
-  Python's ``hash``, so ``(k, 0)`` hashes to ``k`` for small ``k >= 0`` and
-  ``(i, i)`` hashes to 0. Flink's numbers that depend on its ``bitMix`` hash
-  are recomputed from the rehash rules for this hash (each such place says so).
+* The composite hash mixes the two Python hashes (``cowstate.arithmetic.
+  composite_hash``); where a scenario needs a chosen layout it uses keys
+  ``K(k)`` (``value_key``), whose composite hash with namespace 0 is ``k``, or
+  ``ZeroHashInt`` pairs that all hash to 0. Flink's numbers that depend on its
+  ``bitMix`` hash are recomputed from the rehash rules for this hash (each such
+  place says so).
 * There is no ``StateIncrementalVisitor``.
 
 Internals read here: ``m._primary``, ``m._rehash``, ``m._rehash_index``,
@@ -42,6 +44,9 @@ from cowstate import (
 )
 from cowstate.introspection import describe
 from cowstate_spec.invariants import chain
+from cowstate_spec.keys import HashKey, value_key
+
+K = value_key  # with namespace 0, K(k) has composite hash k: bucket k & (n - 1)
 
 # --------------------------------------------------------------------------
 # helpers
@@ -199,16 +204,16 @@ def test_transform_is_atomic_when_function_raises_or_returns_none() -> None:
 
 
 def test_incremental_rehash_with_interleaved_removes_keeps_size_and_membership() -> None:
-    m: CopyOnWriteStateMap[int, int, list[int]] = CopyOnWriteStateMap()
+    m: CopyOnWriteStateMap[HashKey, int, list[int]] = CopyOnWriteStateMap()
     insert = 0
     remove = 0
 
     def one_round() -> None:
         nonlocal insert, remove
-        m.put(insert, 0, [])
+        m.put(value_key(insert), 0, [])
         insert += 1
         if insert % 8 == 0:
-            m.remove(remove, 0)
+            m.remove(value_key(remove), 0)
             remove += 1
 
     while m._rehash is None:
@@ -223,25 +228,25 @@ def test_incremental_rehash_with_interleaved_removes_keeps_size_and_membership()
         one_round()
         assert len(m) == insert - remove
     # Section 8 gives 133 inserts / 16 removes / size 117 for Flink's bitMix hash.
-    # With cowstate's hash, (k, 0) sits in bucket k, so every step moves exactly
-    # four one-entry buckets (the empty buckets 0..12 are swept for free); an
+    # With keys value_key(k) (composite hash k), (k, 0) sits in bucket k, so every
+    # step moves exactly four one-entry buckets (the empty buckets 0..12 are swept for free); an
     # independent model of the rules gives 136 / 17 / 119.
     assert (insert, remove, len(m), len(m._primary)) == (136, 17, 119, 256)
     assert size_by_iteration(m) == len(m)
 
     for i in range(insert):
-        assert m.contains_key(i, 0) == (i >= remove), i
+        assert m.contains_key(value_key(i), 0) == (i >= remove), i
 
 
 def test_default_map_rehash_starts_at_98th_insert_and_25_contains_key_calls_finish_it() -> None:
-    m: CopyOnWriteStateMap[int, int, int] = CopyOnWriteStateMap()
+    m: CopyOnWriteStateMap[HashKey, int, int] = CopyOnWriteStateMap()
     for k in range(97):
-        m.put(k, 0, k)
+        m.put(value_key(k), 0, k)
         assert m._rehash is None
     info = describe(m)
     assert (info.capacity, info.threshold, len(m)) == (128, 96, 97)
 
-    m.put(97, 0, 97)  # size 97 > threshold 96 before this insert: the rehash starts
+    m.put(value_key(97), 0, 97)  # size 97 > threshold 96 before this insert: the rehash starts
     info = describe(m)
     assert info.is_rehashing
     assert (info.rehash_capacity, info.threshold, info.rehash_index, len(m)) == (256, 192, 0, 98)
@@ -249,22 +254,22 @@ def test_default_map_rehash_starts_at_98th_insert_and_25_contains_key_calls_fini
 
     # Section 8 says "23 further containsKey complete it": that count comes from
     # Flink's bitMix hash, whose collisions let a step move more than four entries.
-    # With cowstate's hash key k is alone in bucket k, so by the rules ("move whole
-    # buckets until at least 4 entries moved") each step moves exactly buckets
-    # 4n..4n+3; the 25th step moves keys 96 and 97 and sweeps the empty tail.
+    # With keys value_key(k) (composite hash k), key k is alone in bucket k, so by
+    # the rules ("move whole buckets until at least 4 entries moved") each step
+    # moves exactly buckets 4n..4n+3; the 25th step moves keys 96 and 97 and sweeps the empty tail.
     for n in range(1, 25):
-        assert m.contains_key(n, 0)
+        assert m.contains_key(value_key(n), 0)
         info = describe(m)
         assert info.is_rehashing, n
         assert info.rehash_index == 4 * n
         assert (info.primary_size, info.rehash_size) == (98 - 4 * n, 4 * n)
-    assert m.contains_key(0, 0)
+    assert m.contains_key(value_key(0), 0)
     info = describe(m)
     assert not info.is_rehashing
     assert (info.capacity, info.threshold, info.rehash_index, len(m)) == (256, 192, 0, 98)
     assert (info.primary_size, info.rehash_size) == (98, 0)
     for k in range(98):
-        assert [e.key for e in chain(m._primary[k])] == [k]
+        assert [e.key for e in chain(m._primary[k])] == [value_key(k)]
     assert m._primary[98:] == [None] * (256 - 98)
 
 
@@ -540,12 +545,25 @@ def test_snapshot_release_clears_version_and_second_release_raises() -> None:
 # --------------------------------------------------------------------------
 
 
+class ZeroHashInt(int):
+    """An int that hashes to 0: ``(Z[i], Z[i])`` has composite hash 0 for every i.
+
+    Flink's XOR made every ``(i, i)`` collide; cowstate's composite hash keeps
+    them apart, so the scenario's one long chain is built from these keys."""
+
+    def __hash__(self) -> int:
+        return 0
+
+
+Z = [ZeroHashInt(i) for i in range(10)]
+
+
 def _chain_map() -> tuple[CopyOnWriteStateMap[int, int, list[int]], list[Any]]:
-    """(i, i) -> [i] for i = 0..9: hash(i) ^ hash(i) == 0, one chain in bucket 0,
+    """(Z[i], Z[i]) -> [i] for i = 0..9: composite hash 0, one chain in bucket 0,
     head 9 (new entries go to the head)."""
     m: CopyOnWriteStateMap[int, int, list[int]] = CopyOnWriteStateMap()
     for i in range(10):
-        m.put(i, i, [i])
+        m.put(Z[i], Z[i], [i])
     original = chain(m._primary[0])
     assert [e.key for e in original] == list(range(9, -1, -1))
     assert all(head is None for head in m._primary[1:])
@@ -568,17 +586,18 @@ def _chain_map() -> tuple[CopyOnWriteStateMap[int, int, list[int]], list[Any]]:
 def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
         op: str, key: int, copied: set[int]) -> None:
     m, original = _chain_map()
+    copied = {Z[k] for k in copied}           # ZeroHashInt members: they hash to 0
     by_key = {e.key: e for e in original}
     original_states = {e.key: e.state for e in original}
     snap = m.snapshot()
 
     result: Any = None
     if op == "put":
-        m.put(key, key, [100 + key])
+        m.put(Z[key], Z[key], [100 + key])
     elif op == "get":
-        result = m.get(key, key)
+        result = m.get(Z[key], Z[key])
     else:
-        m.remove(key, key)
+        m.remove(Z[key], Z[key])
 
     live = chain(m._primary[0])
     expected_keys = [k for k in range(9, -1, -1) if not (op == "remove" and k == key)]
@@ -602,7 +621,7 @@ def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
         assert changed[0].state_version == 1
     elif op == "get":
         assert result == [key]
-        assert result is not original_states[key]
+        assert result is not original_states[Z[key]]
         assert changed[0].state is result
         assert changed[0].state_version == 1
         result.append(-1)  # the caller may mutate its copy
@@ -630,13 +649,13 @@ def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
 
 
 def test_snapshot_during_rehash_of_keys_0_to_97_after_two_steps_is_136_slots_long() -> None:
-    # Section 8, third bullet, with cowstate's hash: section 8 gives rehashIndex 7
+    # Section 8, third bullet, with keys K(k) of composite hash k: section 8 gives rehashIndex 7
     # (Flink's bitMix); here every step moves four one-entry buckets, so r = 8.
-    m: CopyOnWriteStateMap[int, int, int] = CopyOnWriteStateMap()
+    m: CopyOnWriteStateMap[HashKey, int, int] = CopyOnWriteStateMap()
     for k in range(98):
-        m.put(k, 0, k)
-    assert m.contains_key(0, 0)
-    assert m.contains_key(1, 0)
+        m.put(K(k), 0, k)
+    assert m.contains_key(K(0), 0)
+    assert m.contains_key(K(1), 0)
     info = describe(m)
     assert (info.rehash_index, info.primary_size, info.rehash_size) == (8, 90, 8)
     assert m._rehash is not None
@@ -647,7 +666,7 @@ def test_snapshot_during_rehash_of_keys_0_to_97_after_two_steps_is_136_slots_lon
         assert snap._data[120:128] == m._rehash[:8]
         assert snap._data[128:136] == m._rehash[128:136] == [None] * 8
         assert len(snapshot_entries(snap)) == len(snap) == 98
-        assert as_dict(snapshot_entries(snap)) == {(k, 0): k for k in range(98)}
+        assert as_dict(snapshot_entries(snap)) == {(K(k), 0): k for k in range(98)}
 
 
 def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> None:
@@ -655,15 +674,15 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
     # (k + 128 -> k), so moved buckets fill BOTH halves of the rehash table and
     # the third region of the snapshot layout is not empty. The 98th insertion
     # (key 135) starts the rehash.
-    m: CopyOnWriteStateMap[int, int, list[int]] = CopyOnWriteStateMap()
+    m: CopyOnWriteStateMap[HashKey, int, list[int]] = CopyOnWriteStateMap()
     keys = [*range(90), *range(128, 136)]
     states = {k: [k] for k in keys}
     for k in keys:
-        m.put(k, 0, states[k])
+        m.put(K(k), 0, states[k])
     assert m._rehash is not None and m._rehash_index == 0 and len(m) == 98
 
     for _ in range(3):  # each step moves two two-entry buckets
-        m.contains_key(0, 0)
+        m.contains_key(K(0), 0)
     r = m._rehash_index
     assert r == 6
     assert (describe(m).primary_size, describe(m).rehash_size) == (86, 12)
@@ -678,24 +697,24 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
         a is b for a, b in zip(data[:128 - r], primary[r:], strict=True))
     assert all(data[128 - r + j] is rehash[j] for j in range(r))
     assert all(data[128 + j] is rehash[128 + j] for j in range(r))
-    assert [e.key for e in chain(data[128 - r])] == [0]      # rehash[0]
-    assert [e.key for e in chain(data[128])] == [128]        # rehash[128]
-    assert [e.key for e in chain(data[128 - r + 5])] == [5]  # rehash[5]
-    assert [e.key for e in chain(data[133])] == [133]        # rehash[133]
-    assert [e.key for e in chain(data[0])] == [134, 6]       # primary[6], unmoved
+    assert [e.key.value for e in chain(data[128 - r])] == [0]      # rehash[0]
+    assert [e.key.value for e in chain(data[128])] == [128]        # rehash[128]
+    assert [e.key.value for e in chain(data[128 - r + 5])] == [5]  # rehash[5]
+    assert [e.key.value for e in chain(data[133])] == [133]        # rehash[133]
+    assert [e.key.value for e in chain(data[0])] == [134, 6]       # primary[6], unmoved
     frozen = list(data)
     frozen_entries = snapshot_entries(snap)
     assert len(frozen_entries) == len(snap) == 98
 
     # keep working: mutate states, insert, remove, finish the rehash
-    m.get(50, 0).append(-50)  # type: ignore[union-attr]
-    m.get(0, 0).append(-100)  # type: ignore[union-attr]
-    m.remove(7, 0)
-    m.remove(129, 0)
+    m.get(K(50), 0).append(-50)  # type: ignore[union-attr]
+    m.get(K(0), 0).append(-100)  # type: ignore[union-attr]
+    m.remove(K(7), 0)
+    m.remove(K(129), 0)
     for k in range(1000, 1010):
-        m.put(k, 0, [k])
+        m.put(K(k), 0, [k])
     while m._rehash is not None:
-        m.contains_key(1, 0)
+        m.contains_key(K(1), 0)
     assert len(m._primary) == 256
     assert len(m) == 98 - 2 + 10
 
@@ -703,20 +722,20 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
     assert len(data) == 134 and all(a is b for a, b in zip(data, frozen, strict=True))
     walked = snapshot_entries(snap)
     assert all(a is b for a, b in zip(walked, frozen_entries, strict=True))
-    assert as_dict(walked) == {(k, 0): [k] for k in keys}
+    assert as_dict(walked) == {(K(k), 0): [k] for k in keys}
     for e in walked:
-        assert e.state is states[e.key]
+        assert e.state is states[e.key.value]
     # entries moved after the snapshot were copied (rule E), earlier moves were not
-    live = {e.key: e for e in live_entries(m)}
-    snap_entries = {e.key: e for e in walked}
+    live = {e.key.value: e for e in live_entries(m)}
+    snap_entries = {e.key.value: e for e in walked}
     assert live[60] is not snap_entries[60] and live[60].entry_version == 1
     assert live[5] is snap_entries[5]
     assert live[50].state == [50, -50] and live[0].state == [0, -100]
     snap.release()
     assert as_dict(live_entries(m)) == {
-        **{(k, 0): [k] for k in keys if k not in (0, 7, 50, 129)},
-        (0, 0): [0, -100], (50, 0): [50, -50],
-        **{(k, 0): [k] for k in range(1000, 1010)}}
+        **{(K(k), 0): [k] for k in keys if k not in (0, 7, 50, 129)},
+        (K(0), 0): [0, -100], (K(50), 0): [50, -50],
+        **{(K(k), 0): [k] for k in range(1000, 1010)}}
 
 
 # --------------------------------------------------------------------------

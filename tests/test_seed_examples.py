@@ -23,10 +23,10 @@ from typing import Any
 from cowstate import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.introspection import describe
 from cowstate_spec.invariants import chain
-from cowstate_spec.keys import HashKey
+from cowstate_spec.keys import HashKey, value_key
 
 P, R = "primary", "rehash"  # the two tables, as locate() names them
-NS = 0  # hash(0) == 0: the composite hash of (key, 0) is hash(key)
+NS = 0  # hash(0) == 0: the composite hash of (HashKey(v, h), 0) is h
 
 
 # ==========================================================================
@@ -87,6 +87,7 @@ K23 = HashKey(23, 42)  # forced into K:42's chain, see above
 K13 = HashKey(13, 13)
 BUCKET_42 = 42 & 3  # == 2, the bucket of the K:42 -> K:23 chain
 BUCKET_13 = 13 & 3  # == 1
+K = value_key
 
 
 def view(snap: StateMapSnapshot[Any, Any, Any]) -> dict[int, Box]:
@@ -230,8 +231,8 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
 # K0 -> V:2 (get(0) returns it), K5 -> V:7 (get(5)), K3 -> V:5 (put(3, 5)).
 # The pictures giving K1's and K2's values are not available; we use 1 and 4.
 #
-# Plain int keys with namespace 0 hash to themselves, so a key's bucket is
-# k & 3 in the old table and k & 7 in the new one, as in the pictures.
+# ``K(k)`` is ``value_key(k)``: with namespace 0 its composite hash is k, so a
+# key's bucket is k & 3 in the old table and k & 7 in the new one, as pictured.
 #
 # Two differences from the seed, both from the rules in cowstate.state_map:
 # 1. The pictured start (rehash in progress, rehash index 0, exactly these four
@@ -248,14 +249,14 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
 # of the initial picture (rehash running at index 0, K3 already present).
 
 
-def insert_seed_entries(m: CopyOnWriteStateMap[int, int, int]) -> None:
-    m.put(0, NS, 2)
-    m.put(5, NS, 7)
-    m.put(1, NS, 1)  # inserted after K5: K1 -> K5 in old bucket 1, as pictured
-    m.put(2, NS, 4)
+def insert_seed_entries(m: CopyOnWriteStateMap[HashKey, int, int]) -> None:
+    m.put(K(0), NS, 2)
+    m.put(K(5), NS, 7)
+    m.put(K(1), NS, 1)  # inserted after K5: K1 -> K5 in old bucket 1, as pictured
+    m.put(K(2), NS, 4)
 
 
-def locate(m: CopyOnWriteStateMap[int, int, int], key: int) -> tuple[str, int] | None:
+def locate(m: CopyOnWriteStateMap[HashKey, int, int], key: int) -> tuple[str, int] | None:
     """``(table, bucket)`` of ``key``, by scanning every chain of both tables. While
     rehashing, "primary" is the seed's old table and "rehash" its new table."""
     found = []
@@ -263,25 +264,25 @@ def locate(m: CopyOnWriteStateMap[int, int, int], key: int) -> tuple[str, int] |
         (P, m._primary), (R, m._rehash)]
     for name, table in tables:
         for index, head in enumerate(table):
-            found += [(name, index) for e in chain(head) if e.key == key]
+            found += [(name, index) for e in chain(head) if e.key.value == key]
     assert len(found) <= 1, found
     return found[0] if found else None
 
 
-def layout(m: CopyOnWriteStateMap[int, int, int]) -> dict[int, tuple[str, int] | None]:
+def layout(m: CopyOnWriteStateMap[HashKey, int, int]) -> dict[int, tuple[str, int] | None]:
     return {k: locate(m, k) for k in (0, 1, 2, 3, 5)}
 
 
 def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -> None:
-    m: CopyOnWriteStateMap[int, int, int] = CopyOnWriteStateMap(initial_capacity=4)
+    m: CopyOnWriteStateMap[HashKey, int, int] = CopyOnWriteStateMap(initial_capacity=4)
     insert_seed_entries(m)
     info = describe(m)
     assert (info.capacity, info.threshold, info.is_rehashing, len(m)) == (4, 3, False, 4)
-    assert [[e.key for e in chain(h)] for h in m._primary] == [[0], [1, 5], [2], []]
+    assert [[e.key.value for e in chain(h)] for h in m._primary] == [[0], [1, 5], [2], []]
 
     # get(0) -> V:2. Seed: moves bucket 0, rehashIdx 1. Here nothing runs yet:
     # 4 entries do not exceed threshold 3.
-    assert m.get(0, NS) == 2
+    assert m.get(K(0), NS) == 2
     assert m._rehash is None
     assert layout(m) == {0: (P, 0), 1: (P, 1), 2: (P, 2), 3: None, 5: (P, 1)}
 
@@ -289,7 +290,7 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     # (3 % 4 >= 2). Here this insertion finds len 4 > 3 and starts the rehash
     # (no step yet: the step runs before the insertion decides to grow); K3 goes
     # to the old table too, at the head of old bucket 3.
-    m.put(3, NS, 5)
+    m.put(K(3), NS, 5)
     info = describe(m)
     assert info.is_rehashing
     assert (info.rehash_capacity, info.threshold, info.rehash_index) == (8, 6, 0)
@@ -302,7 +303,7 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     # and removed in the NEW table. Here the step moves buckets 0 (K0), 1 (K1, K5)
     # and 2 (K2) -- four entries -- and stops at rehash index 3, the seed's value;
     # K1 is then removed from new bucket 1.
-    m.remove(1, NS)
+    m.remove(K(1), NS)
     info = describe(m)
     assert info.is_rehashing and info.rehash_index == 3
     assert (info.primary_size, info.rehash_size) == (1, 3)
@@ -312,61 +313,61 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     # get(5) -> V:7. Seed: moves bucket 3 (K3), rehashIdx 4 == oldCap, the rehash
     # is complete and the new table replaces the old. Same here: bucket 3 holds
     # one entry, and reaching index 4 ends the rehash.
-    assert m.get(5, NS) == 7
+    assert m.get(K(5), NS) == 7
     info = describe(m)
     assert not info.is_rehashing
     assert (info.capacity, info.rehash_index, info.threshold, len(m)) == (8, 0, 6, 4)
     assert (info.primary_size, info.rehash_size) == (4, 0)
     # the pictured final table: K0 -> 0, K2 -> 2, K3 -> 3, K5 -> 5 (K1 removed)
-    assert [[e.key for e in chain(h)] for h in m._primary] == [
+    assert [[e.key.value for e in chain(h)] for h in m._primary] == [
         [0], [], [2], [3], [], [5], [], []]
-    assert {(e.key, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}
-    assert not m.contains_key(1, NS)
+    assert {(e.key.value, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}
+    assert not m.contains_key(K(1), NS)
 
 
 def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> None:
     # The closest reachable copy of the initial picture: the same four entries
     # plus K3 -> V:5, whose insertion (the 5th) starts the rehash at index 0.
     # The seed's put(3, 5) then overwrites it instead of inserting it.
-    m: CopyOnWriteStateMap[int, int, int] = CopyOnWriteStateMap(initial_capacity=4)
+    m: CopyOnWriteStateMap[HashKey, int, int] = CopyOnWriteStateMap(initial_capacity=4)
     insert_seed_entries(m)
-    m.put(3, NS, 5)
+    m.put(K(3), NS, 5)
     info = describe(m)
     assert info.is_rehashing
     assert (info.capacity, info.rehash_capacity, info.rehash_index) == (4, 8, 0)
-    assert [[e.key for e in chain(h)] for h in m._primary] == [[0], [1, 5], [2], [3]]
+    assert [[e.key.value for e in chain(h)] for h in m._primary] == [[0], [1, 5], [2], [3]]
     assert m._rehash == [None] * 8
 
     # get(0) -> V:2. Seed: moves bucket 0 only (rehashIdx 1). Here the step moves
     # buckets 0, 1, 2 (four entries) and stops at index 3; K0 is found in new 0.
-    assert m.get(0, NS) == 2
+    assert m.get(K(0), NS) == 2
     info = describe(m)
     assert info.is_rehashing and info.rehash_index == 3
     assert (info.primary_size, info.rehash_size) == (1, 4)
     assert layout(m) == {0: (R, 0), 1: (R, 1), 2: (R, 2), 3: (P, 3),
                          5: (R, 5)}
     assert m._rehash is not None
-    assert [[e.key for e in chain(h)] for h in m._rehash] == [
+    assert [[e.key.value for e in chain(h)] for h in m._rehash] == [
         [0], [1], [2], [], [], [5], [], []]
 
     # put(3, 5). Seed: moves bucket 1 (rehashIdx 2) and inserts K3 into the old
     # table. Here the step moves bucket 3 (K3), reaches index 4 and completes the
     # rehash; K3 is found in the new primary table at 3 and gets V:5 again.
-    m.put(3, NS, 5)
+    m.put(K(3), NS, 5)
     info = describe(m)
     assert not info.is_rehashing
     assert (info.capacity, info.rehash_index, len(m)) == (8, 0, 5)
     # the new table as the pictures place it: K0 -> 0, K1 -> 1, K2 -> 2, K3 -> 3, K5 -> 5
-    assert [[e.key for e in chain(h)] for h in m._primary] == [
+    assert [[e.key.value for e in chain(h)] for h in m._primary] == [
         [0], [1], [2], [3], [], [5], [], []]
 
     # remove(1): no rehash left to run; K1 leaves bucket 1
-    m.remove(1, NS)
+    m.remove(K(1), NS)
     assert layout(m) == {0: (P, 0), 1: None, 2: (P, 2), 3: (P, 3), 5: (P, 5)}
 
     # get(5) -> V:7; the final table equals the seed's final picture
-    assert m.get(5, NS) == 7
+    assert m.get(K(5), NS) == 7
     assert m._rehash is None
-    assert [[e.key for e in chain(h)] for h in m._primary] == [
+    assert [[e.key.value for e in chain(h)] for h in m._primary] == [
         [0], [], [2], [3], [], [5], [], []]
-    assert {(e.key, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}
+    assert {(e.key.value, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}

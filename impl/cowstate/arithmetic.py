@@ -22,6 +22,8 @@ from typing import TypeVar
 
 __all__ = [
     "DEFAULT_CAPACITY",
+    "HASH_MASK",
+    "HASH_MIX",
     "MAXIMUM_CAPACITY",
     "MAX_ARRAY_SIZE",
     "MAX_VERSION",
@@ -50,6 +52,10 @@ MIN_TRANSFERRED_PER_INCREMENTAL_REHASH = 4
 MAX_ARRAY_SIZE = (1 << 31) - 1 - 8
 #: Flink's versions are Java ints; the map refuses a snapshot past this one.
 MAX_VERSION = (1 << 31) - 1
+#: The odd 64-bit multiplier of :func:`composite_hash` (2**64 over the golden ratio).
+HASH_MIX = 0x9E3779B97F4A7C15
+#: Composite hashes are unsigned 64-bit numbers, as the C map computes them.
+HASH_MASK = (1 << 64) - 1
 
 
 # ----------------------------------------------------------------- hashing
@@ -71,11 +77,15 @@ def spread_hash(h: int) -> int:
 def composite_hash(key: Hashable, namespace: Hashable) -> int:
     """The hash of a composite key ``(key, namespace)`` (invariant 1).
 
-    Python's hashes of key and namespace combined with XOR, as Flink combines
-    the Java hash codes, then spread. Raises ``TypeError`` for an unhashable
-    key or namespace.
+    ``hash(key) * HASH_MIX + hash(namespace)`` modulo ``2**64``, then spread.
+    Flink XORs the two Java hash codes, which is 0 whenever key and namespace
+    are equal and the same for a swapped pair, so every ``(x, x)`` mapping
+    shared one chain; the odd multiplier keeps equal and swapped pairs apart
+    (they collide only when the hashes differ by a multiple of ``2**62``).
+    Key groups are unaffected: they hash the key alone. Raises ``TypeError``
+    for an unhashable key or namespace.
     """
-    return spread_hash(hash(key) ^ hash(namespace))
+    return spread_hash((hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK)
 
 
 def bucket_index(h: int, capacity: int) -> int:

@@ -112,6 +112,8 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 from cowstate.arithmetic import (
     DEFAULT_CAPACITY,
+    HASH_MASK,
+    HASH_MIX,
     MAX_ARRAY_SIZE,
     MAX_VERSION,
     MAXIMUM_CAPACITY,
@@ -236,7 +238,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         (rule S).
         """
         try:
-            h = hash(key) ^ hash(namespace)
+            h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
         h ^= h >> 16                                   # composite_hash (inv. 1)
@@ -308,7 +310,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         if state is None:
             raise NoneStateError(self._none_message(key, namespace, "put"))
         try:
-            h = hash(key) ^ hash(namespace)
+            h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
         h ^= h >> 16                                   # composite_hash (inv. 1)
@@ -427,7 +429,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def _hash_and_step(self, key: K, namespace: N) -> int:
         """Validate and hash the composite key, then do one rehash step."""
         try:
-            h = hash(key) ^ hash(namespace)
+            h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
         if self._rehash is not None:

@@ -14,6 +14,7 @@ from collections.abc import Hashable, Sequence
 from typing import TypeVar
 
 __all__ = [
+    "HASH_MIX",
     "MAXIMUM_CAPACITY",
     "MAX_ARRAY_SIZE",
     "MINIMUM_CAPACITY",
@@ -33,6 +34,8 @@ __all__ = [
 V = TypeVar("V")
 
 MINIMUM_CAPACITY = 4
+#: The golden-ratio multiplier of composite hashes: the closest odd number to 2**64 / phi.
+HASH_MIX = 11400714819323198485
 MAXIMUM_CAPACITY = 2 ** 30
 MAX_ARRAY_SIZE = 2 ** 31 - 1 - 8
 
@@ -43,8 +46,9 @@ def spread_hash(h: int) -> int:
 
 
 def composite_hash(key: Hashable, namespace: Hashable) -> int:
-    """The spread XOR of the key's and the namespace's hashes."""
-    return spread_hash(hash(key) ^ hash(namespace))
+    """The key's hash times the golden-ratio constant plus the namespace's hash,
+    as an unsigned 64-bit number (the remainder modulo 2**64), spread."""
+    return spread_hash((hash(key) * HASH_MIX + hash(namespace)) % 2 ** 64)
 
 
 def bucket_index(h: int, capacity: int) -> int:

@@ -3,11 +3,33 @@
 Like ``immutables``' ``HashKey``: equality is by ``value``, the hash is
 whatever the test chose, so different keys can share a bucket or even the
 whole hash. The repr is valid Python, so a failing step list replays as is.
+
+The chosen number is the *composite* hash the key gets with a namespace
+whose ``hash`` is 0 (such as ``0``): ``__hash__`` returns the preimage of
+``hash_value`` under the map's multiplier (:func:`cowstate.arithmetic.
+composite_hash`), so ``HashKey(v, 5)`` with namespace 0 lands in bucket
+``5 & (n - 1)`` of every table, as the seed's pictures draw it. With a
+namespace of hash ``d`` the composite hash is ``hash_value + d``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from cowstate_model.arithmetic import HASH_MIX
+
+_MOD = 1 << 64
+_MIX_INVERSE = pow(HASH_MIX, -1, _MOD)
+
+
+def hash_for_composite(h: int) -> int:
+    """The Python hash a key needs so that its composite hash with a namespace
+    of hash 0 is ``spread_hash(h)`` (which is ``h`` for ``0 <= h < 2**16``)."""
+    pre = (h * _MIX_INVERSE) % _MOD
+    if pre >= _MOD // 2:                      # as a signed 64-bit Py_hash_t
+        pre -= _MOD
+    assert pre != -1, f"no key can hash to -1 (Python turns it into -2): pick another than {h}"
+    return pre
 
 
 @dataclass(frozen=True, eq=False)
@@ -18,7 +40,7 @@ class HashKey:
     hash_value: int
 
     def __hash__(self) -> int:
-        return self.hash_value
+        return hash_for_composite(self.hash_value)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, HashKey) and self.value == other.value
