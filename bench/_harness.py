@@ -235,12 +235,16 @@ def format_table(results: Iterable[Result], competitors: Sequence[Competitor],
 
 @dataclass(frozen=True)
 class Target:
-    """``results[metric][numerator] / results[metric][denominator] <op> limit``."""
+    """``results[metric][numerator] / results[metric][denominator] <op> limit``.
+
+    With ``denominator=None`` the target is absolute: the cell
+    ``results[metric][numerator]`` itself, in the row's unit, against ``limit``.
+    """
 
     name: str
     metric: str
     numerator: str
-    denominator: str
+    denominator: str | None
     op: Literal["<=", ">="]
     limit: float
     explanation: str = ""
@@ -259,13 +263,15 @@ class TargetOutcome:
     ratio_of_medians: float | None
     paired: bool
     met: bool
+    unit: str = ""
 
     def to_json(self) -> dict[str, Any]:
         t = self.target
         return {
             "name": t.name,
             "metric": t.metric,
-            "ratio": f"{t.numerator} / {t.denominator}",
+            "ratio": t.numerator if t.denominator is None else f"{t.numerator} / {t.denominator}",
+            "unit": self.unit,
             "op": t.op,
             "limit": t.limit,
             "numerator_value": self.numerator_value,
@@ -288,12 +294,18 @@ def paired_ratio(num: Sample, den: Sample) -> float | None:
 def check_targets(targets: Iterable[Target],
                   results: Iterable[Result]) -> list[TargetOutcome]:
     """Evaluate each target (see :class:`TargetOutcome`); a missing or zero
-    cell is NOT MET."""
+    cell is NOT MET. An absolute target (no denominator) checks the cell's median."""
     by_metric = {r.metric: r for r in results}
     outcomes = []
     for t in targets:
         row = by_metric.get(t.metric)
+        unit = "" if row is None else row.unit
         num_s = None if row is None else row.samples.get(t.numerator)
+        if t.denominator is None:
+            value = None if num_s is None else num_s.median
+            met = value is not None and (value <= t.limit if t.op == "<=" else value >= t.limit)
+            outcomes.append(TargetOutcome(t, value, None, value, value, False, met, unit))
+            continue
         den_s = None if row is None else row.samples.get(t.denominator)
         num = None if num_s is None else num_s.median
         den = None if den_s is None else den_s.median
@@ -303,7 +315,8 @@ def check_targets(targets: Iterable[Target],
             paired = paired_ratio(num_s, den_s)
         ratio = paired if paired is not None else of_medians
         met = ratio is not None and (ratio <= t.limit if t.op == "<=" else ratio >= t.limit)
-        outcomes.append(TargetOutcome(t, num, den, ratio, of_medians, paired is not None, met))
+        outcomes.append(TargetOutcome(t, num, den, ratio, of_medians, paired is not None, met,
+                                      unit))
     return outcomes
 
 
@@ -313,19 +326,44 @@ def _fmt_limit(limit: float) -> str:
     return f"{limit:g}"
 
 
-def format_targets(outcomes: Iterable[TargetOutcome]) -> str:
+def format_targets(outcomes: Iterable[TargetOutcome], *, values: bool = False,
+                   labels: Mapping[str, str] | None = None,
+                   missing: Mapping[str, str] | None = None) -> str:
+    """One line per target: ``[    MET]`` or ``[NOT MET]``, the ratio and the limit.
+
+    With ``values`` the two medians (and the row's unit) are printed too,
+    competitors named by ``labels``; ``missing`` gives the reason printed for
+    a competitor without a value (e.g. "not built").
+    """
+    labels = labels or {}
+    missing = missing or {}
+
+    def cell(key: str, value: float | None, unit: str) -> str:
+        name = labels.get(key, key)
+        if value is None:
+            return f"{name} {missing.get(key, 'n/a')}"
+        return f"{name} {_fmt(value)} {unit}".rstrip()
+
     lines = []
     for o in outcomes:
         t = o.target
+        status = "MET" if o.met else "NOT MET"
+        if t.denominator is None:
+            lines.append(f"  [{status:>7}] {t.name}: {cell(t.numerator, o.ratio, o.unit)}, "
+                         f"target {t.op} {_fmt(t.limit)} {o.unit}".rstrip())
+            continue
         ratio = "n/a" if o.ratio is None else f"{o.ratio:.4g}"
         inverse = "" if o.ratio is None or o.ratio == 0 or o.ratio >= 1 else (
             f" (= 1/{1 / o.ratio:.3g})")
-        status = "MET" if o.met else "NOT MET"
         how = ""
         if o.paired and o.ratio_of_medians is not None:
             how = f" [median of per-round ratios; ratio of medians {o.ratio_of_medians:.4g}]"
+        numbers = ""
+        if values:
+            numbers = (f" ({cell(t.numerator, o.numerator_value, o.unit)} / "
+                       f"{cell(t.denominator, o.denominator_value, o.unit)})")
         lines.append(f"  [{status:>7}] {t.name}: {t.numerator}/{t.denominator} = "
-                     f"{ratio}{inverse}, target {t.op} {_fmt_limit(t.limit)}{how}")
+                     f"{ratio}{inverse}{numbers}, target {t.op} {_fmt_limit(t.limit)}{how}")
     return "\n".join(lines)
 
 

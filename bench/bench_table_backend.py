@@ -179,10 +179,11 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
     paired_ratio,
     write_json,
 )
+from _impls import C_MAP, NOT_BUILT, implementation_summary, table_factory
+from _impls import settle as settle_map
 
-from cowstate.backend import HeapKeyedStateBackend, SnapshotFuture
+from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.descriptors import ValueStateDescriptor
-from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import ValueState
 from cowstate.snapshot_io import write_snapshot
@@ -201,45 +202,87 @@ NO_FULL_COLLECTION = 1_000_000_000
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "table_backend.json"
 STATE_NAME = "bench_value"
 
+COW_C = "cow_c"
 COW = "cow"
 NESTED = "nested"
 COMPETITORS: tuple[Competitor, ...] = (
-    Competitor(COW, "CoW"),
+    Competitor(COW_C, "CoW (C)"),
+    Competitor(COW, "CoW (py)"),
     Competitor(NESTED, "nested"),
 )
-FACTORIES: dict[str, TableFactory] = {COW: CopyOnWriteStateTable, NESTED: NestedMapsStateTable}
+LABELS: dict[str, str] = {c.key: c.label for c in COMPETITORS}
+#: the copy-on-write columns: kind -> map implementation ("c" or "python")
+COW_KINDS: dict[str, str] = {COW_C: "c", COW: "python"}
+#: the kinds that can run (the C map's only if it is built)
+KINDS: tuple[str, ...] = (*((COW_C,) if C_MAP is not None else ()), COW, NESTED)
+FACTORIES: dict[str, TableFactory] = {
+    **{kind: table_factory(impl) for kind, impl in COW_KINDS.items()
+       if kind in KINDS},
+    NESTED: NestedMapsStateTable,
+}
+COL_WIDTH = 16
 
-COW_IDLE = "cow_idle"
-COW_SNAPSHOT = "cow_snapshot"
-COW_WRITER = "cow_writer"
-NESTED_IDLE = "nested_idle"
-NESTED_WRITER = "nested_writer"
+
+def load_column(kind: str, mode: str) -> str:
+    """The owner-under-load column of ``kind`` in ``mode`` (idle, snapshot, writer)."""
+    return f"{kind}_{mode}"
+
+
+COW_C_IDLE, COW_C_SNAPSHOT, COW_C_WRITER = (load_column(COW_C, m)
+                                           for m in ("idle", "snapshot", "writer"))
+COW_IDLE, COW_SNAPSHOT, COW_WRITER = (load_column(COW, m)
+                                     for m in ("idle", "snapshot", "writer"))
+NESTED_IDLE, NESTED_WRITER = load_column(NESTED, "idle"), load_column(NESTED, "writer")
+#: column -> (kind, mode)
+LOAD_COLUMNS: dict[str, tuple[str, str]] = {
+    COW_C_IDLE: (COW_C, "idle"), COW_C_SNAPSHOT: (COW_C, "snapshot"),
+    COW_C_WRITER: (COW_C, "writer"),
+    COW_IDLE: (COW, "idle"), COW_SNAPSHOT: (COW, "snapshot"), COW_WRITER: (COW, "writer"),
+    NESTED_IDLE: (NESTED, "idle"), NESTED_WRITER: (NESTED, "writer"),
+}
 LOAD_COMPETITORS: tuple[Competitor, ...] = (
-    Competitor(COW_IDLE, "CoW idle"),
-    Competitor(COW_SNAPSHOT, "CoW+snapshot"),
-    Competitor(COW_WRITER, "CoW+writer"),
+    Competitor(COW_C_IDLE, "C idle"),
+    Competitor(COW_C_SNAPSHOT, "C+snapshot"),
+    Competitor(COW_C_WRITER, "C+writer"),
+    Competitor(COW_IDLE, "py idle"),
+    Competitor(COW_SNAPSHOT, "py+snapshot"),
+    Competitor(COW_WRITER, "py+writer"),
     Competitor(NESTED_IDLE, "nested idle"),
     Competitor(NESTED_WRITER, "nested+writer"),
 )
+#: owner throughput with the writer running over idle: issue 13 asks 0.5 of the
+#: C map; the pure map keeps the 0.4 this benchmark set before (bench/README.md)
+OWNER_LIMITS: dict[str, float] = {COW_C: 0.5, COW: 0.4}
 
-TARGETS: tuple[Target, ...] = (
-    Target("CoW table snapshot pause <= 1/20 of nested", "table_pause", COW, NESTED,
-           "<=", 1 / 20, "CopyOnWriteStateTable.snapshot() over NestedMapsStateTable.snapshot()"),
-    Target("CoW table write throughput >= 0.5x nested (BytesIO)", "table_write_mem_mbps",
-           COW, NESTED, ">=", 0.5, "write_snapshot MB/s into io.BytesIO, CoW over nested"),
-    Target("CoW table write throughput >= 0.5x nested (file)", "table_write_file_mbps",
-           COW, NESTED, ">=", 0.5, "write_snapshot MB/s into a file, CoW over nested"),
-    Target("CoW backend snapshot pause <= 1/20 of nested", "backend_pause", COW, NESTED,
-           "<=", 1 / 20, "time until backend.snapshot() returns, CoW over nested"),
-    Target("CoW backend async write throughput >= 0.5x nested", "backend_async_mbps", COW,
-           NESTED, ">=", 0.5, "MB/s of the writer thread (snapshot() return to result()), "
-           "CoW over nested"),
-    Target("CoW backend checkpoint end-to-end <= nested", "backend_e2e", COW, NESTED, "<=",
-           1.0, "backend.snapshot() call to result() available, CoW over nested"),
-    Target("CoW owner update throughput with writer running >= 0.4x idle", "load_kops",
-           COW_WRITER, COW_IDLE, ">=", 0.4,
-           "owner updates/s while the writer writes a snapshot over updates/s with none"),
-)
+
+def cow_targets(kind: str) -> tuple[Target, ...]:
+    """The targets of the copy-on-write column ``kind`` against ``nested``."""
+    name = LABELS[kind]
+    idle, writer = load_column(kind, "idle"), load_column(kind, "writer")
+    return (
+        Target(f"{name} table snapshot pause <= 1/20 of nested", "table_pause", kind, NESTED,
+               "<=", 1 / 20,
+               "CopyOnWriteStateTable.snapshot() over NestedMapsStateTable.snapshot()"),
+        Target(f"{name} table write throughput >= 0.5x nested (BytesIO)",
+               "table_write_mem_mbps", kind, NESTED, ">=", 0.5,
+               "write_snapshot MB/s into io.BytesIO, CoW over nested"),
+        Target(f"{name} table write throughput >= 0.5x nested (file)", "table_write_file_mbps",
+               kind, NESTED, ">=", 0.5, "write_snapshot MB/s into a file, CoW over nested"),
+        Target(f"{name} backend snapshot pause <= 1/20 of nested", "backend_pause", kind,
+               NESTED, "<=", 1 / 20, "time until backend.snapshot() returns, CoW over nested"),
+        Target(f"{name} backend async write throughput >= 0.5x nested", "backend_async_mbps",
+               kind, NESTED, ">=", 0.5,
+               "MB/s of the writer thread (snapshot() return to result()), CoW over nested"),
+        Target(f"{name} backend checkpoint end-to-end <= nested", "backend_e2e", kind, NESTED,
+               "<=", 1.0, "backend.snapshot() call to result() available, CoW over nested"),
+        Target(f"{name} owner update throughput with writer running >= "
+               f"{OWNER_LIMITS[kind]:g}x idle", "load_kops", writer, idle, ">=",
+               OWNER_LIMITS[kind],
+               "owner updates/s while the writer writes a snapshot over updates/s with none"),
+    )
+
+
+TARGETS: tuple[Target, ...] = (*cow_targets(COW_C), *cow_targets(COW))
 
 Ops: TypeAlias = list[tuple[int, bool]]
 AnyTable: TypeAlias = StateTable[Any, Any, Any]
@@ -311,12 +354,16 @@ def settle(table: AnyTable) -> None:
     """Drive every copy-on-write map's incremental rehash to its end."""
     if not isinstance(table, CopyOnWriteStateTable):
         return
-    probe = NAMESPACES[0]
     for key_group in table.key_group_range:
-        m = table.state_map(key_group)
-        while describe(m).is_rehashing:
-            for _ in range(1024):
-                m.contains_key(-1, probe)
+        settle_map(table.state_map(key_group), NAMESPACES[0])
+
+
+def not_built(rows: list[Result], columns: dict[str, str]) -> None:
+    """Mark the cells of columns whose map is not built (column -> its kind)."""
+    for r in rows:
+        for col, kind in columns.items():
+            if kind not in KINDS:
+                r.missing[col] = NOT_BUILT
 
 
 def per_round(times_ns: Sample, sizes: list[float], factor: float) -> Sample:
@@ -372,7 +419,7 @@ def run_table_write(table: AnyTable, open_stream: Callable[[], IO[bytes]],
 def phase_tables(cfg: Config, notes: dict[str, Any]) -> list[Result]:
     n, mp = cfg.entries, cfg.max_parallelism
     tables: dict[str, AnyTable] = {}
-    for kind in (COW, NESTED):
+    for kind in KINDS:
         t = time.perf_counter()
         tables[kind] = build_table(kind, n, mp)
         log(f"  {kind} table: {n:,} entries built in {time.perf_counter() - t:.1f}s")
@@ -482,7 +529,7 @@ def run_updates(b: Bench, ops: Ops, runs: Iterator[int], ids: Iterator[int], mod
     snapshot being written by the writer thread)."""
     r = next(runs)
     set_key, update, value = b.backend.set_current_key, b.state.update, b.state.value
-    future: SnapshotFuture | None = None
+    future: SnapshotFuture[KeyedStateSnapshotResult] | None = None
     snap: StateTableSnapshot[Any, Any, Any] | None = None
     done_at: list[int] = []
     pause = 0
@@ -527,7 +574,7 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
     update_runs = itertools.count(1)
     with contextlib.ExitStack() as stack:
         benches: dict[str, Bench] = {}
-        for kind in (COW, NESTED):
+        for kind in KINDS:
             t = time.perf_counter()
             benches[kind] = build_backend(kind, n, mp, stack)
             log(f"  {kind} backend: {n:,} entries built in {time.perf_counter() - t:.1f}s")
@@ -555,9 +602,7 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
 
             log(f"owner under load: {cfg.ops:,} updates, idle and while the writer runs")
             rec = Recorder(cfg.warmup)
-            columns = {COW_IDLE: (COW, "idle"), COW_SNAPSHOT: (COW, "snapshot"),
-                       COW_WRITER: (COW, "writer"), NESTED_IDLE: (NESTED, "idle"),
-                       NESTED_WRITER: (NESTED, "writer")}
+            columns = {col: spec for col, spec in LOAD_COLUMNS.items() if spec[0] in KINDS}
             samples = measure_interleaved(
                 {col: functools.partial(run_updates, benches[kind], ops, update_runs, ids,
                                         mode, n, rec, col)
@@ -567,9 +612,11 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
             r_kops = Result("load_kops", "owner updates", "kops/s", paired=True)
             r_busy = Result("load_busy", "owner busy: pause + updates", "ms", paired=True)
             r_lpause = Result("load_pause", "snapshot pause before the loop", "ms",
-                              paired=True, missing={COW_IDLE: "n/a", NESTED_IDLE: "n/a"})
+                              paired=True, missing={COW_C_IDLE: "n/a", COW_IDLE: "n/a",
+                                                    NESTED_IDLE: "n/a"})
             r_lmbps = Result("load_async_mbps", "async write under load", "MB/s", paired=True,
-                             missing={COW_IDLE: "n/a", COW_SNAPSHOT: "n/a",
+                             missing={COW_C_IDLE: "n/a", COW_C_SNAPSHOT: "n/a",
+                                      COW_IDLE: "n/a", COW_SNAPSHOT: "n/a",
                                       NESTED_IDLE: "n/a"})
             running: dict[str, list[float]] = {}
             for col, s in samples.items():
@@ -597,15 +644,18 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
 
 
 def ratio_rows(results: list[Result]) -> list[Result]:
-    """Per row: CoW / nested -- the median of the per-round ratios."""
+    """Per row: each CoW column / nested -- the median of the per-round ratios."""
     out = []
     for row in results:
-        ratio = Result(row.metric, row.label, row.unit)
-        cow, nested = row.samples.get(COW), row.samples.get(NESTED)
-        if cow is not None and nested is not None:
-            value = paired_ratio(cow, nested)
-            if value is not None:
-                ratio.set(COW, Sample.single(value))
+        ratio = Result(row.metric, row.label, row.unit,
+                       missing={k: v for k, v in row.missing.items() if v == NOT_BUILT})
+        nested = row.samples.get(NESTED)
+        for kind in COW_KINDS:
+            cow = row.samples.get(kind)
+            if cow is not None and nested is not None:
+                value = paired_ratio(cow, nested)
+                if value is not None:
+                    ratio.set(kind, Sample.single(value))
         out.append(ratio)
     return out
 
@@ -625,9 +675,13 @@ def run(cfg: Config) -> dict[str, Any]:
     log(f"backends: building {cfg.entries:,} entries in each")
     backend_rows, load_rows = phase_backends(cfg, notes)
     results += backend_rows
+    not_built(results, {k: k for k in COW_KINDS})
+    not_built(load_rows, {col: kind for col, (kind, _) in LOAD_COLUMNS.items()})
     wall = time.perf_counter() - started
     outcomes = check_targets(TARGETS, [*results, *load_rows])
     size = notes["table_write_mem_bytes"][COW]
+    missing = {k: NOT_BUILT for k in (*COW_KINDS, *LOAD_COLUMNS)
+               if LOAD_COLUMNS.get(k, (k, ""))[0] not in KINDS}
 
     print()
     print(f"State table / heap backend snapshot benchmark: {cfg.entries:,} entries, max "
@@ -637,11 +691,14 @@ def run(cfg: Config) -> dict[str, Any]:
           + ("not pinned" if pinned is None else f"pinned to CPU {pinned}")
           + f"; table snapshot file {size / 1e6:.1f} MB, "
           f"backend snapshot file {notes['backend_snapshot_bytes'][COW] / 1e6:.1f} MB")
+    print(implementation_summary())
     print()
-    print(format_table(results, COMPETITORS))
+    print(format_table(results, COMPETITORS, col_width=COL_WIDTH))
     print()
     print("Ratios: CoW / nested (median of per-round ratios)")
-    print(format_table(ratio_rows(results), (Competitor(COW, "CoW/nested"),)))
+    print(format_table(ratio_rows(results), (Competitor(COW_C, "CoW (C)/nested"),
+                                              Competitor(COW, "CoW (py)/nested")),
+                       col_width=COL_WIDTH))
     print()
     print(f"Owner under load: {cfg.ops:,} updates through a ValueState handle (half puts of "
           f"a new list, half in-place mutations), GIL switch interval "
@@ -651,7 +708,9 @@ def run(cfg: Config) -> dict[str, Any]:
         f"{col} {v}" for col, v in notes["writer_running_at_loop_end"].items()))
     print()
     print("TARGETS")
-    print(format_targets(outcomes))
+    print(format_targets(outcomes, values=True,
+                         labels={c.key: c.label for c in (*COMPETITORS, *LOAD_COMPETITORS)},
+                         missing=missing))
     print()
     print(f"wall time {wall:.1f}s")
 
@@ -665,7 +724,7 @@ def run(cfg: Config) -> dict[str, Any]:
         "results": [r.to_json() for r in results],
         "owner_under_load": [r.to_json() for r in load_rows],
         "ratios_cow_over_nested": {
-            r.metric: r.value(COW) for r in ratio_rows(results)},
+            kind: {r.metric: r.value(kind) for r in ratio_rows(results)} for kind in COW_KINDS},
         "targets": [o.to_json() for o in outcomes],
     }
 

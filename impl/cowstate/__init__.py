@@ -48,6 +48,7 @@ from cowstate.keyed_state import (
     ReducingState,
     ValueState,
 )
+from cowstate.maps import IMPLEMENTATION, CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.serializers import (
     DefaultSerializer,
     ImmutableSerializer,
@@ -57,7 +58,7 @@ from cowstate.serializers import (
     StringSerializer,
 )
 from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
-from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
+from cowstate.state_map import StateEntry
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     NestedMapsStateTable,
@@ -68,6 +69,7 @@ from cowstate.state_table import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "IMPLEMENTATION",
     "VOID_NAMESPACE",
     "AggregateFunction",
     "AggregatingState",

@@ -30,8 +30,24 @@ class MapInternals:
     open_versions: frozenset[int]
 
 
-def describe(m: CopyOnWriteStateMap[Any, Any, Any]) -> MapInternals:
-    """The bookkeeping of ``m`` (see the invariants in :mod:`cowstate.state_map`)."""
+def describe(m: Any) -> MapInternals:
+    """The bookkeeping of ``m``, a pure or C map (see the invariants in
+    :mod:`cowstate.state_map`)."""
+    if not isinstance(m, CopyOnWriteStateMap):            # the C map: its structure export
+        st = m._structure()
+        primary, rehash_table = st["primary"], st["rehash"]
+        return MapInternals(
+            capacity=primary[0][1],
+            rehash_capacity=0 if rehash_table is None else rehash_table[0][1],
+            is_rehashing=rehash_table is not None,
+            rehash_index=st["rehash_index"],
+            primary_size=st["primary_size"],
+            rehash_size=st["rehash_size"],
+            threshold=st["threshold"],
+            version=st["version"],
+            highest_required_version=st["highest_required"],
+            open_versions=frozenset(st["open_versions"]),
+        )
     rehash = m._rehash
     return MapInternals(
         capacity=len(m._primary),

@@ -200,20 +200,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def __init__(self, serializer: StateSerializer | None = None,
                  initial_capacity: int = DEFAULT_CAPACITY) -> None:
-        if type(initial_capacity) is not int:
-            raise InvalidArgumentError(
-                f"expected an int initial_capacity, got {type(initial_capacity).__name__} "
-                f"{initial_capacity!r}")
-        if initial_capacity < 0:
-            raise InvalidArgumentError(
-                f"expected initial_capacity >= 0, got {initial_capacity}")
-        if serializer is not None and not isinstance(serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a serializer with copy/serialize/deserialize, got "
-                f"{type(serializer).__name__}")
-        capacity = clamp_capacity(initial_capacity)
-        self._serializer: StateSerializer = (
-            serializer if serializer is not None else DefaultSerializer())
+        self._serializer, capacity = _constructor_arguments(serializer, initial_capacity)
         self._primary: list[_Entry | None] = [None] * capacity
         self._mask = capacity - 1
         self._threshold = threshold_for(capacity)
@@ -265,8 +252,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def __contains__(self, item: object) -> bool:
         if not isinstance(item, tuple) or len(item) != 2:
-            raise InvalidArgumentError(
-                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
+            raise InvalidArgumentError(_pair_message(item))
         return self.contains_key(item[0], item[1])
 
     def __len__(self) -> int:
@@ -341,12 +327,14 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def remove_and_get_old(self, key: K, namespace: N) -> S | None:
         """Unmap ``(key, namespace)``; return its state or ``None`` if absent."""
         h = self._hash_and_step(key, namespace)
-        e = self._remove_entry(h, key, namespace)
+        e = self._find(h, key, namespace)
         if e is None:
             return None
-        if e.state_version < self._highest_required:               # rule S
-            return self._serializer.copy(e.state)  # type: ignore[no-any-return]
-        return e.state  # type: ignore[no-any-return]
+        old = e.state
+        if e.state_version < self._highest_required:               # rule S, before unmapping:
+            old = self._serializer.copy(old)                         # a raising copy loses nothing
+        self._remove_entry(h, key, namespace)
+        return old  # type: ignore[no-any-return]
 
     def transform(self, key: K, namespace: N, value: V,
                   fn: Callable[[S | None, V], S]) -> None:
@@ -389,9 +377,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         with self._lock:
             version, open_versions = open_snapshot_version(self._version, self._open_versions)
             if version > MAX_VERSION:
-                raise VersionOverflowError(
-                    f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
-                    f"would be version {version}; restart with a fresh map")
+                raise VersionOverflowError(_overflow_message(version))
             self._version = version
             self._open_versions = open_versions
             self._highest_required = version    # inv. 5: the newest is the highest open
@@ -400,10 +386,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:
         """Release ``snapshot``, which must have been taken from this map."""
         if not isinstance(snapshot, StateMapSnapshot) or snapshot._owner is not self:
-            raise ForeignSnapshotError(
-                "expected a snapshot taken from this map, got "
-                + (f"one of another map (version {snapshot.version})"
-                   if isinstance(snapshot, StateMapSnapshot) else type(snapshot).__name__))
+            raise ForeignSnapshotError(_foreign_message(snapshot))
         snapshot.release()
 
     @property
@@ -413,11 +396,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     @serializer.setter
     def serializer(self, serializer: StateSerializer) -> None:
-        if not isinstance(serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a serializer with copy/serialize/deserialize, got "
-                f"{type(serializer).__name__}")
-        self._serializer = serializer
+        self._serializer = _checked_serializer(serializer)
 
     def __repr__(self) -> str:
         return (f"<CopyOnWriteStateMap size={len(self)} capacity={len(self._primary)}"
@@ -556,9 +535,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         assert self._rehash is None, "a rehash is already in progress"
         capacity = len(self._primary)
         if capacity >= MAXIMUM_CAPACITY:
-            raise MaximumCapacityError(
-                f"expected at most {MAX_ARRAY_SIZE} entries at the maximum capacity "
-                f"{MAXIMUM_CAPACITY}, got {len(self)}")
+            raise MaximumCapacityError(_capacity_message(len(self)))
         new_capacity = capacity * 2
         self._rehash = [None] * new_capacity
         self._threshold = threshold_for(new_capacity)
@@ -607,19 +584,16 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         with self._lock:
             if version not in self._open_versions:
                 raise SnapshotReleasedError(
-                    f"expected an open snapshot version of this map "
-                    f"{sorted(self._open_versions)}, got {version}")
+                    _open_versions_message(tuple(self._open_versions), version))
             self._open_versions = release_snapshot_version(self._open_versions, version)
             self._highest_required = highest_required_version(self._open_versions)  # inv. 5
 
     def _modified_message(self) -> str:
-        return ("expected no mapping added or removed and no rehash step while iterating "
-                "the map; collect what you need first, e.g. list(m.keys(ns))")
+        return _modified_message()
 
     @staticmethod
     def _none_message(key: object, namespace: object, op: str) -> str:
-        return (f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
-                "absent, use remove() to unmap")
+        return _none_message(key, namespace, op)
 
 
 class _Entry:
@@ -681,7 +655,7 @@ class StateMapSnapshot(Generic[K, N, S]):
             while e is not None:
                 if self._released:
                     raise SnapshotReleasedError(
-                        f"snapshot version {self.version} was released while being read")
+                        _released_message(self.version, "while being read"))
                 yield StateEntry(e.key, e.namespace, e.state)
                 e = e.next
 
@@ -704,9 +678,7 @@ class StateMapSnapshot(Generic[K, N, S]):
     def release(self) -> None:
         """Release this snapshot: copy-on-write stops protecting it."""
         if self._released:
-            raise SnapshotReleasedError(
-                f"expected an open snapshot, got snapshot version {self.version} "
-                "which was already released")
+            raise SnapshotReleasedError(_released_message(self.version, "already"))
         self._owner._release_version(self.version)
         self._released = True
         self._data = None
@@ -720,11 +692,90 @@ class StateMapSnapshot(Generic[K, N, S]):
 
     def _check_open(self) -> list[_Entry | None]:
         if self._data is None:
-            raise SnapshotReleasedError(
-                f"expected an open snapshot, got snapshot version {self.version} "
-                "which was released")
+            raise SnapshotReleasedError(_released_message(self.version, "released"))
         return self._data
 
     def __repr__(self) -> str:
         state = "released" if self._released else f"size={self._size}"
         return f"<StateMapSnapshot version={self.version} {state}>"
+
+
+# --------------------------------------------------------------------------
+# Arguments and messages, shared with the C map (cowstate._cmap calls these)
+# --------------------------------------------------------------------------
+
+
+def _constructor_arguments(serializer: object,
+                           initial_capacity: object = DEFAULT_CAPACITY
+                           ) -> tuple[StateSerializer, int]:
+    """The checked serializer (default: :class:`DefaultSerializer`) and the
+    clamped capacity of a new map; bad arguments raise InvalidArgumentError."""
+    if type(initial_capacity) is not int:
+        raise InvalidArgumentError(
+            f"expected an int initial_capacity, got {type(initial_capacity).__name__} "
+            f"{initial_capacity!r}")
+    if initial_capacity < 0:
+        raise InvalidArgumentError(f"expected initial_capacity >= 0, got {initial_capacity}")
+    checked = DefaultSerializer() if serializer is None else _checked_serializer(serializer)
+    return checked, clamp_capacity(initial_capacity)
+
+
+def _checked_serializer(serializer: object) -> StateSerializer:
+    if not isinstance(serializer, StateSerializer):
+        raise InvalidArgumentError(
+            "expected a serializer with copy/serialize/deserialize, got "
+            f"{type(serializer).__name__}")
+    return serializer
+
+
+def _none_message(key: object, namespace: object, op: str) -> str:
+    return (f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
+            "absent, use remove() to unmap")
+
+
+def _modified_message() -> str:
+    return ("expected no mapping added or removed and no rehash step while iterating "
+            "the map; collect what you need first, e.g. list(m.keys(ns))")
+
+
+def _pair_message(item: object) -> str:
+    return f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}"
+
+
+def _foreign_message(snapshot: object) -> str:
+    # Both maps' snapshot classes are called StateMapSnapshot and have a version.
+    if type(snapshot).__name__ == "StateMapSnapshot":
+        version = getattr(snapshot, "version", "?")
+        return ("expected a snapshot taken from this map, got one of another map "
+                f"(version {version})")
+    return f"expected a snapshot taken from this map, got {type(snapshot).__name__}"
+
+
+def _overflow_message(version: int) -> str:
+    return (f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
+            f"would be version {version}; restart with a fresh map")
+
+
+def _capacity_message(size: int) -> str:
+    return (f"expected at most {MAX_ARRAY_SIZE} entries at the maximum capacity "
+            f"{MAXIMUM_CAPACITY}, got {size}")
+
+
+def _released_message(version: int, how: str) -> str:
+    """``how``: "already" (a second release), "released" (read after release) or
+    "while being read" (released during an iteration)."""
+    if how == "while being read":
+        return f"snapshot version {version} was released while being read"
+    if how == "already":
+        return (f"expected an open snapshot, got snapshot version {version} "
+                "which was already released")
+    return f"expected an open snapshot, got snapshot version {version} which was released"
+
+
+def _open_versions_message(open_versions: tuple[int, ...], version: int) -> str:
+    return f"expected an open snapshot version of this map {sorted(open_versions)}, got {version}"
+
+
+def _reentrant_message(what: str) -> str:
+    return (f"expected {what} not to change the map it was called from, but the map "
+            "changed; nothing was written")

@@ -65,12 +65,13 @@ from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
 )
+from cowstate.maps import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.serializers import (
     DefaultSerializer,
     StateSerializer,
     duplicate_serializer,
 )
-from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
+from cowstate.state_map import StateEntry
 
 __all__ = [
     "STATE_KINDS",
@@ -353,8 +354,12 @@ class StateTable(ABC, Generic[K, N, S]):
 class CopyOnWriteStateTable(StateTable[K, N, S]):
     """A table of :class:`~cowstate.CopyOnWriteStateMap`: asynchronous snapshots."""
 
+    #: The map class of every key group: ``cowstate.CopyOnWriteStateMap`` (the C
+    #: map when built); the specification also runs tables over the other one.
+    map_class: type[CopyOnWriteStateMap[Any, Any, Any]] = CopyOnWriteStateMap
+
     def _create_map(self) -> CopyOnWriteStateMap[K, N, S]:
-        return CopyOnWriteStateMap(self._meta.state_serializer, self._initial_capacity)
+        return self.map_class(self._meta.state_serializer, self._initial_capacity)
 
     def snapshot(self) -> CopyOnWriteStateTableSnapshot[K, N, S]:
         """Snapshot every key group's map, in key-group order (one list copy each)."""

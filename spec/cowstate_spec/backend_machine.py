@@ -43,12 +43,12 @@ from hypothesis.stateful import (
 from cowstate.errors import CowStateError, SnapshotCancelledError
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
 from cowstate.keyed_state import VOID_NAMESPACE
-from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_spec import contract as c
 from cowstate_spec.backends import DESCRIPTORS, BackendImplementation, WriteGate
+from cowstate_spec.cmap_view import MAP_CLASSES
 from cowstate_spec.machine import Outcome
 
 __all__ = ["BackendMachine", "backend_machine_for"]
@@ -341,7 +341,7 @@ class BackendMachine(RuleBasedStateMachine):
                 continue                          # no copy-on-write maps to release
             for key_group in table.key_group_range:
                 m = table.state_map(key_group)
-                if isinstance(m, CopyOnWriteStateMap):
+                if isinstance(m, MAP_CLASSES):
                     assert not m._open_versions, (
                         f"{name}, key group {key_group}: snapshot versions "
                         f"{sorted(m._open_versions)} still open with no writer pending")

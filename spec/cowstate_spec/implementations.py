@@ -11,8 +11,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cowstate import CopyOnWriteStateMap
 from cowstate.key_groups import KeyGroupRange
+from cowstate.maps import c_map_class
+from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
 from cowstate_model import ReferenceStateMap
 from cowstate_model.state_table import ReferenceStateTable
@@ -64,11 +65,28 @@ class Implementation:
         return self.name
 
 
-def _cow(name: str, capacity: int) -> Implementation:
-    def factory(initial_capacity: int = capacity) -> CopyOnWriteStateMap[Any, Any, Any]:
-        return CopyOnWriteStateMap(initial_capacity=initial_capacity)
+def _cow(name: str, capacity: int, cls: type[Any] = CopyOnWriteStateMap) -> Implementation:
+    def factory(initial_capacity: int = capacity) -> Any:
+        return cls(initial_capacity=initial_capacity)
 
     return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
+
+
+#: The C map (cowstate._cmap), or None where it was not built; a test fails
+#: then unless COWSTATE_PURE_PYTHON=1 (tests/test_implementations.py).
+C_MAP = c_map_class()
+
+
+class PureMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
+    """A copy-on-write table over pure-Python maps, whatever the default is."""
+
+    map_class = CopyOnWriteStateMap
+
+
+class CMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
+    """A copy-on-write table over C maps (only defined use when C_MAP exists)."""
+
+    map_class = C_MAP if C_MAP is not None else CopyOnWriteStateMap
 
 
 #: The tables' key groups: 8 in all; the sub-range tables hold 1..6, so a
@@ -93,11 +111,18 @@ IMPLEMENTATIONS: list[Implementation] = [
     _cow("cow-map", 4),          # tiny table: rehashes start while snapshots are open
     _cow("cow-map-128", 128),    # Flink's default capacity
     Implementation("reference-model", ReferenceStateMap),   # the model against itself
-    _table("cow-table", CopyOnWriteStateTable, None, checked=True),
-    _table("cow-table-sub-range", CopyOnWriteStateTable, SUB_RANGE, checked=True),
+    _table("cow-table", PureMapsTable, None, checked=True),
+    _table("cow-table-sub-range", PureMapsTable, SUB_RANGE, checked=True),
     _table("nested-table", NestedMapsStateTable, None, checked=False),
     _table("nested-table-sub-range", NestedMapsStateTable, SUB_RANGE, checked=False),
 ]
+if C_MAP is not None:            # the C map and tables over it: the same spec, one line each
+    IMPLEMENTATIONS += [
+        _cow("c-map", 4, C_MAP),
+        _cow("c-map-128", 128, C_MAP),
+        _table("c-table", CMapsTable, None, checked=True),
+        _table("c-table-sub-range", CMapsTable, SUB_RANGE, checked=True),
+    ]
 
 
 def by_name(name: str) -> Implementation:

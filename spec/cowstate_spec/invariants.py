@@ -15,6 +15,10 @@ rehash (invariant 9), so a rehash ends within a bounded number of operations.
 The checker computes hashes, thresholds, versions and the snapshot layout
 with the plain formulations of :mod:`cowstate_model.arithmetic`, never with
 the implementation's own helpers: a wrong helper cannot blind its judge.
+
+The C map (``cowstate._cmap``) is judged by the same code: its structure
+export is read through :mod:`cowstate_spec.cmap_view`, which also checks the
+C map's own invariants 10 (chunk counts) and 11 (entry links).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cowstate.serializers import is_known_immutable
-from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
+from cowstate.state_map import StateMapSnapshot
 from cowstate.state_table import CopyOnWriteStateTableSnapshot, StateTable
 from cowstate_model import deep_copy
 from cowstate_model.arithmetic import (
@@ -36,6 +40,13 @@ from cowstate_model.arithmetic import (
     threshold_for,
 )
 from cowstate_model.key_groups import assign_to_key_group
+from cowstate_spec.cmap_view import (
+    MAP_CLASSES,
+    MapView,
+    check_chunks_and_links,
+    is_c_map,
+    view_of_snapshot,
+)
 
 __all__ = [
     "InvariantViolation",
@@ -88,7 +99,10 @@ def fingerprint(snapshot: StateMapSnapshot[Any, Any, Any], *,
 
     With ``values=False`` only identities are recorded (no deep copies of the
     states): for callers that compare state values against the model anyway.
+    A C map's snapshot is recorded through its :class:`~cowstate_spec.cmap_view.
+    SnapshotView`.
     """
+    snapshot = view_of_snapshot(snapshot)
     data = snapshot._data
     assert data is not None, "fingerprint of a released snapshot"
     owner = snapshot._owner
@@ -112,9 +126,19 @@ def fingerprint(snapshot: StateMapSnapshot[Any, Any, Any], *,
     return fp
 
 
-def check_map(m: CopyOnWriteStateMap[Any, Any, Any],
-              snapshots: Iterable[SnapshotFingerprint] = ()) -> None:
-    """Assert invariants 1-9 of ``m``; ``snapshots`` are the open ones' fingerprints."""
+def check_map(m: Any, snapshots: Iterable[SnapshotFingerprint] = ()) -> None:
+    """Assert invariants 1-9 of ``m``; ``snapshots`` are the open ones' fingerprints.
+    For the C map also invariants 10 and 11 (``cmap_view.check_chunks_and_links``)."""
+    if is_c_map(m):
+        view = MapView(m)
+        snapshots = list(snapshots)
+        _check_map(view, snapshots)
+        check_chunks_and_links(view, [fp.snapshot for fp in snapshots])
+        return
+    _check_map(m, snapshots)
+
+
+def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
     primary = m._primary
     rehash = m._rehash
     r = m._rehash_index
@@ -245,10 +269,12 @@ def _diagnose_entry(e: Any, name: str, index: int, length: int, capacity: int, r
     raise AssertionError(f"{where} failed the entry test but no invariant names why")
 
 
-def rehash_step_check(m: CopyOnWriteStateMap[Any, Any, Any]) -> Callable[[], None]:
+def rehash_step_check(m: Any) -> Callable[[], None]:
     """Record where ``m``'s rehash stands before a keyed operation; the returned
     function asserts invariant 9 after the operation succeeded: a rehash that
     was running moved whole buckets holding at least 4 entries, or finished."""
+    if is_c_map(m):
+        return _c_rehash_step_check(m)
     rehash = m._rehash
     if rehash is None:
         return _nothing
@@ -275,6 +301,42 @@ def rehash_step_check(m: CopyOnWriteStateMap[Any, Any, Any]) -> Callable[[], Non
 
 def _nothing() -> None:
     return None
+
+
+def _c_rehash_step_check(m: Any) -> Callable[[], None]:
+    """:func:`rehash_step_check` for the C map: its tables are known by the
+    address of their directories (the export's ``primary``/``rehash`` [0][0])."""
+    before = MapView(m)
+    if before._rehash is None:
+        return _nothing
+    assert before.rehash_directory is not None
+    rehash_table = before.rehash_directory[0]
+    r = before._rehash_index
+    lengths = [len(chain(head)) for head in before._primary]
+
+    def after() -> None:
+        now = MapView(m)
+        if now._rehash is None:
+            _require(now.primary_directory[0] == rehash_table, 9,
+                     "a running rehash ended without installing its table")
+            return
+        assert now.rehash_directory is not None
+        _require(now.rehash_directory[0] == rehash_table, 9,
+                 "a running rehash was replaced by another")
+        r_after = now._rehash_index
+        _require(r_after > r, 9,
+                 f"a keyed operation during a rehash did not move a bucket (index stays {r})")
+        moved = sum(lengths[r:r_after])
+        _require(moved >= 4, 9,
+                 f"a keyed operation moved buckets {r}..{r_after - 1} holding {moved} "
+                 "entries, expected at least 4 or the end of the rehash")
+
+    return after
+
+
+def owner_of(snapshot: Any) -> Any:
+    """The map a (possibly viewed) snapshot was taken from."""
+    return getattr(snapshot, "real", snapshot)._owner
 
 
 # ------------------------------------------------------------------ tables
@@ -306,7 +368,7 @@ def check_table(table: StateTable[Any, Any, Any],
     for table_fp in snapshots:
         for fp in table_fp.maps:
             if not fp.snapshot.is_released:           # its key group was written
-                fingerprints.setdefault(id(fp.snapshot._owner), []).append(fp)
+                fingerprints.setdefault(id(owner_of(fp.snapshot)), []).append(fp)
     total = 0
     max_parallelism = table.max_parallelism
     for key_group in table.key_group_range:
@@ -318,7 +380,7 @@ def check_table(table: StateTable[Any, Any, Any],
                     f"table invariant (routing) violated: ({key!r}, {namespace!r}) is in the "
                     f"map of key group {key_group}, its key group is {actual}")
         total += len(m)
-        if isinstance(m, CopyOnWriteStateMap):
+        if isinstance(m, MAP_CLASSES):
             check_map(m, fingerprints.get(id(m), ()))
     if len(table) != total:
         raise InvariantViolation(

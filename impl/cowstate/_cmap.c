@@ -1,0 +1,2213 @@
+/*
+ * _cmap.c -- the copy-on-write state map in C: cowstate._cmap.CopyOnWriteStateMap
+ * ==============================================================================
+ *
+ * The same map as cowstate/state_map.py (read its module docstring first: the
+ * version rules E and S, the two-table incremental rehash, invariants 1-9),
+ * with the same public API, errors, messages and snapshot objects, so that one
+ * specification (cowstate_spec) checks both. What changes is the memory
+ * layout: entries are C structs, the garbage collector sees one map object, and
+ * a snapshot copies a directory of chunk pointers instead of the bucket list.
+ *
+ * Entry layout (56 bytes, pymalloc)
+ * ---------------------------------
+ *
+ *     struct Entry { Entry *next; PyObject *key, *ns, *state; uint64 hash;
+ *                    uint32 links; int32 entry_version, state_version; }
+ *
+ * `key`, `ns` and `state` are strong references. `hash` is the composite hash
+ * (cowstate.arithmetic.composite_hash: hash(key) * HASH_MIX + hash(ns) modulo
+ * 2**64, then h ^ (h >> 16)). `links` counts the pointers to this entry: bucket
+ * slots of chunks and `next` fields of other entries (invariant 11).
+ *
+ * The chunked bucket directory
+ * ----------------------------
+ * A table of capacity L (a power of two) is a directory of L / C chunk
+ * pointers; a chunk holds C bucket heads, C = min(L, 1024). A NULL directory
+ * slot is a chunk of empty buckets that was never allocated:
+ *
+ *     directory      chunk 0                chunk 1               chunk 2
+ *     +----+----+----+  +----+-------+----+  +----+-------+----+
+ *     | c0 | c1 |NULL|  | e  | . . . | .  |  | .  | . . . | e  |     (NULL: all empty)
+ *     +----+----+----+  +----+-------+----+  +----+-------+----+
+ *                       buckets 0..C-1        buckets C..2C-1
+ *
+ * Each chunk counts the directories that hold it (`refs`): the live table's
+ * and those of the open snapshots. snapshot() copies the directory (or both,
+ * while rehashing) and adds one to every chunk's count: O(L / C), not O(L).
+ *
+ * Three copy-on-write rules
+ * -------------------------
+ * Rule E (entries) and rule S (states) are the pure map's, on entry_version and
+ * state_version against H, the highest open snapshot version. Rule C is new:
+ *
+ * Rule C (chunks)   Before writing a bucket slot of a chunk whose `refs` > 1,
+ *                   replace it in the live directory by a copy (its entries
+ *                   gain one link each; the old chunk loses the live
+ *                   directory's count). An unallocated chunk is allocated
+ *                   zeroed on its first write.
+ *
+ * Rule C guards bucket heads, rule E guards `next` links and entry fields,
+ * rule S guards the states' insides: together nothing an open snapshot can
+ * reach changes (invariant 8).
+ *
+ * Incremental rehash with lazy chunks
+ * -----------------------------------
+ * As in the pure map: past the threshold a table of 2L buckets starts, and
+ * every keyed operation first moves whole buckets until at least 4 entries
+ * moved. Starting it allocates only the new directory (2L / C NULL pointers);
+ * a new chunk is allocated when the rehash (or an insertion) first writes
+ * into it, and an old chunk is dropped from the live directory as soon as
+ * the rehash index leaves it. No single operation allocates or copies O(n):
+ * at most one directory of L / C pointers, two chunks and four-plus entries.
+ * Moving a bucket is all-or-nothing: every chunk and entry copy it needs is
+ * allocated before anything is relinked, so a MemoryError leaves the map as
+ * it was (invariant 2 never sees a half-moved bucket).
+ *
+ * Ownership and reclamation
+ * -------------------------
+ * Entries and chunks are reference counted (`links`, `refs`). The live table
+ * and every open snapshot hold their directories' chunks; chunks hold their
+ * bucket heads; entries hold their successors. Releasing a snapshot drops its
+ * directory: chunks nobody else holds are freed, and with them entries only
+ * that snapshot could reach, iteratively (no recursion along a chain). So an
+ * entry shared with open snapshots stays valid until the last one that can
+ * reach it is released. Dropping a snapshot without release() releases it.
+ *
+ * Garbage collector
+ * -----------------
+ * Entries are not Python objects. The map's tp_traverse visits the key,
+ * namespace and state of every entry reachable from the LIVE table (each
+ * exactly once: live chains form a forest), so a state that refers back to
+ * the map is collected. A snapshot's tp_traverse visits only its owner: an
+ * entry it shares with the live table is visited by the map, and visiting it
+ * twice would over-count. Entries only an open snapshot can reach are not
+ * visited: a cycle through such a state is collected after the release.
+ *
+ * Threads and the GIL
+ * -------------------
+ * Everything runs with the GIL held; nothing here releases it. Python code
+ * (a key's __hash__/__eq__, serializer.copy, a transform function, a __del__
+ * run by a decref) can let another thread run, which may only release
+ * snapshots (the thread rule). A release lowers H and chunk counts: the owner
+ * then at worst copies something that was no longer shared, never the
+ * reverse. Owner operations therefore (a) re-read H after calling Python
+ * code, (b) keep every entry they point at reachable from the live table while
+ * Python code runs, (c) decref replaced objects only as their last step, and
+ * (d) detect re-entrant changes of the map by the owner itself through
+ * `stamp` (bumped by every structural write): a lookup restarts, any other
+ * step raises ConcurrentModificationError before it writes.
+ *
+ * Invariants
+ * ----------
+ * 1-9 are the pure map's (cowstate/state_map.py), checked by the same
+ * checker through the structure export `_structure()`. The C map adds:
+ *
+ * 10. Chunks: every chunk's `refs` equals the number of directories (live and
+ *     open snapshots) that hold it; a chunk with refs > 1 is never written.
+ * 11. Links: every entry's `links` equals the number of slots and `next`
+ *     fields, in the live table and in open snapshots, that point to it.
+ *
+ * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
+ * defects the specification must catch (cowstate_spec.bad_cmaps); the module
+ * name then comes from -DCOWSTATE_MODULE=name.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifndef COWSTATE_BUG
+#define COWSTATE_BUG 0
+#endif
+#define BUG_GET_SKIPS_STATE_COPY 1
+#define BUG_RELINKS_SHARED_PREDECESSOR 2
+#define BUG_WRITES_SHARED_CHUNK 3
+#define BUG_DIRECTORY_COPY_MISSES_A_CHUNK 4
+#define BUG_RELEASE_FORGETS_OPEN_SNAPSHOT 5
+
+#ifndef COWSTATE_MODULE
+#define COWSTATE_MODULE _cmap
+#endif
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define CAT_(a, b) a##b
+#define CAT(a, b) CAT_(a, b)
+
+#define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
+#define MINIMUM_CAPACITY 4
+#define MAXIMUM_CAPACITY ((Py_ssize_t)1 << 30)
+#define MAX_ARRAY_SIZE ((Py_ssize_t)2147483647 - 8)
+#define MAX_VERSION 2147483647
+#define MIN_TRANSFERRED 4                 /* per incremental rehash step (inv. 9) */
+#define HASH_MIX 0x9E3779B97F4A7C15ULL
+
+/* ------------------------------------------------------------------ types */
+
+typedef struct Entry {
+    struct Entry *next;
+    PyObject *key;
+    PyObject *ns;
+    PyObject *state;
+    uint64_t hash;
+    uint32_t links;
+    int32_t entry_version;
+    int32_t state_version;
+} Entry;
+
+typedef struct Chunk {
+    Py_ssize_t refs;
+    Entry *slots[];
+} Chunk;
+
+typedef struct Table {
+    Chunk **dir;            /* NULL: no table (the rehash table when not rehashing) */
+    Py_ssize_t capacity;    /* buckets */
+    Py_ssize_t ndir;        /* chunks */
+    int bits;               /* log2 of buckets per chunk */
+} Table;
+
+typedef struct MapObject {
+    PyObject_HEAD
+    Table primary;
+    Table rehash;
+    Py_ssize_t rehash_index;
+    Py_ssize_t primary_size;
+    Py_ssize_t rehash_size;
+    Py_ssize_t threshold;
+    int32_t version;
+    int32_t highest;            /* H */
+    int32_t *open;              /* open snapshot versions, ascending */
+    Py_ssize_t nopen;
+    Py_ssize_t open_cap;
+    uint64_t mod_count;         /* mappings added or removed */
+    uint64_t structure_count;   /* rehash steps */
+    uint64_t stamp;             /* every structural write (re-entrancy check) */
+    PyObject *serializer;
+    PyObject *weakreflist;
+} MapObject;
+
+typedef struct SnapObject {
+    PyObject_HEAD
+    MapObject *owner;
+    Table primary;              /* copies of the directories, holding their chunks */
+    Table rehash;
+    Py_ssize_t r;               /* rehash index when taken */
+    Py_ssize_t size;
+    int32_t version;
+    int released;
+} SnapObject;
+
+/* An iterator over a map (fail-fast) or a snapshot. It holds one link on the
+ * entry it will yield next, so that entry outlives any change in between. */
+typedef struct IterObject {
+    PyObject_HEAD
+    PyObject *source;           /* MapObject or SnapObject */
+    int is_snapshot;
+    int mode;                   /* ITER_ENTRIES, ITER_KEYS, ITER_TUPLES */
+    PyObject *filter_ns;        /* keys(namespace): only this namespace */
+    uint64_t expected_mod, expected_structure;
+    int table;                  /* map: 0 primary, 1 rehash; snapshot: region 0..2 */
+    Py_ssize_t bucket;
+    Entry *current;             /* holds a link; NULL: read the next bucket */
+    int started;
+    int done;
+} IterObject;
+
+enum { ITER_ENTRIES, ITER_KEYS };
+
+static PyTypeObject Map_Type;
+static PyTypeObject Snap_Type;
+static PyTypeObject Iter_Type;
+
+/* Python-side helpers, looked up once (module state would be the modern way;
+ * the module is single-phase and never re-initialised, see PyInit). */
+static PyObject *StateEntry_type;     /* cowstate.state_map.StateEntry */
+static PyObject *Err_ConcurrentModification, *Err_ForeignSnapshot, *Err_InvalidArgument,
+    *Err_MaximumCapacity, *Err_NoneState, *Err_SnapshotReleased, *Err_TransformFunction,
+    *Err_UnhashableKey, *Err_VersionOverflow;
+static PyObject *fn_constructor_arguments, *fn_checked_serializer, *fn_none_message,
+    *fn_modified_message, *fn_pair_message, *fn_foreign_message, *fn_overflow_message,
+    *fn_capacity_message, *fn_released_message, *fn_open_versions_message,
+    *fn_reentrant_message;
+static PyObject *str_copy, *str_of, *str_from_transform;
+
+/* ----------------------------------------------------------- the arithmetic
+ * The C forms of cowstate.arithmetic; the structure export lets the checker
+ * recompute each of them with cowstate_model.arithmetic (invariant 1, 9). */
+
+static inline uint64_t composite_hash(Py_hash_t hk, Py_hash_t hn)
+{
+    uint64_t x = (uint64_t)hk * HASH_MIX + (uint64_t)hn;   /* modulo 2**64 */
+    return x ^ (x >> 16);                                  /* spread_hash */
+}
+
+static Py_ssize_t threshold_for(Py_ssize_t capacity)
+{
+    if (capacity >= MAXIMUM_CAPACITY)
+        return MAX_ARRAY_SIZE;
+    return (capacity >> 1) + (capacity >> 2);
+}
+
+/* ------------------------------------------------------------------ entries */
+
+static Entry *entry_new(PyObject *key, PyObject *ns, PyObject *state, uint64_t hash,
+                        int32_t entry_version, int32_t state_version)
+{
+    Entry *e = PyMem_Malloc(sizeof(Entry));
+    if (e == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    e->next = NULL;
+    e->key = Py_NewRef(key);
+    e->ns = Py_NewRef(ns);
+    e->state = Py_XNewRef(state);
+    e->hash = hash;
+    e->links = 1;
+    e->entry_version = entry_version;
+    e->state_version = state_version;
+    return e;
+}
+
+/* A shallow copy: same objects, same successor (which gains a link). The copy
+ * starts with one link, for whoever installs it. */
+static Entry *entry_copy(const Entry *e, int32_t entry_version)
+{
+    Entry *c = entry_new(e->key, e->ns, e->state, e->hash, entry_version, e->state_version);
+    if (c != NULL && e->next != NULL) {
+        c->next = e->next;
+        e->next->links++;
+    }
+    return c;
+}
+
+/* Drop one link to `e`; free what nobody links any more, along the chain,
+ * without recursion. Decrefs of keys and states may run Python code, so
+ * callers drop links only as their last step, or where a copy still holds
+ * the same objects (then nothing reaches zero but the entry itself). */
+static void entry_unlink(Entry *e)
+{
+    while (e != NULL) {
+        if (--e->links > 0)
+            return;
+        Entry *next = e->next;
+        PyObject *key = e->key, *ns = e->ns, *state = e->state;
+        PyMem_Free(e);
+        Py_DECREF(key);
+        Py_DECREF(ns);
+        Py_XDECREF(state);
+        e = next;
+    }
+}
+
+/* ------------------------------------------------------------------- chunks */
+
+static Chunk *chunk_new(Py_ssize_t slots)
+{
+    Chunk *c = PyMem_Calloc(1, sizeof(Chunk) + (size_t)slots * sizeof(Entry *));
+    if (c == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    c->refs = 1;
+    return c;
+}
+
+static void chunk_decref(Chunk *c, Py_ssize_t slots)
+{
+    if (c == NULL || --c->refs > 0)
+        return;
+    for (Py_ssize_t i = 0; i < slots; i++) {
+        if (c->slots[i] != NULL)
+            entry_unlink(c->slots[i]);
+    }
+    PyMem_Free(c);
+}
+
+/* ------------------------------------------------------------------- tables */
+
+static inline Py_ssize_t chunk_slots(const Table *t) { return (Py_ssize_t)1 << t->bits; }
+
+static int table_init(Table *t, Py_ssize_t capacity)
+{
+    int bits = 0;
+    while (((Py_ssize_t)1 << bits) < capacity && bits < CHUNK_BITS_MAX)
+        bits++;
+    t->capacity = capacity;
+    t->bits = bits;
+    t->ndir = capacity >> bits;
+    t->dir = PyMem_Calloc((size_t)t->ndir, sizeof(Chunk *));
+    if (t->dir == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void table_free(Table *t)
+{
+    if (t->dir == NULL)
+        return;
+    Chunk **dir = t->dir;
+    Py_ssize_t n = t->ndir, slots = chunk_slots(t);
+    t->dir = NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        chunk_decref(dir[i], slots);
+    PyMem_Free(dir);
+}
+
+/* A copy of the directory; every chunk gains one count (rule C). */
+static int table_share(const Table *src, Table *dst)
+{
+    *dst = *src;
+    dst->dir = PyMem_Malloc((size_t)src->ndir * sizeof(Chunk *));
+    if (dst->dir == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(dst->dir, src->dir, (size_t)src->ndir * sizeof(Chunk *));
+    for (Py_ssize_t i = 0; i < src->ndir; i++) {
+#if COWSTATE_BUG == BUG_DIRECTORY_COPY_MISSES_A_CHUNK
+        if (i == src->ndir - 1 && src->ndir > 0 && dst->dir[i] != NULL) {
+            dst->dir[i] = NULL;               /* planted: the last chunk is not copied */
+            continue;
+        }
+#endif
+        if (dst->dir[i] != NULL)
+            dst->dir[i]->refs++;
+    }
+    return 0;
+}
+
+static inline Entry *slot_get(const Table *t, Py_ssize_t bucket)
+{
+    Chunk *c = t->dir[bucket >> t->bits];
+    return c == NULL ? NULL : c->slots[bucket & (chunk_slots(t) - 1)];
+}
+
+/* The slot of `bucket`, writable by the live table (rule C). */
+static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
+{
+    Py_ssize_t index = bucket >> t->bits, slots = chunk_slots(t);
+    Chunk *c = t->dir[index];
+    if (c == NULL) {
+        c = chunk_new(slots);
+        if (c == NULL)
+            return NULL;
+        t->dir[index] = c;
+    }
+#if COWSTATE_BUG != BUG_WRITES_SHARED_CHUNK
+    else if (c->refs > 1) {                                  /* rule C */
+        Chunk *copy = PyMem_Malloc(sizeof(Chunk) + (size_t)slots * sizeof(Entry *));
+        if (copy == NULL) {
+            PyErr_NoMemory();
+            return NULL;
+        }
+        copy->refs = 1;
+        memcpy(copy->slots, c->slots, (size_t)slots * sizeof(Entry *));
+        for (Py_ssize_t i = 0; i < slots; i++) {
+            if (copy->slots[i] != NULL)
+                copy->slots[i]->links++;                     /* inv. 11: a second slot */
+        }
+        c->refs--;                                           /* still held by a snapshot */
+        t->dir[index] = c = copy;
+    }
+#endif
+    return &c->slots[bucket & (slots - 1)];
+}
+
+/* ---------------------------------------------------------------- the map */
+
+static inline Py_ssize_t map_len(const MapObject *m) { return m->primary_size + m->rehash_size; }
+
+/* The table and bucket that hold hash h (invariant 2: arithmetic.in_rehash_table). */
+static inline Table *select_table(MapObject *m, uint64_t h, Py_ssize_t *bucket)
+{
+    Py_ssize_t b = (Py_ssize_t)(h & (uint64_t)(m->primary.capacity - 1));
+    if (m->rehash.dir != NULL && b < m->rehash_index) {
+        *bucket = (Py_ssize_t)(h & (uint64_t)(m->rehash.capacity - 1));
+        return &m->rehash;
+    }
+    *bucket = b;
+    return &m->primary;
+}
+
+static int raise_from_helper(PyObject *exc_type, PyObject *helper, PyObject *args)
+{
+    /* `args` is a new reference (or NULL after an error); the message comes
+     * from cowstate.state_map, where both maps take it from. */
+    if (args == NULL)
+        return -1;
+    PyObject *message = PyObject_CallObject(helper, args);
+    Py_DECREF(args);
+    if (message != NULL) {
+        PyErr_SetObject(exc_type, message);
+        Py_DECREF(message);
+    }
+    return -1;
+}
+
+static int raise_unhashable(PyObject *key, PyObject *ns)
+{
+    PyErr_Clear();
+    PyObject *exc = PyObject_CallMethodObjArgs(Err_UnhashableKey, str_of, key, ns, NULL);
+    if (exc != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+        Py_DECREF(exc);
+    }
+    return -1;
+}
+
+/* hash(key) and hash(ns) into the composite hash; a TypeError becomes
+ * UnhashableKeyError (other errors propagate, as in the pure map). */
+static int hash_pair(PyObject *key, PyObject *ns, uint64_t *h)
+{
+    Py_hash_t hk = PyObject_Hash(key);
+    if (hk == -1) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            return raise_unhashable(key, ns);
+        return -1;
+    }
+    Py_hash_t hn = PyObject_Hash(ns);
+    if (hn == -1) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError))
+            return raise_unhashable(key, ns);
+        return -1;
+    }
+    *h = composite_hash(hk, hn);
+    return 0;
+}
+
+static int raise_reentrant(const char *what)
+{
+    return raise_from_helper(Err_ConcurrentModification, fn_reentrant_message,
+                             Py_BuildValue("(s)", what));
+}
+
+/* Does `e` hold (key, ns)? 1, 0, or -1 on error. Python's __eq__ may run:
+ * the caller re-checks m->stamp afterwards (rule d of the header). */
+static int entry_matches(Entry *e, uint64_t h, PyObject *key, PyObject *ns)
+{
+    if (e->hash != h)
+        return 0;
+    if (e->key != key) {
+        PyObject *k = Py_NewRef(e->key);                    /* alive through __eq__ */
+        int eq = PyObject_RichCompareBool(k, key, Py_EQ);
+        Py_DECREF(k);
+        if (eq <= 0)
+            return eq;
+    }
+    if (e->ns != ns) {
+        PyObject *n = Py_NewRef(e->ns);
+        int eq = PyObject_RichCompareBool(n, ns, Py_EQ);
+        Py_DECREF(n);
+        if (eq <= 0)
+            return eq;
+    }
+    return 1;
+}
+
+/* Find (key, ns): its entry, or NULL with *err = 0 when absent, or NULL with
+ * *err = -1 on error. table, bucket and prev say where it is (prev: the entry
+ * before it in the chain, or NULL at the head). Restarts if an __eq__ changed
+ * the map. Changes nothing. */
+static Entry *lookup(MapObject *m, uint64_t h, PyObject *key, PyObject *ns,
+                     Table **table, Py_ssize_t *bucket, Entry **prev, int *err)
+{
+restart:;
+    uint64_t stamp = m->stamp;
+    Py_ssize_t b;
+    Table *t = select_table(m, h, &b);
+    Entry *p = NULL;
+    for (Entry *e = slot_get(t, b); e != NULL; p = e, e = e->next) {
+        int found = entry_matches(e, h, key, ns);
+        if (m->stamp != stamp)
+            goto restart;                                   /* an __eq__ changed the map */
+        if (found < 0) {
+            *err = -1;
+            return NULL;
+        }
+        if (found) {
+            *table = t;
+            *bucket = b;
+            if (prev)
+                *prev = p;
+            *err = 0;
+            return e;
+        }
+    }
+    *table = t;
+    *bucket = b;
+    if (prev)
+        *prev = NULL;
+    *err = 0;
+    return NULL;
+}
+
+/* Rule E: make private every shared entry from the head of `bucket` up to
+ * `until`; return what stands for `until` in the live chain. */
+static Entry *copy_chain(MapObject *m, Table *t, Py_ssize_t bucket, Entry *until)
+{
+    Entry **link = slot_for_write(t, bucket);               /* rule C first */
+    if (link == NULL)
+        return NULL;
+    int32_t required = m->highest, version = m->version;
+    m->stamp++;
+    for (;;) {
+        Entry *cur = *link;
+        assert(cur != NULL);                                 /* `until` is in this chain */
+        int last = cur == until;
+        if (cur->entry_version < required) {                 /* shared: replace by a copy */
+            Entry *copy = entry_copy(cur, version);
+            if (copy == NULL)
+                return NULL;         /* the copies made so far are equal: nothing lost */
+            *link = copy;
+            entry_unlink(cur);       /* an open snapshot still links it (inv. 6) */
+            cur = copy;
+        }
+        if (last)
+            return cur;
+        link = &cur->next;
+    }
+}
+
+static int double_capacity(MapObject *m)
+{
+    Py_ssize_t capacity = m->primary.capacity;
+    if (capacity >= MAXIMUM_CAPACITY) {
+        return raise_from_helper(Err_MaximumCapacity, fn_capacity_message,
+                                 Py_BuildValue("(n)", map_len(m)));
+    }
+    if (table_init(&m->rehash, capacity * 2) < 0)            /* O(L / C) pointers */
+        return -1;
+    m->threshold = threshold_for(capacity * 2);
+    m->rehash_index = 0;
+    return 0;
+}
+
+/* Move old bucket r into the rehash table, all or nothing; adds the number of
+ * entries moved to *moved. */
+static int move_bucket(MapObject *m, Py_ssize_t r, Py_ssize_t *moved)
+{
+    Table *old = &m->primary, *new = &m->rehash;
+    Entry *head = slot_get(old, r);
+    if (head == NULL)
+        return 0;
+    Py_ssize_t capacity = old->capacity;
+    int32_t required = m->highest, version = m->version;
+
+    /* Allocate first: the writable slots and every copy rule E needs. */
+    Entry **old_slot = slot_for_write(old, r);
+    if (old_slot == NULL || slot_for_write(new, r) == NULL
+        || slot_for_write(new, r + capacity) == NULL)
+        return -1;
+    Py_ssize_t shared = 0;
+    for (Entry *e = head; e != NULL; e = e->next)
+        shared += e->entry_version < required;
+    Entry *stack[64];
+    Entry **copies = shared <= 64 ? stack : PyMem_Malloc((size_t)shared * sizeof(Entry *));
+    if (copies == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t made = 0;
+    for (Entry *e = head; e != NULL; e = e->next) {
+        if (e->entry_version < required) {
+            Entry *c = entry_new(e->key, e->ns, e->state, e->hash, version, e->state_version);
+            if (c == NULL) {
+                while (made > 0)
+                    entry_unlink(copies[--made]);   /* objects still held by e: no Python runs */
+                if (copies != stack)
+                    PyMem_Free(copies);
+                return -1;
+            }
+            copies[made++] = c;
+        }
+    }
+
+    /* Relink; nothing below fails. We hold the old slot's link to `e`. */
+    m->stamp++;
+    *old_slot = NULL;
+    made = 0;
+    Entry *e = head;
+    while (e != NULL) {
+        Entry *successor = e->next;
+        Py_ssize_t pos = (Py_ssize_t)(e->hash & (uint64_t)(2 * capacity - 1));  /* r or r + L */
+        Entry **dst = &new->dir[pos >> new->bits]->slots[pos & (chunk_slots(new) - 1)];
+        if (e->entry_version < required) {                   /* rule E: relinking a shared entry */
+            Entry *c = copies[made++];
+            c->next = *dst;                                  /* takes the slot's link */
+            *dst = c;
+            if (successor != NULL)
+                successor->links++;                          /* e keeps its own link to it */
+            entry_unlink(e);                                 /* drop our link; a snapshot holds e */
+        }
+        else {
+            e->next = *dst;                                  /* e's link to successor is ours now */
+            *dst = e;                                        /* our link to e becomes the slot's */
+        }
+        e = successor;
+        (*moved)++;
+    }
+    if (copies != stack)
+        PyMem_Free(copies);
+    return 0;
+}
+
+/* One incremental rehash step: whole buckets until >= 4 entries moved (inv. 9). */
+static int incremental_rehash(MapObject *m)
+{
+    Py_ssize_t r = m->rehash_index, capacity = m->primary.capacity, moved = 0;
+    m->structure_count++;
+    while (moved < MIN_TRANSFERRED) {
+        Py_ssize_t before = moved;
+        if (move_bucket(m, r, &moved) < 0) {
+            m->primary_size -= moved;
+            m->rehash_size += moved;
+            m->rehash_index = r;
+            return -1;
+        }
+        (void)before;
+        r++;
+        if ((r & (chunk_slots(&m->primary) - 1)) == 0) {      /* an old chunk is empty */
+            Py_ssize_t index = (r - 1) >> m->primary.bits;
+            chunk_decref(m->primary.dir[index], chunk_slots(&m->primary));
+            m->primary.dir[index] = NULL;
+        }
+        if (r == capacity) {                                 /* complete: install the table */
+            table_free(&m->primary);
+            m->primary = m->rehash;
+            m->rehash.dir = NULL;
+            m->rehash.capacity = m->rehash.ndir = 0;
+            m->primary_size += m->rehash_size;
+            m->rehash_size = 0;
+            m->rehash_index = 0;
+            m->stamp++;
+            return 0;
+        }
+    }
+    m->primary_size -= moved;
+    m->rehash_size += moved;
+    m->rehash_index = r;
+    return 0;
+}
+
+static inline int rehash_step(MapObject *m)
+{
+    return m->rehash.dir == NULL ? 0 : incremental_rehash(m);
+}
+
+/* The entry of (key, ns), private to the live table (rule E), added at its
+ * chain's head (state NULL) when absent. */
+static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
+{
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);
+    if (err < 0)
+        return NULL;
+    if (e != NULL) {
+        if (e->entry_version < m->highest)                    /* rule E */
+            e = copy_chain(m, t, b, e);
+        return e;
+    }
+    if (map_len(m) > m->threshold) {
+        if (double_capacity(m) < 0)
+            return NULL;
+        t = select_table(m, h, &b);       /* a new rehash starts at index 0: the primary */
+    }
+    Entry **slot = slot_for_write(t, b);
+    if (slot == NULL)
+        return NULL;
+    e = entry_new(key, ns, NULL, h, m->version, m->version);
+    if (e == NULL)
+        return NULL;
+    e->next = *slot;                                          /* takes the slot's link */
+    *slot = e;
+    m->stamp++;
+    m->mod_count++;
+    if (t == &m->primary)
+        m->primary_size++;
+    else
+        m->rehash_size++;
+    return e;
+}
+
+/* Set the state of a private entry; returns the replaced state (a new
+ * reference, or NULL) for the caller to drop last. */
+static inline PyObject *entry_set_state(MapObject *m, Entry *e, PyObject *state)
+{
+    PyObject *old = e->state;
+    e->state = Py_NewRef(state);
+    e->state_version = m->version;
+    return old;
+}
+
+static PyObject *serializer_copy(MapObject *m, PyObject *state)
+{
+    if (m->serializer == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the map was cleared by the garbage collector");
+        return NULL;
+    }
+    PyObject *serializer = Py_NewRef(m->serializer);
+    PyObject *arg = Py_NewRef(state);
+    PyObject *copy = PyObject_CallMethodOneArg(serializer, str_copy, arg);
+    Py_DECREF(arg);
+    Py_DECREF(serializer);
+    return copy;
+}
+
+/* ------------------------------------------------------------ map methods */
+
+static int parse_pair(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
+                      const char *name)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name,
+                     want, nargs);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 2, "get") < 0)
+        return NULL;
+    PyObject *key = args[0], *ns = args[1];
+    uint64_t h;
+    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
+        return NULL;
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);
+    if (e == NULL) {
+        if (err < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+#if COWSTATE_BUG != BUG_GET_SKIPS_STATE_COPY
+    if (e->state_version < m->highest) {                      /* rule S */
+        uint64_t stamp = m->stamp;
+        PyObject *copy = serializer_copy(m, e->state);
+        if (copy == NULL)
+            return NULL;
+        if (m->stamp != stamp) {
+            Py_DECREF(copy);
+            raise_reentrant("serializer.copy");
+            return NULL;
+        }
+        if (e->entry_version < m->highest) {                  /* rule E, H re-read */
+            e = copy_chain(m, t, b, e);
+            if (e == NULL) {
+                Py_DECREF(copy);
+                return NULL;
+            }
+        }
+        PyObject *old = entry_set_state(m, e, copy);
+        Py_XDECREF(old);              /* a snapshot (or our copy's source) still holds it */
+        return copy;                  /* the reference we made is the caller's */
+    }
+#endif
+    return Py_NewRef(e->state);
+}
+
+static PyObject *Map_contains_key(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 2, "contains_key") < 0)
+        return NULL;
+    uint64_t h;
+    if (hash_pair(args[0], args[1], &h) < 0 || rehash_step(m) < 0)
+        return NULL;
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *e = lookup(m, h, args[0], args[1], &t, &b, NULL, &err);
+    if (err < 0)
+        return NULL;
+    return PyBool_FromLong(e != NULL);
+}
+
+static int none_state(PyObject *key, PyObject *ns, const char *op)
+{
+    return raise_from_helper(Err_NoneState, fn_none_message,
+                             Py_BuildValue("(OOs)", key, ns, op));
+}
+
+static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 3, "put") < 0)
+        return NULL;
+    PyObject *key = args[0], *ns = args[1], *state = args[2];
+    if (state == Py_None) {
+        none_state(key, ns, "put");
+        return NULL;
+    }
+    uint64_t h;
+    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
+        return NULL;
+    Entry *e = put_entry(m, h, key, ns);
+    if (e == NULL)
+        return NULL;
+    PyObject *old = entry_set_state(m, e, state);
+    Py_XDECREF(old);                                          /* last step: may run __del__ */
+    Py_RETURN_NONE;
+}
+
+static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 3, "put_and_get_old") < 0)
+        return NULL;
+    PyObject *key = args[0], *ns = args[1], *state = args[2];
+    if (state == Py_None) {
+        none_state(key, ns, "put_and_get_old");
+        return NULL;
+    }
+    uint64_t h;
+    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
+        return NULL;
+    /* Copy a shared old state before changing anything (rule S), so a raising
+     * serializer leaves the map as it was. */
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *found = lookup(m, h, key, ns, &t, &b, NULL, &err);
+    if (err < 0)
+        return NULL;
+    PyObject *result = NULL;                                  /* a new reference or NULL */
+    if (found != NULL && found->state_version < m->highest) {
+        uint64_t stamp = m->stamp;
+        result = serializer_copy(m, found->state);
+        if (result == NULL)
+            return NULL;
+        if (m->stamp != stamp) {
+            Py_DECREF(result);
+            raise_reentrant("serializer.copy");
+            return NULL;
+        }
+    }
+    Entry *e = put_entry(m, h, key, ns);
+    if (e == NULL) {
+        Py_XDECREF(result);
+        return NULL;
+    }
+    PyObject *old = entry_set_state(m, e, state);
+    if (result == NULL)
+        result = old != NULL ? old : Py_NewRef(Py_None);      /* the entry's reference is ours */
+    else
+        Py_XDECREF(old);
+    return result;
+}
+
+/* Unlink the entry of (key, ns); returns it with the live link handed to the
+ * caller (who drops it last), or NULL (absent, or error if PyErr_Occurred). */
+static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
+{
+    Table *t;
+    Py_ssize_t b;
+    Entry *prev;
+    int err;
+    Entry *e = lookup(m, h, key, ns, &t, &b, &prev, &err);
+    if (e == NULL)
+        return NULL;
+    if (prev == NULL) {
+        Entry **slot = slot_for_write(t, b);                  /* rule C */
+        if (slot == NULL)
+            return NULL;
+        *slot = e->next;                                      /* the live bucket list */
+        if (e->next != NULL)
+            e->next->links++;                                 /* e keeps its own link */
+    }
+    else {
+#if COWSTATE_BUG != BUG_RELINKS_SHARED_PREDECESSOR
+        if (prev->entry_version < m->highest) {               /* rule E */
+            prev = copy_chain(m, t, b, prev);
+            if (prev == NULL)
+                return NULL;
+        }
+#endif
+        prev->next = e->next;                                 /* prev's link to e is the caller's */
+        if (e->next != NULL)
+            e->next->links++;
+    }
+    m->stamp++;
+    m->mod_count++;
+    if (t == &m->primary)
+        m->primary_size--;
+    else
+        m->rehash_size--;
+    return e;
+}
+
+static PyObject *Map_remove(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 2, "remove") < 0)
+        return NULL;
+    uint64_t h;
+    if (hash_pair(args[0], args[1], &h) < 0 || rehash_step(m) < 0)
+        return NULL;
+    Entry *e = remove_entry(m, h, args[0], args[1]);
+    if (e == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    entry_unlink(e);                                          /* last step: may run __del__ */
+    Py_RETURN_NONE;
+}
+
+static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 2, "remove_and_get_old") < 0)
+        return NULL;
+    PyObject *key = args[0], *ns = args[1];
+    uint64_t h;
+    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
+        return NULL;
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *found = lookup(m, h, key, ns, &t, &b, NULL, &err);
+    if (found == NULL) {
+        if (err < 0)
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    /* Copy a shared state first (rule S): a raising copy loses nothing. */
+    PyObject *result;
+    if (found->state_version < m->highest) {
+        uint64_t stamp = m->stamp;
+        result = serializer_copy(m, found->state);
+        if (result == NULL)
+            return NULL;
+        if (m->stamp != stamp) {
+            Py_DECREF(result);
+            raise_reentrant("serializer.copy");
+            return NULL;
+        }
+    }
+    else
+        result = Py_NewRef(found->state);
+    Entry *e = remove_entry(m, h, key, ns);
+    if (e == NULL) {
+        Py_DECREF(result);
+        if (!PyErr_Occurred())
+            raise_reentrant("serializer.copy");
+        return NULL;
+    }
+    entry_unlink(e);
+    return result;
+}
+
+static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (parse_pair(args, nargs, 4, "transform") < 0)
+        return NULL;
+    PyObject *key = args[0], *ns = args[1], *value = args[2], *fn = args[3];
+    uint64_t h;
+    if (hash_pair(key, ns, &h) < 0)
+        return NULL;
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);     /* no rehash step yet */
+    if (err < 0)
+        return NULL;
+    PyObject *old;
+    if (e == NULL)
+        old = Py_NewRef(Py_None);
+    else if (e->state_version < m->highest) {                 /* rule S */
+        old = serializer_copy(m, e->state);
+        if (old == NULL)
+            return NULL;
+    }
+    else
+        old = Py_NewRef(e->state);
+    PyObject *new = PyObject_CallFunctionObjArgs(fn, old, value, NULL);
+    Py_DECREF(old);
+    if (new == NULL) {
+        PyObject *type, *exc, *tb;
+        PyErr_Fetch(&type, &exc, &tb);
+        PyErr_NormalizeException(&type, &exc, &tb);
+        if (!PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+            PyErr_Restore(type, exc, tb);                     /* KeyboardInterrupt & co. */
+            return NULL;
+        }
+        if (tb != NULL)
+            PyException_SetTraceback(exc, tb);
+        PyObject *err_obj = PyObject_CallMethodObjArgs(Err_TransformFunction, str_of, fn, exc,
+                                                       key, ns, NULL);
+        if (err_obj != NULL) {
+            PyException_SetCause(err_obj, Py_NewRef(exc));   /* raise ... from exc */
+            PyException_SetContext(err_obj, Py_NewRef(exc));
+            PyErr_SetObject((PyObject *)Py_TYPE(err_obj), err_obj);
+            Py_DECREF(err_obj);
+        }
+        Py_XDECREF(type);
+        Py_XDECREF(exc);
+        Py_XDECREF(tb);
+        return NULL;
+    }
+    if (new == Py_None) {
+        Py_DECREF(new);
+        PyObject *err_obj = PyObject_CallMethodObjArgs(Err_NoneState, str_from_transform, key,
+                                                       ns, NULL);
+        if (err_obj != NULL) {
+            PyErr_SetObject((PyObject *)Py_TYPE(err_obj), err_obj);
+            Py_DECREF(err_obj);
+        }
+        return NULL;
+    }
+    if (rehash_step(m) < 0) {                /* this operation's step, once fn succeeded */
+        Py_DECREF(new);
+        return NULL;
+    }
+    e = put_entry(m, h, key, ns);
+    if (e == NULL) {
+        Py_DECREF(new);
+        return NULL;
+    }
+    PyObject *replaced = entry_set_state(m, e, new);
+    Py_DECREF(new);
+    Py_XDECREF(replaced);
+    Py_RETURN_NONE;
+}
+
+static Py_ssize_t Map_length(MapObject *m) { return map_len(m); }        /* inv. 3 */
+
+static int Map_contains(MapObject *m, PyObject *item)
+{
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+        raise_from_helper(Err_InvalidArgument, fn_pair_message, PyTuple_Pack(1, item));
+        return -1;
+    }
+    PyObject *key = PyTuple_GET_ITEM(item, 0), *ns = PyTuple_GET_ITEM(item, 1);
+    uint64_t h;
+    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
+        return -1;
+    Table *t;
+    Py_ssize_t b;
+    int err;
+    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);
+    return err < 0 ? -1 : e != NULL;
+}
+
+/* ------------------------------------------------------------- snapshots */
+
+static int open_version(MapObject *m, int32_t version)
+{
+    if (m->nopen == m->open_cap) {
+        Py_ssize_t cap = m->open_cap ? m->open_cap * 2 : 4;
+        int32_t *grown = PyMem_Realloc(m->open, (size_t)cap * sizeof(int32_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        m->open = grown;
+        m->open_cap = cap;
+    }
+    m->open[m->nopen++] = version;               /* versions only grow: stays ascending */
+    return 0;
+}
+
+static PyObject *open_versions_tuple(MapObject *m)
+{
+    PyObject *out = PyTuple_New(m->nopen);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < m->nopen; i++) {
+        PyObject *v = PyLong_FromLong(m->open[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+/* Remove `version` from the open set and recompute H (inv. 5); -1 if it was
+ * not open. Frees nothing: the caller drops the snapshot's directories. */
+static int release_version(MapObject *m, int32_t version)
+{
+    Py_ssize_t i = 0;
+    while (i < m->nopen && m->open[i] != version)
+        i++;
+    if (i == m->nopen) {
+        PyObject *open = open_versions_tuple(m);
+        if (open != NULL)
+            raise_from_helper(Err_SnapshotReleased, fn_open_versions_message,
+                              Py_BuildValue("(Ni)", open, version));
+        return -1;
+    }
+    memmove(&m->open[i], &m->open[i + 1], (size_t)(m->nopen - i - 1) * sizeof(int32_t));
+    m->nopen--;
+#if COWSTATE_BUG == BUG_RELEASE_FORGETS_OPEN_SNAPSHOT
+    m->highest = 0;                                   /* planted: forgets the others */
+#else
+    m->highest = m->nopen ? m->open[m->nopen - 1] : 0;
+#endif
+    return 0;
+}
+
+static PyObject *Map_snapshot(MapObject *m, PyObject *Py_UNUSED(ignored))
+{
+    if (m->version >= MAX_VERSION) {
+        raise_from_helper(Err_VersionOverflow, fn_overflow_message,
+                          Py_BuildValue("(L)", (long long)m->version + 1));
+        return NULL;
+    }
+    SnapObject *s = PyObject_GC_New(SnapObject, &Snap_Type);
+    if (s == NULL)
+        return NULL;
+    s->owner = NULL;
+    s->primary.dir = s->rehash.dir = NULL;
+    s->released = 1;
+    if (table_share(&m->primary, &s->primary) < 0)
+        goto fail;
+    if (m->rehash.dir != NULL) {
+        if (table_share(&m->rehash, &s->rehash) < 0)
+            goto fail;
+    }
+    else
+        s->rehash.capacity = s->rehash.ndir = 0;
+    if (open_version(m, m->version + 1) < 0)
+        goto fail;
+    m->version++;
+    m->highest = m->version;                  /* inv. 5: the newest is the highest open */
+    s->owner = (MapObject *)Py_NewRef((PyObject *)m);
+    s->version = m->version;
+    s->r = m->rehash.dir != NULL ? m->rehash_index : 0;
+    s->size = map_len(m);
+    s->released = 0;
+    PyObject_GC_Track(s);
+    return (PyObject *)s;
+fail:
+    table_free(&s->primary);
+    table_free(&s->rehash);
+    s->released = 1;
+    PyObject_GC_Del(s);
+    return NULL;
+}
+
+static int snap_release(SnapObject *s)
+{
+    if (s->released) {
+        raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                          Py_BuildValue("(is)", s->version, "already"));
+        return -1;
+    }
+    if (release_version(s->owner, s->version) < 0)
+        return -1;
+    s->released = 1;
+    /* Drop the directories last: freeing entries may run __del__ (and with it
+     * other threads); the bookkeeping above is already consistent. */
+    Table primary = s->primary, rehash = s->rehash;
+    s->primary.dir = s->rehash.dir = NULL;
+    table_free(&primary);
+    table_free(&rehash);
+    return 0;
+}
+
+static PyObject *Map_release(MapObject *m, PyObject *snapshot)
+{
+    if (!PyObject_TypeCheck(snapshot, &Snap_Type)
+        || ((SnapObject *)snapshot)->owner != m) {
+        raise_from_helper(Err_ForeignSnapshot, fn_foreign_message, PyTuple_Pack(1, snapshot));
+        return NULL;
+    }
+    if (snap_release((SnapObject *)snapshot) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Map_release_version(MapObject *m, PyObject *arg)
+{
+    long v = PyLong_AsLong(arg);
+    if (v == -1 && PyErr_Occurred())
+        return NULL;
+    if (release_version(m, (int32_t)v) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ----------------------------------------------------------- iteration */
+
+static PyObject *make_iter(PyObject *source, int is_snapshot, int mode, PyObject *filter_ns)
+{
+    IterObject *it = PyObject_GC_New(IterObject, &Iter_Type);
+    if (it == NULL)
+        return NULL;
+    it->source = Py_NewRef(source);
+    it->is_snapshot = is_snapshot;
+    it->mode = mode;
+    it->filter_ns = Py_XNewRef(filter_ns);
+    it->table = 0;
+    it->bucket = 0;
+    it->current = NULL;
+    it->started = 0;
+    it->done = 0;
+    if (!is_snapshot) {
+        MapObject *m = (MapObject *)source;
+        it->expected_mod = m->mod_count;       /* read at iter(), not at the first next() */
+        it->expected_structure = m->structure_count;
+    }
+    else {
+        SnapObject *s = (SnapObject *)source;
+        it->bucket = s->rehash.dir != NULL ? s->r : 0;   /* region 0 starts at primary[r] */
+    }
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
+}
+
+static PyObject *Map_iter(MapObject *m) { return make_iter((PyObject *)m, 0, ITER_ENTRIES, NULL); }
+
+static PyObject *Map_keys(MapObject *m, PyObject *ns)
+{
+    return make_iter((PyObject *)m, 0, ITER_KEYS, ns);
+}
+
+static PyObject *Map_size_of_namespace(MapObject *m, PyObject *ns)
+{
+    PyObject *it = make_iter((PyObject *)m, 0, ITER_KEYS, ns);
+    if (it == NULL)
+        return NULL;
+    Py_ssize_t n = 0;
+    PyObject *item;
+    while ((item = PyIter_Next(it)) != NULL) {
+        n++;
+        Py_DECREF(item);
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromSsize_t(n);
+}
+
+static void iter_drop_current(IterObject *it)
+{
+    Entry *e = it->current;
+    it->current = NULL;
+    if (e != NULL)
+        entry_unlink(e);
+}
+
+/* Next bucket head of the source, or NULL at the end (it->done). */
+static Entry *iter_next_head(IterObject *it)
+{
+    for (;;) {
+        const Table *t;
+        Py_ssize_t end;
+        if (it->is_snapshot) {
+            SnapObject *s = (SnapObject *)it->source;
+            /* compact layout: primary[r:L], rehash[0:r], rehash[L:L+r] */
+            if (s->rehash.dir == NULL) {
+                if (it->table > 0)
+                    return NULL;
+                t = &s->primary;
+                end = s->primary.capacity;
+            }
+            else if (it->table == 0) {
+                t = &s->primary;
+                end = s->primary.capacity;
+            }
+            else if (it->table == 1) {
+                t = &s->rehash;
+                end = s->r;
+            }
+            else if (it->table == 2) {
+                t = &s->rehash;
+                end = s->primary.capacity + s->r;
+            }
+            else
+                return NULL;
+        }
+        else {
+            MapObject *m = (MapObject *)it->source;
+            if (it->table == 0) {
+                t = &m->primary;
+            }
+            else if (it->table == 1 && m->rehash.dir != NULL) {
+                t = &m->rehash;
+            }
+            else
+                return NULL;
+            end = t->capacity;
+        }
+        while (it->bucket < end) {
+            Py_ssize_t b = it->bucket++;
+            Chunk *c = t->dir[b >> t->bits];
+            if (c == NULL) {                          /* skip an unallocated chunk */
+                it->bucket = ((b >> t->bits) + 1) << t->bits;
+                continue;
+            }
+            Entry *e = c->slots[b & (chunk_slots(t) - 1)];
+            if (e != NULL)
+                return e;
+        }
+        it->table++;
+        if (it->is_snapshot) {
+            SnapObject *s = (SnapObject *)it->source;
+            it->bucket = it->table == 2 ? s->primary.capacity : 0;
+        }
+        else
+            it->bucket = 0;
+    }
+}
+
+static int iter_check(IterObject *it)
+{
+    if (it->is_snapshot) {
+        SnapObject *s = (SnapObject *)it->source;
+        if (s->released) {
+            raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                              Py_BuildValue("(is)", s->version,
+                                            it->started ? "while being read" : "released"));
+            return -1;
+        }
+        return 0;
+    }
+    MapObject *m = (MapObject *)it->source;
+    if (m->mod_count != it->expected_mod || m->structure_count != it->expected_structure) {
+        raise_from_helper(Err_ConcurrentModification, fn_modified_message, PyTuple_New(0));
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *entry_item(Entry *e)
+{
+    PyTypeObject *type = (PyTypeObject *)StateEntry_type;
+    PyObject *t = type->tp_alloc(type, 3);         /* a StateEntry (a tuple subclass) */
+    if (t == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(e->key));
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(e->ns));
+    PyTuple_SET_ITEM(t, 2, Py_NewRef(e->state));
+    return t;
+}
+
+static PyObject *Iter_next(IterObject *it)
+{
+    for (;;) {
+        if (it->done)
+            return NULL;
+        if (iter_check(it) < 0) {
+            it->done = 1;
+            iter_drop_current(it);
+            return NULL;
+        }
+        it->started = 1;
+        Entry *e = it->current;
+        if (e == NULL) {
+            e = iter_next_head(it);
+            if (e == NULL) {
+                it->done = 1;
+                iter_check(it);         /* the pure map checks once more at the end */
+                return NULL;
+            }
+            e->links++;                                /* ours while we look at it */
+        }
+        /* advance: hold the successor before anything Python runs */
+        it->current = e->next;
+        if (e->next != NULL)
+            e->next->links++;
+        PyObject *result = NULL;
+        if (it->mode == ITER_ENTRIES) {
+            result = entry_item(e);
+        }
+        else {
+            PyObject *eq = PyObject_RichCompare(e->ns, it->filter_ns, Py_EQ);
+            int match = eq == NULL ? -1 : PyObject_IsTrue(eq);
+            Py_XDECREF(eq);
+            if (match < 0) {
+                entry_unlink(e);
+                return NULL;
+            }
+            if (match)
+                result = Py_NewRef(e->key);
+            else {
+                entry_unlink(e);
+                continue;
+            }
+        }
+        entry_unlink(e);
+        return result;
+    }
+}
+
+static int Iter_traverse(IterObject *it, visitproc visit, void *arg)
+{
+    Py_VISIT(it->source);
+    Py_VISIT(it->filter_ns);
+    return 0;
+}
+
+static int Iter_clear(IterObject *it)
+{
+    iter_drop_current(it);
+    Py_CLEAR(it->filter_ns);
+    Py_CLEAR(it->source);
+    return 0;
+}
+
+static void Iter_dealloc(IterObject *it)
+{
+    PyObject_GC_UnTrack(it);
+    Iter_clear(it);
+    PyObject_GC_Del(it);
+}
+
+static PyTypeObject Iter_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cowstate._cmap.Iterator",
+    .tp_basicsize = sizeof(IterObject),
+    .tp_dealloc = (destructor)Iter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Iter_traverse,
+    .tp_clear = (inquiry)Iter_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)Iter_next,
+};
+
+/* -------------------------------------------------------- snapshot type */
+
+static PyObject *Snap_iter(SnapObject *s) { return make_iter((PyObject *)s, 1, ITER_ENTRIES, NULL); }
+
+static Py_ssize_t Snap_length(SnapObject *s)
+{
+    if (s->released) {
+        raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                          Py_BuildValue("(is)", s->version, "released"));
+        return -1;
+    }
+    return s->size;
+}
+
+static PyObject *Snap_items(SnapObject *s, PyObject *Py_UNUSED(ignored))
+{
+    if (s->released) {
+        raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                          Py_BuildValue("(is)", s->version, "released"));
+        return NULL;
+    }
+    PyObject *out = PyList_New(s->size);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t n = 0;
+    /* No Python code runs below (only tuples are made), so the directories
+     * cannot be released under us. */
+    const Table *tables[3];
+    Py_ssize_t begin[3], end[3], count;
+    if (s->rehash.dir == NULL) {
+        tables[0] = &s->primary; begin[0] = 0; end[0] = s->primary.capacity; count = 1;
+    }
+    else {
+        tables[0] = &s->primary; begin[0] = s->r; end[0] = s->primary.capacity;
+        tables[1] = &s->rehash; begin[1] = 0; end[1] = s->r;
+        tables[2] = &s->rehash; begin[2] = s->primary.capacity;
+        end[2] = s->primary.capacity + s->r;
+        count = 3;
+    }
+    for (Py_ssize_t k = 0; k < count; k++) {
+        const Table *t = tables[k];
+        for (Py_ssize_t b = begin[k]; b < end[k]; b++) {
+            Chunk *c = t->dir[b >> t->bits];
+            if (c == NULL)
+                continue;
+            for (Entry *e = c->slots[b & (chunk_slots(t) - 1)]; e != NULL; e = e->next) {
+                PyObject *item = PyTuple_Pack(3, e->key, e->ns, e->state);
+                if (item != NULL && s->released) {      /* a finalizer run by a GC released it */
+                    Py_DECREF(item);
+                    Py_DECREF(out);
+                    raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                                      Py_BuildValue("(is)", s->version, "while being read"));
+                    return NULL;
+                }
+                if (item == NULL || n >= s->size) {
+                    Py_XDECREF(item);
+                    Py_DECREF(out);
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_AssertionError,
+                                        "snapshot holds more entries than its size");
+                    return NULL;
+                }
+                PyList_SET_ITEM(out, n++, item);
+            }
+        }
+    }
+    if (n != s->size) {
+        Py_DECREF(out);
+        PyErr_SetString(PyExc_AssertionError, "snapshot holds fewer entries than its size");
+        return NULL;
+    }
+    return out;
+}
+
+static PyObject *Snap_release(SnapObject *s, PyObject *Py_UNUSED(ignored))
+{
+    if (snap_release(s) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Snap_enter(SnapObject *s, PyObject *Py_UNUSED(ignored))
+{
+    return Py_NewRef((PyObject *)s);
+}
+
+static PyObject *Snap_exit(SnapObject *s, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)args;
+    (void)nargs;
+    if (!s->released && snap_release(s) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Snap_get_released(SnapObject *s, void *closure)
+{
+    (void)closure;
+    return PyBool_FromLong(s->released);
+}
+
+static PyObject *Snap_get_version(SnapObject *s, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(s->version);
+}
+
+static PyObject *Snap_get_owner(SnapObject *s, void *closure)
+{
+    (void)closure;
+    if (s->owner == NULL)
+        Py_RETURN_NONE;
+    return Py_NewRef((PyObject *)s->owner);
+}
+
+static PyObject *Snap_repr(SnapObject *s)
+{
+    if (s->released)
+        return PyUnicode_FromFormat("<StateMapSnapshot version=%d released>", (int)s->version);
+    return PyUnicode_FromFormat("<StateMapSnapshot version=%d size=%zd>", (int)s->version,
+                                s->size);
+}
+
+/* Forward: the structure export of a snapshot (test support, below). */
+static PyObject *Snap_structure(SnapObject *s, PyObject *Py_UNUSED(ignored));
+
+static int Snap_traverse(SnapObject *s, visitproc visit, void *arg)
+{
+    Py_VISIT(s->owner);             /* its entries: see "Garbage collector" in the header */
+    return 0;
+}
+
+static int Snap_clear(SnapObject *s)
+{
+    if (!s->released && s->owner != NULL) {
+        /* Dropped (or collected) open: release it, so copy-on-write stops. */
+        PyObject *type, *value, *tb;
+        PyErr_Fetch(&type, &value, &tb);
+        if (snap_release(s) < 0)
+            PyErr_WriteUnraisable((PyObject *)s);
+        PyErr_Restore(type, value, tb);
+    }
+    table_free(&s->primary);
+    table_free(&s->rehash);
+    s->released = 1;
+    Py_CLEAR(s->owner);
+    return 0;
+}
+
+static void Snap_dealloc(SnapObject *s)
+{
+    PyObject_GC_UnTrack(s);
+    Snap_clear(s);
+    PyObject_GC_Del(s);
+}
+
+static PyMethodDef Snap_methods[] = {
+    {"release", (PyCFunction)Snap_release, METH_NOARGS,
+     "Release this snapshot: copy-on-write stops protecting it."},
+    {"items", (PyCFunction)Snap_items, METH_NOARGS,
+     "Every mapping as a plain (key, namespace, state) tuple, in one list."},
+    {"__enter__", (PyCFunction)Snap_enter, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)(void (*)(void))Snap_exit, METH_FASTCALL, NULL},
+    {"_structure", (PyCFunction)Snap_structure, METH_NOARGS,
+     "Test support: the snapshot's directories and chains (cowstate_spec.cmap_view)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Snap_getset[] = {
+    {"is_released", (getter)Snap_get_released, NULL, NULL, NULL},
+    {"version", (getter)Snap_get_version, NULL, NULL, NULL},
+    {"_owner", (getter)Snap_get_owner, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods Snap_as_sequence = {
+    .sq_length = (lenfunc)Snap_length,
+};
+
+static PyTypeObject Snap_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cowstate._cmap.StateMapSnapshot",
+    .tp_doc = "An immutable view of a map at one version (see cowstate.state_map).",
+    .tp_basicsize = sizeof(SnapObject),
+    .tp_dealloc = (destructor)Snap_dealloc,
+    .tp_repr = (reprfunc)Snap_repr,
+    .tp_as_sequence = &Snap_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Snap_traverse,
+    .tp_clear = (inquiry)Snap_clear,
+    .tp_iter = (getiterfunc)Snap_iter,
+    .tp_methods = Snap_methods,
+    .tp_getset = Snap_getset,
+};
+
+/* ------------------------------------------------------ map type plumbing */
+
+static PyObject *Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"serializer", "initial_capacity", NULL};
+    PyObject *serializer = Py_None, *capacity_arg = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|OO:CopyOnWriteStateMap", kwlist,
+                                     &serializer, &capacity_arg))
+        return NULL;
+    /* Validation and defaults come from the pure map's module: one source. */
+    PyObject *checked = capacity_arg == NULL
+        ? PyObject_CallFunctionObjArgs(fn_constructor_arguments, serializer, NULL)
+        : PyObject_CallFunctionObjArgs(fn_constructor_arguments, serializer, capacity_arg,
+                                       NULL);
+    if (checked == NULL)
+        return NULL;
+    Py_ssize_t capacity = PyLong_AsSsize_t(PyTuple_GET_ITEM(checked, 1));
+    MapObject *m = (MapObject *)type->tp_alloc(type, 0);
+    if (m == NULL) {
+        Py_DECREF(checked);
+        return NULL;
+    }
+    m->serializer = Py_NewRef(PyTuple_GET_ITEM(checked, 0));
+    Py_DECREF(checked);
+    m->rehash.dir = NULL;
+    if (table_init(&m->primary, capacity) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    m->threshold = threshold_for(capacity);
+    return (PyObject *)m;
+}
+
+static int Map_traverse(MapObject *m, visitproc visit, void *arg)
+{
+    Py_VISIT(m->serializer);
+    const Table *tables[2] = {&m->primary, &m->rehash};
+    for (int k = 0; k < 2; k++) {
+        const Table *t = tables[k];
+        if (t->dir == NULL)
+            continue;
+        Py_ssize_t slots = chunk_slots(t);
+        for (Py_ssize_t i = 0; i < t->ndir; i++) {
+            Chunk *c = t->dir[i];
+            if (c == NULL)
+                continue;
+            for (Py_ssize_t j = 0; j < slots; j++) {
+                for (Entry *e = c->slots[j]; e != NULL; e = e->next) {
+                    /* Untracked objects (ints, strs, ...) cannot be in a cycle. */
+                    if (PyType_IS_GC(Py_TYPE(e->key)))
+                        Py_VISIT(e->key);
+                    if (PyType_IS_GC(Py_TYPE(e->ns)))
+                        Py_VISIT(e->ns);
+                    if (e->state != NULL && PyType_IS_GC(Py_TYPE(e->state)))
+                        Py_VISIT(e->state);
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static void map_reset(MapObject *m, Table *primary_out, Table *rehash_out)
+{
+    /* Detach the live tables for the caller to free (freeing runs __del__). */
+    *primary_out = m->primary;
+    *rehash_out = m->rehash;
+    m->primary.dir = NULL;
+    m->rehash.dir = NULL;
+    m->primary_size = m->rehash_size = 0;
+    m->rehash_index = 0;
+    m->stamp++;
+    m->mod_count++;
+}
+
+static int Map_clear(MapObject *m)
+{
+    Table primary, rehash;
+    map_reset(m, &primary, &rehash);
+    if (table_init(&m->primary, MINIMUM_CAPACITY) < 0)
+        PyErr_Clear();                 /* a map with no table: every operation fails below */
+    m->threshold = threshold_for(MINIMUM_CAPACITY);
+    m->rehash.capacity = m->rehash.ndir = 0;
+    table_free(&primary);
+    table_free(&rehash);
+    Py_CLEAR(m->serializer);
+    return 0;
+}
+
+static void Map_dealloc(MapObject *m)
+{
+    PyObject_GC_UnTrack(m);
+    if (m->weakreflist != NULL)
+        PyObject_ClearWeakRefs((PyObject *)m);
+    Table primary, rehash;
+    map_reset(m, &primary, &rehash);
+    table_free(&primary);
+    table_free(&rehash);
+    Py_CLEAR(m->serializer);
+    PyMem_Free(m->open);
+    m->open = NULL;
+    Py_TYPE(m)->tp_free((PyObject *)m);
+}
+
+static PyObject *Map_repr(MapObject *m)
+{
+    PyObject *open = open_versions_tuple(m);
+    if (open == NULL)
+        return NULL;
+    PyObject *list = PySequence_List(open);
+    Py_DECREF(open);
+    if (list == NULL)
+        return NULL;
+    PyObject *r = PyUnicode_FromFormat(
+        "<CopyOnWriteStateMap size=%zd capacity=%zd%s version=%d open=%R>", map_len(m),
+        m->primary.capacity, m->rehash.dir != NULL ? " rehashing" : "", (int)m->version, list);
+    Py_DECREF(list);
+    return r;
+}
+
+static PyObject *Map_get_serializer(MapObject *m, void *closure)
+{
+    (void)closure;
+    return Py_NewRef(m->serializer != NULL ? m->serializer : Py_None);
+}
+
+static int Map_set_serializer(MapObject *m, PyObject *value, void *closure)
+{
+    (void)closure;
+    if (value == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "the serializer cannot be deleted");
+        return -1;
+    }
+    PyObject *checked = PyObject_CallOneArg(fn_checked_serializer, value);
+    if (checked == NULL)
+        return -1;
+    Py_SETREF(m->serializer, checked);
+    return 0;
+}
+
+/* _version: readable; settable as a test knob (the version-overflow test)
+ * only forwards, and only while no snapshot is open. */
+static PyObject *Map_get_version(MapObject *m, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(m->version);
+}
+
+static int Map_set_version(MapObject *m, PyObject *value, void *closure)
+{
+    (void)closure;
+    long v = value == NULL ? -1 : PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (v < m->version || v > MAX_VERSION || m->nopen != 0) {
+        PyErr_Format(Err_InvalidArgument,
+                     "expected a version in [%d, %d] with no snapshot open, got %ld",
+                     (int)m->version, MAX_VERSION, v);
+        return -1;
+    }
+    m->version = (int32_t)v;
+    return 0;
+}
+
+static PyObject *Map_get_highest(MapObject *m, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(m->highest);
+}
+
+static PyObject *Map_get_open(MapObject *m, void *closure)
+{
+    (void)closure;
+    PyObject *t = open_versions_tuple(m);
+    if (t == NULL)
+        return NULL;
+    PyObject *f = PyFrozenSet_New(t);
+    Py_DECREF(t);
+    return f;
+}
+
+/* ------------------------------------------------- structure export (tests) */
+
+static PyObject *entry_record(const Entry *e)
+{
+    /* (address, key, namespace, state, hash, next address, entry_version,
+     *  state_version, links) */
+    return Py_BuildValue("(KOOOKKiiI)", (unsigned long long)(uintptr_t)e, e->key, e->ns,
+                         e->state != NULL ? e->state : Py_None, (unsigned long long)e->hash,
+                         (unsigned long long)(uintptr_t)e->next, (int)e->entry_version,
+                         (int)e->state_version, (unsigned int)e->links);
+}
+
+/* Chains of buckets [begin, end) of `t`: a list with, per bucket, a tuple of
+ * entry records (head first). */
+static int export_chains(const Table *t, Py_ssize_t begin, Py_ssize_t end, PyObject *out)
+{
+    for (Py_ssize_t b = begin; b < end; b++) {
+        Chunk *c = t->dir[b >> t->bits];
+        Py_ssize_t n = 0;
+        Entry *head = c == NULL ? NULL : c->slots[b & (chunk_slots(t) - 1)];
+        for (Entry *e = head; e != NULL; e = e->next)
+            n++;
+        PyObject *chain = PyTuple_New(n);
+        if (chain == NULL)
+            return -1;
+        Py_ssize_t i = 0;
+        for (Entry *e = head; e != NULL; e = e->next) {
+            PyObject *rec = entry_record(e);
+            if (rec == NULL) {
+                Py_DECREF(chain);
+                return -1;
+            }
+            PyTuple_SET_ITEM(chain, i++, rec);
+        }
+        int rc = PyList_Append(out, chain);
+        Py_DECREF(chain);
+        if (rc < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static PyObject *export_directory(const Table *t)
+{
+    /* ((chunk address or 0, refs), ...) and the directory's address */
+    if (t->dir == NULL)
+        Py_RETURN_NONE;
+    PyObject *chunks = PyTuple_New(t->ndir);
+    if (chunks == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < t->ndir; i++) {
+        Chunk *c = t->dir[i];
+        PyObject *rec = Py_BuildValue("(Kn)", (unsigned long long)(uintptr_t)c,
+                                      c == NULL ? (Py_ssize_t)0 : c->refs);
+        if (rec == NULL) {
+            Py_DECREF(chunks);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(chunks, i, rec);
+    }
+    return Py_BuildValue("(KnnN)", (unsigned long long)(uintptr_t)t->dir, t->capacity,
+                         chunk_slots(t), chunks);
+}
+
+static PyObject *table_export(const Table *t)
+{
+    if (t->dir == NULL)
+        Py_RETURN_NONE;
+    PyObject *chains = PyList_New(0);
+    if (chains == NULL || export_chains(t, 0, t->capacity, chains) < 0) {
+        Py_XDECREF(chains);
+        return NULL;
+    }
+    PyObject *dir = export_directory(t);
+    if (dir == NULL) {
+        Py_DECREF(chains);
+        return NULL;
+    }
+    return Py_BuildValue("(NN)", dir, chains);
+}
+
+static PyObject *Map_structure(MapObject *m, PyObject *Py_UNUSED(ignored))
+{
+    PyObject *primary = table_export(&m->primary);
+    PyObject *rehash = primary == NULL ? NULL : table_export(&m->rehash);
+    PyObject *open = rehash == NULL ? NULL : open_versions_tuple(m);
+    if (open == NULL) {
+        Py_XDECREF(primary);
+        Py_XDECREF(rehash);
+        return NULL;
+    }
+    return Py_BuildValue(
+        "{s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n}", "primary", primary, "rehash",
+        rehash, "rehash_index", m->rehash_index, "primary_size", m->primary_size,
+        "rehash_size", m->rehash_size, "threshold", m->threshold, "version", (int)m->version,
+        "highest_required", (int)m->highest, "open_versions", open, "mod_count",
+        (unsigned long long)m->mod_count, "structure_count",
+        (unsigned long long)m->structure_count, "chunk_buckets",
+        (Py_ssize_t)1 << CHUNK_BITS_MAX);
+}
+
+static PyObject *Snap_structure(SnapObject *s, PyObject *Py_UNUSED(ignored))
+{
+    if (s->released || s->primary.dir == NULL)
+        Py_RETURN_NONE;
+    PyObject *chains = PyList_New(0);
+    if (chains == NULL)
+        return NULL;
+    int rc;
+    if (s->rehash.dir == NULL)
+        rc = export_chains(&s->primary, 0, s->primary.capacity, chains);
+    else {
+        Py_ssize_t L = s->primary.capacity;
+        rc = export_chains(&s->primary, s->r, L, chains);
+        if (rc == 0)
+            rc = export_chains(&s->rehash, 0, s->r, chains);
+        if (rc == 0)
+            rc = export_chains(&s->rehash, L, L + s->r, chains);
+    }
+    if (rc < 0) {
+        Py_DECREF(chains);
+        return NULL;
+    }
+    PyObject *primary = export_directory(&s->primary);
+    PyObject *rehash = primary == NULL ? NULL : export_directory(&s->rehash);
+    if (rehash == NULL) {
+        Py_XDECREF(primary);
+        Py_DECREF(chains);
+        return NULL;
+    }
+    return Py_BuildValue("{s:N,s:N,s:N,s:n,s:n,s:i}", "chains", chains, "primary", primary,
+                         "rehash", rehash, "rehash_index", s->r, "size", s->size, "version",
+                         (int)s->version);
+}
+
+/* Test support: damage the structure on purpose, one way per invariant, so the
+ * checker's tests can see it named (tests/test_invariant_checker.py). */
+static PyObject *Map_corrupt(MapObject *m, PyObject *args)
+{
+    const char *what;
+    Py_ssize_t bucket = 0, other = 0;
+    if (!PyArg_ParseTuple(args, "s|nn:_corrupt", &what, &bucket, &other))
+        return NULL;
+    Table *t = &m->primary;
+    if (bucket < 0 || bucket >= t->capacity || other < 0 || other >= t->capacity) {
+        PyErr_SetString(PyExc_IndexError, "bucket outside the primary table");
+        return NULL;
+    }
+    Entry *e = slot_get(t, bucket);
+    if (strcmp(what, "primary_size") == 0) {
+        m->primary_size += 1;
+        Py_RETURN_NONE;
+    }
+    if (strcmp(what, "highest_required") == 0) {
+        m->highest = (int32_t)bucket;
+        Py_RETURN_NONE;
+    }
+    if (strcmp(what, "chunk_refs") == 0) {
+        if (t->dir[0] == NULL)
+            goto empty;
+        t->dir[0]->refs += 1;
+        Py_RETURN_NONE;
+    }
+    if (e == NULL)
+        goto empty;
+    if (strcmp(what, "hash") == 0)
+        e->hash ^= 1;
+    else if (strcmp(what, "state_version") == 0)
+        e->state_version = m->version + 7;
+    else if (strcmp(what, "links") == 0)
+        e->links += 1;
+    else if (strcmp(what, "move") == 0) {              /* head of `bucket` to `other` */
+        Entry **from = slot_for_write(t, bucket);
+        Entry **to = from == NULL ? NULL : slot_for_write(t, other);
+        if (to == NULL)
+            return NULL;
+        e = *from;
+        *from = e->next;                               /* e's link moves with it */
+        e->next = *to;
+        *to = e;
+    }
+    else if (strcmp(what, "duplicate") == 0) {         /* a second entry for e's mapping */
+        Entry **slot = slot_for_write(t, bucket);
+        if (slot == NULL)
+            return NULL;
+        Entry *d = entry_new(e->key, e->ns, e->state, e->hash, 0, 0);
+        if (d == NULL)
+            return NULL;
+        d->next = *slot;
+        *slot = d;
+        m->primary_size++;
+    }
+    else if (strcmp(what, "relink") == 0) {            /* drop e's successor in place */
+        Entry *successor = e->next;
+        if (successor == NULL)
+            goto empty;
+        e->next = successor->next;
+        if (e->next != NULL)
+            e->next->links++;
+        entry_unlink(successor);
+    }
+    else if (strcmp(what, "write_shared") == 0) {      /* rule C broken: swap the chain's
+                                                          head in a shared chunk */
+        Chunk *c = t->dir[bucket >> t->bits];
+        Entry *d = entry_new(e->key, e->ns, e->state, e->hash, m->version, e->state_version);
+        if (d == NULL)
+            return NULL;
+        d->next = e->next;
+        if (d->next != NULL)
+            d->next->links++;
+        c->slots[bucket & (chunk_slots(t) - 1)] = d;
+        /* the chunk's link to e is gone; keep e alive for the snapshot's sake:
+           leak one link rather than free what a snapshot still reads. */
+    }
+    else {
+        PyErr_Format(PyExc_ValueError, "unknown corruption %s", what);
+        return NULL;
+    }
+    m->stamp++;
+    Py_RETURN_NONE;
+empty:
+    PyErr_SetString(PyExc_ValueError, "nothing there to corrupt");
+    return NULL;
+}
+
+static PyMethodDef Map_methods[] = {
+    {"get", (PyCFunction)(void (*)(void))Map_get, METH_FASTCALL,
+     "The state of (key, namespace), or None if absent (rule S: a private copy)."},
+    {"contains_key", (PyCFunction)(void (*)(void))Map_contains_key, METH_FASTCALL,
+     "True if (key, namespace) is mapped."},
+    {"put", (PyCFunction)(void (*)(void))Map_put, METH_FASTCALL,
+     "Map (key, namespace) to state (never None)."},
+    {"put_and_get_old", (PyCFunction)(void (*)(void))Map_put_and_get_old, METH_FASTCALL,
+     "Map (key, namespace) to state; return the previous state or None."},
+    {"remove", (PyCFunction)(void (*)(void))Map_remove, METH_FASTCALL,
+     "Unmap (key, namespace); absent mappings are ignored."},
+    {"remove_and_get_old", (PyCFunction)(void (*)(void))Map_remove_and_get_old, METH_FASTCALL,
+     "Unmap (key, namespace); return its state or None if absent."},
+    {"transform", (PyCFunction)(void (*)(void))Map_transform, METH_FASTCALL,
+     "Map (key, namespace) to fn(old_or_None, value); atomic."},
+    {"snapshot", (PyCFunction)Map_snapshot, METH_NOARGS,
+     "Open a snapshot: an immutable view of the mappings as they are now."},
+    {"release", (PyCFunction)Map_release, METH_O,
+     "Release snapshot, which must have been taken from this map."},
+    {"keys", (PyCFunction)Map_keys, METH_O,
+     "The keys mapped in namespace (fail-fast, like iter)."},
+    {"size_of_namespace", (PyCFunction)Map_size_of_namespace, METH_O,
+     "Number of mappings whose namespace equals namespace."},
+    {"_release_version", (PyCFunction)Map_release_version, METH_O, NULL},
+    {"_structure", (PyCFunction)Map_structure, METH_NOARGS,
+     "Test support: every table, chunk and entry (cowstate_spec.cmap_view)."},
+    {"_corrupt", (PyCFunction)Map_corrupt, METH_VARARGS,
+     "Test support: break one invariant on purpose."},
+    {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Map_getset[] = {
+    {"serializer", (getter)Map_get_serializer, (setter)Map_set_serializer,
+     "The serializer that copies shared states.", NULL},
+    {"_version", (getter)Map_get_version, (setter)Map_set_version, NULL, NULL},
+    {"_highest_required", (getter)Map_get_highest, NULL, NULL, NULL},
+    {"_open_versions", (getter)Map_get_open, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PySequenceMethods Map_as_sequence = {
+    .sq_length = (lenfunc)Map_length,
+    .sq_contains = (objobjproc)Map_contains,
+};
+
+static PyTypeObject Map_Type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cowstate._cmap.CopyOnWriteStateMap",
+    .tp_doc = "Map (key, namespace) -> state with cheap snapshots, in C "
+              "(design: the header of impl/cowstate/_cmap.c).",
+    .tp_basicsize = sizeof(MapObject),
+    .tp_dealloc = (destructor)Map_dealloc,
+    .tp_repr = (reprfunc)Map_repr,
+    .tp_as_sequence = &Map_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_traverse = (traverseproc)Map_traverse,
+    .tp_clear = (inquiry)Map_clear,
+    .tp_weaklistoffset = offsetof(MapObject, weakreflist),
+    .tp_iter = (getiterfunc)Map_iter,
+    .tp_methods = Map_methods,
+    .tp_getset = Map_getset,
+    .tp_new = Map_new,
+};
+
+/* ------------------------------------------------------------- the module */
+
+static int lookup_attr(PyObject *module, const char *name, PyObject **out)
+{
+    *out = PyObject_GetAttrString(module, name);
+    return *out == NULL ? -1 : 0;
+}
+
+static struct PyModuleDef cmap_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "cowstate." STR(COWSTATE_MODULE),
+    .m_doc = "The copy-on-write state map in C (design: the header of _cmap.c).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC CAT(PyInit_, COWSTATE_MODULE)(void)
+{
+    PyObject *errors = PyImport_ImportModule("cowstate.errors");
+    PyObject *pure = errors == NULL ? NULL : PyImport_ImportModule("cowstate.state_map");
+    if (pure == NULL) {
+        Py_XDECREF(errors);
+        return NULL;
+    }
+    int rc = lookup_attr(errors, "ConcurrentModificationError", &Err_ConcurrentModification)
+        | lookup_attr(errors, "ForeignSnapshotError", &Err_ForeignSnapshot)
+        | lookup_attr(errors, "InvalidArgumentError", &Err_InvalidArgument)
+        | lookup_attr(errors, "MaximumCapacityError", &Err_MaximumCapacity)
+        | lookup_attr(errors, "NoneStateError", &Err_NoneState)
+        | lookup_attr(errors, "SnapshotReleasedError", &Err_SnapshotReleased)
+        | lookup_attr(errors, "TransformFunctionError", &Err_TransformFunction)
+        | lookup_attr(errors, "UnhashableKeyError", &Err_UnhashableKey)
+        | lookup_attr(errors, "VersionOverflowError", &Err_VersionOverflow)
+        | lookup_attr(pure, "StateEntry", &StateEntry_type)
+        | lookup_attr(pure, "_constructor_arguments", &fn_constructor_arguments)
+        | lookup_attr(pure, "_checked_serializer", &fn_checked_serializer)
+        | lookup_attr(pure, "_none_message", &fn_none_message)
+        | lookup_attr(pure, "_modified_message", &fn_modified_message)
+        | lookup_attr(pure, "_pair_message", &fn_pair_message)
+        | lookup_attr(pure, "_foreign_message", &fn_foreign_message)
+        | lookup_attr(pure, "_overflow_message", &fn_overflow_message)
+        | lookup_attr(pure, "_capacity_message", &fn_capacity_message)
+        | lookup_attr(pure, "_released_message", &fn_released_message)
+        | lookup_attr(pure, "_open_versions_message", &fn_open_versions_message)
+        | lookup_attr(pure, "_reentrant_message", &fn_reentrant_message);
+    Py_DECREF(errors);
+    Py_DECREF(pure);
+    if (rc != 0)
+        return NULL;
+    str_copy = PyUnicode_InternFromString("copy");
+    str_of = PyUnicode_InternFromString("of");
+    str_from_transform = PyUnicode_InternFromString("from_transform");
+    if (str_copy == NULL || str_of == NULL || str_from_transform == NULL)
+        return NULL;
+    if (PyType_Ready(&Map_Type) < 0 || PyType_Ready(&Snap_Type) < 0
+        || PyType_Ready(&Iter_Type) < 0)
+        return NULL;
+    /* The snapshot type's public name is the pure one's (messages name it). */
+    PyObject *module = PyModule_Create(&cmap_module);
+    if (module == NULL)
+        return NULL;
+    if (PyModule_AddObjectRef(module, "CopyOnWriteStateMap", (PyObject *)&Map_Type) < 0
+        || PyModule_AddObjectRef(module, "StateMapSnapshot", (PyObject *)&Snap_Type) < 0
+        || PyModule_AddIntConstant(module, "CHUNK_BUCKETS", 1 << CHUNK_BITS_MAX) < 0
+        || PyModule_AddIntConstant(module, "BUG", COWSTATE_BUG) < 0
+        || PyModule_AddIntConstant(module, "ENTRY_BYTES", (long)sizeof(Entry)) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

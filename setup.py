@@ -1,0 +1,28 @@
+"""Build the C map, cowstate._cmap (everything else is in pyproject.toml).
+
+The extension is optional: without a compiler the install still succeeds and
+``cowstate.CopyOnWriteStateMap`` is the pure-Python map (``cowstate.IMPLEMENTATION``
+says which one you got). ``COWSTATE_CFLAGS`` adds compiler flags, e.g. the
+sanitizer build of ``make sanitize``.
+"""
+
+import os
+import shlex
+
+from setuptools import Extension, setup
+
+extra = shlex.split(os.environ.get("COWSTATE_CFLAGS", ""))
+
+setup(
+    ext_modules=[
+        Extension(
+            "cowstate._cmap",
+            sources=["impl/cowstate/_cmap.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers", "-Wno-cast-function-type",
+                                *extra],
+            extra_link_args=[f for f in extra if f.startswith("-fsanitize")],
+            optional=os.environ.get("COWSTATE_REQUIRE_C") != "1",
+        )
+    ],
+)

@@ -1,0 +1,277 @@
+"""The C map's structure, seen the way the checker sees the pure map.
+
+``cowstate._cmap`` keeps its entries as C structs; ``m._structure()`` and
+``snapshot._structure()`` export every table, chunk and entry as plain
+tuples. This module turns an export into objects with the pure map's
+internal attributes (``_primary``, ``_rehash``, entries with ``key``,
+``namespace``, ``state``, ``hash``, ``next``, ``entry_version``,
+``state_version``), so :mod:`cowstate_spec.invariants` judges both maps with
+the same code and the model's plain arithmetic.
+
+Identity is what invariants 6-8 are about, so entry views are interned by
+the entry's address, per map: the view of one C entry is the same Python
+object in every export while the entry lives, and each export refreshes its
+fields. A snapshot keeps its entries alive, so a fingerprinted entry's address
+is never reused while the fingerprint is checked.
+
+The C map's own invariants 10 (chunk counts) and 11 (entry links), from the
+header of ``_cmap.c``, are checked by :func:`check_chunks_and_links`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any
+
+from cowstate.maps import c_map_class
+from cowstate.state_map import CopyOnWriteStateMap as PureMap
+
+__all__ = ["MAP_CLASSES", "EntryView", "MapView", "SnapshotView", "check_chunks_and_links",
+           "is_c_map", "is_c_snapshot", "view_of", "view_of_snapshot"]
+
+_C_MAP = c_map_class()
+#: Every map class the checker knows: the pure map and, when built, the C map.
+MAP_CLASSES: tuple[type[Any], ...] = (PureMap,) if _C_MAP is None else (PureMap, _C_MAP)
+
+
+def is_c_map(m: object) -> bool:
+    return _C_MAP is not None and type(m).__name__ == "CopyOnWriteStateMap" and hasattr(
+        m, "_structure")
+
+
+def is_c_snapshot(s: object) -> bool:
+    return type(s).__name__ == "StateMapSnapshot" and hasattr(s, "_structure")
+
+
+class EntryView:
+    """One C entry, as the pure map's ``_Entry`` reads (refreshed per export)."""
+
+    __slots__ = ("__weakref__", "address", "entry_version", "hash", "key", "links",
+                 "namespace", "next", "next_address", "state", "state_version")
+
+    def __init__(self, address: int) -> None:
+        self.address = address
+        self.next: EntryView | None = None
+        self.key: Any = None
+        self.namespace: Any = None
+        self.state: Any = None
+        self.hash = 0
+        self.next_address = 0
+        self.entry_version = 0
+        self.state_version = 0
+        self.links = 0
+
+    def __repr__(self) -> str:
+        return (f"EntryView({self.key!r}, {self.namespace!r}, {self.state!r}, "
+                f"ev={self.entry_version}, sv={self.state_version}, links={self.links})")
+
+
+# map -> {address: EntryView}; a snapshot's views live in its owner's registry
+_REGISTRIES: weakref.WeakKeyDictionary[Any, dict[int, EntryView]] = weakref.WeakKeyDictionary()
+
+
+def _registry(m: Any) -> dict[int, EntryView]:
+    registry = _REGISTRIES.get(m)
+    if registry is None:
+        registry = _REGISTRIES[m] = {}
+    return registry
+
+
+def _heads(registry: dict[int, EntryView],
+           chains: Iterable[tuple[tuple[Any, ...], ...]]) -> list[EntryView | None]:
+    """Entry views for exported chains (records head first); the heads."""
+    heads: list[EntryView | None] = []
+    for records in chains:
+        views = []
+        for address, key, namespace, state, h, next_address, ev, sv, links in records:
+            v = registry.get(address)
+            if v is None:
+                v = registry[address] = EntryView(address)
+            v.key, v.namespace, v.state, v.hash = key, namespace, state, h
+            v.next_address, v.entry_version, v.state_version, v.links = (
+                next_address, ev, sv, links)
+            views.append(v)
+        for a, b in itertools.pairwise(views):
+            a.next = b
+        if views:
+            views[-1].next = None
+            # a next pointer the export did not follow would be a broken chain
+            for v in views:
+                expected = 0 if v.next is None else v.next.address
+                if v.next_address != expected:
+                    raise AssertionError(f"export of {v!r} lost its successor")
+        heads.append(views[0] if views else None)
+    return heads
+
+
+class MapView:
+    """The pure map's internal attributes, read from one export of a C map."""
+
+    def __init__(self, m: Any) -> None:
+        self.real = m
+        st = m._structure()
+        self.structure = st
+        registry = _registry(m)
+        primary_dir, primary_chains = st["primary"]
+        self._primary: list[EntryView | None] = _heads(registry, primary_chains)
+        self.primary_directory = primary_dir
+        if st["rehash"] is None:
+            self._rehash: list[EntryView | None] | None = None
+            self.rehash_directory = None
+        else:
+            rehash_dir, rehash_chains = st["rehash"]
+            self._rehash = _heads(registry, rehash_chains)
+            self.rehash_directory = rehash_dir
+        self._rehash_index: int = st["rehash_index"]
+        self._primary_size: int = st["primary_size"]
+        self._rehash_size: int = st["rehash_size"]
+        self._threshold: int = st["threshold"]
+        self._version: int = st["version"]
+        self._highest_required: int = st["highest_required"]
+        self._open_versions = frozenset(st["open_versions"])
+        self._mask = len(self._primary) - 1
+        self._mod_count: int = st["mod_count"]
+        self._structure_count: int = st["structure_count"]
+
+    def __len__(self) -> int:
+        return self._primary_size + self._rehash_size
+
+
+class SnapshotView:
+    """A C snapshot as the checker reads a pure one; ``_data`` re-exports."""
+
+    def __init__(self, snapshot: Any) -> None:
+        self.real = snapshot
+        self.version: int = snapshot.version
+        structure = snapshot._structure()
+        self._size: int = 0 if structure is None else structure["size"]
+
+    @property
+    def is_released(self) -> bool:
+        return bool(self.real.is_released)
+
+    @property
+    def _owner(self) -> MapView:
+        return MapView(self.real._owner)
+
+    @property
+    def _data(self) -> list[EntryView | None] | None:
+        structure = self.real._structure()
+        if structure is None:
+            return None
+        heads = _heads(_registry(self.real._owner), structure["chains"])
+        # the pure map pads its compact layout with None up to the size
+        heads.extend([None] * (self._size - len(heads)))
+        return heads
+
+    def directories(self) -> list[Any]:
+        structure = self.real._structure()
+        if structure is None:
+            return []
+        return [d for d in (structure["primary"], structure["rehash"]) if d is not None]
+
+
+def view_of(m: Any) -> Any:
+    """``m`` itself for a pure map, a :class:`MapView` for a C map."""
+    return MapView(m) if is_c_map(m) else m
+
+
+def view_of_snapshot(s: Any) -> Any:
+    return SnapshotView(s) if is_c_snapshot(s) else s
+
+
+def check_chunks_and_links(m: Any, snapshots: Iterable[Any]) -> None:
+    """Invariants 10 and 11 of the C map, when every open snapshot is known.
+
+    ``snapshots`` are :class:`SnapshotView` objects of ``m``; with fewer than the
+    map's open versions the counts cannot be judged and nothing is checked.
+    """
+    from cowstate_spec.invariants import InvariantViolation
+
+    view = m if isinstance(m, MapView) else MapView(m)
+    open_views = [s for s in snapshots if not s.is_released]
+    if len(open_views) != len(view._open_versions):
+        return
+    directories = [d for d in (view.primary_directory, view.rehash_directory) if d is not None]
+    for s in open_views:
+        directories.extend(s.directories())
+    held: Counter[int] = Counter()
+    refs: dict[int, int] = {}
+    for _address, _capacity, _slots, chunks in directories:
+        for chunk, count in chunks:
+            if chunk:
+                held[chunk] += 1
+                refs[chunk] = count
+    for chunk, count in held.items():
+        if refs[chunk] != count:
+            raise InvariantViolation(
+                f"invariant 10 violated: chunk {chunk:#x} counts {refs[chunk]} directories, "
+                f"{count} hold it")
+    # 11: links = slots of distinct chunks + next fields of distinct entries
+    registry = _registry(view.real)
+    incoming: Counter[int] = Counter()
+    seen: set[int] = set()
+    stack: list[EntryView] = []
+    chains: list[list[EntryView | None]] = [view._primary]
+    if view._rehash is not None:
+        chains.append(view._rehash)
+    for s in open_views:
+        data = s._data
+        if data is not None:
+            chains.append(data)
+    # slots: one link per (distinct chunk, slot); heads per chunk come from the
+    # exports, where the same chunk appears once per directory holding it
+    slot_links: dict[tuple[int, int], int] = {}
+    for heads, directory in _heads_with_directories(view, open_views):
+        _address, _capacity, slots, chunks = directory
+        for bucket, head in heads:
+            chunk = chunks[bucket // slots][0]
+            if head is not None:
+                slot_links[(chunk, bucket % slots)] = head.address
+    for target in slot_links.values():
+        incoming[target] += 1
+    for heads_list in chains:
+        for head in heads_list:
+            if head is not None:
+                stack.append(head)
+    while stack:
+        e = stack.pop()
+        if e.address in seen:
+            continue
+        seen.add(e.address)
+        if e.next is not None:
+            incoming[e.next.address] += 1
+            stack.append(e.next)
+    for address in seen:
+        e = registry[address]
+        if e.links != incoming[address]:
+            raise InvariantViolation(
+                f"invariant 11 violated: entry ({e.key!r}, {e.namespace!r}) counts "
+                f"{e.links} links, {incoming[address]} point to it")
+
+
+def _heads_with_directories(view: MapView, snapshots: list[SnapshotView]
+                            ) -> list[tuple[list[tuple[int, EntryView | None]], Any]]:
+    """(bucket, head) pairs per directory: the live tables and every snapshot's."""
+    out: list[tuple[list[tuple[int, EntryView | None]], Any]] = [
+        (list(enumerate(view._primary)), view.primary_directory)]
+    if view._rehash is not None:
+        out.append((list(enumerate(view._rehash)), view.rehash_directory))
+    for s in snapshots:
+        structure = s.real._structure()
+        if structure is None:
+            continue
+        heads = s._data or []
+        primary, rehash, r = structure["primary"], structure["rehash"], structure["rehash_index"]
+        capacity = primary[1]
+        if rehash is None:
+            out.append((list(enumerate(heads[:capacity])), primary))
+        else:
+            moved = capacity - r
+            out.append(([(r + i, h) for i, h in enumerate(heads[:moved])], primary))
+            out.append(([(j, heads[moved + j]) for j in range(r)]
+                        + [(capacity + j, heads[moved + r + j]) for j in range(r)], rehash))
+    return out
