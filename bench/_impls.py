@@ -105,15 +105,11 @@ def map_class(impl: str) -> MapClass | None:
     raise ValueError(f"expected 'c' or 'python', got {impl!r}")
 
 
-#: up to this size :func:`settle` checks a C map's rehash state through its
-#: structure export, which builds Python objects for every entry (too slow beyond)
-VERIFY_UP_TO = 100_000
-
-
 def is_rehashing(m: Any) -> bool | None:
-    """Whether ``m`` is in an incremental rehash; None if that is expensive to
-    find out (the C map exports its whole structure to tell)."""
-    if isinstance(m, _PureMap) or len(m) <= VERIFY_UP_TO:
+    """Whether ``m`` is in an incremental rehash; None for the C map, which
+    can only tell through its structure export (``describe``), and that builds
+    Python objects for every entry: far too slow and big for a benchmark."""
+    if isinstance(m, _PureMap):
         return describe(m).is_rehashing
     return None
 
@@ -121,11 +117,11 @@ def is_rehashing(m: Any) -> bool | None:
 def settle(m: StateMapLike, probe_namespace: Any) -> None:
     """Drive ``m``'s incremental rehash to its end (``contains_key`` steps it).
 
-    The pure map says cheaply whether it is rehashing. A large C map gets
+    The pure map says cheaply whether it is rehashing. The C map gets
     ``len(m) // 4 + 1024`` probes instead: every keyed operation moves whole
     buckets until at least 4 entries moved or the rehash ends (invariant 9 of
     both maps), and at most ``len(m)`` entries remain to move, so that is
-    enough; up to :data:`VERIFY_UP_TO` entries it is checked.
+    enough.
     """
     contains = m.contains_key
     if is_rehashing(m) is None:
@@ -146,5 +142,6 @@ def table_factory(impl: str) -> Callable[..., CopyOnWriteStateTable[Any, Any, An
     name = f"CopyOnWriteStateTable_{impl}"
     # ``map_class`` is the table's map constructor (``_create_map`` calls it)
     table: type[CopyOnWriteStateTable[Any, Any, Any]] = type(
-        name, (CopyOnWriteStateTable,), {"map_class": cls, "__qualname__": name, "__module__": __name__})
+        name, (CopyOnWriteStateTable,),
+        {"map_class": cls, "__qualname__": name, "__module__": __name__})
     return table

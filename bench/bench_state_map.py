@@ -271,6 +271,9 @@ DEFAULT_SIZES = (1_000_000, 10_000_000)
 QUICK_SIZE = 100_000
 QUICK_GROW_TO = 400_000
 DEFAULT_FULL_PEERS_UP_TO = 2_000_000
+#: below this size the resident-set rows are not reported: memory freed by
+#: earlier steps and reused by the allocators hides a structure's growth
+RSS_FROM = 1_000_000
 
 MAP_C = "c_map"
 MAP = "cow_map"
@@ -334,8 +337,8 @@ def size_targets(m: str, n: int) -> tuple[Target, ...]:
                f"{name} m.snapshot() in ms (issue 13 asks it at 10M entries)"),
         Target(f"full gc.collect() <= 3x dict's{at}", "gc_full", m, DICT, "<=", 3.0,
                f"gc.collect() with the {name} alive over the same with the dict alive"),
-        Target(f"memory per entry (RSS) <= 1.5x dict{at}", "rss", m, DICT, "<=", 1.5,
-               f"resident bytes per entry, {name} over dict"),
+        Target(f"memory per entry <= 1.5x dict{at}", "memory", m, DICT, "<=", 1.5,
+               f"tracemalloc bytes per entry, {name} over dict"),
     )
 
 
@@ -1029,6 +1032,9 @@ def phase_gc_memory(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> 
             row.missing[PMAP] = cfg.skip_note
     else:
         kinds.append(PMAP)
+    if n < RSS_FROM:
+        for row in (r_rss, r_peak):
+            row.missing.update({k: f"n/a (<{_short(RSS_FROM)})" for k in kinds})
 
     def time_collections(warmup: int, repeats: int) -> Sample:
         return measure(functools.partial(time_ns, gc.collect), warmup=warmup,
@@ -1047,14 +1053,14 @@ def phase_gc_memory(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> 
         build_s = time.perf_counter() - t
         release_memory()                      # freed growth tables go back to the OS too
         after, peak = rss_bytes(), peak_rss_bytes() if can_peak else None
-        if before is not None and after is not None:
+        if before is not None and after is not None and n >= RSS_FROM:
             r_rss.set(kind, Sample.single((after - before) / n))
             if peak is not None:
                 r_peak.set(kind, Sample.single((peak - before) / n))
         slow = kind == MAP and big
         sample = time_collections(0 if slow else cfg.warmup, 1 if slow else cfg.repeats)
         r_gc.set(kind, sample)
-        rss_note = "" if before is None or after is None else (
+        rss_note = "" if before is None or after is None or n < RSS_FROM else (
             f", RSS +{(after - before) / n:.1f} B/entry")
         log(f"  {LABELS.get(kind, kind)}: built in {build_s:.1f}s{rss_note}; full gc.collect() "
             f"{sample.median:,.2f} ms" + (" (1 run: slow)" if slow else ""))
@@ -1098,17 +1104,25 @@ def _identity(x: Any) -> Any:
     return x
 
 
-def phase_memory(n: int, w: Workload) -> list[Result]:
+def phase_memory(cfg: Config, n: int, w: Workload) -> list[Result]:
     """Step 7: tracemalloc bytes per entry of a fresh build of each structure."""
+    big = cfg.big(n)
     r_mem = Result("memory", "memory per entry (tracemalloc)", "B/entry")
     r_peak = Result("memory_peak", "peak while building (tracem.)", "B/entry")
     r_snap = Result("snapshot_memory", "an open snapshot adds (tracem.)", "B/entry")
+    rows = [r_mem, r_peak, r_snap]
     for row in (r_mem, r_peak):
         row.missing.update({DICT_DEEPCOPY: "=dict", DICT_COPY: "=dict", IMM_MUTATE: "=imm"})
     r_snap.missing.update({DICT: "n/a", IMM_MUTATE: "=imm"})
+    kinds = [*built_maps(), DICT, IMM, PMAP]
+    if big:
+        kinds = [k for k in kinds if k not in (MAP, PMAP)]
+        for row in rows:
+            row.missing.update({MAP: cfg.skip_note, PMAP: cfg.skip_note})
+        r_snap.missing[DICT_DEEPCOPY] = cfg.skip_note
     tracemalloc.start()
     try:
-        for kind in [*built_maps(), DICT, IMM, PMAP]:
+        for kind in kinds:
             t = time.perf_counter()
             obj, kept, peak = traced_build(builder(kind, w.keys))
             r_mem.set(kind, Sample.single(kept / n))
@@ -1116,8 +1130,9 @@ def phase_memory(n: int, w: Workload) -> list[Result]:
             if kind in MAP_CLASSES:
                 r_snap.set(kind, Sample.single(traced_snapshot(obj.snapshot) / n))
             elif kind == DICT:
-                r_snap.set(DICT_DEEPCOPY, Sample.single(
-                    traced_snapshot(functools.partial(copy.deepcopy, obj)) / n))
+                if not big:
+                    r_snap.set(DICT_DEEPCOPY, Sample.single(
+                        traced_snapshot(functools.partial(copy.deepcopy, obj)) / n))
                 r_snap.set(DICT_COPY, Sample.single(traced_snapshot(obj.copy) / n))
             else:
                 r_snap.set(kind, Sample.single(
@@ -1127,7 +1142,7 @@ def phase_memory(n: int, w: Workload) -> list[Result]:
             del obj
     finally:
         tracemalloc.stop()
-    return [r_mem, r_peak, r_snap]
+    return rows
 
 
 # --------------------------------------------------------------------------
@@ -1221,7 +1236,7 @@ class SizeRun:
 
 def summary_rows(size_runs: list[SizeRun], growth: list[Result]) -> list[Result]:
     """Issue 13's table: the rows its targets use, one block per size."""
-    wanted = ("get", "put", "put_snapshot", "snapshot_pause", "gc_full", "rss")
+    wanted = ("get", "put", "put_snapshot", "snapshot_pause", "gc_full", "memory", "rss")
     out = []
     for sr in size_runs:
         by_metric = {r.metric: r for r in sr.results}
@@ -1231,7 +1246,7 @@ def summary_rows(size_runs: list[SizeRun], growth: list[Result]) -> list[Result]
                 continue
             short = {"get": "get", "put": "put", "put_snapshot": "put, snapshot open",
                      "snapshot_pause": "snapshot() pause", "gc_full": "full gc.collect()",
-                     "rss": "memory/entry (RSS)"}[metric]
+                     "memory": "memory/entry", "rss": "memory/entry (RSS)"}[metric]
             out.append(Result(f"{metric}@{sr.entries}", f"{short} @{_short(sr.entries)}",
                               r.unit, samples=dict(r.samples), missing=dict(r.missing),
                               paired=r.paired))
@@ -1270,9 +1285,9 @@ def run(cfg: Config) -> dict[str, Any]:
         release_memory()
         log(f"full collections and RSS, one structure at a time ({n:,} entries)")
         sr.results += phase_gc_memory(cfg, n, w, sr.notes)
-        if not cfg.skip_memory and not cfg.big(n):
+        if not cfg.skip_memory:
             log(f"memory (tracemalloc, {n:,} entries)")
-            sr.results += phase_memory(n, w)
+            sr.results += phase_memory(cfg, n, w)
         del w
         release_memory()
         mark_not_built(sr.results)

@@ -1,9 +1,44 @@
-"""Loads the project's Hypothesis profile (see cowstate_spec.profiles)."""
+"""Loads the project's Hypothesis profile (see cowstate_spec.profiles) and runs
+the map tests over both map implementations.
 
+A test module that declares an autouse fixture using ``map_impl`` (see
+``bind_map_class``) runs every test once per map: ``python``
+(``cowstate.state_map``) and ``c`` (``cowstate._cmap``, when built). A test
+marked ``pure_map_internals`` reads the pure map's private fields (or patches
+its module) and runs on the pure map only; the C map's structure is judged
+through ``cowstate_spec.cmap_view`` by the same checker instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from cowstate.maps import c_map_class
+from cowstate.state_map import CopyOnWriteStateMap as PureMap
 from cowstate_spec.profiles import load_profile
 
 PROFILE = load_profile()
 
+#: The map classes by implementation name, as ``cowstate.IMPLEMENTATION`` names them.
+MAPS: dict[str, type[Any]] = {"python": PureMap}
+if c_map_class() is not None:
+    MAPS["c"] = c_map_class()  # type: ignore[assignment]
+
 
 def pytest_report_header() -> str:
-    return f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation|crosshair)"
+    return (f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation|"
+            f"crosshair); maps under test: {', '.join(MAPS)}")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "map_impl" in metafunc.fixturenames:
+        pure_only = metafunc.definition.get_closest_marker("pure_map_internals")
+        names = ["python"] if pure_only else list(MAPS)
+        metafunc.parametrize("map_impl", names)
+
+
+def bind_map_class(module_globals: dict[str, Any], map_impl: str) -> None:
+    """Point the test module's ``CopyOnWriteStateMap`` at one implementation."""
+    module_globals["CopyOnWriteStateMap"] = MAPS[map_impl]

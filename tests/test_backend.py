@@ -49,10 +49,10 @@ from cowstate.key_groups import (
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
 from cowstate.snapshot_io import SnapshotReader, read_snapshot
-from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_spec.backends import SumCount, add_ints
+from cowstate_spec.cmap_view import MAP_CLASSES
 
 FULL = KeyGroupRange(0, 127)
 VALUE = ValueStateDescriptor("value", default=[])
@@ -80,7 +80,7 @@ def open_versions(b: HeapKeyedStateBackend) -> set[int]:
         table = b.table(name)
         for kg in table.key_group_range:
             m = table.state_map(kg)
-            if isinstance(m, CopyOnWriteStateMap):
+            if isinstance(m, MAP_CLASSES):
                 versions |= describe(m).open_versions
     return versions
 

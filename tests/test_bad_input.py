@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import bind_map_class
 
 from cowstate import (
     ConcurrentModificationError,
@@ -28,6 +29,12 @@ from cowstate_model import ReferenceStateMap
 from cowstate_spec.contract import snapshot_contents
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
+
+
+@pytest.fixture(autouse=True)
+def _each_map(map_impl: str) -> None:
+    """Every test here runs on the pure and the C map (tests/conftest.py)."""
+    bind_map_class(globals(), map_impl)
 
 
 def rehashing_pair() -> tuple[Map, ReferenceStateMap]:

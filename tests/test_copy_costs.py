@@ -13,19 +13,34 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import bind_map_class
 
 from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
 from cowstate.arithmetic import composite_hash
+from cowstate_spec.cmap_view import view_of as I
+from cowstate_spec.invariants import chain
 from cowstate_spec.keys import HashKey, value_key
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
 NS = 0
 
 
+@pytest.fixture(autouse=True)
+def _each_map(map_impl: str) -> None:
+    """Every test here runs on the pure and the C map (tests/conftest.py)."""
+    bind_map_class(globals(), map_impl)
+
+
 def entry(m: Map, key: Any, namespace: Any = NS) -> Any:
-    e = m._find(composite_hash(key, namespace), key, namespace)
-    assert e is not None
-    return e
+    """The entry of (key, namespace): the pure map's _Entry, or the C entry's view
+    (the same view object for the same C entry, so ``is`` compares entries)."""
+    view = I(m)
+    h = composite_hash(key, namespace)
+    tables = [view._primary] if view._rehash is None else [view._primary, view._rehash]
+    found = [e for table in tables for head in table for e in chain(head)
+             if e.hash == h and e.key == key and e.namespace == namespace]
+    assert len(found) == 1, found
+    return found[0]
 
 
 def test_transform_gets_a_state_put_after_the_snapshot_as_it_is() -> None:
@@ -56,9 +71,9 @@ def test_removing_behind_a_new_predecessor_does_not_copy_it() -> None:
     snap = m.snapshot()
     m.put(HashKey("a", 3), NS, 1)
     m.put(HashKey("b", 3), NS, 2)                # head of bucket 3, made after the snapshot
-    head = m._primary[3]
+    head = I(m)._primary[3]
     m.remove(HashKey("a", 3), NS)
-    assert m._primary[3] is head and head is not None and head.next is None
+    assert I(m)._primary[3] is head and head is not None and head.next is None
     snap.release()
 
 
@@ -68,9 +83,9 @@ def test_chain_copy_stops_at_entries_made_after_the_snapshot() -> None:
     snap = m.snapshot()
     m.put(HashKey("y", 5), NS, [1])              # new
     m.put(HashKey("z", 5), NS, [2])              # new: chain z -> y -> x
-    z, y = m._primary[5], m._primary[5].next     # type: ignore[union-attr]
+    z, y = I(m)._primary[5], I(m)._primary[5].next     # type: ignore[union-attr]
     m.put(HashKey("x", 5), NS, [3])              # rule E copies x only
-    assert m._primary[5] is z and z.next is y    # type: ignore[union-attr]
+    assert I(m)._primary[5] is z and z.next is y    # type: ignore[union-attr]
     assert y.next is not None and y.next.state == [3]
     assert [e.state for e in snap] == [[0]]
     snap.release()
@@ -83,7 +98,7 @@ def test_rehash_moves_entries_made_after_the_snapshot_without_copying() -> None:
         m.put(value_key(i), NS, [i])
     before = {i: entry(m, value_key(i)) for i in range(5)}
     m.contains_key(value_key(0), NS)             # a rehash step moves them
-    assert m._rehash is None or m._rehash_index > 0
+    assert I(m)._rehash is None or I(m)._rehash_index > 0
     assert all(entry(m, value_key(i)) is before[i] for i in range(5))
     snap.release()
 
@@ -124,6 +139,6 @@ def test_every_rehash_step_during_iteration_is_detected() -> None:
 
 def test_initial_capacity_zero_gives_the_minimum() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=0)
-    assert len(m._primary) == 4
+    assert len(I(m)._primary) == 4
     m.put(1, NS, 1)
     assert m.get(1, NS) == 1

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from cowstate import CopyOnWriteStateMap
+from cowstate.state_map import CopyOnWriteStateMap
 from cowstate_spec.differential import load_trace, minimize, run_workload, write_trace
 from cowstate_spec.implementations import IMPLEMENTATIONS, Implementation, by_name
 from cowstate_spec.keys import HashKey

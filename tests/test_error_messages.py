@@ -12,6 +12,7 @@ import pickle
 from typing import Any
 
 import pytest
+from conftest import bind_map_class
 
 from cowstate import CopyOnWriteStateMap, state_map
 from cowstate.arithmetic import MAX_VERSION
@@ -31,6 +32,12 @@ from cowstate.serializers import DefaultSerializer, ImmutableSerializer, is_know
 from cowstate_spec.keys import value_key
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
+
+
+@pytest.fixture(autouse=True)
+def _each_map(map_impl: str) -> None:
+    """Every test here runs on the pure and the C map (tests/conftest.py)."""
+    bind_map_class(globals(), map_impl)
 
 
 def message(exc_type: type[Exception], call: Any) -> str:
@@ -126,6 +133,7 @@ def test_version_overflow_message_and_nothing_changes() -> None:
     assert m._version == MAX_VERSION and not m._open_versions and m._highest_required == 0
 
 
+@pytest.mark.pure_map_internals  # patches the pure module's constants; the C cap is compiled in
 def test_maximum_capacity_is_a_documented_cap(monkeypatch: pytest.MonkeyPatch) -> None:
     # The real cap (2**30 buckets) needs 8 GiB per table: lower it for this map.
     monkeypatch.setattr(state_map, "MAXIMUM_CAPACITY", 8)

@@ -18,8 +18,8 @@ module docstring of ``cowstate.state_map``), and the ports follow cowstate:
   place says so).
 * There is no ``StateIncrementalVisitor``.
 
-Internals read here: ``m._primary``, ``m._rehash``, ``m._rehash_index``,
-``m._version``, ``m._highest_required``, ``m._open_versions``, ``snap._data``
+Internals read here: ``I(m)._primary``, ``I(m)._rehash``, ``I(m)._rehash_index``,
+``m._version``, ``m._highest_required``, ``m._open_versions``, ``IS(snap)._data``
 and the ``_Entry`` fields, plus ``cowstate.introspection.describe``.
 """
 
@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import pytest
+from conftest import bind_map_class
 
 from cowstate import (
     ConcurrentModificationError,
@@ -43,6 +44,8 @@ from cowstate import (
     VersionOverflowError,
 )
 from cowstate.introspection import describe
+from cowstate_spec.cmap_view import view_of as I
+from cowstate_spec.cmap_view import view_of_snapshot as IS
 from cowstate_spec.invariants import chain
 from cowstate_spec.keys import HashKey, value_key
 
@@ -53,6 +56,12 @@ K = value_key  # with namespace 0, K(k) has composite hash k: bucket k & (n - 1)
 # --------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _each_map(map_impl: str) -> None:
+    """Every test here runs on the pure and the C map (tests/conftest.py)."""
+    bind_map_class(globals(), map_impl)
+
+
 def entries_of(buckets: Iterable[Any]) -> list[Any]:
     """Every entry reachable from a bucket list, walking every chain."""
     return [e for head in buckets if head is not None for e in chain(head)]
@@ -60,12 +69,12 @@ def entries_of(buckets: Iterable[Any]) -> list[Any]:
 
 def snapshot_entries(snap: StateMapSnapshot[Any, Any, Any]) -> list[Any]:
     """Every entry reachable from the snapshot's bucket list (as Flink's test walks it)."""
-    assert snap._data is not None
-    return entries_of(snap._data)
+    assert IS(snap)._data is not None
+    return entries_of(IS(snap)._data)
 
 
 def live_entries(m: CopyOnWriteStateMap[Any, Any, Any]) -> list[Any]:
-    tables = [m._primary] if m._rehash is None else [m._primary, m._rehash]
+    tables = [I(m)._primary] if I(m)._rehash is None else [I(m)._primary, I(m)._rehash]
     return [e for table in tables for e in entries_of(table)]
 
 
@@ -216,7 +225,7 @@ def test_incremental_rehash_with_interleaved_removes_keeps_size_and_membership()
             m.remove(value_key(remove), 0)
             remove += 1
 
-    while m._rehash is None:
+    while I(m)._rehash is None:
         one_round()
     assert len(m) == insert - remove
     # Hash independent (section 8): the 111th insert starts the rehash, keys 0..12
@@ -224,14 +233,14 @@ def test_incremental_rehash_with_interleaved_removes_keeps_size_and_membership()
     assert (insert, remove, len(m)) == (111, 13, 98)
     assert describe(m).rehash_index == 0
 
-    while m._rehash is not None:
+    while I(m)._rehash is not None:
         one_round()
         assert len(m) == insert - remove
     # Section 8 gives 133 inserts / 16 removes / size 117 for Flink's bitMix hash.
     # With keys value_key(k) (composite hash k), (k, 0) sits in bucket k, so every
     # step moves exactly four one-entry buckets (the empty buckets 0..12 are swept for free); an
     # independent model of the rules gives 136 / 17 / 119.
-    assert (insert, remove, len(m), len(m._primary)) == (136, 17, 119, 256)
+    assert (insert, remove, len(m), len(I(m)._primary)) == (136, 17, 119, 256)
     assert size_by_iteration(m) == len(m)
 
     for i in range(insert):
@@ -242,7 +251,7 @@ def test_default_map_rehash_starts_at_98th_insert_and_25_contains_key_calls_fini
     m: CopyOnWriteStateMap[HashKey, int, int] = CopyOnWriteStateMap()
     for k in range(97):
         m.put(value_key(k), 0, k)
-        assert m._rehash is None
+        assert I(m)._rehash is None
     info = describe(m)
     assert (info.capacity, info.threshold, len(m)) == (128, 96, 97)
 
@@ -269,8 +278,8 @@ def test_default_map_rehash_starts_at_98th_insert_and_25_contains_key_calls_fini
     assert (info.capacity, info.threshold, info.rehash_index, len(m)) == (256, 192, 0, 98)
     assert (info.primary_size, info.rehash_size) == (98, 0)
     for k in range(98):
-        assert [e.key for e in chain(m._primary[k])] == [value_key(k)]
-    assert m._primary[98:] == [None] * (256 - 98)
+        assert [e.key for e in chain(I(m)._primary[k])] == [value_key(k)]
+    assert I(m)._primary[98:] == [None] * (256 - 98)
 
 
 # --------------------------------------------------------------------------
@@ -309,7 +318,7 @@ def run_random_isolation(iterations: int, n_keys: int, n_namespaces: int,
         ns = rng.randrange(n_namespaces)
         op = rng.randrange(7)
         composite = (key, ns)
-        was_rehashing = m._rehash is not None
+        was_rehashing = I(m)._rehash is not None
         if was_rehashing and m._highest_required > 0:
             stats["rehash_ops_under_snapshot"] += 1
 
@@ -344,9 +353,9 @@ def run_random_isolation(iterations: int, n_keys: int, n_namespaces: int,
             m.transform(key, ns, value, append_value)
             reference[composite] = append_value(reference.get(composite), value)
 
-        if not was_rehashing and m._rehash is not None:
+        if not was_rehashing and I(m)._rehash is not None:
             stats["rehashes_started"] += 1
-        stats["max_capacity"] = max(stats["max_capacity"], len(m._primary))
+        stats["max_capacity"] = max(stats["max_capacity"], len(I(m)._primary))
 
         assert len(m) == len(reference)
         if i % full_check_every == 0:
@@ -372,7 +381,7 @@ def run_random_isolation(iterations: int, n_keys: int, n_namespaces: int,
                     extra = m.snapshot()
                     snapshot_counter += 1
                     assert extra.version == snapshot_counter
-                    if m._rehash is not None:
+                    if I(m)._rehash is not None:
                         stats["snapshots_during_rehash"] += 1
                     m.release(extra)
                 if i % 5000 == 0:
@@ -383,7 +392,7 @@ def run_random_isolation(iterations: int, n_keys: int, n_namespaces: int,
                 held = m.snapshot()
                 snapshot_counter += 1
                 assert held.version == snapshot_counter
-                if m._rehash is not None:
+                if I(m)._rehash is not None:
                     stats["snapshots_during_rehash"] += 1
                 held_size = len(m)
                 held_reference = {k: list(v) for k, v in reference.items()}
@@ -564,9 +573,9 @@ def _chain_map() -> tuple[CopyOnWriteStateMap[int, int, list[int]], list[Any]]:
     m: CopyOnWriteStateMap[int, int, list[int]] = CopyOnWriteStateMap()
     for i in range(10):
         m.put(Z[i], Z[i], [i])
-    original = chain(m._primary[0])
+    original = chain(I(m)._primary[0])
     assert [e.key for e in original] == list(range(9, -1, -1))
-    assert all(head is None for head in m._primary[1:])
+    assert all(head is None for head in I(m)._primary[1:])
     return m, original
 
 
@@ -599,7 +608,7 @@ def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
     else:
         m.remove(Z[key], Z[key])
 
-    live = chain(m._primary[0])
+    live = chain(I(m)._primary[0])
     expected_keys = [k for k in range(9, -1, -1) if not (op == "remove" and k == key)]
     assert [e.key for e in live] == expected_keys
     for e in live:
@@ -638,8 +647,8 @@ def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
     for e in walked:
         assert e.state is original_states[e.key]
         assert e.entry_version == 0
-    assert snap._data is not None
-    assert all(head is None for head in snap._data[1:])
+    assert IS(snap)._data is not None
+    assert all(head is None for head in IS(snap)._data[1:])
     snap.release()
 
 
@@ -658,13 +667,13 @@ def test_snapshot_during_rehash_of_keys_0_to_97_after_two_steps_is_136_slots_lon
     assert m.contains_key(K(1), 0)
     info = describe(m)
     assert (info.rehash_index, info.primary_size, info.rehash_size) == (8, 90, 8)
-    assert m._rehash is not None
+    assert I(m)._rehash is not None
     with m.snapshot() as snap:
-        assert snap._data is not None
-        assert len(snap._data) == max(8 + 128, 98) == 136
-        assert snap._data[:120] == m._primary[8:]
-        assert snap._data[120:128] == m._rehash[:8]
-        assert snap._data[128:136] == m._rehash[128:136] == [None] * 8
+        assert IS(snap)._data is not None
+        assert len(IS(snap)._data) == max(8 + 128, 98) == 136
+        assert IS(snap)._data[:120] == I(m)._primary[8:]
+        assert IS(snap)._data[120:128] == I(m)._rehash[:8]
+        assert IS(snap)._data[128:136] == I(m)._rehash[128:136] == [None] * 8
         assert len(snapshot_entries(snap)) == len(snap) == 98
         assert as_dict(snapshot_entries(snap)) == {(K(k), 0): k for k in range(98)}
 
@@ -679,18 +688,18 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
     states = {k: [k] for k in keys}
     for k in keys:
         m.put(K(k), 0, states[k])
-    assert m._rehash is not None and m._rehash_index == 0 and len(m) == 98
+    assert I(m)._rehash is not None and I(m)._rehash_index == 0 and len(m) == 98
 
     for _ in range(3):  # each step moves two two-entry buckets
         m.contains_key(K(0), 0)
-    r = m._rehash_index
+    r = I(m)._rehash_index
     assert r == 6
     assert (describe(m).primary_size, describe(m).rehash_size) == (86, 12)
-    primary, rehash = m._primary, m._rehash
+    primary, rehash = I(m)._primary, I(m)._rehash
     assert rehash is not None
 
     snap = m.snapshot()
-    data = snap._data
+    data = IS(snap)._data
     assert data is not None
     assert len(data) == max(r + 128, len(m)) == 134
     assert data[:128 - r] == primary[r:] and all(
@@ -713,9 +722,9 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
     m.remove(K(129), 0)
     for k in range(1000, 1010):
         m.put(K(k), 0, [k])
-    while m._rehash is not None:
+    while I(m)._rehash is not None:
         m.contains_key(K(1), 0)
-    assert len(m._primary) == 256
+    assert len(I(m)._primary) == 256
     assert len(m) == 98 - 2 + 10
 
     # the snapshot is unchanged: same slots, same entries, original states
@@ -934,7 +943,7 @@ def test_iterator_raises_when_a_rehash_step_runs_during_iteration() -> None:
     m: CopyOnWriteStateMap[int, int, int] = CopyOnWriteStateMap(initial_capacity=4)
     for k in range(5):  # the 5th insertion starts a rehash
         m.put(k, 0, k)
-    assert m._rehash is not None
+    assert I(m)._rehash is not None
     it = iter(m)
     next(it)
     m.get(0, 0)  # a keyed operation runs a rehash step

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cowstate import CopyOnWriteStateMap, StateMapSnapshot
+from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.introspection import describe
 from cowstate_spec.invariants import chain
 from cowstate_spec.keys import HashKey, value_key

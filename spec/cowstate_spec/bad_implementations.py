@@ -17,7 +17,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from cowstate import CopyOnWriteStateMap
+from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import CheckpointStorage
@@ -75,7 +75,7 @@ BUGS: list[Bug] = [
         "old = self._serializer.copy(old)", "pass",
         "rule S: the old state handed out is still in a snapshot"),
     Bug("remove-and-get-old-returns-shared-state", "remove_and_get_old",
-        "return self._serializer.copy(e.state)", "return e.state",
+        "old = self._serializer.copy(old)", "pass",
         "rule S: the removed state handed out is still in a snapshot"),
     Bug("transform-mutates-shared-state", "transform",
         "old = self._serializer.copy(old)", "pass",
