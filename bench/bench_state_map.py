@@ -46,7 +46,7 @@ on its own structures; step 5 (growth) runs once, to ``--grow-to`` (default:
 the largest size), and step 8 (owner under load) once, at ``--owner-entries``
 (default: the smallest size). Above ``--full-peers-up-to`` entries (default
 2,000,000) the competitors that cannot finish in reasonable time on a 2-core
-machine are skipped, and their cells print ``skipped``:
+machine are skipped, and their cells print ``skip >2M`` (the limit):
 
 - ``pmap.set`` entirely (building a 10M ``pmap`` takes minutes and a
   ``pmap.set`` with GC on ~0.1-1 ms, see below);
@@ -56,11 +56,11 @@ machine are skipped, and their cells print ``skipped``:
 - the pure map's growth (with the garbage collector on, each full collection
   walks every ``_Entry`` object: growing a pure map to 4M took minutes, to 10M
   it takes far longer) -- it is skipped when ``--grow-to`` exceeds the limit;
-- the tracemalloc memory rows (step 7) of every structure (tracemalloc makes
-  a 10M build several times slower); the RSS memory row (step 6) is
-  measured at every size;
+- the tracemalloc memory rows (step 7) of the pure map and ``pmap``
+  (tracemalloc makes their 10M builds several times slower); the C map, the
+  dict and ``immutables`` are traced at every size;
 - the pure map's full ``gc.collect()`` is timed once, without warm-up (each
-  takes seconds at 10M: ~1.7 s per million entries).
+  takes seconds at 10M: ~1 s per million entries).
 
 Data
 ====
@@ -156,9 +156,10 @@ section only.
    that building freed -- e.g. a dict's old tables -- is not counted)
    divided by ``N`` -- ``memory per
    entry (RSS)`` [B/entry], what the structure costs whatever allocator it
-   uses (the C map's chunks may come from ``malloc``, which tracemalloc does
-   not see) -- and the peak resident set while building (``VmHWM``, reset
-   through ``/proc/self/clear_refs``). Then time ``gc.collect()`` (a full
+   uses -- and the peak resident set while building (``VmHWM``, reset
+   through ``/proc/self/clear_refs``); both only from 1,000,000 entries on
+   (below, memory that earlier steps freed and the allocators reuse hides a
+   structure's growth). Then time ``gc.collect()`` (a full
    collection) 1 + 5 times (warm-up discarded, median) with that structure
    alive: ``full gc.collect()`` [ms]. The same collection with no structure
    built is printed as the baseline (what the interpreter's own objects
@@ -172,7 +173,8 @@ section only.
    bucket lists, cached hashes, HAMT nodes) divided by ``N``, measured after
    the build (maps: after their rehash finished). Also reported: the peak
    while building, and the memory an open snapshot adds right after it is
-   taken. Only up to ``--full-peers-up-to`` entries.
+   taken. The C map allocates its entries, chunks and directories with
+   ``PyMem_*``, so tracemalloc sees all of it. The target uses this row.
 8. owner under load (issue 13's last target; ``--owner-entries``, default the
    smallest size): ``bench_table_backend``'s update loop -- ``OPS`` updates
    through a ``ValueState`` handle of a ``HeapKeyedStateBackend`` over a
@@ -197,7 +199,7 @@ next to it. Other rows use the ratio of the medians.
 - snapshot pause <= 1 ms (the issue asks it at 10M entries; checked at every size)
 - full ``gc.collect()`` with the ``N`` entries alive <= 3x the dict's
 - worst single insert while growing to ``M`` (GC enabled) <= 1/20 of dict's
-- memory per entry (RSS) <= 1.5x dict's
+- memory per entry (tracemalloc) <= 1.5x dict's
 - owner update throughput while the writer writes >= 0.5x idle
 
 Results are printed and written to ``bench/results/state_map.json``
@@ -1242,7 +1244,7 @@ def summary_rows(size_runs: list[SizeRun], growth: list[Result]) -> list[Result]
         by_metric = {r.metric: r for r in sr.results}
         for metric in wanted:
             r = by_metric.get(metric)
-            if r is None:
+            if r is None or not r.samples:
                 continue
             short = {"get": "get", "put": "put", "put_snapshot": "put, snapshot open",
                      "snapshot_pause": "snapshot() pause", "gc_full": "full gc.collect()",
@@ -1324,7 +1326,8 @@ def run(cfg: Config) -> dict[str, Any]:
           f"{', '.join(f'{n:,}' for n in cfg.sizes)}; median of {cfg.repeats} rounds after "
           f"{cfg.warmup} warm-up; growth to {cfg.grow_to:,}: median of {cfg.grow_repeats}")
     print(f"Python {sys.version.split()[0]}; {implementation_summary()}")
-    print(f"Competitors skipped above {cfg.full_peers_up_to:,} entries (cells 'skipped'): "
+    print(f"Competitors skipped above {cfg.full_peers_up_to:,} entries (cells "
+          f"'{cfg.skip_note}'): "
           "pmap; dict+deepcopy's snapshot rows; the pure map's growth; tracemalloc rows. "
           "The pure map's full gc.collect() there: 1 run.")
     for sr in size_runs:

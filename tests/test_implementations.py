@@ -1,0 +1,293 @@
+"""The two maps: which one you get, and what the C map adds.
+
+The shared contract of both maps is in the state machines and scenario tests
+(parametrized over both, see tests/conftest.py); this module holds what is
+particular to having two: the C map is built and chosen unless forced off,
+its entries are invisible to the garbage collector yet cycles through them
+are collected, nothing leaks, snapshots share chunks instead of copying
+them, and every structural invariant of the C map has a corruption the
+checker names.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import subprocess
+import sys
+import threading
+import tracemalloc
+import weakref
+from typing import Any
+
+import pytest
+
+import cowstate
+from conftest import MAPS
+from cowstate import maps, state_map
+from cowstate_spec.cmap_view import MapView, view_of
+from cowstate_spec.invariants import InvariantViolation, chain, check_map, fingerprint
+from cowstate_spec.keys import HashKey
+
+C_MAP = maps.c_map_class()
+needs_c = pytest.mark.skipif(C_MAP is None, reason="the C map is not built: "
+                             "test_the_c_map_is_built_and_chosen fails for that")
+
+
+def test_the_c_map_is_built_and_chosen_unless_pure_python_is_forced() -> None:
+    # CI runs without COWSTATE_PURE_PYTHON: a missing or broken build fails here.
+    if maps.FORCED_PURE:
+        assert cowstate.IMPLEMENTATION == "python"
+        assert cowstate.CopyOnWriteStateMap is state_map.CopyOnWriteStateMap
+        return
+    assert maps.C_BUILD_ERROR is None, f"the C map did not build: {maps.C_BUILD_ERROR}"
+    assert cowstate.IMPLEMENTATION == "c"
+    assert cowstate.CopyOnWriteStateMap is C_MAP
+    assert cowstate.CopyOnWriteStateTable.map_class is C_MAP
+
+
+def test_cowstate_pure_python_forces_the_pure_map_in_a_fresh_process() -> None:
+    code = ("import cowstate; print(cowstate.IMPLEMENTATION, "
+            "cowstate.CopyOnWriteStateMap.__module__, cowstate.StateMapSnapshot.__module__)")
+    env = {**os.environ, "COWSTATE_PURE_PYTHON": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["python", "cowstate.state_map", "cowstate.state_map"]
+    assert state_map.CopyOnWriteStateMap.__module__ == "cowstate.state_map"
+
+
+@pytest.mark.parametrize("impl", list(MAPS))
+def test_a_state_referring_back_to_its_map_is_collected(impl: str) -> None:
+    class Holder:
+        owner: Any = None
+
+    m = MAPS[impl]()
+    holder = Holder()
+    holder.owner = m
+    m.put(HashKey("k", 1), "ns", holder)
+    m.put("other", holder, [holder])              # through the namespace and a list too
+    ref = weakref.ref(m)
+    del m, holder
+    gc.collect()
+    assert ref() is None
+
+
+@needs_c
+def test_c_entries_are_not_garbage_collected_objects() -> None:
+    gc.collect()
+    before = len(gc.get_objects())
+    m = C_MAP()
+    for i in range(10_000):
+        m.put(i, "ns", i)
+    grown = len(gc.get_objects()) - before
+    assert grown <= 3, f"{grown} new GC-tracked objects for 10,000 C entries"
+    pure = state_map.CopyOnWriteStateMap()
+    for i in range(10_000):
+        pure.put(i, "ns", i)
+    assert len(gc.get_objects()) - before >= 10_000      # each _Entry is one
+
+
+@needs_c
+def test_build_snapshot_mutate_release_drop_leaks_nothing() -> None:
+    states = [[i] for i in range(64)]
+    baseline = [sys.getrefcount(s) for s in states]
+
+    def cycle() -> None:
+        m = C_MAP(initial_capacity=4)
+        for i, s in enumerate(states):
+            m.put(i, i % 3, s)
+        first = m.snapshot()
+        for i in range(0, 64, 2):
+            m.get(i, i % 3)                           # rule S copies
+            m.remove(i + 1, (i + 1) % 3)              # rule E copies
+        for i in range(64, 300):                      # a rehash while snapshots are open
+            m.put(i, 0, [i])
+        second = m.snapshot()
+        m.transform(3, 0, 1, lambda old, v: [v])
+        first.release()
+        list(second)
+        second.release()
+        open_and_dropped = m.snapshot()               # released by its deallocation
+        del open_and_dropped
+
+    cycle()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        cycle()
+        gc.collect()
+        start, _ = tracemalloc.get_traced_memory()
+        for _ in range(200):
+            cycle()
+        gc.collect()
+        end, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(s) for s in states] == baseline
+    assert end - start < 64 * 1024, f"memory grew by {end - start} bytes over 200 cycles"
+
+
+@needs_c
+def test_interpreter_shutdown_with_open_snapshots_is_clean() -> None:
+    code = """
+import cowstate
+m = cowstate.CopyOnWriteStateMap(initial_capacity=4)
+for i in range(500):
+    m.put(i, "ns", [i])
+m.put("self", "ns", [m])
+snaps = [m.snapshot() for _ in range(3)]
+m.get(1, "ns").append(1)
+it = iter(snaps[1])
+next(it)
+class Cycle:
+    pass
+c = Cycle(); c.snap = m.snapshot(); c.m = m; m.put("c", "ns", c)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+@needs_c
+def test_release_on_a_writer_thread_while_the_owner_mutates() -> None:
+    m = C_MAP(initial_capacity=4)
+    expected: dict[tuple[int, int], list[int]] = {}
+    pending: list[Any] = []
+    lock = threading.Lock()
+    stop = threading.Event()
+    contents_ok: list[bool] = []
+
+    def writer() -> None:
+        while not stop.is_set() or pending:
+            with lock:
+                job = pending.pop(0) if pending else None
+            if job is None:
+                continue
+            snap, frozen = job
+            contents_ok.append({(k, n): s for k, n, s in snap} == frozen)
+            snap.release()
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        for step in range(3000):
+            key = (step * 7919 % 257, step % 3)
+            if step % 5 == 4:
+                m.remove(*key)
+                expected.pop(key, None)
+            else:
+                state = m.get(*key)
+                if state is None:
+                    m.put(*key, [step])
+                    expected[key] = [step]
+                else:
+                    state.append(step)                # allowed: get hands out a private copy
+                    expected[key] = state
+            if step % 50 == 0:
+                frozen = {k: list(v) for k, v in expected.items()}
+                with lock:
+                    pending.append((m.snapshot(), frozen))
+    finally:
+        stop.set()
+        thread.join(60)
+        sys.setswitchinterval(old)
+    assert contents_ok and all(contents_ok)
+    assert {(k, n): s for k, n, s in m} == expected
+    assert not m._open_versions
+    check_map(m)
+
+
+@needs_c
+def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
+    m = C_MAP(initial_capacity=4096)
+    for i in range(3000):
+        m.put(i, "ns", i)
+    before = MapView(m).primary_directory
+    assert before[2] == 1024 and len(before[3]) == 4          # 4096 buckets, 4 chunks
+    snap = m.snapshot()
+    shared = MapView(m).primary_directory[3]
+    assert all(refs == 2 for address, refs in shared if address)  # live + snapshot
+    m.put(0, "ns", -1)                                        # rule C: one chunk copied
+    after = MapView(m).primary_directory[3]
+    changed = [i for i, (a, b) in enumerate(zip(shared, after, strict=True)) if a[0] != b[0]]
+    assert len(changed) == 1 and after[changed[0]][1] == 1
+    assert dict(((k, n), s) for k, n, s in snap)[(0, "ns")] == 0
+    snap.release()
+    assert all(refs == 1 for address, refs in MapView(m).primary_directory[3] if address)
+
+
+@needs_c
+def test_growth_allocates_the_new_tables_chunks_as_the_rehash_reaches_them() -> None:
+    m = C_MAP(initial_capacity=8192)
+    for i in range(6146):                   # the insert that finds 6145 > 6144 starts it
+        m.put(HashKey(i, i), 0, i)
+    view = MapView(m)
+    assert view.rehash_directory is not None and view._rehash_index == 0
+    assert [a for a, _ in view.rehash_directory[3]] == [0] * 16   # nothing allocated yet
+    m.get(HashKey(0, 0), 0)                                   # one step: buckets 0..3
+    allocated = [i for i, (a, _) in enumerate(MapView(m).rehash_directory[3]) if a]
+    assert allocated == [0, 8]                                # chunk of j and of j + L
+    check_map(m)
+
+
+@pytest.mark.parametrize("impl", list(MAPS))
+def test_equal_key_and_namespace_pairs_do_not_share_a_chain(impl: str) -> None:
+    m = MAPS[impl]()
+    for i in range(4000):
+        m.put(i, i, i)
+    view = view_of(m)
+    tables = [view._primary] if view._rehash is None else [view._primary, view._rehash]
+    longest = max(len(chain(head)) for table in tables for head in table)
+    assert longest <= 8, f"a chain of {longest} entries: the composite hash collapses"
+
+
+# --------------------------------------------------- the checker on the C map
+
+
+def corrupted(what: str, *, snapshot: bool = False) -> tuple[Any, list[Any]]:
+    assert C_MAP is not None
+    m = C_MAP(initial_capacity=8)
+    for i in range(5):
+        m.put(HashKey(i, 3), 0, [i])
+    fps = [fingerprint(m.snapshot())] if snapshot else []
+    check_map(m, fps)
+    m._corrupt(what, 3, 5)
+    return m, fps
+
+
+@needs_c
+@pytest.mark.parametrize(("what", "invariant", "snapshot"), [
+    ("hash", 1, False),
+    ("move", 1, False),
+    ("primary_size", 3, False),
+    ("duplicate", 4, False),
+    ("state_version", 5, False),
+    ("write_shared", 8, True),
+    ("chunk_refs", 10, False),
+    ("links", 11, False),
+])
+def test_every_c_invariant_has_a_corruption_the_checker_names(
+        what: str, invariant: int, snapshot: bool) -> None:
+    m, fps = corrupted(what, snapshot=snapshot)
+    with pytest.raises(InvariantViolation, match=f"invariant {invariant} violated"):
+        check_map(m, fps)
+
+
+@needs_c
+def test_a_relinked_snapshot_entry_is_caught() -> None:
+    m, fps = corrupted("relink", snapshot=True)
+    with pytest.raises(InvariantViolation, match="invariant (3|8) violated"):
+        check_map(m, fps)
+
+
+@needs_c
+def test_highest_required_below_the_open_snapshot_is_invariant_5() -> None:
+    assert C_MAP is not None
+    m = C_MAP()
+    m.put(1, 0, [1])
+    fps = [fingerprint(m.snapshot())]
+    m._corrupt("highest_required", 0)
+    with pytest.raises(InvariantViolation, match="invariant 5 violated"):
+        check_map(m, fps)
