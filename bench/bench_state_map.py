@@ -154,9 +154,9 @@ section only.
    the growth of the process's resident set (``/proc/self/statm``; before
    and after the build ``gc.collect()`` and ``malloc_trim(0)``, so memory
    that building freed -- e.g. a dict's old tables -- is not counted)
-   divided by ``N`` -- ``memory per
-   entry (RSS)`` [B/entry], what the structure costs whatever allocator it
-   uses -- and the peak resident set while building (``VmHWM``, reset
+   divided by ``N`` -- ``memory per entry (RSS)`` [B/entry], what the
+   structure costs whatever allocator it uses -- and the peak resident set
+   while building (``VmHWM``, reset
    through ``/proc/self/clear_refs``); both only from 1,000,000 entries on
    (below, memory that earlier steps freed and the allocators reuse hides a
    structure's growth). Then time ``gc.collect()`` (a full

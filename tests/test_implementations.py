@@ -21,9 +21,9 @@ import weakref
 from typing import Any
 
 import pytest
+from conftest import MAPS
 
 import cowstate
-from conftest import MAPS
 from cowstate import maps, state_map
 from cowstate_spec.cmap_view import MapView, view_of
 from cowstate_spec.invariants import InvariantViolation, chain, check_map, fingerprint
@@ -278,7 +278,7 @@ def test_every_c_invariant_has_a_corruption_the_checker_names(
 @needs_c
 def test_a_relinked_snapshot_entry_is_caught() -> None:
     m, fps = corrupted("relink", snapshot=True)
-    with pytest.raises(InvariantViolation, match="invariant (3|8) violated"):
+    with pytest.raises(InvariantViolation, match=r"invariant (3|8) violated"):
         check_map(m, fps)
 
 

@@ -13,8 +13,7 @@ from typing import Any
 
 import pytest
 
-from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_map import _Entry
+from cowstate.state_map import CopyOnWriteStateMap, _Entry
 from cowstate_spec.invariants import (
     InvariantViolation,
     chain,

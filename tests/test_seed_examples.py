@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.introspection import describe
+from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate_spec.invariants import chain
 from cowstate_spec.keys import HashKey, value_key
 

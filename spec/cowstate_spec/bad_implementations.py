@@ -17,10 +17,10 @@ import textwrap
 from dataclasses import dataclass
 from typing import Any
 
-from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import CheckpointStorage
+from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
