@@ -3,14 +3,21 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+CMAP   := $(VENV)/.cmap-built
 
-.PHONY: test demo bench lint typecheck crosshair pytest deep verify mutate clean
+.PHONY: test demo bench lint typecheck crosshair pytest deep verify mutate sanitize clean
 
-$(STAMP): pyproject.toml
+## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
+## when its source changes, without reinstalling everything.
+$(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb]'
 	touch $(STAMP)
+
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c setup.py
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $(CMAP)
 
 ## make test: ruff, mypy --strict, bounded CrossHair, then the whole pytest suite
 ## (ci profile under CI=true)
@@ -19,7 +26,7 @@ test: lint typecheck crosshair pytest
 lint: $(STAMP)
 	$(VENV)/bin/ruff check impl model spec tests bench scripts
 
-typecheck: $(STAMP)
+typecheck: $(CMAP)
 	$(VENV)/bin/mypy --strict impl model spec
 
 ## CrossHair over the contracts of cowstate.arithmetic and cowstate.key_groups, and the fast/plain equivalences
@@ -30,15 +37,15 @@ crosshair: $(STAMP)
 ## PYTHONHASHSEED=0: the ci profile replays the same examples every run, and with
 ## a fixed seed string keys also land in the same buckets, so a run is
 ## reproducible bit for bit (tests of other seeds set their own).
-pytest: $(STAMP)
+pytest: $(CMAP)
 	PYTHONHASHSEED=0 $(PY) -m pytest
 
 ## make demo: the main job, a differential run of the implementation against the model
-demo: $(STAMP)
+demo: $(CMAP)
 	$(VENV)/bin/cowstate check --preset smoke
 
 ## make bench: the benchmarks, peers side by side (see bench/README.md)
-bench: $(STAMP)
+bench: $(CMAP)
 	$(PY) bench/bench_state_map.py
 	$(PY) bench/bench_differential.py
 	$(PY) bench/bench_table_backend.py
@@ -62,6 +69,11 @@ verify: $(STAMP)
 ## writes build/mutation/report.md (see scripts/mutation.py)
 mutate: $(STAMP)
 	$(PY) scripts/mutation.py --scope $(or $(SCOPE),core)
+
+## make sanitize: the C map under AddressSanitizer + UBSan (gcc runtimes), running the
+## map machines over the C map and the C-map tests (see scripts/sanitize.sh)
+sanitize: $(CMAP)
+	bash scripts/sanitize.sh
 
 clean:
 	rm -rf $(VENV) .hypothesis .mypy_cache .ruff_cache .pytest_cache build

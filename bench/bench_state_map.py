@@ -148,24 +148,18 @@ section only.
    structure's own pauses: table doubling / dict resize). The mean insert
    time is reported too. Only one structure exists during a growth; all
    ``N``-entry structures of the other steps are freed before.
-6. full collection and resident memory, one structure at a time: with only
-   the keys tuple and the operation list alive (both untracked by the
-   collector), build one structure (GC off), then ``gc.collect()``; record
-   the growth of the process's resident set (``/proc/self/statm``; before
-   and after the build ``gc.collect()`` and ``malloc_trim(0)``, so memory
-   that building freed -- e.g. a dict's old tables -- is not counted)
-   divided by ``N`` -- ``memory per entry (RSS)`` [B/entry], what the
-   structure costs whatever allocator it uses -- and the peak resident set
-   while building (``VmHWM``, reset
-   through ``/proc/self/clear_refs``); both only from 1,000,000 entries on
-   (below, memory that earlier steps freed and the allocators reuse hides a
-   structure's growth). Then time ``gc.collect()`` (a full
+6. full collection, one structure at a time: with only the keys tuple and
+   the operation list alive (both untracked by the collector), build one
+   structure (GC off), ``gc.collect()``, then time ``gc.collect()`` (a full
    collection) 1 + 5 times (warm-up discarded, median) with that structure
    alive: ``full gc.collect()`` [ms]. The same collection with no structure
    built is printed as the baseline (what the interpreter's own objects
    cost); the dict is untracked by the collector (its keys and values are
    untracked), so its figure is about that baseline, and so must a map's be
-   that holds no container.
+   that holds no container. (The process's resident-set growth per build was
+   tried as an allocator-independent memory figure and dropped: after the
+   earlier steps free their structures, the allocators reuse memory they kept
+   and a build grows the resident set by a fraction of what it allocates.)
 7. memory (tracemalloc, bytes/entry): ``tracemalloc`` traces a fresh build of
    each structure from the already existing key ints, namespace strings and
    cached state ints, so the figure is what the structure itself allocates
@@ -273,9 +267,6 @@ DEFAULT_SIZES = (1_000_000, 10_000_000)
 QUICK_SIZE = 100_000
 QUICK_GROW_TO = 400_000
 DEFAULT_FULL_PEERS_UP_TO = 2_000_000
-#: below this size the resident-set rows are not reported: memory freed by
-#: earlier steps and reused by the allocators hides a structure's growth
-RSS_FROM = 1_000_000
 
 MAP_C = "c_map"
 MAP = "cow_map"
@@ -412,6 +403,14 @@ class ValueSource:
         n = self._runs.get(structure, -1) + 1
         self._runs[structure] = n
         return 128 + n % 128
+
+
+def load_average() -> list[float] | None:
+    """The 1/5/15-minute load averages (other processes compete for the CPUs)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (OSError, AttributeError):
+        return None
 
 
 def log(msg: str) -> None:
@@ -981,51 +980,17 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _load_malloc_trim()
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-
-
-def rss_bytes() -> int | None:
-    """The resident set of this process, or None where /proc is missing."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def reset_peak_rss() -> bool:
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
-def peak_rss_bytes() -> int | None:
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
-
-
 def release_memory() -> None:
     gc.collect()
     if _MALLOC_TRIM is not None:
         _MALLOC_TRIM(0)
 
 
-def phase_gc_memory(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> list[Result]:
-    """Step 6: RSS per entry and full-collection time, one structure alive at a time."""
+def phase_gc(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> list[Result]:
+    """Step 6: full-collection time, one structure alive at a time."""
     big = cfg.big(n)
     r_gc = Result("gc_full", "full gc.collect(), structure alive", "ms")
-    r_rss = Result("rss", "memory per entry (RSS)", "B/entry")
-    r_peak = Result("rss_peak", "peak RSS while building", "B/entry")
-    rows = [r_gc, r_rss, r_peak]
+    rows = [r_gc]
     for row in rows:
         row.missing.update({DICT_DEEPCOPY: "=dict", DICT_COPY: "=dict", IMM_MUTATE: "=imm"})
     kinds = [*built_maps(), DICT, IMM]
@@ -1034,9 +999,6 @@ def phase_gc_memory(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> 
             row.missing[PMAP] = cfg.skip_note
     else:
         kinds.append(PMAP)
-    if n < RSS_FROM:
-        for row in (r_rss, r_peak):
-            row.missing.update({k: f"n/a (<{_short(RSS_FROM)})" for k in kinds})
 
     def time_collections(warmup: int, repeats: int) -> Sample:
         return measure(functools.partial(time_ns, gc.collect), warmup=warmup,
@@ -1048,23 +1010,14 @@ def phase_gc_memory(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> 
     log(f"full gc.collect() with no structure built: {baseline.median:.2f} ms")
     for kind in kinds:
         release_memory()
-        before = rss_bytes()
-        can_peak = reset_peak_rss()
         t = time.perf_counter()
         obj = builder(kind, w.keys)()
         build_s = time.perf_counter() - t
-        release_memory()                      # freed growth tables go back to the OS too
-        after, peak = rss_bytes(), peak_rss_bytes() if can_peak else None
-        if before is not None and after is not None and n >= RSS_FROM:
-            r_rss.set(kind, Sample.single((after - before) / n))
-            if peak is not None:
-                r_peak.set(kind, Sample.single((peak - before) / n))
+        release_memory()
         slow = kind == MAP and big
         sample = time_collections(0 if slow else cfg.warmup, 1 if slow else cfg.repeats)
         r_gc.set(kind, sample)
-        rss_note = "" if before is None or after is None or n < RSS_FROM else (
-            f", RSS +{(after - before) / n:.1f} B/entry")
-        log(f"  {LABELS.get(kind, kind)}: built in {build_s:.1f}s{rss_note}; full gc.collect() "
+        log(f"  {LABELS.get(kind, kind)}: built in {build_s:.1f}s; full gc.collect() "
             f"{sample.median:,.2f} ms" + (" (1 run: slow)" if slow else ""))
         del obj
     if big and MAP in kinds:
@@ -1238,7 +1191,7 @@ class SizeRun:
 
 def summary_rows(size_runs: list[SizeRun], growth: list[Result]) -> list[Result]:
     """Issue 13's table: the rows its targets use, one block per size."""
-    wanted = ("get", "put", "put_snapshot", "snapshot_pause", "gc_full", "memory", "rss")
+    wanted = ("get", "put", "put_snapshot", "snapshot_pause", "gc_full", "memory")
     out = []
     for sr in size_runs:
         by_metric = {r.metric: r for r in sr.results}
@@ -1248,7 +1201,7 @@ def summary_rows(size_runs: list[SizeRun], growth: list[Result]) -> list[Result]
                 continue
             short = {"get": "get", "put": "put", "put_snapshot": "put, snapshot open",
                      "snapshot_pause": "snapshot() pause", "gc_full": "full gc.collect()",
-                     "memory": "memory/entry", "rss": "memory/entry (RSS)"}[metric]
+                     "memory": "memory/entry"}[metric]
             out.append(Result(f"{metric}@{sr.entries}", f"{short} @{_short(sr.entries)}",
                               r.unit, samples=dict(r.samples), missing=dict(r.missing),
                               paired=r.paired))
@@ -1276,7 +1229,8 @@ def run(cfg: Config) -> dict[str, Any]:
     started = time.perf_counter()
     log(implementation_summary())
     notes: dict[str, Any] = {"competitors": dict(LABELS),
-                             "implementations": implementation_summary()}
+                             "implementations": implementation_summary(),
+                             "load_average_at_start": load_average()}
     size_runs: list[SizeRun] = []
     for n in cfg.sizes:
         ops = cfg.ops_for(n)
@@ -1285,8 +1239,8 @@ def run(cfg: Config) -> dict[str, Any]:
         sr = SizeRun(n, ops, [])
         sr.results += phase_operations(cfg, n, w, sr.notes)
         release_memory()
-        log(f"full collections and RSS, one structure at a time ({n:,} entries)")
-        sr.results += phase_gc_memory(cfg, n, w, sr.notes)
+        log(f"full collections, one structure at a time ({n:,} entries)")
+        sr.results += phase_gc(cfg, n, w, sr.notes)
         if not cfg.skip_memory:
             log(f"memory (tracemalloc, {n:,} entries)")
             sr.results += phase_memory(cfg, n, w)
@@ -1307,6 +1261,7 @@ def run(cfg: Config) -> dict[str, Any]:
         owner = phase_owner(cfg, notes)
 
     wall = time.perf_counter() - started
+    notes["load_average_at_end"] = load_average()
     missing_reason = {c: NOT_BUILT for c, cls in MAP_CLASSES.items() if cls is None}
     owner_labels = {c.key: c.label for c in OWNER_COMPETITORS}
     base = MAP_C if C_MAP is not None else MAP
@@ -1325,7 +1280,9 @@ def run(cfg: Config) -> dict[str, Any]:
     print(f"Copy-on-write state map benchmark (issue 13): sizes "
           f"{', '.join(f'{n:,}' for n in cfg.sizes)}; median of {cfg.repeats} rounds after "
           f"{cfg.warmup} warm-up; growth to {cfg.grow_to:,}: median of {cfg.grow_repeats}")
-    print(f"Python {sys.version.split()[0]}; {implementation_summary()}")
+    print(f"Python {sys.version.split()[0]}; {implementation_summary()}; load average "
+          f"(1, 5, 15 min) at start {notes['load_average_at_start']}, at end "
+          f"{notes['load_average_at_end']} (other processes share the CPUs)")
     print(f"Competitors skipped above {cfg.full_peers_up_to:,} entries (cells "
           f"'{cfg.skip_note}'): "
           "pmap; dict+deepcopy's snapshot rows; the pure map's growth; tracemalloc rows. "
@@ -1429,7 +1386,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--no-pin", dest="pin", action="store_false",
                    help="do not pin to one CPU during the owner-under-load step")
     p.add_argument("--skip-memory", action="store_true",
-                   help="skip the tracemalloc step (RSS is still measured)")
+                   help="skip the tracemalloc step")
     p.add_argument("--skip-growth", action="store_true", help="skip the growth step")
     p.add_argument("--skip-owner", action="store_true", help="skip the owner-under-load step")
     p.add_argument("--output", type=Path, default=None,

@@ -9,16 +9,15 @@
  * layout: entries are C structs, the garbage collector sees one map object, and
  * a snapshot copies a directory of chunk pointers instead of the bucket list.
  *
- * Entry layout (56 bytes, pymalloc)
+ * Entry layout (48 bytes, pymalloc)
  * ---------------------------------
  *
  *     struct Entry { Entry *next; PyObject *key, *ns, *state; uint64 hash;
- *                    uint32 links; int32 entry_version, state_version; }
+ *                    int32 entry_version, state_version; }
  *
  * `key`, `ns` and `state` are strong references. `hash` is the composite hash
  * (cowstate.arithmetic.composite_hash: hash(key) * HASH_MIX + hash(ns) modulo
- * 2**64, then h ^ (h >> 16)). `links` counts the pointers to this entry: bucket
- * slots of chunks and `next` fields of other entries (invariant 11).
+ * 2**64, then h ^ (h >> 16)).
  *
  * The chunked bucket directory
  * ----------------------------
@@ -42,10 +41,10 @@
  * state_version against H, the highest open snapshot version. Rule C is new:
  *
  * Rule C (chunks)   Before writing a bucket slot of a chunk whose `refs` > 1,
- *                   replace it in the live directory by a copy (its entries
- *                   gain one link each; the old chunk loses the live
- *                   directory's count). An unallocated chunk is allocated
- *                   zeroed on its first write.
+ *                   replace it in the live directory by a copy (a memcpy of
+ *                   its slots; the old chunk loses the live directory's
+ *                   count). An unallocated chunk is allocated zeroed on its
+ *                   first write.
  *
  * Rule C guards bucket heads, rule E guards `next` links and entry fields,
  * rule S guards the states' insides: together nothing an open snapshot can
@@ -64,16 +63,28 @@
  * allocated before anything is relinked, so a MemoryError leaves the map as
  * it was (invariant 2 never sees a half-moved bucket).
  *
- * Ownership and reclamation
- * -------------------------
- * Entries and chunks are reference counted (`links`, `refs`). The live table
- * and every open snapshot hold their directories' chunks; chunks hold their
- * bucket heads; entries hold their successors. Releasing a snapshot drops its
- * directory: chunks nobody else holds are freed, and with them entries only
- * that snapshot could reach, iteratively (no recursion along a chain). So an
- * entry shared with open snapshots stays valid until the last one that can
- * reach it is released. Dropping a snapshot without release() releases it.
+ * Ownership and reclamation: retirement by version
+ * -------------------------------------------------
+ * Chunks are reference counted (`refs`); entries are not. The live table owns
+ * every entry it reaches. An entry leaves the live table when it is removed,
+ * or replaced by its copy (rules E and S, a rehash relinking it). Then:
  *
+ *     entry_version >= H   no open snapshot reaches it (invariant 6):
+ *                          freed, as the operation's last step
+ *     entry_version <  H   an open snapshot may reach it: retired into the
+ *                          batch of the current version V
+ *
+ * A snapshot taken later than V cannot reach an entry retired at V, so batch V
+ * is freed as soon as no open snapshot has a version <= V (the oldest open
+ * version is above V, or none is open). Release frees those batches after
+ * the bookkeeping is done. So an entry shared with open snapshots stays valid
+ * until the last one that can reach it is released, and copying a chunk never
+ * touches its entries (no per-entry counts to bump: a plain memcpy).
+ * A retired entry is never followed: its `next` may point to an entry freed
+ * since, and nothing reads it (only open snapshots reach entries, and any
+ * entry an open snapshot reaches is live or retained). Dropping a snapshot
+ * without release() releases it.
+
  * Garbage collector
  * -----------------
  * Entries are not Python objects. The map's tp_traverse visits the key,
@@ -96,7 +107,11 @@
  * Python code runs, (c) decref replaced objects only as their last step, and
  * (d) detect re-entrant changes of the map by the owner itself through
  * `stamp` (bumped by every structural write): a lookup restarts, any other
- * step raises ConcurrentModificationError before it writes.
+ * step raises ConcurrentModificationError before it writes. A release
+ * detaches the batches it frees before freeing them, so an owner retiring
+ * entries during a __del__ the release runs never meets a half-freed batch.
+ * Iterators copy one bucket's chain (new references) when they reach it and
+ * hold no entry pointer between two next() calls.
  *
  * Invariants
  * ----------
@@ -105,8 +120,10 @@
  *
  * 10. Chunks: every chunk's `refs` equals the number of directories (live and
  *     open snapshots) that hold it; a chunk with refs > 1 is never written.
- * 11. Links: every entry's `links` equals the number of slots and `next`
- *     fields, in the live table and in open snapshots, that point to it.
+ * 11. Retirement: no retired entry is reachable from the live table; every
+ *     entry an open snapshot reaches is live or retained in a batch whose
+ *     version is >= that snapshot's; no batch outlives every snapshot of a
+ *     version <= its own.
  *
  * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
  * defects the specification must catch (cowstate_spec.bad_cmaps); the module
@@ -152,10 +169,18 @@ typedef struct Entry {
     PyObject *ns;
     PyObject *state;
     uint64_t hash;
-    uint32_t links;
     int32_t entry_version;
     int32_t state_version;
 } Entry;
+
+/* Entries retired at one version, freed when no open snapshot is that old. */
+typedef struct Batch {
+    struct Batch *next;         /* older batches first */
+    int32_t version;
+    Py_ssize_t size;
+    Py_ssize_t capacity;
+    Entry **entries;
+} Batch;
 
 typedef struct Chunk {
     Py_ssize_t refs;
@@ -185,6 +210,8 @@ typedef struct MapObject {
     uint64_t mod_count;         /* mappings added or removed */
     uint64_t structure_count;   /* rehash steps */
     uint64_t stamp;             /* every structural write (re-entrancy check) */
+    Batch *retired;             /* oldest first; the newest is at `retired_tail` */
+    Batch *retired_tail;
     PyObject *serializer;
     PyObject *weakreflist;
 } MapObject;
@@ -211,7 +238,8 @@ typedef struct IterObject {
     uint64_t expected_mod, expected_structure;
     int table;                  /* map: 0 primary, 1 rehash; snapshot: region 0..2 */
     Py_ssize_t bucket;
-    Entry *current;             /* holds a link; NULL: read the next bucket */
+    PyObject *chain;            /* StateEntry tuples of the current bucket (a list) */
+    Py_ssize_t position;        /* next index into `chain` */
     int started;
     int done;
 } IterObject;
@@ -266,41 +294,30 @@ static Entry *entry_new(PyObject *key, PyObject *ns, PyObject *state, uint64_t h
     e->ns = Py_NewRef(ns);
     e->state = Py_XNewRef(state);
     e->hash = hash;
-    e->links = 1;
     e->entry_version = entry_version;
     e->state_version = state_version;
     return e;
 }
 
-/* A shallow copy: same objects, same successor (which gains a link). The copy
- * starts with one link, for whoever installs it. */
+/* A shallow copy: same objects, same successor. */
 static Entry *entry_copy(const Entry *e, int32_t entry_version)
 {
     Entry *c = entry_new(e->key, e->ns, e->state, e->hash, entry_version, e->state_version);
-    if (c != NULL && e->next != NULL) {
+    if (c != NULL)
         c->next = e->next;
-        e->next->links++;
-    }
     return c;
 }
 
-/* Drop one link to `e`; free what nobody links any more, along the chain,
- * without recursion. Decrefs of keys and states may run Python code, so
- * callers drop links only as their last step, or where a copy still holds
- * the same objects (then nothing reaches zero but the entry itself). */
-static void entry_unlink(Entry *e)
+/* Free one entry (not its successors). Decrefs of keys and states may run
+ * Python code, so callers free entries only as their last step, or where a
+ * copy still holds the same objects. */
+static void entry_free(Entry *e)
 {
-    while (e != NULL) {
-        if (--e->links > 0)
-            return;
-        Entry *next = e->next;
-        PyObject *key = e->key, *ns = e->ns, *state = e->state;
-        PyMem_Free(e);
-        Py_DECREF(key);
-        Py_DECREF(ns);
-        Py_XDECREF(state);
-        e = next;
-    }
+    PyObject *key = e->key, *ns = e->ns, *state = e->state;
+    PyMem_Free(e);
+    Py_DECREF(key);
+    Py_DECREF(ns);
+    Py_XDECREF(state);
 }
 
 /* ------------------------------------------------------------------- chunks */
@@ -316,15 +333,11 @@ static Chunk *chunk_new(Py_ssize_t slots)
     return c;
 }
 
-static void chunk_decref(Chunk *c, Py_ssize_t slots)
+/* Drop one directory's count; the last frees the chunk (never its entries). */
+static void chunk_decref(Chunk *c)
 {
-    if (c == NULL || --c->refs > 0)
-        return;
-    for (Py_ssize_t i = 0; i < slots; i++) {
-        if (c->slots[i] != NULL)
-            entry_unlink(c->slots[i]);
-    }
-    PyMem_Free(c);
+    if (c != NULL && --c->refs == 0)
+        PyMem_Free(c);
 }
 
 /* ------------------------------------------------------------------- tables */
@@ -352,10 +365,10 @@ static void table_free(Table *t)
     if (t->dir == NULL)
         return;
     Chunk **dir = t->dir;
-    Py_ssize_t n = t->ndir, slots = chunk_slots(t);
+    Py_ssize_t n = t->ndir;
     t->dir = NULL;
     for (Py_ssize_t i = 0; i < n; i++)
-        chunk_decref(dir[i], slots);
+        chunk_decref(dir[i]);
     PyMem_Free(dir);
 }
 
@@ -408,10 +421,6 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
         }
         copy->refs = 1;
         memcpy(copy->slots, c->slots, (size_t)slots * sizeof(Entry *));
-        for (Py_ssize_t i = 0; i < slots; i++) {
-            if (copy->slots[i] != NULL)
-                copy->slots[i]->links++;                     /* inv. 11: a second slot */
-        }
         c->refs--;                                           /* still held by a snapshot */
         t->dir[index] = c = copy;
     }
@@ -422,6 +431,102 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
 /* ---------------------------------------------------------------- the map */
 
 static inline Py_ssize_t map_len(const MapObject *m) { return m->primary_size + m->rehash_size; }
+
+/* --------------------------------------------------------------- retirement */
+
+/* Retire `e` (it left the live table while an open snapshot may reach it)
+ * into the batch of the current version. Frees nothing, runs no Python code.
+ * Out of memory, the entry is leaked rather than freed: a snapshot may read it. */
+static void retire(MapObject *m, Entry *e)
+{
+    Batch *b = m->retired_tail;
+    if (b == NULL || b->version != m->version) {
+        b = PyMem_Malloc(sizeof(Batch));
+        if (b == NULL)
+            return;
+        b->next = NULL;
+        b->version = m->version;
+        b->size = b->capacity = 0;
+        b->entries = NULL;
+        if (m->retired_tail != NULL)
+            m->retired_tail->next = b;
+        else
+            m->retired = b;
+        m->retired_tail = b;
+    }
+    if (b->size == b->capacity) {
+        Py_ssize_t capacity = b->capacity ? b->capacity * 2 : 16;
+        Entry **grown = PyMem_Realloc(b->entries, (size_t)capacity * sizeof(Entry *));
+        if (grown == NULL)
+            return;
+        b->entries = grown;
+        b->capacity = capacity;
+    }
+    b->entries[b->size++] = e;
+}
+
+/* `e` left the live table: retire it if a snapshot may reach it (inv. 6),
+ * else free it. Freeing runs Python code: only as an operation's last step. */
+static void leave_live(MapObject *m, Entry *e)
+{
+    if (e->entry_version < m->highest)
+        retire(m, e);
+    else
+        entry_free(e);
+}
+
+/* Detach the batches no open snapshot can reach: those of a version below the
+ * oldest open one (all when none is open). The caller frees them. */
+static Batch *detach_unreachable_batches(MapObject *m)
+{
+    int32_t oldest = m->nopen ? m->open[0] : INT32_MAX;
+    Batch *head = m->retired, *last = NULL;
+    for (Batch *b = head; b != NULL && b->version < oldest; b = b->next)
+        last = b;
+    if (last == NULL)
+        return NULL;
+    m->retired = last->next;
+    if (m->retired == NULL)
+        m->retired_tail = NULL;
+    last->next = NULL;
+    return head;
+}
+
+static void free_batches(Batch *b)
+{
+    while (b != NULL) {
+        Batch *next = b->next;
+        for (Py_ssize_t i = 0; i < b->size; i++)
+            entry_free(b->entries[i]);
+        PyMem_Free(b->entries);
+        PyMem_Free(b);
+        b = next;
+    }
+}
+
+/* Free (or, with snapshots open, retire) every entry of a detached table. */
+static void table_drop_entries(MapObject *m, Table *t)
+{
+    if (t->dir == NULL)
+        return;
+    Py_ssize_t slots = chunk_slots(t);
+    for (Py_ssize_t i = 0; i < t->ndir; i++) {
+        Chunk *c = t->dir[i];
+        if (c == NULL)
+            continue;
+        for (Py_ssize_t j = 0; j < slots; j++) {
+            Entry *e = c->slots[j];
+            while (e != NULL) {
+                Entry *next = e->next;
+                if (m->nopen > 0)
+                    retire(m, e);
+                else
+                    entry_free(e);
+                e = next;
+            }
+        }
+    }
+}
 
 /* The table and bucket that hold hash h (invariant 2: arithmetic.in_rehash_table). */
 static inline Table *select_table(MapObject *m, uint64_t h, Py_ssize_t *bucket)
@@ -565,7 +670,7 @@ static Entry *copy_chain(MapObject *m, Table *t, Py_ssize_t bucket, Entry *until
             if (copy == NULL)
                 return NULL;         /* the copies made so far are equal: nothing lost */
             *link = copy;
-            entry_unlink(cur);       /* an open snapshot still links it (inv. 6) */
+            retire(m, cur);          /* an open snapshot may still reach it (inv. 6) */
             cur = copy;
         }
         if (last)
@@ -619,7 +724,7 @@ static int move_bucket(MapObject *m, Py_ssize_t r, Py_ssize_t *moved)
             Entry *c = entry_new(e->key, e->ns, e->state, e->hash, version, e->state_version);
             if (c == NULL) {
                 while (made > 0)
-                    entry_unlink(copies[--made]);   /* objects still held by e: no Python runs */
+                    entry_free(copies[--made]);     /* objects still held by e: no Python runs */
                 if (copies != stack)
                     PyMem_Free(copies);
                 return -1;
@@ -628,7 +733,7 @@ static int move_bucket(MapObject *m, Py_ssize_t r, Py_ssize_t *moved)
         }
     }
 
-    /* Relink; nothing below fails. We hold the old slot's link to `e`. */
+    /* Relink; nothing below fails. */
     m->stamp++;
     *old_slot = NULL;
     made = 0;
@@ -639,15 +744,13 @@ static int move_bucket(MapObject *m, Py_ssize_t r, Py_ssize_t *moved)
         Entry **dst = &new->dir[pos >> new->bits]->slots[pos & (chunk_slots(new) - 1)];
         if (e->entry_version < required) {                   /* rule E: relinking a shared entry */
             Entry *c = copies[made++];
-            c->next = *dst;                                  /* takes the slot's link */
+            c->next = *dst;
             *dst = c;
-            if (successor != NULL)
-                successor->links++;                          /* e keeps its own link to it */
-            entry_unlink(e);                                 /* drop our link; a snapshot holds e */
+            retire(m, e);                                    /* a snapshot may reach e */
         }
         else {
-            e->next = *dst;                                  /* e's link to successor is ours now */
-            *dst = e;                                        /* our link to e becomes the slot's */
+            e->next = *dst;                                  /* private: relinked in place */
+            *dst = e;
         }
         e = successor;
         (*moved)++;
@@ -674,7 +777,7 @@ static int incremental_rehash(MapObject *m)
         r++;
         if ((r & (chunk_slots(&m->primary) - 1)) == 0) {      /* an old chunk is empty */
             Py_ssize_t index = (r - 1) >> m->primary.bits;
-            chunk_decref(m->primary.dir[index], chunk_slots(&m->primary));
+            chunk_decref(m->primary.dir[index]);
             m->primary.dir[index] = NULL;
         }
         if (r == capacity) {                                 /* complete: install the table */
@@ -726,7 +829,7 @@ static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
     e = entry_new(key, ns, NULL, h, m->version, m->version);
     if (e == NULL)
         return NULL;
-    e->next = *slot;                                          /* takes the slot's link */
+    e->next = *slot;
     *slot = e;
     m->stamp++;
     m->mod_count++;
@@ -904,8 +1007,8 @@ static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssi
     return result;
 }
 
-/* Unlink the entry of (key, ns); returns it with the live link handed to the
- * caller (who drops it last), or NULL (absent, or error if PyErr_Occurred). */
+/* Unlink the entry of (key, ns); returns it for the caller to pass to
+ * leave_live() as its last step, or NULL (absent, or error if PyErr_Occurred). */
 static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
 {
     Table *t;
@@ -920,8 +1023,6 @@ static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns
         if (slot == NULL)
             return NULL;
         *slot = e->next;                                      /* the live bucket list */
-        if (e->next != NULL)
-            e->next->links++;                                 /* e keeps its own link */
     }
     else {
 #if COWSTATE_BUG != BUG_RELINKS_SHARED_PREDECESSOR
@@ -931,9 +1032,7 @@ static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns
                 return NULL;
         }
 #endif
-        prev->next = e->next;                                 /* prev's link to e is the caller's */
-        if (e->next != NULL)
-            e->next->links++;
+        prev->next = e->next;                                 /* prev is private (rule E) */
     }
     m->stamp++;
     m->mod_count++;
@@ -957,7 +1056,7 @@ static PyObject *Map_remove(MapObject *m, PyObject *const *args, Py_ssize_t narg
             return NULL;
         Py_RETURN_NONE;
     }
-    entry_unlink(e);                                          /* last step: may run __del__ */
+    leave_live(m, e);                                         /* last step: may run __del__ */
     Py_RETURN_NONE;
 }
 
@@ -1000,7 +1099,7 @@ static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_
             raise_reentrant("serializer.copy");
         return NULL;
     }
-    entry_unlink(e);
+    leave_live(m, e);
     return result;
 }
 
@@ -1205,12 +1304,13 @@ static int snap_release(SnapObject *s)
     if (release_version(s->owner, s->version) < 0)
         return -1;
     s->released = 1;
-    /* Drop the directories last: freeing entries may run __del__ (and with it
-     * other threads); the bookkeeping above is already consistent. */
     Table primary = s->primary, rehash = s->rehash;
     s->primary.dir = s->rehash.dir = NULL;
-    table_free(&primary);
+    table_free(&primary);                       /* chunks only: no Python code runs */
     table_free(&rehash);
+    /* Free last, detached first: freeing entries may run __del__ (and with it
+     * the owner's thread); the bookkeeping above is already consistent. */
+    free_batches(detach_unreachable_batches(s->owner));
     return 0;
 }
 
@@ -1249,9 +1349,11 @@ static PyObject *make_iter(PyObject *source, int is_snapshot, int mode, PyObject
     it->filter_ns = Py_XNewRef(filter_ns);
     it->table = 0;
     it->bucket = 0;
-    it->current = NULL;
+    it->chain = NULL;
+    it->position = 0;
     it->started = 0;
     it->done = 0;
+    it->expected_mod = it->expected_structure = 0;
     if (!is_snapshot) {
         MapObject *m = (MapObject *)source;
         it->expected_mod = m->mod_count;       /* read at iter(), not at the first next() */
@@ -1289,16 +1391,22 @@ static PyObject *Map_size_of_namespace(MapObject *m, PyObject *ns)
     return PyLong_FromSsize_t(n);
 }
 
-static void iter_drop_current(IterObject *it)
+static PyObject *entry_item(Entry *e)
 {
-    Entry *e = it->current;
-    it->current = NULL;
-    if (e != NULL)
-        entry_unlink(e);
+    PyTypeObject *type = (PyTypeObject *)StateEntry_type;
+    PyObject *t = type->tp_alloc(type, 3);         /* a StateEntry (a tuple subclass) */
+    if (t == NULL)
+        return NULL;
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(e->key));
+    PyTuple_SET_ITEM(t, 1, Py_NewRef(e->ns));
+    PyTuple_SET_ITEM(t, 2, Py_NewRef(e->state));
+    return t;
 }
 
-/* Next bucket head of the source, or NULL at the end (it->done). */
-static Entry *iter_next_head(IterObject *it)
+/* The next non-empty bucket's chain of the source, as a list of StateEntry
+ * tuples (no pointer into the map survives this call); NULL at the end (with
+ * no error set) or on error. */
+static PyObject *iter_next_chain(IterObject *it)
 {
     for (;;) {
         const Table *t;
@@ -1306,21 +1414,15 @@ static Entry *iter_next_head(IterObject *it)
         if (it->is_snapshot) {
             SnapObject *s = (SnapObject *)it->source;
             /* compact layout: primary[r:L], rehash[0:r], rehash[L:L+r] */
-            if (s->rehash.dir == NULL) {
-                if (it->table > 0)
-                    return NULL;
+            if (it->table == 0) {
                 t = &s->primary;
                 end = s->primary.capacity;
             }
-            else if (it->table == 0) {
-                t = &s->primary;
-                end = s->primary.capacity;
-            }
-            else if (it->table == 1) {
+            else if (s->rehash.dir != NULL && it->table == 1) {
                 t = &s->rehash;
                 end = s->r;
             }
-            else if (it->table == 2) {
+            else if (s->rehash.dir != NULL && it->table == 2) {
                 t = &s->rehash;
                 end = s->primary.capacity + s->r;
             }
@@ -1329,12 +1431,10 @@ static Entry *iter_next_head(IterObject *it)
         }
         else {
             MapObject *m = (MapObject *)it->source;
-            if (it->table == 0) {
+            if (it->table == 0)
                 t = &m->primary;
-            }
-            else if (it->table == 1 && m->rehash.dir != NULL) {
+            else if (it->table == 1 && m->rehash.dir != NULL)
                 t = &m->rehash;
-            }
             else
                 return NULL;
             end = t->capacity;
@@ -1346,9 +1446,28 @@ static Entry *iter_next_head(IterObject *it)
                 it->bucket = ((b >> t->bits) + 1) << t->bits;
                 continue;
             }
-            Entry *e = c->slots[b & (chunk_slots(t) - 1)];
-            if (e != NULL)
-                return e;
+            Entry *head = c->slots[b & (chunk_slots(t) - 1)];
+            if (head == NULL)
+                continue;
+            Py_ssize_t n = 0;
+            for (Entry *e = head; e != NULL; e = e->next)
+                n++;
+            PyObject *chain = PyList_New(n);
+            if (chain == NULL)
+                return NULL;
+            /* No Python code runs until the chain is copied: tp_alloc of a
+             * StateEntry cannot trigger the GC (tuples of 3 come from a free
+             * list or plain allocation), and nothing here calls back. */
+            Py_ssize_t i = 0;
+            for (Entry *e = head; e != NULL; e = e->next) {
+                PyObject *item = entry_item(e);
+                if (item == NULL) {
+                    Py_DECREF(chain);
+                    return NULL;
+                }
+                PyList_SET_ITEM(chain, i++, item);
+            }
+            return chain;
         }
         it->table++;
         if (it->is_snapshot) {
@@ -1380,64 +1499,40 @@ static int iter_check(IterObject *it)
     return 0;
 }
 
-static PyObject *entry_item(Entry *e)
-{
-    PyTypeObject *type = (PyTypeObject *)StateEntry_type;
-    PyObject *t = type->tp_alloc(type, 3);         /* a StateEntry (a tuple subclass) */
-    if (t == NULL)
-        return NULL;
-    PyTuple_SET_ITEM(t, 0, Py_NewRef(e->key));
-    PyTuple_SET_ITEM(t, 1, Py_NewRef(e->ns));
-    PyTuple_SET_ITEM(t, 2, Py_NewRef(e->state));
-    return t;
-}
-
 static PyObject *Iter_next(IterObject *it)
 {
     for (;;) {
         if (it->done)
             return NULL;
-        if (iter_check(it) < 0) {
+        if (iter_check(it) < 0) {                 /* before every item, as the pure map */
             it->done = 1;
-            iter_drop_current(it);
+            Py_CLEAR(it->chain);
             return NULL;
         }
         it->started = 1;
-        Entry *e = it->current;
-        if (e == NULL) {
-            e = iter_next_head(it);
-            if (e == NULL) {
+        if (it->chain == NULL || it->position >= PyList_GET_SIZE(it->chain)) {
+            Py_CLEAR(it->chain);
+            it->chain = iter_next_chain(it);
+            it->position = 0;
+            if (it->chain == NULL) {
                 it->done = 1;
-                iter_check(it);         /* the pure map checks once more at the end */
+                if (!PyErr_Occurred())
+                    iter_check(it);              /* the pure map checks once more at the end */
                 return NULL;
             }
-            e->links++;                                /* ours while we look at it */
         }
-        /* advance: hold the successor before anything Python runs */
-        it->current = e->next;
-        if (e->next != NULL)
-            e->next->links++;
-        PyObject *result = NULL;
-        if (it->mode == ITER_ENTRIES) {
-            result = entry_item(e);
-        }
-        else {
-            PyObject *eq = PyObject_RichCompare(e->ns, it->filter_ns, Py_EQ);
-            int match = eq == NULL ? -1 : PyObject_IsTrue(eq);
-            Py_XDECREF(eq);
-            if (match < 0) {
-                entry_unlink(e);
-                return NULL;
-            }
-            if (match)
-                result = Py_NewRef(e->key);
-            else {
-                entry_unlink(e);
-                continue;
-            }
-        }
-        entry_unlink(e);
-        return result;
+        PyObject *item = PyList_GET_ITEM(it->chain, it->position);
+        it->position++;
+        if (it->mode == ITER_ENTRIES)
+            return Py_NewRef(item);
+        PyObject *ns = PyTuple_GET_ITEM(item, 1);
+        PyObject *eq = PyObject_RichCompare(ns, it->filter_ns, Py_EQ);
+        int match = eq == NULL ? -1 : PyObject_IsTrue(eq);
+        Py_XDECREF(eq);
+        if (match < 0)
+            return NULL;
+        if (match)
+            return Py_NewRef(PyTuple_GET_ITEM(item, 0));
     }
 }
 
@@ -1445,12 +1540,13 @@ static int Iter_traverse(IterObject *it, visitproc visit, void *arg)
 {
     Py_VISIT(it->source);
     Py_VISIT(it->filter_ns);
+    Py_VISIT(it->chain);
     return 0;
 }
 
 static int Iter_clear(IterObject *it)
 {
-    iter_drop_current(it);
+    Py_CLEAR(it->chain);
     Py_CLEAR(it->filter_ns);
     Py_CLEAR(it->source);
     return 0;
@@ -1745,16 +1841,25 @@ static void map_reset(MapObject *m, Table *primary_out, Table *rehash_out)
     m->mod_count++;
 }
 
+static void drop_tables(MapObject *m, Table *primary, Table *rehash)
+{
+    /* Entries first (retired while snapshots are open: the GC may clear a map
+     * before the snapshots of the same cycle), then the directories. */
+    table_drop_entries(m, primary);
+    table_drop_entries(m, rehash);
+    table_free(primary);
+    table_free(rehash);
+}
+
 static int Map_clear(MapObject *m)
 {
     Table primary, rehash;
     map_reset(m, &primary, &rehash);
     if (table_init(&m->primary, MINIMUM_CAPACITY) < 0)
-        PyErr_Clear();                 /* a map with no table: every operation fails below */
+        PyErr_Clear();
     m->threshold = threshold_for(MINIMUM_CAPACITY);
     m->rehash.capacity = m->rehash.ndir = 0;
-    table_free(&primary);
-    table_free(&rehash);
+    drop_tables(m, &primary, &rehash);
     Py_CLEAR(m->serializer);
     return 0;
 }
@@ -1766,8 +1871,11 @@ static void Map_dealloc(MapObject *m)
         PyObject_ClearWeakRefs((PyObject *)m);
     Table primary, rehash;
     map_reset(m, &primary, &rehash);
-    table_free(&primary);
-    table_free(&rehash);
+    m->nopen = 0;                      /* snapshots hold their map: none is open now */
+    drop_tables(m, &primary, &rehash);
+    Batch *retired = m->retired;
+    m->retired = m->retired_tail = NULL;
+    free_batches(retired);
     Py_CLEAR(m->serializer);
     PyMem_Free(m->open);
     m->open = NULL;
@@ -1856,11 +1964,11 @@ static PyObject *Map_get_open(MapObject *m, void *closure)
 static PyObject *entry_record(const Entry *e)
 {
     /* (address, key, namespace, state, hash, next address, entry_version,
-     *  state_version, links) */
-    return Py_BuildValue("(KOOOKKiiI)", (unsigned long long)(uintptr_t)e, e->key, e->ns,
+     *  state_version) */
+    return Py_BuildValue("(KOOOKKii)", (unsigned long long)(uintptr_t)e, e->key, e->ns,
                          e->state != NULL ? e->state : Py_None, (unsigned long long)e->hash,
                          (unsigned long long)(uintptr_t)e->next, (int)e->entry_version,
-                         (int)e->state_version, (unsigned int)e->links);
+                         (int)e->state_version);
 }
 
 /* Chains of buckets [begin, end) of `t`: a list with, per bucket, a tuple of
@@ -1937,13 +2045,41 @@ static PyObject *Map_structure(MapObject *m, PyObject *Py_UNUSED(ignored))
     PyObject *primary = table_export(&m->primary);
     PyObject *rehash = primary == NULL ? NULL : table_export(&m->rehash);
     PyObject *open = rehash == NULL ? NULL : open_versions_tuple(m);
-    if (open == NULL) {
+    PyObject *retired = open == NULL ? NULL : PyList_New(0);
+    if (retired == NULL) {
         Py_XDECREF(primary);
         Py_XDECREF(rehash);
+        Py_XDECREF(open);
         return NULL;
     }
+    for (Batch *b = m->retired; b != NULL; b = b->next) {
+        PyObject *addresses = PyTuple_New(b->size);
+        PyObject *batch = addresses == NULL ? NULL : Py_BuildValue("(iN)", (int)b->version,
+                                                                   addresses);
+        if (batch == NULL || PyList_Append(retired, batch) < 0) {
+            Py_XDECREF(batch);
+            Py_DECREF(retired);
+            Py_DECREF(primary);
+            Py_DECREF(rehash);
+            Py_DECREF(open);
+            return NULL;
+        }
+        Py_DECREF(batch);
+        for (Py_ssize_t i = 0; i < b->size; i++) {
+            PyObject *a = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)b->entries[i]);
+            if (a == NULL) {
+                Py_DECREF(retired);
+                Py_DECREF(primary);
+                Py_DECREF(rehash);
+                Py_DECREF(open);
+                return NULL;
+            }
+            PyTuple_SET_ITEM(addresses, i, a);
+        }
+    }
     return Py_BuildValue(
-        "{s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n}", "primary", primary, "rehash",
+        "{s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n}", "retired", retired,
+        "primary", primary, "rehash",
         rehash, "rehash_index", m->rehash_index, "primary_size", m->primary_size,
         "rehash_size", m->rehash_size, "threshold", m->threshold, "version", (int)m->version,
         "highest_required", (int)m->highest, "open_versions", open, "mod_count",
@@ -2008,6 +2144,12 @@ static PyObject *Map_corrupt(MapObject *m, PyObject *args)
         m->highest = (int32_t)bucket;
         Py_RETURN_NONE;
     }
+    if (strcmp(what, "unretire") == 0) {               /* undo retire_live before dealloc */
+        if (m->retired_tail == NULL || m->retired_tail->size == 0)
+            goto empty;
+        m->retired_tail->size--;
+        Py_RETURN_NONE;
+    }
     if (strcmp(what, "chunk_refs") == 0) {
         if (t->dir[0] == NULL)
             goto empty;
@@ -2020,8 +2162,8 @@ static PyObject *Map_corrupt(MapObject *m, PyObject *args)
         e->hash ^= 1;
     else if (strcmp(what, "state_version") == 0)
         e->state_version = m->version + 7;
-    else if (strcmp(what, "links") == 0)
-        e->links += 1;
+    else if (strcmp(what, "retire_live") == 0)         /* a live entry in a batch too */
+        retire(m, e);
     else if (strcmp(what, "move") == 0) {              /* head of `bucket` to `other` */
         Entry **from = slot_for_write(t, bucket);
         Entry **to = from == NULL ? NULL : slot_for_write(t, other);
@@ -2048,9 +2190,7 @@ static PyObject *Map_corrupt(MapObject *m, PyObject *args)
         if (successor == NULL)
             goto empty;
         e->next = successor->next;
-        if (e->next != NULL)
-            e->next->links++;
-        entry_unlink(successor);
+        retire(m, successor);
     }
     else if (strcmp(what, "write_shared") == 0) {      /* rule C broken: swap the chain's
                                                           head in a shared chunk */
@@ -2059,11 +2199,8 @@ static PyObject *Map_corrupt(MapObject *m, PyObject *args)
         if (d == NULL)
             return NULL;
         d->next = e->next;
-        if (d->next != NULL)
-            d->next->links++;
         c->slots[bucket & (chunk_slots(t) - 1)] = d;
-        /* the chunk's link to e is gone; keep e alive for the snapshot's sake:
-           leak one link rather than free what a snapshot still reads. */
+        retire(m, e);
     }
     else {
         PyErr_Format(PyExc_ValueError, "unknown corruption %s", what);

@@ -14,8 +14,8 @@ object in every export while the entry lives, and each export refreshes its
 fields. A snapshot keeps its entries alive, so a fingerprinted entry's address
 is never reused while the fingerprint is checked.
 
-The C map's own invariants 10 (chunk counts) and 11 (entry links), from the
-header of ``_cmap.c``, are checked by :func:`check_chunks_and_links`.
+The C map's own invariants 10 (chunk counts) and 11 (retirement), from the
+header of ``_cmap.c``, are checked by :func:`check_chunks_and_retirement`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 from cowstate.maps import c_map_class
 from cowstate.state_map import CopyOnWriteStateMap as PureMap
 
-__all__ = ["MAP_CLASSES", "EntryView", "MapView", "SnapshotView", "check_chunks_and_links",
+__all__ = ["MAP_CLASSES", "EntryView", "MapView", "SnapshotView", "check_chunks_and_retirement",
            "is_c_map", "is_c_snapshot", "view_of", "view_of_snapshot"]
 
 _C_MAP = c_map_class()
@@ -49,7 +49,7 @@ def is_c_snapshot(s: object) -> bool:
 class EntryView:
     """One C entry, as the pure map's ``_Entry`` reads (refreshed per export)."""
 
-    __slots__ = ("__weakref__", "address", "entry_version", "hash", "key", "links",
+    __slots__ = ("__weakref__", "address", "entry_version", "hash", "key",
                  "namespace", "next", "next_address", "state", "state_version")
 
     def __init__(self, address: int) -> None:
@@ -62,11 +62,10 @@ class EntryView:
         self.next_address = 0
         self.entry_version = 0
         self.state_version = 0
-        self.links = 0
 
     def __repr__(self) -> str:
         return (f"EntryView({self.key!r}, {self.namespace!r}, {self.state!r}, "
-                f"ev={self.entry_version}, sv={self.state_version}, links={self.links})")
+                f"ev={self.entry_version}, sv={self.state_version})")
 
 
 # map -> {address: EntryView}; a snapshot's views live in its owner's registry
@@ -86,13 +85,12 @@ def _heads(registry: dict[int, EntryView],
     heads: list[EntryView | None] = []
     for records in chains:
         views = []
-        for address, key, namespace, state, h, next_address, ev, sv, links in records:
+        for address, key, namespace, state, h, next_address, ev, sv in records:
             v = registry.get(address)
             if v is None:
                 v = registry[address] = EntryView(address)
             v.key, v.namespace, v.state, v.hash = key, namespace, state, h
-            v.next_address, v.entry_version, v.state_version, v.links = (
-                next_address, ev, sv, links)
+            v.next_address, v.entry_version, v.state_version = next_address, ev, sv
             views.append(v)
         for a, b in itertools.pairwise(views):
             a.next = b
@@ -135,6 +133,8 @@ class MapView:
         self._mask = len(self._primary) - 1
         self._mod_count: int = st["mod_count"]
         self._structure_count: int = st["structure_count"]
+        #: (version, addresses) of the retired batches, oldest first
+        self.retired: list[tuple[int, tuple[int, ...]]] = st["retired"]
 
     def __len__(self) -> int:
         return self._primary_size + self._rehash_size
@@ -183,18 +183,43 @@ def view_of_snapshot(s: Any) -> Any:
     return SnapshotView(s) if is_c_snapshot(s) else s
 
 
-def check_chunks_and_links(m: Any, snapshots: Iterable[Any]) -> None:
+def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
     """Invariants 10 and 11 of the C map, when every open snapshot is known.
 
     ``snapshots`` are :class:`SnapshotView` objects of ``m``; with fewer than the
-    map's open versions the counts cannot be judged and nothing is checked.
+    map's open versions the counts cannot be judged and only the part of 11
+    that needs no snapshot is checked.
     """
     from cowstate_spec.invariants import InvariantViolation
 
     view = m if isinstance(m, MapView) else MapView(m)
+    live: set[int] = set()
+    for table in (view._primary, view._rehash or []):
+        for head in table:
+            e = head
+            while e is not None:
+                live.add(e.address)
+                e = e.next
+    retired: dict[int, int] = {}
+    versions = [version for version, _ in view.retired]
+    if versions != sorted(versions):
+        raise InvariantViolation(f"invariant 11 violated: batches out of order {versions}")
+    oldest_open = min(view._open_versions, default=None)
+    for version, addresses in view.retired:
+        if oldest_open is None or version < oldest_open:
+            raise InvariantViolation(
+                f"invariant 11 violated: batch {version} outlives every snapshot that could "
+                f"reach it (oldest open: {oldest_open})")
+        for address in addresses:
+            if address in live:
+                raise InvariantViolation(
+                    f"invariant 11 violated: entry {address:#x} is retired in batch {version} "
+                    "but the live table reaches it")
+            retired.setdefault(address, version)
     open_views = [s for s in snapshots if not s.is_released]
     if len(open_views) != len(view._open_versions):
         return
+    # 10: each chunk counts the directories holding it
     directories = [d for d in (view.primary_directory, view.rehash_directory) if d is not None]
     for s in open_views:
         directories.extend(s.directories())
@@ -210,68 +235,14 @@ def check_chunks_and_links(m: Any, snapshots: Iterable[Any]) -> None:
             raise InvariantViolation(
                 f"invariant 10 violated: chunk {chunk:#x} counts {refs[chunk]} directories, "
                 f"{count} hold it")
-    # 11: links = slots of distinct chunks + next fields of distinct entries
-    registry = _registry(view.real)
-    incoming: Counter[int] = Counter()
-    seen: set[int] = set()
-    stack: list[EntryView] = []
-    chains: list[list[EntryView | None]] = [view._primary]
-    if view._rehash is not None:
-        chains.append(view._rehash)
+    # 11: what a snapshot reaches is live, or retained in a batch at least as new
     for s in open_views:
-        data = s._data
-        if data is not None:
-            chains.append(data)
-    # slots: one link per (distinct chunk, slot); heads per chunk come from the
-    # exports, where the same chunk appears once per directory holding it
-    slot_links: dict[tuple[int, int], int] = {}
-    for heads, directory in _heads_with_directories(view, open_views):
-        _address, _capacity, slots, chunks = directory
-        for bucket, head in heads:
-            chunk = chunks[bucket // slots][0]
-            if head is not None:
-                slot_links[(chunk, bucket % slots)] = head.address
-    for target in slot_links.values():
-        incoming[target] += 1
-    for heads_list in chains:
-        for head in heads_list:
-            if head is not None:
-                stack.append(head)
-    while stack:
-        e = stack.pop()
-        if e.address in seen:
-            continue
-        seen.add(e.address)
-        if e.next is not None:
-            incoming[e.next.address] += 1
-            stack.append(e.next)
-    for address in seen:
-        e = registry[address]
-        if e.links != incoming[address]:
-            raise InvariantViolation(
-                f"invariant 11 violated: entry ({e.key!r}, {e.namespace!r}) counts "
-                f"{e.links} links, {incoming[address]} point to it")
-
-
-def _heads_with_directories(view: MapView, snapshots: list[SnapshotView]
-                            ) -> list[tuple[list[tuple[int, EntryView | None]], Any]]:
-    """(bucket, head) pairs per directory: the live tables and every snapshot's."""
-    out: list[tuple[list[tuple[int, EntryView | None]], Any]] = [
-        (list(enumerate(view._primary)), view.primary_directory)]
-    if view._rehash is not None:
-        out.append((list(enumerate(view._rehash)), view.rehash_directory))
-    for s in snapshots:
-        structure = s.real._structure()
-        if structure is None:
-            continue
-        heads = s._data or []
-        primary, rehash, r = structure["primary"], structure["rehash"], structure["rehash_index"]
-        capacity = primary[1]
-        if rehash is None:
-            out.append((list(enumerate(heads[:capacity])), primary))
-        else:
-            moved = capacity - r
-            out.append(([(r + i, h) for i, h in enumerate(heads[:moved])], primary))
-            out.append(([(j, heads[moved + j]) for j in range(r)]
-                        + [(capacity + j, heads[moved + r + j]) for j in range(r)], rehash))
-    return out
+        for head in s._data or []:
+            e = head
+            while e is not None:
+                if e.address not in live and retired.get(e.address, -1) < s.version:
+                    raise InvariantViolation(
+                        f"invariant 11 violated: snapshot {s.version} reaches entry "
+                        f"({e.key!r}, {e.namespace!r}), which is neither live nor retained "
+                        f"for it (batch {retired.get(e.address)})")
+                e = e.next

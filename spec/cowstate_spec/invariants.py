@@ -18,7 +18,7 @@ the implementation's own helpers: a wrong helper cannot blind its judge.
 
 The C map (``cowstate._cmap``) is judged by the same code: its structure
 export is read through :mod:`cowstate_spec.cmap_view`, which also checks the
-C map's own invariants 10 (chunk counts) and 11 (entry links).
+C map's own invariants 10 (chunk counts) and 11 (retirement).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from cowstate_model.key_groups import assign_to_key_group
 from cowstate_spec.cmap_view import (
     MAP_CLASSES,
     MapView,
-    check_chunks_and_links,
+    check_chunks_and_retirement,
     is_c_map,
     view_of_snapshot,
 )
@@ -128,12 +128,12 @@ def fingerprint(snapshot: StateMapSnapshot[Any, Any, Any], *,
 
 def check_map(m: Any, snapshots: Iterable[SnapshotFingerprint] = ()) -> None:
     """Assert invariants 1-9 of ``m``; ``snapshots`` are the open ones' fingerprints.
-    For the C map also invariants 10 and 11 (``cmap_view.check_chunks_and_links``)."""
+    For the C map also invariants 10 and 11 (``cmap_view.check_chunks_and_retirement``)."""
     if is_c_map(m):
         view = MapView(m)
         snapshots = list(snapshots)
         _check_map(view, snapshots)
-        check_chunks_and_links(view, [fp.snapshot for fp in snapshots])
+        check_chunks_and_retirement(view, [fp.snapshot for fp in snapshots])
         return
     _check_map(m, snapshots)
 

@@ -88,7 +88,8 @@ class WorkloadSpec(BaseModel):
     release_order: Literal["fifo", "lifo", "random"] = "random"
     check_every: int = Field(200, ge=0, description="compare open snapshots and check "
                                                     "structure every N operations (0: never)")
-    implementations: list[str] = Field(default_factory=lambda: ["cow-map"], min_length=1)
+    implementations: list[str] = Field(default_factory=lambda: _default_implementations(),
+                                       min_length=1)
 
     @field_validator("mix")
     @classmethod
@@ -142,6 +143,13 @@ class WorkloadSpec(BaseModel):
             path.write_text(yaml.safe_dump(data, sort_keys=False))
         else:
             path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def _default_implementations() -> list[str]:
+    """Both maps: the pure one, and the C one where it is built."""
+    from cowstate.maps import c_map_class
+
+    return ["cow-map"] if c_map_class() is None else ["cow-map", "c-map"]
 
 
 PRESETS: dict[str, WorkloadSpec] = {

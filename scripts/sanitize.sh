@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# make sanitize: the C map built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (gcc's runtimes, preloaded into the venv's ordinary Python), running the map state
+# machines over the C map, the C-map tests and the map scenarios.
+#
+# The sanitized build goes to build/sanitize/ (a copy of impl/cowstate with the
+# instrumented _cmap), put first on PYTHONPATH, so the normal build is untouched.
+# PYTHONMALLOC=malloc lets ASan see every allocation; leak detection is off because
+# CPython itself keeps memory at exit -- leaks are the job of
+# tests/test_implementations.py::test_build_snapshot_mutate_release_drop_leaks_nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=.venv/bin/python
+OUT=build/sanitize
+rm -rf "$OUT" && mkdir -p "$OUT"
+cp -r impl/cowstate "$OUT/cowstate"
+rm -f "$OUT"/cowstate/*.so
+SUFFIX=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
+INCLUDE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
+gcc -shared -fPIC -std=c11 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all \
+    -fsanitize=address,undefined -Wall -Wextra -Wno-unused-parameter \
+    -Wno-missing-field-initializers -Wno-cast-function-type -Werror \
+    -I"$INCLUDE" "$OUT/cowstate/_cmap.c" -o "$OUT/cowstate/_cmap$SUFFIX"
+export PYTHONPATH="$PWD/$OUT"
+export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+export ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:abort_on_error=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export PYTHONMALLOC=malloc PYTHONHASHSEED=0
+$PY -c 'import cowstate, cowstate._cmap as c; assert cowstate.IMPLEMENTATION == "c"; print("sanitized C map:", c.__file__)'
+$PY -m pytest -q -p no:cacheprovider \
+    "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map]" \
+    "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map-128]" \
+    "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-table]" \
+    tests/test_implementations.py tests/test_flink_map_scenarios.py tests/test_copy_costs.py \
+    tests/test_bad_input.py tests/test_error_messages.py "$@"
