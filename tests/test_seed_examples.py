@@ -20,10 +20,22 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from conftest import bind_map_class
+
+from cowstate import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.introspection import describe
-from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
+from cowstate_spec.cmap_view import view_of as I
+from cowstate_spec.cmap_view import view_of_snapshot as IS
 from cowstate_spec.invariants import chain
 from cowstate_spec.keys import HashKey, value_key
+
+
+@pytest.fixture(autouse=True)
+def _each_map(map_impl: str) -> None:
+    """Every seed example runs on the pure and the C map (tests/conftest.py)."""
+    bind_map_class(globals(), map_impl)
+
 
 P, R = "primary", "rehash"  # the two tables, as locate() names them
 NS = 0  # hash(0) == 0: the composite hash of (HashKey(v, h), 0) is h
@@ -108,31 +120,31 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     # -- initial state: version 0, H 0; K:42 (S:7) -> K:23 (S:3)
     assert describe(m).capacity == 4
     assert (m._version, m._highest_required) == (0, 0)
-    e42, e23 = chain(m._primary[BUCKET_42])
+    e42, e23 = chain(I(m)._primary[BUCKET_42])
     assert (e42.key, e23.key) == (K42, K23)
     assert e42.state is s7 and e23.state is s3
     assert (e42.entry_version, e42.state_version) == (0, 0)
     assert (e23.entry_version, e23.state_version) == (0, 0)
-    assert [b for i, b in enumerate(m._primary) if i != BUCKET_42] == [None] * 3
+    assert [b for i, b in enumerate(I(m)._primary) if i != BUCKET_42] == [None] * 3
 
     # -- snapshot(): the seed's snapshot 0 is our version 1; V and H become 1
     snap1 = m.snapshot()
     assert snap1.version == 1
     assert (m._version, m._highest_required, m._open_versions) == (1, 1, {1})
-    d1 = snap1._data
-    assert d1 is not None and d1 is not m._primary and len(d1) == 4
-    assert all(a is b for a, b in zip(d1, m._primary, strict=True))  # shallow copy
+    d1 = IS(snap1)._data
+    assert d1 is not None and d1 is not I(m)._primary and len(d1) == 4
+    assert all(a is b for a, b in zip(d1, I(m)._primary, strict=True))  # shallow copy
     assert chain(d1[BUCKET_42])[0] is e42 and chain(d1[BUCKET_42])[1] is e23
     assert ser.copies == []
 
     # -- put(13, 2): K:13 is new, no contention; entry and state version 1
     s2 = Box(2)
     m.put(K13, NS, s2)
-    (e13,) = chain(m._primary[BUCKET_13])
+    (e13,) = chain(I(m)._primary[BUCKET_13])
     assert e13.key == K13 and e13.state is s2
     assert (e13.entry_version, e13.state_version) == (1, 1)
     assert d1[BUCKET_13] is None  # the snapshot does not see it
-    assert m._primary[BUCKET_42] is e42  # the chain was not touched
+    assert I(m)._primary[BUCKET_42] is e42  # the chain was not touched
     assert ser.copies == []
     assert view(snap1) == {42: Box(7), 23: Box(3)}
 
@@ -141,7 +153,7 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     got23 = m.get(K23, NS)
     assert got23 == Box(3) and got23 is not s3
     assert len(ser.copies) == 1 and ser.copies[0][0] is s3 and ser.copies[0][1] is got23
-    head, second = chain(m._primary[BUCKET_42])
+    head, second = chain(I(m)._primary[BUCKET_42])
     assert head is not e42 and second is not e23
     assert (head.key, second.key) == (K42, K23)
     assert head.next is second
@@ -169,7 +181,7 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     got42 = m.get(K42, NS)
     assert got42 == Box(7) and got42 is not s7
     assert len(ser.copies) == 2 and ser.copies[1][0] is s7 and ser.copies[1][1] is got42
-    assert m._primary[BUCKET_42] is head and head.next is second
+    assert I(m)._primary[BUCKET_42] is head and head.next is second
     assert head.state is got42
     assert (head.entry_version, head.state_version) == (1, 1)
     assert e42.state is s7
@@ -178,16 +190,16 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
 
     # -- release(0): our version 1; H back to 0, the snapshot drops its table
     m.release(snap1)
-    assert snap1.is_released and snap1._data is None
+    assert snap1.is_released and IS(snap1)._data is None
     assert (m._version, m._highest_required, m._open_versions) == (1, 0, set())
-    assert chain(m._primary[BUCKET_42]) == [head, second]
+    assert chain(I(m)._primary[BUCKET_42]) == [head, second]
     assert len(ser.copies) == 2
 
     # -- snapshot(): the seed's snapshot 1 is our version 2; V and H become 2
     snap2 = m.snapshot()
     assert snap2.version == 2
     assert (m._version, m._highest_required, m._open_versions) == (2, 2, {2})
-    d2 = snap2._data
+    d2 = IS(snap2)._data
     assert d2 is not None
     assert d2[BUCKET_42] is head and d2[BUCKET_13] is e13
     assert view(snap2) == {42: Box(7), 23: Box(33), 13: Box(2)}
@@ -196,13 +208,13 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     #    it (entry version 2, same key and state) and the copy's next becomes
     #    None; K:42 is the head, so only the live bucket points to the copy
     m.remove(K23, NS)
-    (new_head,) = chain(m._primary[BUCKET_42])
+    (new_head,) = chain(I(m)._primary[BUCKET_42])
     assert new_head is not head
     assert new_head.key == K42 and new_head.state is got42  # shared, not deep-copied
     assert (new_head.entry_version, new_head.state_version) == (2, 1)
     assert new_head.next is None
     assert len(ser.copies) == 2  # remove hands no state out: no deep copy
-    assert m._primary[BUCKET_13] is e13  # untouched
+    assert I(m)._primary[BUCKET_13] is e13  # untouched
     # snapshot 2 still sees K:42 -> K:23 through the old entries
     assert d2[BUCKET_42] is head and head.next is second
     assert view(snap2) == {42: Box(7), 23: Box(33), 13: Box(2)}
@@ -260,8 +272,8 @@ def locate(m: CopyOnWriteStateMap[HashKey, int, int], key: int) -> tuple[str, in
     """``(table, bucket)`` of ``key``, by scanning every chain of both tables. While
     rehashing, "primary" is the seed's old table and "rehash" its new table."""
     found = []
-    tables = [(P, m._primary)] if m._rehash is None else [
-        (P, m._primary), (R, m._rehash)]
+    tables = [(P, I(m)._primary)] if I(m)._rehash is None else [
+        (P, I(m)._primary), (R, I(m)._rehash)]
     for name, table in tables:
         for index, head in enumerate(table):
             found += [(name, index) for e in chain(head) if e.key.value == key]
@@ -278,12 +290,12 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     insert_seed_entries(m)
     info = describe(m)
     assert (info.capacity, info.threshold, info.is_rehashing, len(m)) == (4, 3, False, 4)
-    assert [[e.key.value for e in chain(h)] for h in m._primary] == [[0], [1, 5], [2], []]
+    assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [[0], [1, 5], [2], []]
 
     # get(0) -> V:2. Seed: moves bucket 0, rehashIdx 1. Here nothing runs yet:
     # 4 entries do not exceed threshold 3.
     assert m.get(K(0), NS) == 2
-    assert m._rehash is None
+    assert I(m)._rehash is None
     assert layout(m) == {0: (P, 0), 1: (P, 1), 2: (P, 2), 3: None, 5: (P, 1)}
 
     # put(3, 5). Seed: moves bucket 1, rehashIdx 2, K3 inserted into the OLD table
@@ -297,7 +309,7 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     assert (info.primary_size, info.rehash_size) == (5, 0)
     assert layout(m) == {0: (P, 0), 1: (P, 1), 2: (P, 2), 3: (P, 3),
                          5: (P, 1)}
-    assert m._rehash == [None] * 8
+    assert I(m)._rehash == [None] * 8
 
     # remove(1). Seed: moves bucket 2, rehashIdx 3, 1 % 4 < 3 so K1 is looked up
     # and removed in the NEW table. Here the step moves buckets 0 (K0), 1 (K1, K5)
@@ -308,7 +320,7 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     assert info.is_rehashing and info.rehash_index == 3
     assert (info.primary_size, info.rehash_size) == (1, 3)
     assert layout(m) == {0: (R, 0), 1: None, 2: (R, 2), 3: (P, 3), 5: (R, 5)}
-    assert m._primary[:3] == [None] * 3
+    assert I(m)._primary[:3] == [None] * 3
 
     # get(5) -> V:7. Seed: moves bucket 3 (K3), rehashIdx 4 == oldCap, the rehash
     # is complete and the new table replaces the old. Same here: bucket 3 holds
@@ -319,7 +331,7 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     assert (info.capacity, info.rehash_index, info.threshold, len(m)) == (8, 0, 6, 4)
     assert (info.primary_size, info.rehash_size) == (4, 0)
     # the pictured final table: K0 -> 0, K2 -> 2, K3 -> 3, K5 -> 5 (K1 removed)
-    assert [[e.key.value for e in chain(h)] for h in m._primary] == [
+    assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [
         [0], [], [2], [3], [], [5], [], []]
     assert {(e.key.value, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}
     assert not m.contains_key(K(1), NS)
@@ -335,8 +347,8 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
     info = describe(m)
     assert info.is_rehashing
     assert (info.capacity, info.rehash_capacity, info.rehash_index) == (4, 8, 0)
-    assert [[e.key.value for e in chain(h)] for h in m._primary] == [[0], [1, 5], [2], [3]]
-    assert m._rehash == [None] * 8
+    assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [[0], [1, 5], [2], [3]]
+    assert I(m)._rehash == [None] * 8
 
     # get(0) -> V:2. Seed: moves bucket 0 only (rehashIdx 1). Here the step moves
     # buckets 0, 1, 2 (four entries) and stops at index 3; K0 is found in new 0.
@@ -346,8 +358,8 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
     assert (info.primary_size, info.rehash_size) == (1, 4)
     assert layout(m) == {0: (R, 0), 1: (R, 1), 2: (R, 2), 3: (P, 3),
                          5: (R, 5)}
-    assert m._rehash is not None
-    assert [[e.key.value for e in chain(h)] for h in m._rehash] == [
+    assert I(m)._rehash is not None
+    assert [[e.key.value for e in chain(h)] for h in I(m)._rehash] == [
         [0], [1], [2], [], [], [5], [], []]
 
     # put(3, 5). Seed: moves bucket 1 (rehashIdx 2) and inserts K3 into the old
@@ -358,7 +370,7 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
     assert not info.is_rehashing
     assert (info.capacity, info.rehash_index, len(m)) == (8, 0, 5)
     # the new table as the pictures place it: K0 -> 0, K1 -> 1, K2 -> 2, K3 -> 3, K5 -> 5
-    assert [[e.key.value for e in chain(h)] for h in m._primary] == [
+    assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [
         [0], [1], [2], [3], [], [5], [], []]
 
     # remove(1): no rehash left to run; K1 leaves bucket 1
@@ -367,7 +379,7 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
 
     # get(5) -> V:7; the final table equals the seed's final picture
     assert m.get(K(5), NS) == 7
-    assert m._rehash is None
-    assert [[e.key.value for e in chain(h)] for h in m._primary] == [
+    assert I(m)._rehash is None
+    assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [
         [0], [], [2], [3], [], [5], [], []]
     assert {(e.key.value, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}
