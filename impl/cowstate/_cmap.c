@@ -864,49 +864,63 @@ static PyObject *serializer_copy(MapObject *m, PyObject *state)
     return copy;
 }
 
-/* ------------------------------------------------------------ map methods */
+/* Rule S's copy of a state a snapshot may hold: serializer.copy, then the
+ * re-entrancy check (rule d of the header). A new reference, or NULL. */
+static PyObject *copy_shared_state(MapObject *m, PyObject *state)
+{
+    uint64_t stamp = m->stamp;
+    PyObject *copy = serializer_copy(m, state);
+    if (copy != NULL && m->stamp != stamp) {
+        Py_DECREF(copy);
+        raise_reentrant("serializer.copy");
+        return NULL;
+    }
+    return copy;
+}
 
-static int parse_pair(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want,
-                      const char *name)
+/* The prologue of a keyed operation on (args[0], args[1]): check the argument
+ * count, hash, take this operation's rehash step (unless `step` is 0), look
+ * the mapping up. Returns 0 with *found (NULL when absent), or -1. */
+typedef struct Found {
+    uint64_t hash;
+    Table *table;
+    Py_ssize_t bucket;
+    Entry *entry;
+} Found;
+
+static int keyed_prologue(MapObject *m, PyObject *const *args, Py_ssize_t nargs,
+                          Py_ssize_t want, const char *name, int step, Found *found)
 {
     if (nargs != want) {
         PyErr_Format(PyExc_TypeError, "%s() takes exactly %zd arguments (%zd given)", name,
                      want, nargs);
         return -1;
     }
-    return 0;
+    if (hash_pair(args[0], args[1], &found->hash) < 0 || (step && rehash_step(m) < 0))
+        return -1;
+    int err;
+    found->entry = lookup(m, found->hash, args[0], args[1], &found->table, &found->bucket,
+                          NULL, &err);
+    return err;
 }
+
+/* ------------------------------------------------------------ map methods */
 
 static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 2, "get") < 0)
+    Found f;
+    if (keyed_prologue(m, args, nargs, 2, "get", 1, &f) < 0)
         return NULL;
-    PyObject *key = args[0], *ns = args[1];
-    uint64_t h;
-    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
-        return NULL;
-    Table *t;
-    Py_ssize_t b;
-    int err;
-    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);
-    if (e == NULL) {
-        if (err < 0)
-            return NULL;
+    Entry *e = f.entry;
+    if (e == NULL)
         Py_RETURN_NONE;
-    }
 #if COWSTATE_BUG != BUG_GET_SKIPS_STATE_COPY
     if (e->state_version < m->highest) {                      /* rule S */
-        uint64_t stamp = m->stamp;
-        PyObject *copy = serializer_copy(m, e->state);
+        PyObject *copy = copy_shared_state(m, e->state);
         if (copy == NULL)
             return NULL;
-        if (m->stamp != stamp) {
-            Py_DECREF(copy);
-            raise_reentrant("serializer.copy");
-            return NULL;
-        }
         if (e->entry_version < m->highest) {                  /* rule E, H re-read */
-            e = copy_chain(m, t, b, e);
+            e = copy_chain(m, f.table, f.bucket, e);
             if (e == NULL) {
                 Py_DECREF(copy);
                 return NULL;
@@ -922,18 +936,10 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 static PyObject *Map_contains_key(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 2, "contains_key") < 0)
+    Found f;
+    if (keyed_prologue(m, args, nargs, 2, "contains_key", 1, &f) < 0)
         return NULL;
-    uint64_t h;
-    if (hash_pair(args[0], args[1], &h) < 0 || rehash_step(m) < 0)
-        return NULL;
-    Table *t;
-    Py_ssize_t b;
-    int err;
-    Entry *e = lookup(m, h, args[0], args[1], &t, &b, NULL, &err);
-    if (err < 0)
-        return NULL;
-    return PyBool_FromLong(e != NULL);
+    return PyBool_FromLong(f.entry != NULL);
 }
 
 static int none_state(PyObject *key, PyObject *ns, const char *op)
@@ -944,8 +950,10 @@ static int none_state(PyObject *key, PyObject *ns, const char *op)
 
 static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 3, "put") < 0)
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "put() takes exactly 3 arguments (%zd given)", nargs);
         return NULL;
+    }
     PyObject *key = args[0], *ns = args[1], *state = args[2];
     if (state == Py_None) {
         none_state(key, ns, "put");
@@ -964,37 +972,23 @@ static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 
 static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 3, "put_and_get_old") < 0)
-        return NULL;
-    PyObject *key = args[0], *ns = args[1], *state = args[2];
-    if (state == Py_None) {
-        none_state(key, ns, "put_and_get_old");
+    if (nargs == 3 && args[2] == Py_None) {
+        none_state(args[0], args[1], "put_and_get_old");
         return NULL;
     }
-    uint64_t h;
-    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
-        return NULL;
     /* Copy a shared old state before changing anything (rule S), so a raising
      * serializer leaves the map as it was. */
-    Table *t;
-    Py_ssize_t b;
-    int err;
-    Entry *found = lookup(m, h, key, ns, &t, &b, NULL, &err);
-    if (err < 0)
+    Found f;
+    if (keyed_prologue(m, args, nargs, 3, "put_and_get_old", 1, &f) < 0)
         return NULL;
+    PyObject *key = args[0], *ns = args[1], *state = args[2];
     PyObject *result = NULL;                                  /* a new reference or NULL */
-    if (found != NULL && found->state_version < m->highest) {
-        uint64_t stamp = m->stamp;
-        result = serializer_copy(m, found->state);
+    if (f.entry != NULL && f.entry->state_version < m->highest) {
+        result = copy_shared_state(m, f.entry->state);
         if (result == NULL)
             return NULL;
-        if (m->stamp != stamp) {
-            Py_DECREF(result);
-            raise_reentrant("serializer.copy");
-            return NULL;
-        }
     }
-    Entry *e = put_entry(m, h, key, ns);
+    Entry *e = put_entry(m, f.hash, key, ns);
     if (e == NULL) {
         Py_XDECREF(result);
         return NULL;
@@ -1045,8 +1039,10 @@ static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns
 
 static PyObject *Map_remove(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 2, "remove") < 0)
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "remove() takes exactly 2 arguments (%zd given)", nargs);
         return NULL;
+    }
     uint64_t h;
     if (hash_pair(args[0], args[1], &h) < 0 || rehash_step(m) < 0)
         return NULL;
@@ -1062,37 +1058,17 @@ static PyObject *Map_remove(MapObject *m, PyObject *const *args, Py_ssize_t narg
 
 static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 2, "remove_and_get_old") < 0)
+    Found f;
+    if (keyed_prologue(m, args, nargs, 2, "remove_and_get_old", 1, &f) < 0)
         return NULL;
-    PyObject *key = args[0], *ns = args[1];
-    uint64_t h;
-    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
-        return NULL;
-    Table *t;
-    Py_ssize_t b;
-    int err;
-    Entry *found = lookup(m, h, key, ns, &t, &b, NULL, &err);
-    if (found == NULL) {
-        if (err < 0)
-            return NULL;
+    if (f.entry == NULL)
         Py_RETURN_NONE;
-    }
     /* Copy a shared state first (rule S): a raising copy loses nothing. */
-    PyObject *result;
-    if (found->state_version < m->highest) {
-        uint64_t stamp = m->stamp;
-        result = serializer_copy(m, found->state);
-        if (result == NULL)
-            return NULL;
-        if (m->stamp != stamp) {
-            Py_DECREF(result);
-            raise_reentrant("serializer.copy");
-            return NULL;
-        }
-    }
-    else
-        result = Py_NewRef(found->state);
-    Entry *e = remove_entry(m, h, key, ns);
+    PyObject *result = f.entry->state_version < m->highest
+        ? copy_shared_state(m, f.entry->state) : Py_NewRef(f.entry->state);
+    if (result == NULL)
+        return NULL;
+    Entry *e = remove_entry(m, f.hash, args[0], args[1]);
     if (e == NULL) {
         Py_DECREF(result);
         if (!PyErr_Occurred())
@@ -1105,18 +1081,12 @@ static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_
 
 static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (parse_pair(args, nargs, 4, "transform") < 0)
+    Found f;                                                  /* no rehash step yet */
+    if (keyed_prologue(m, args, nargs, 4, "transform", 0, &f) < 0)
         return NULL;
     PyObject *key = args[0], *ns = args[1], *value = args[2], *fn = args[3];
-    uint64_t h;
-    if (hash_pair(key, ns, &h) < 0)
-        return NULL;
-    Table *t;
-    Py_ssize_t b;
-    int err;
-    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);     /* no rehash step yet */
-    if (err < 0)
-        return NULL;
+    uint64_t h = f.hash;
+    Entry *e = f.entry;
     PyObject *old;
     if (e == NULL)
         old = Py_NewRef(Py_None);

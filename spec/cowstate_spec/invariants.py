@@ -47,6 +47,7 @@ from cowstate_spec.cmap_view import (
     is_c_map,
     view_of_snapshot,
 )
+from cowstate_spec.cmap_view import view_of as view_of_map
 
 __all__ = [
     "InvariantViolation",
@@ -272,56 +273,24 @@ def _diagnose_entry(e: Any, name: str, index: int, length: int, capacity: int, r
 def rehash_step_check(m: Any) -> Callable[[], None]:
     """Record where ``m``'s rehash stands before a keyed operation; the returned
     function asserts invariant 9 after the operation succeeded: a rehash that
-    was running moved whole buckets holding at least 4 entries, or finished."""
-    if is_c_map(m):
-        return _c_rehash_step_check(m)
-    rehash = m._rehash
-    if rehash is None:
-        return _nothing
-    primary = m._primary
-    r = m._rehash_index
-    lengths = [len(chain(head)) for head in primary]   # entries per bucket before the op
+    was running moved whole buckets holding at least 4 entries, or finished.
 
-    def after() -> None:
-        if m._rehash is None:
-            _require(m._primary is rehash, 9,
-                     "a running rehash ended without installing its table")
-            return
-        _require(m._rehash is rehash, 9, "a running rehash was replaced by another")
-        r_after = m._rehash_index
-        _require(r_after > r, 9,
-                 f"a keyed operation during a rehash did not move a bucket (index stays {r})")
-        moved = sum(lengths[r:r_after])
-        _require(moved >= 4, 9,
-                 f"a keyed operation moved buckets {r}..{r_after - 1} holding {moved} "
-                 "entries, expected at least 4 or the end of the rehash")
-
-    return after
-
-
-def _nothing() -> None:
-    return None
-
-
-def _c_rehash_step_check(m: Any) -> Callable[[], None]:
-    """:func:`rehash_step_check` for the C map: its tables are known by the
-    address of their directories (the export's ``primary``/``rehash`` [0][0])."""
-    before = MapView(m)
+    A table is known by identity: the list object of the pure map, the address
+    of the directory (the export's ``primary``/``rehash`` [0][0]) of the C map."""
+    before = view_of_map(m)
     if before._rehash is None:
         return _nothing
-    assert before.rehash_directory is not None
-    rehash_table = before.rehash_directory[0]
+    rehash_table = _table_identity(before, "rehash")
     r = before._rehash_index
-    lengths = [len(chain(head)) for head in before._primary]
+    lengths = [len(chain(head)) for head in before._primary]   # entries per bucket before
 
     def after() -> None:
-        now = MapView(m)
+        now = view_of_map(m)
         if now._rehash is None:
-            _require(now.primary_directory[0] == rehash_table, 9,
+            _require(_table_identity(now, "primary") == rehash_table, 9,
                      "a running rehash ended without installing its table")
             return
-        assert now.rehash_directory is not None
-        _require(now.rehash_directory[0] == rehash_table, 9,
+        _require(_table_identity(now, "rehash") == rehash_table, 9,
                  "a running rehash was replaced by another")
         r_after = now._rehash_index
         _require(r_after > r, 9,
@@ -332,6 +301,18 @@ def _c_rehash_step_check(m: Any) -> Callable[[], None]:
                  "entries, expected at least 4 or the end of the rehash")
 
     return after
+
+
+def _table_identity(m: Any, which: str) -> int:
+    if isinstance(m, MapView):
+        directory = m.primary_directory if which == "primary" else m.rehash_directory
+        assert directory is not None
+        return int(directory[0])
+    return id(m._primary if which == "primary" else m._rehash)
+
+
+def _nothing() -> None:
+    return None
 
 
 def owner_of(snapshot: Any) -> Any:
