@@ -14,7 +14,6 @@ import sys
 from collections.abc import Iterator
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -22,10 +21,9 @@ from cowstate.key_groups import KeyGroupRange
 from cowstate_spec.backend_machine import MAX_PARALLELISM, backend_machine_for
 from cowstate_spec.backends import BackendImplementation
 from cowstate_spec.bad_implementations import bad_backends
+from cowstate_spec.profiles import hunt_settings
 
-HUNT = settings(max_examples=500, stateful_step_count=60, derandomize=True, database=None,
-                deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
-                suppress_health_check=[HealthCheck.too_slow])
+HUNT = hunt_settings(max_examples=500, stateful_step_count=60)
 
 
 @pytest.fixture

@@ -8,20 +8,18 @@ the bugs and not from the way the variants are built and loaded.
 """
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from cowstate.maps import c_map_class
 from cowstate_spec.bad_cmaps import C_BUGS, CBug, bad_cmap_implementation
 from cowstate_spec.implementations import by_name
 from cowstate_spec.machine import machine_for
+from cowstate_spec.profiles import hunt_settings
 
 pytestmark = pytest.mark.skipif(c_map_class() is None, reason="the C map is not built "
                                 "(tests/test_implementations.py fails for that)")
 
-HUNT = settings(max_examples=800, stateful_step_count=50, derandomize=True, database=None,
-                deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
-                suppress_health_check=[HealthCheck.too_slow])
+HUNT = hunt_settings(max_examples=800, stateful_step_count=50)
 
 
 @pytest.mark.parametrize("bug", C_BUGS, ids=lambda bug: bug.name)

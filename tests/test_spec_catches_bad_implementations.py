@@ -6,18 +6,16 @@ unchanged source must pass (so the failures come from the bugs).
 """
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from cowstate_spec.bad_implementations import BUGS, Bug, bad_implementation
 from cowstate_spec.machine import machine_for
+from cowstate_spec.profiles import hunt_settings
 
 # Some bugs need 200 examples under an unlucky PYTHONHASHSEED (string keys'
 # buckets follow the salted hash): 800 leaves room for every seed.
-HUNT = settings(max_examples=800, stateful_step_count=50, derandomize=True, database=None,
-                deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
-                suppress_health_check=[HealthCheck.too_slow])
+HUNT = hunt_settings(max_examples=800, stateful_step_count=50)
 
 
 @pytest.mark.parametrize("bug", BUGS, ids=lambda bug: bug.name)

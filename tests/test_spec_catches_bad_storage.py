@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -28,11 +27,10 @@ from cowstate_spec.bad_implementations import (
     Bug,
     broken_class,
 )
+from cowstate_spec.profiles import hunt_settings
 from cowstate_spec.storage_machine import StorageMachine, storage_machine_for
 
-HUNT = settings(max_examples=300, stateful_step_count=40, derandomize=True, database=None,
-                deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
-                suppress_health_check=[HealthCheck.too_slow])
+HUNT = hunt_settings(max_examples=300, stateful_step_count=40)
 
 Step = tuple[str, dict[str, Any]]
 

@@ -71,3 +71,13 @@ def load_profile() -> str:
         raise ValueError(f"expected COWSTATE_PROFILE in {PROFILES}, got {name!r}")
     settings.load_profile(name)
     return name
+
+
+def hunt_settings(max_examples: int, stateful_step_count: int) -> settings:
+    """Settings of a bug hunt (the ``test_spec_catches_bad_*`` modules): generation
+    only (no shrinking, no replay database), derandomized so a catch is the same
+    every run, the first failure ends the run."""
+    return settings(max_examples=max_examples, stateful_step_count=stateful_step_count,
+                    derandomize=True, database=None, deadline=None,
+                    phases=[Phase.generate], report_multiple_bugs=False,
+                    suppress_health_check=[HealthCheck.too_slow])
