@@ -210,3 +210,55 @@ def test_every_error_class_belongs_to_the_hierarchy() -> None:
 
     for name in errors.__all__:
         assert issubclass(getattr(errors, name), CowStateError)
+
+
+class FailingCopy:
+    """A serializer whose copy raises: rule S cannot copy a shared state."""
+
+    def copy(self, state: Any) -> Any:
+        raise RuntimeError("copy failed")
+
+    def serialize(self, state: Any) -> bytes:
+        return b""
+
+    def deserialize(self, data: bytes) -> Any:
+        return None
+
+
+@pytest.mark.parametrize("op", ["remove_and_get_old", "put_and_get_old", "get"])
+def test_regression_a_failing_state_copy_loses_nothing(op: str) -> None:
+    # remove_and_get_old used to unmap first and copy afterwards: a raising copy
+    # lost the old state. Now every rule-S copy comes before any change.
+    m: Map = CopyOnWriteStateMap(serializer=FailingCopy())
+    state = [1]
+    m.put(1, "ns", state)
+    snap = m.snapshot()
+    args: tuple[Any, ...] = (1, "ns", [2]) if op == "put_and_get_old" else (1, "ns")
+    with pytest.raises(RuntimeError, match="copy failed"):
+        getattr(m, op)(*args)
+    assert len(m) == 1
+    assert [tuple(e) for e in m] == [(1, "ns", state)]
+    assert [tuple(e) for e in snap] == [(1, "ns", [1])]
+    snap.release()
+
+
+def test_transform_whose_function_mutates_then_raises_keeps_the_mutation_when_unshared() -> None:
+    # The documented contract: transform hands a state no snapshot holds to the
+    # function as it is, so an in-place change made before raising stays; the
+    # mapping itself (which object is mapped) does not change.
+    m: Map = CopyOnWriteStateMap()
+    state = [1]
+    m.put(1, "ns", state)
+
+    def mutate_then_fail(old: Any, value: Any) -> Any:
+        old.append(value)
+        raise ValueError("late")
+
+    with pytest.raises(TransformFunctionError):
+        m.transform(1, "ns", 2, mutate_then_fail)
+    assert m.get(1, "ns") is state and state == [1, 2]
+    with m.snapshot() as snap:                       # shared: the function gets a copy
+        with pytest.raises(TransformFunctionError):
+            m.transform(1, "ns", 3, mutate_then_fail)
+        assert [tuple(e) for e in snap] == [(1, "ns", [1, 2])]
+        assert [tuple(e) for e in m] == [(1, "ns", [1, 2])]

@@ -1706,6 +1706,7 @@ static PyMethodDef Snap_methods[] = {
     {"__exit__", (PyCFunction)(void (*)(void))Snap_exit, METH_FASTCALL, NULL},
     {"_structure", (PyCFunction)Snap_structure, METH_NOARGS,
      "Test support: the snapshot's directories and chains (cowstate_spec.cmap_view)."},
+    {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
