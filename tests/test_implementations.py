@@ -293,3 +293,47 @@ def test_highest_required_below_the_open_snapshot_is_invariant_5() -> None:
     m._corrupt("highest_required", 0)
     with pytest.raises(InvariantViolation, match="invariant 5 violated"):
         check_map(m, fps)
+
+
+@needs_c
+@pytest.mark.parametrize("read", ["items", "iterate"])
+def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_early(
+        read: str) -> None:
+    # Copying entries into tuples may run the GC, and the GC any finalizer: here
+    # one that releases the snapshot being read. The C snapshot is pinned while
+    # read, and the release finishes once the read ends.
+    assert C_MAP is not None
+    m = C_MAP(initial_capacity=4)
+    for i in range(200):
+        m.put(i, "ns", [i])
+    snap = m.snapshot()
+    for i in range(200):
+        m.remove(i, "ns")                  # every entry now lives only in the snapshot
+
+    class Releaser:
+        def __init__(self) -> None:
+            self.cycle = self
+
+        def __del__(self) -> None:
+            if not snap.is_released:
+                snap.release()
+
+    Releaser()                             # garbage in a cycle: the next GC releases snap
+    threshold = gc.get_threshold()
+    gc.set_threshold(1)
+    try:
+        if read == "items":
+            items = snap.items()
+            assert sorted(k for k, _, _ in items) == list(range(200))
+            assert all(s == [k] for k, _, s in items)
+        else:
+            seen = []
+            with pytest.raises(cowstate.SnapshotReleasedError, match="released"):
+                for e in snap:
+                    seen.append(e.key)
+                    assert e.state == [e.key]
+    finally:
+        gc.set_threshold(*threshold)
+    gc.collect()
+    assert snap.is_released and not m._open_versions
+    check_map(m)

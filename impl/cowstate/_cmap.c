@@ -111,7 +111,10 @@
  * detaches the batches it frees before freeing them, so an owner retiring
  * entries during a __del__ the release runs never meets a half-freed batch.
  * Iterators copy one bucket's chain (new references) when they reach it and
- * hold no entry pointer between two next() calls.
+ * hold no entry pointer between two next() calls. Copying allocates tuples,
+ * and an allocation may run the GC and any finalizer: a snapshot is pinned
+ * while it is read (a release meanwhile is finished when the read ends), and
+ * a read of the live map checks `stamp` after every allocation.
  *
  * Invariants
  * ----------
@@ -225,6 +228,8 @@ typedef struct SnapObject {
     Py_ssize_t size;
     int32_t version;
     int released;
+    int readers;                /* C calls reading the directories right now */
+    int release_pending;        /* released while read: finish when readers == 0 */
 } SnapObject;
 
 /* An iterator over a map (fail-fast) or a snapshot. It holds one link on the
@@ -1237,6 +1242,7 @@ static PyObject *Map_snapshot(MapObject *m, PyObject *Py_UNUSED(ignored))
     s->owner = NULL;
     s->primary.dir = s->rehash.dir = NULL;
     s->released = 1;
+    s->readers = s->release_pending = 0;
     if (table_share(&m->primary, &s->primary) < 0)
         goto fail;
     if (m->rehash.dir != NULL) {
@@ -1264,16 +1270,10 @@ fail:
     return NULL;
 }
 
-static int snap_release(SnapObject *s)
+/* Drop what a released snapshot held: its directories, then the batches no
+ * open snapshot can reach any more. */
+static void snap_free_held(SnapObject *s)
 {
-    if (s->released) {
-        raise_from_helper(Err_SnapshotReleased, fn_released_message,
-                          Py_BuildValue("(is)", s->version, "already"));
-        return -1;
-    }
-    if (release_version(s->owner, s->version) < 0)
-        return -1;
-    s->released = 1;
     Table primary = s->primary, rehash = s->rehash;
     s->primary.dir = s->rehash.dir = NULL;
     table_free(&primary);                       /* chunks only: no Python code runs */
@@ -1281,7 +1281,39 @@ static int snap_release(SnapObject *s)
     /* Free last, detached first: freeing entries may run __del__ (and with it
      * the owner's thread); the bookkeeping above is already consistent. */
     free_batches(detach_unreachable_batches(s->owner));
+}
+
+static int snap_release(SnapObject *s)
+{
+    if (s->released) {
+        raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                          Py_BuildValue("(is)", s->version, "already"));
+        return -1;
+    }
+    if (s->readers > 0) {
+        /* A finalizer run by an allocation of a reader released it: readers
+         * stop at their next check; the version stays open until they end. */
+        s->released = 1;
+        s->release_pending = 1;
+        return 0;
+    }
+    if (release_version(s->owner, s->version) < 0)
+        return -1;
+    s->released = 1;
+    snap_free_held(s);
     return 0;
+}
+
+static void snap_pin(SnapObject *s) { s->readers++; }
+
+static void snap_unpin(SnapObject *s)
+{
+    if (--s->readers == 0 && s->release_pending) {
+        s->release_pending = 0;
+        if (release_version(s->owner, s->version) < 0)
+            PyErr_WriteUnraisable((PyObject *)s);
+        snap_free_held(s);
+    }
 }
 
 static PyObject *Map_release(MapObject *m, PyObject *snapshot)
@@ -1361,16 +1393,47 @@ static PyObject *Map_size_of_namespace(MapObject *m, PyObject *ns)
     return PyLong_FromSsize_t(n);
 }
 
-static PyObject *entry_item(Entry *e)
+/* The chain at `head` as a list of StateEntry tuples. Allocating may run the
+ * GC and with it Python code (rule d of the header): reading the live map
+ * (`m` given), a changed stamp means the chain may be gone, so it fails fast;
+ * a snapshot's reader pins it instead (m NULL). */
+static PyObject *chain_items(Entry *head, MapObject *m)
 {
-    PyTypeObject *type = (PyTypeObject *)StateEntry_type;
-    PyObject *t = type->tp_alloc(type, 3);         /* a StateEntry (a tuple subclass) */
-    if (t == NULL)
+    uint64_t stamp = m != NULL ? m->stamp : 0;
+    Py_ssize_t n = 0;
+    for (Entry *e = head; e != NULL; e = e->next)
+        n++;
+    PyObject *chain = PyList_New(n);
+    if (chain == NULL)
         return NULL;
-    PyTuple_SET_ITEM(t, 0, Py_NewRef(e->key));
-    PyTuple_SET_ITEM(t, 1, Py_NewRef(e->ns));
-    PyTuple_SET_ITEM(t, 2, Py_NewRef(e->state));
-    return t;
+    PyTypeObject *type = (PyTypeObject *)StateEntry_type;
+    Entry *e = head;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (m != NULL && m->stamp != stamp)
+            goto changed;
+        PyObject *key = Py_NewRef(e->key), *ns = Py_NewRef(e->ns);
+        PyObject *state = Py_NewRef(e->state);
+        Entry *next = e->next;                     /* read before anything may run */
+        PyObject *t = type->tp_alloc(type, 3);     /* a StateEntry (a tuple subclass) */
+        if (t == NULL) {
+            Py_DECREF(key);
+            Py_DECREF(ns);
+            Py_DECREF(state);
+            Py_DECREF(chain);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, 0, key);
+        PyTuple_SET_ITEM(t, 1, ns);
+        PyTuple_SET_ITEM(t, 2, state);
+        PyList_SET_ITEM(chain, i, t);
+        e = next;
+    }
+    if (m == NULL || m->stamp == stamp)
+        return chain;
+changed:
+    Py_DECREF(chain);
+    raise_from_helper(Err_ConcurrentModification, fn_modified_message, PyTuple_New(0));
+    return NULL;
 }
 
 /* The next non-empty bucket's chain of the source, as a list of StateEntry
@@ -1419,24 +1482,12 @@ static PyObject *iter_next_chain(IterObject *it)
             Entry *head = c->slots[b & (chunk_slots(t) - 1)];
             if (head == NULL)
                 continue;
-            Py_ssize_t n = 0;
-            for (Entry *e = head; e != NULL; e = e->next)
-                n++;
-            PyObject *chain = PyList_New(n);
-            if (chain == NULL)
-                return NULL;
-            /* No Python code runs until the chain is copied: tp_alloc of a
-             * StateEntry cannot trigger the GC (tuples of 3 come from a free
-             * list or plain allocation), and nothing here calls back. */
-            Py_ssize_t i = 0;
-            for (Entry *e = head; e != NULL; e = e->next) {
-                PyObject *item = entry_item(e);
-                if (item == NULL) {
-                    Py_DECREF(chain);
-                    return NULL;
-                }
-                PyList_SET_ITEM(chain, i++, item);
-            }
+            if (!it->is_snapshot)
+                return chain_items(head, (MapObject *)it->source);
+            SnapObject *s = (SnapObject *)it->source;
+            snap_pin(s);
+            PyObject *chain = chain_items(head, NULL);
+            snap_unpin(s);
             return chain;
         }
         it->table++;
@@ -1555,6 +1606,8 @@ static Py_ssize_t Snap_length(SnapObject *s)
     return s->size;
 }
 
+static PyObject *snap_items_pinned(SnapObject *s);
+
 static PyObject *Snap_items(SnapObject *s, PyObject *Py_UNUSED(ignored))
 {
     if (s->released) {
@@ -1562,12 +1615,18 @@ static PyObject *Snap_items(SnapObject *s, PyObject *Py_UNUSED(ignored))
                           Py_BuildValue("(is)", s->version, "released"));
         return NULL;
     }
+    snap_pin(s);           /* an allocation may run a finalizer that releases it */
+    PyObject *out = snap_items_pinned(s);
+    snap_unpin(s);
+    return out;
+}
+
+static PyObject *snap_items_pinned(SnapObject *s)
+{
     PyObject *out = PyList_New(s->size);
     if (out == NULL)
         return NULL;
     Py_ssize_t n = 0;
-    /* No Python code runs below (only tuples are made), so the directories
-     * cannot be released under us. */
     const Table *tables[3];
     Py_ssize_t begin[3], end[3], count;
     if (s->rehash.dir == NULL) {
@@ -1588,13 +1647,6 @@ static PyObject *Snap_items(SnapObject *s, PyObject *Py_UNUSED(ignored))
                 continue;
             for (Entry *e = c->slots[b & (chunk_slots(t) - 1)]; e != NULL; e = e->next) {
                 PyObject *item = PyTuple_Pack(3, e->key, e->ns, e->state);
-                if (item != NULL && s->released) {      /* a finalizer run by a GC released it */
-                    Py_DECREF(item);
-                    Py_DECREF(out);
-                    raise_from_helper(Err_SnapshotReleased, fn_released_message,
-                                      Py_BuildValue("(is)", s->version, "while being read"));
-                    return NULL;
-                }
                 if (item == NULL || n >= s->size) {
                     Py_XDECREF(item);
                     Py_DECREF(out);
@@ -2059,10 +2111,20 @@ static PyObject *Map_structure(MapObject *m, PyObject *Py_UNUSED(ignored))
         (Py_ssize_t)1 << CHUNK_BITS_MAX);
 }
 
+static PyObject *snap_structure_pinned(SnapObject *s);
+
 static PyObject *Snap_structure(SnapObject *s, PyObject *Py_UNUSED(ignored))
 {
     if (s->released || s->primary.dir == NULL)
         Py_RETURN_NONE;
+    snap_pin(s);
+    PyObject *out = snap_structure_pinned(s);
+    snap_unpin(s);
+    return out;
+}
+
+static PyObject *snap_structure_pinned(SnapObject *s)
+{
     PyObject *chains = PyList_New(0);
     if (chains == NULL)
         return NULL;
