@@ -19,9 +19,9 @@ $(CMAP): $(STAMP) impl/cowstate/_cmap.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
-## make test: ruff, mypy --strict, bounded CrossHair, then the whole pytest suite
-## (ci profile under CI=true)
-test: lint typecheck crosshair pytest
+## make test: ruff, mypy --strict, bounded CrossHair, the whole pytest suite (ci profile
+## under CI=true), then the C map under AddressSanitizer/UBSan (about a minute)
+test: lint typecheck crosshair pytest sanitize
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check impl model spec tests bench scripts
