@@ -3,7 +3,7 @@ persistent maps, at 1 million and 10 million entries (issue 13).
 
 Run::
 
-    .venv/bin/python bench/bench_state_map.py            # 1M and 10M entries, grow to 10M
+    .venv/bin/python bench/bench_state_map.py            # 1M and 10M entries, grow to 10M (~45 min)
     .venv/bin/python bench/bench_state_map.py --quick    # 100,000 entries, grow to 400,000,
                                                          # 3 rounds, 1 growth per structure
     .venv/bin/python bench/bench_state_map.py --entries 1000000 --entries 10000000
@@ -60,7 +60,7 @@ machine are skipped, and their cells print ``skip >2M`` (the limit):
   (tracemalloc makes their 10M builds several times slower); the C map, the
   dict and ``immutables`` are traced at every size;
 - the pure map's full ``gc.collect()`` is timed once, without warm-up (each
-  takes seconds at 10M: ~1 s per million entries).
+  takes seconds at 10M: ~1-2 s per million entries).
 
 Data
 ====

@@ -246,6 +246,25 @@ def test_equal_key_and_namespace_pairs_do_not_share_a_chain(impl: str) -> None:
 # --------------------------------------------------- the checker on the C map
 
 
+@needs_c
+def test_a_map_of_ints_and_strs_costs_the_collector_nothing_until_it_holds_a_container(
+        ) -> None:
+    # Invariant 12: tp_traverse returns at once while no live entry holds an
+    # object of a GC type, as CPython untracks a dict of such objects.
+    assert C_MAP is not None
+    m = C_MAP()
+    for i in range(1000):
+        m.put(i, "ns", i)
+    assert MapView(m).gc_entries == 0 and gc.get_referents(m) == [m.serializer]
+    m.put(5, "ns", [5])                                # a list state: visited
+    assert MapView(m).gc_entries == 1 and [5] in gc.get_referents(m)
+    m.put(5, "ns", 5)
+    m.put((1, 2), "ns", 0)                             # a tuple key is of a GC type
+    m.remove(3, "ns")
+    assert MapView(m).gc_entries == 1
+    check_map(m)
+
+
 def corrupted(what: str, *, snapshot: bool = False) -> tuple[Any, list[Any]]:
     assert C_MAP is not None
     m = C_MAP(initial_capacity=8)
@@ -267,6 +286,7 @@ def corrupted(what: str, *, snapshot: bool = False) -> tuple[Any, list[Any]]:
     ("write_shared", 8, True),
     ("chunk_refs", 10, False),
     ("retire_live", 11, False),
+    ("gc_entries", 12, False),
 ])
 def test_every_c_invariant_has_a_corruption_the_checker_names(
         what: str, invariant: int, snapshot: bool) -> None:

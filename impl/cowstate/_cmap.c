@@ -90,7 +90,11 @@
  * Entries are not Python objects. The map's tp_traverse visits the key,
  * namespace and state of every entry reachable from the LIVE table (each
  * exactly once: live chains form a forest), so a state that refers back to
- * the map is collected. A snapshot's tp_traverse visits only its owner: an
+ * the map is collected. Only objects of a GC type can be in a cycle, and a
+ * map counts its live entries that hold one (`gc_entries`, invariant 12):
+ * while it is 0 -- int or str keys, namespaces and states, as a dict of such
+ * is untracked by CPython -- tp_traverse returns at once, so a collection
+ * costs O(1) whatever the size. A snapshot's tp_traverse visits only its owner: an
  * entry it shares with the live table is visited by the map, and visiting it
  * twice would over-count. Entries only an open snapshot can reach are not
  * visited: a cycle through such a state is collected after the release.
@@ -127,6 +131,8 @@
  *     entry an open snapshot reaches is live or retained in a batch whose
  *     version is >= that snapshot's; no batch outlives every snapshot of a
  *     version <= its own.
+ * 12. GC count: `gc_entries` is the number of live entries whose key,
+ *     namespace or state has a type with Py_TPFLAGS_HAVE_GC.
  *
  * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
  * defects the specification must catch (cowstate_spec.bad_cmaps); the module
@@ -213,6 +219,7 @@ typedef struct MapObject {
     uint64_t mod_count;         /* mappings added or removed */
     uint64_t structure_count;   /* rehash steps */
     uint64_t stamp;             /* every structural write (re-entrancy check) */
+    Py_ssize_t gc_entries;      /* live entries holding an object of a GC type (inv. 12) */
     Batch *retired;             /* oldest first; the newest is at `retired_tail` */
     Batch *retired_tail;
     PyObject *serializer;
@@ -436,6 +443,13 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
 /* ---------------------------------------------------------------- the map */
 
 static inline Py_ssize_t map_len(const MapObject *m) { return m->primary_size + m->rehash_size; }
+
+/* Does an entry with these objects count in `gc_entries` (invariant 12)? */
+static inline int holds_gc(PyObject *key, PyObject *ns, PyObject *state)
+{
+    return PyType_IS_GC(Py_TYPE(key)) || PyType_IS_GC(Py_TYPE(ns))
+        || (state != NULL && PyType_IS_GC(Py_TYPE(state)));
+}
 
 /* --------------------------------------------------------------- retirement */
 
@@ -836,6 +850,7 @@ static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
         return NULL;
     e->next = *slot;
     *slot = e;
+    m->gc_entries += holds_gc(key, ns, NULL);     /* the state is counted when it is set */
     m->stamp++;
     m->mod_count++;
     if (t == &m->primary)
@@ -850,6 +865,7 @@ static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
 static inline PyObject *entry_set_state(MapObject *m, Entry *e, PyObject *state)
 {
     PyObject *old = e->state;
+    m->gc_entries += holds_gc(e->key, e->ns, state) - holds_gc(e->key, e->ns, old);
     e->state = Py_NewRef(state);
     e->state_version = m->version;
     return old;
@@ -1033,6 +1049,7 @@ static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns
 #endif
         prev->next = e->next;                                 /* prev is private (rule E) */
     }
+    m->gc_entries -= holds_gc(e->key, e->ns, e->state);
     m->stamp++;
     m->mod_count++;
     if (t == &m->primary)
@@ -1825,6 +1842,8 @@ static PyObject *Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int Map_traverse(MapObject *m, visitproc visit, void *arg)
 {
     Py_VISIT(m->serializer);
+    if (m->gc_entries == 0)              /* nothing here can be in a cycle (inv. 12) */
+        return 0;
     const Table *tables[2] = {&m->primary, &m->rehash};
     for (int k = 0; k < 2; k++) {
         const Table *t = tables[k];
@@ -1860,6 +1879,7 @@ static void map_reset(MapObject *m, Table *primary_out, Table *rehash_out)
     m->rehash.dir = NULL;
     m->primary_size = m->rehash_size = 0;
     m->rehash_index = 0;
+    m->gc_entries = 0;
     m->stamp++;
     m->mod_count++;
 }
@@ -2101,7 +2121,8 @@ static PyObject *Map_structure(MapObject *m, PyObject *Py_UNUSED(ignored))
         }
     }
     return Py_BuildValue(
-        "{s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n}", "retired", retired,
+        "{s:n,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n}", "gc_entries",
+        m->gc_entries, "retired", retired,
         "primary", primary, "rehash",
         rehash, "rehash_index", m->rehash_index, "primary_size", m->primary_size,
         "rehash_size", m->rehash_size, "threshold", m->threshold, "version", (int)m->version,
@@ -2171,6 +2192,10 @@ static PyObject *Map_corrupt(MapObject *m, PyObject *args)
     Entry *e = slot_get(t, bucket);
     if (strcmp(what, "primary_size") == 0) {
         m->primary_size += 1;
+        Py_RETURN_NONE;
+    }
+    if (strcmp(what, "gc_entries") == 0) {
+        m->gc_entries = 0;
         Py_RETURN_NONE;
     }
     if (strcmp(what, "highest_required") == 0) {

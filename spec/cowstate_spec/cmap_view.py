@@ -14,8 +14,9 @@ object in every export while the entry lives, and each export refreshes its
 fields. A snapshot keeps its entries alive, so a fingerprinted entry's address
 is never reused while the fingerprint is checked.
 
-The C map's own invariants 10 (chunk counts) and 11 (retirement), from the
-header of ``_cmap.c``, are checked by :func:`check_chunks_and_retirement`.
+The C map's own invariants 10 (chunk counts), 11 (retirement) and 12 (the
+count of entries the garbage collector must visit), from the header of
+``_cmap.c``, are checked by :func:`check_chunks_and_retirement`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = ["MAP_CLASSES", "EntryView", "MapView", "SnapshotView", "check_chunks_
            "is_c_map", "is_c_snapshot", "view_of", "view_of_snapshot"]
 
 _C_MAP = c_map_class()
+_HAVE_GC = 1 << 14                       # Py_TPFLAGS_HAVE_GC
 #: Every map class the checker knows: the pure map and, when built, the C map.
 MAP_CLASSES: tuple[type[Any], ...] = (PureMap,) if _C_MAP is None else (PureMap, _C_MAP)
 
@@ -135,6 +137,7 @@ class MapView:
         self._structure_count: int = st["structure_count"]
         #: (version, addresses) of the retired batches, oldest first
         self.retired: list[tuple[int, tuple[int, ...]]] = st["retired"]
+        self.gc_entries: int = st["gc_entries"]
 
     def __len__(self) -> int:
         return self._primary_size + self._rehash_size
@@ -194,12 +197,19 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
 
     view = m if isinstance(m, MapView) else MapView(m)
     live: set[int] = set()
+    holding_gc = 0
     for table in (view._primary, view._rehash or []):
         for head in table:
             e = head
             while e is not None:
                 live.add(e.address)
+                holding_gc += any(type(x).__flags__ & _HAVE_GC
+                                  for x in (e.key, e.namespace, e.state))
                 e = e.next
+    if view.gc_entries != holding_gc:
+        raise InvariantViolation(
+            f"invariant 12 violated: the map counts {view.gc_entries} live entries holding "
+            f"an object of a GC type, {holding_gc} do")
     retired: dict[int, int] = {}
     versions = [version for version, _ in view.retired]
     if versions != sorted(versions):
