@@ -186,10 +186,10 @@ from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import ValueState
 from cowstate.snapshot_io import write_snapshot
+from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     NestedMapsStateTable,
-    StateMetaInfo,
     StateTable,
     StateTableSnapshot,
     TableFactory,

@@ -923,7 +923,7 @@ def test_mismatches_are_refused_before_anything_changes(make: Factory,
     with pytest.raises(SerializerMismatchError, match="namespace serializer 'utf8'"):
         strings.restore_from([handle], source(tmp_path / "chk-1"))
     fake = handle.model_copy(update={"states": (*handle.states, StateInfo(
-        name="custom", kind="value", namespace_serializer="pickle",
+        id=len(handle.states), name="custom", kind="value", namespace_serializer="pickle",
         state_serializer="my.Serializer"))})
     plain = make()
     fill(plain, range(10))

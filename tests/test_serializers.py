@@ -21,7 +21,8 @@ from cowstate.serializers import (
     serializer_for,
     serializer_identifier,
 )
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateMetaInfo
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 
 
 @pytest.mark.parametrize(("serializer", "value", "encoded"), [

@@ -65,10 +65,10 @@ from cowstate.snapshot_io import (
     restore_table,
     write_snapshot,
 )
+from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     NestedMapsStateTable,
-    StateMetaInfo,
     StateTable,
     StateTableSnapshot,
 )

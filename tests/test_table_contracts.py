@@ -48,12 +48,8 @@ from cowstate.snapshot_io import (
     restore_table,
     write_snapshot,
 )
-from cowstate.state_table import (
-    CopyOnWriteStateTable,
-    NestedMapsStateTable,
-    NestedStateMap,
-    StateMetaInfo,
-)
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, NestedStateMap
 from cowstate_spec.backends import SumCount
 
 TABLES = [CopyOnWriteStateTable, NestedMapsStateTable]

@@ -58,12 +58,8 @@ from cowstate.serializers import (
 )
 from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
 from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
-from cowstate.state_table import (
-    CopyOnWriteStateTable,
-    NestedMapsStateTable,
-    StateMetaInfo,
-    StateTableSnapshot,
-)
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTableSnapshot
 
 __version__ = "0.1.0"
 

@@ -44,7 +44,7 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any
 
-from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions, StateInfo
+from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import map_future, overlapping
 from cowstate.errors import (
@@ -64,9 +64,9 @@ from cowstate.snapshot_io import (
     read_snapshot,
     write_snapshot,
 )
+from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
-    StateMetaInfo,
     StateTable,
     StateTableSnapshot,
     TableFactory,
@@ -80,9 +80,9 @@ __all__ = [
     "StreamFactory",
 ]
 
-#: The format name heap snapshots record; ``"canonical"`` files restore too.
-HEAP_FORMAT = "heap"
-RESTORABLE_FORMATS = frozenset({HEAP_FORMAT, "canonical"})
+#: The format heap snapshots record; canonical files restore too.
+HEAP_FORMAT = SnapshotFormat.HEAP
+RESTORABLE_FORMATS = frozenset({SnapshotFormat.HEAP, SnapshotFormat.CANONICAL})
 
 #: Makes the stream a snapshot is written to (called on the writer thread).
 #: If the stream has ``close_and_get_handle()``, its result becomes the
@@ -108,7 +108,7 @@ class KeyedStateSnapshotResult:
         return 0 if self.info is None else self.info.size
 
 
-class HeapKeyedStateBackend(AbstractKeyedStateBackend):
+class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]):
     """Keyed state on the heap for the key groups of ``key_group_range``."""
 
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int,
@@ -130,7 +130,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
     # -------------------------------------------------------------- snapshots
 
     def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory, *,
-                 format: str = HEAP_FORMAT) -> SnapshotFuture[KeyedStateSnapshotResult]:
+                 format: SnapshotFormat = HEAP_FORMAT
+                 ) -> SnapshotFuture[KeyedStateSnapshotResult]:
         """Take the synchronous part now; the returned future writes the rest.
 
         ``stream_factory()`` is called on the writer thread. The result's
@@ -179,8 +180,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
                     options: SnapshotOptions) -> Future[KeyedStateHandle]:
         """A snapshot file in ``location`` (always full: the heap shares nothing
         between checkpoints); canonical for a canonical savepoint, else heap."""
-        format = "canonical" if options.is_savepoint and options.format == "canonical" \
-            else HEAP_FORMAT
+        format = SnapshotFormat.CANONICAL if options.is_savepoint \
+            and options.format == "canonical" else HEAP_FORMAT
         r = self.key_group_range
         name = f"keyed-state-{r.start_key_group}-{r.end_key_group}"
         inner = self.snapshot(checkpoint_id, functools.partial(location.exclusive_stream, name),
@@ -207,16 +208,14 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         mine = overlapping(handles, self.key_group_range)
         self.restore([source.read(f) for handle in mine for f in handle.files])
 
-    def _handle_of(self, format: str, result: KeyedStateSnapshotResult) -> KeyedStateHandle:
+    def _handle_of(self, format: SnapshotFormat,
+                   result: KeyedStateSnapshotResult) -> KeyedStateHandle:
         r = self.key_group_range
         files: tuple[FileHandle, ...] = () if result.handle is None else (result.handle,)
         size = sum(f.size for f in files)
-        states = () if result.info is None else tuple(
-            StateInfo(name=s.name, kind=s.kind, namespace_serializer=s.namespace_serializer,
-                      state_serializer=s.state_serializer)
-            for s in result.info.metadata.states)
+        states = () if result.info is None else result.info.metadata.states
         return KeyedStateHandle(
-            backend="heap", format="canonical" if format == "canonical" else "heap",
+            backend="heap", format=format,
             key_group_range=(r.start_key_group, r.end_key_group),
             max_parallelism=self.max_parallelism, checkpoint_id=result.checkpoint_id,
             key_serializer=serializer_identifier(self._key_serializer), states=states,
@@ -281,7 +280,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
 
     def _write(self, future: SnapshotFuture[KeyedStateSnapshotResult],
                snapshots: list[StateTableSnapshot[Any, Any, Any]],
-               stream_factory: StreamFactory, format: str) -> None:
+               stream_factory: StreamFactory, format: SnapshotFormat) -> None:
         """The asynchronous part (writer thread)."""
         if not future.set_running_or_notify_cancel():
             return                                    # cancelled before it started

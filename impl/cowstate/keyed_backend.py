@@ -16,7 +16,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
-from typing import Any, TypeVar, overload
+from typing import Any, Generic, TypeVar, overload
 
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
@@ -44,13 +44,15 @@ from cowstate.keyed_state import (
     StateHolder,
     ValueState,
 )
+from cowstate.protocols import KeyedTable
 from cowstate.serializers import DefaultSerializer, StateSerializer, serializer_identifier
-from cowstate.state_map import StateEntry
-from cowstate.state_table import StateMetaInfo, StateTable
+from cowstate.state_meta import StateEntry, StateKind, StateMetaInfo
 
 __all__ = ["AbstractKeyedStateBackend", "SnapshotFuture"]
 
 T = TypeVar("T")
+#: The table type of a backend.
+TableT = TypeVar("TableT", bound="KeyedTable[Any, Any, Any]")
 
 
 class SnapshotFuture(Future[T]):
@@ -76,7 +78,7 @@ class SnapshotFuture(Future[T]):
         return not self.done()
 
 
-class AbstractKeyedStateBackend(ABC):
+class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     """Keyed state for the key groups of ``key_group_range``; see the module doc."""
 
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
@@ -97,7 +99,7 @@ class AbstractKeyedStateBackend(ABC):
         self._key_serializer: StateSerializer = key_serializer or DefaultSerializer()
         self._namespace_serializer: StateSerializer = namespace_serializer or DefaultSerializer()
         self._context = KeyContext(key_group_range, max_parallelism, self._key_serializer)
-        self._holders: dict[str, StateHolder] = {}
+        self._holders: dict[str, StateHolder[TableT]] = {}
         self._closed = False
 
     # ------------------------------------------------------------ key context
@@ -177,7 +179,7 @@ class AbstractKeyedStateBackend(ABC):
         """Registered and restored states, in registration order (their state ids)."""
         return list(self._holders)
 
-    def table(self, name: str) -> StateTable[Any, Any, Any]:
+    def table(self, name: str) -> TableT:
         """The table of state ``name`` (for inspection, restore and tests)."""
         return self._holder(name).table
 
@@ -198,7 +200,7 @@ class AbstractKeyedStateBackend(ABC):
         """Release what the backend holds; idempotent."""
         self._closed = True
 
-    def __enter__(self) -> AbstractKeyedStateBackend:
+    def __enter__(self) -> AbstractKeyedStateBackend[TableT]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -211,10 +213,11 @@ class AbstractKeyedStateBackend(ABC):
     # -------------------------------------------------------- for subclasses
 
     @abstractmethod
-    def _new_table(self, meta: StateMetaInfo) -> Any:
+    def _new_table(self, meta: StateMetaInfo) -> TableT:
         """A fresh, empty table for the state ``meta`` describes."""
 
-    def _install_tables(self, tables: dict[str, Any], metas: dict[str, StateMetaInfo]) -> None:
+    def _install_tables(self, tables: dict[str, TableT],
+                        metas: dict[str, StateMetaInfo]) -> None:
         """Swap restored tables in: registered states absent from ``tables`` become
         empty, restored states not registered yet keep their restored meta info."""
         for name, holder in self._holders.items():
@@ -231,10 +234,10 @@ class AbstractKeyedStateBackend(ABC):
 
     def _meta_for(self, descriptor: StateDescriptor | None) -> StateMetaInfo:
         assert descriptor is not None
-        return StateMetaInfo(descriptor.name, descriptor.kind, self._namespace_serializer,
-                             descriptor.serializer)
+        return StateMetaInfo(descriptor.name, StateKind(descriptor.kind),
+                             self._namespace_serializer, descriptor.serializer)
 
-    def _holder(self, name: str) -> StateHolder:
+    def _holder(self, name: str) -> StateHolder[TableT]:
         holder = self._holders.get(name)
         if holder is None:
             raise UnknownStateError(
@@ -242,7 +245,8 @@ class AbstractKeyedStateBackend(ABC):
                 f"got {name!r}")
         return holder
 
-    def _check_same_state(self, holder: StateHolder, descriptor: StateDescriptor) -> None:
+    def _check_same_state(self, holder: StateHolder[TableT],
+                          descriptor: StateDescriptor) -> None:
         meta = holder.table.meta
         if meta.kind != descriptor.kind:
             raise StateRegistrationError(

@@ -152,7 +152,7 @@ from typing import Any
 from rocksdict import AccessType, Checkpoint, Options, Rdict, WriteBatch
 
 from cowstate.checkpoint.filesystem import FileSystem
-from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions, StateInfo
+from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import overlapping
 from cowstate.errors import (
@@ -181,9 +181,8 @@ from cowstate.snapshot_io import (
     SnapshotMetadata,
     SnapshotReader,
     SnapshotWriter,
-    StateMetadata,
 )
-from cowstate.state_table import STATE_KINDS, StateMetaInfo
+from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
 
 __all__ = [
     "NATIVE_FORMAT",
@@ -193,8 +192,8 @@ __all__ = [
 ]
 
 #: The handle format of RocksDB checkpoints and native savepoints.
-NATIVE_FORMAT = "rocksdb-native"
-CANONICAL_FORMAT = "canonical"
+NATIVE_FORMAT = SnapshotFormat.ROCKSDB_NATIVE
+CANONICAL_FORMAT = SnapshotFormat.CANONICAL
 
 _SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
 _BATCH_ENTRIES = 10_000
@@ -224,7 +223,7 @@ RocksDBSnapshotFuture = SnapshotFuture[KeyedStateHandle]
 class _StateSnapshot:
     """One state as the synchronous part saw it."""
 
-    info: StateInfo
+    info: StateMetadata
     column_family: str
 
 
@@ -257,7 +256,7 @@ class _Built:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-class RocksDBKeyedStateBackend(AbstractKeyedStateBackend):
+class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
     """Keyed state in an embedded RocksDB for the key groups of ``key_group_range``.
 
     ``local_dir`` holds the instance directory (database, local checkpoints,
@@ -399,12 +398,8 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend):
                 f"expected RocksDB to take local checkpoint {checkpoint_id} in "
                 f"{str(local_dir)!r}, got {type(exc).__name__}: {exc}") from exc
         states = tuple(
-            _StateSnapshot(StateInfo(
-                name=name, kind=holder.table.meta.kind,
-                namespace_serializer=serializer_identifier(holder.table.meta.namespace_serializer),
-                state_serializer=serializer_identifier(holder.table.meta.state_serializer)),
-                column_family_name(name))
-            for name, holder in self._holders.items())
+            _StateSnapshot(holder.table.meta.metadata(state_id), column_family_name(name))
+            for state_id, (name, holder) in enumerate(self._holders.items()))
         with self._lock:
             base = (dict(self._uploaded.get(self._last_completed, {}))
                     if options.reuses_files else {})
@@ -608,11 +603,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend):
             format=CANONICAL_FORMAT, max_parallelism=self.max_parallelism,
             key_group_range=(r.start_key_group, r.end_key_group),
             key_serializer=job.key_serializer,
-            states=tuple(StateMetadata(
-                id=state_id, name=s.info.name, kind=s.info.kind,  # type: ignore[arg-type]
-                namespace_serializer=s.info.namespace_serializer,
-                state_serializer=s.info.state_serializer)
-                for state_id, s in enumerate(job.states)))
+            states=tuple(s.info for s in job.states))
         stream = job.location.exclusive_stream(f"keyed-state-{r.start_key_group}-"
                                                f"{r.end_key_group}")
         try:
@@ -646,7 +637,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend):
             raise
         return self._handle(job, CANONICAL_FORMAT, (written,), written.size)
 
-    def _handle(self, job: _SnapshotJob, format: str, files: tuple[FileHandle, ...],
+    def _handle(self, job: _SnapshotJob, format: SnapshotFormat, files: tuple[FileHandle, ...],
                 uploaded: int) -> KeyedStateHandle:
         r = self.key_group_range
         return KeyedStateHandle(
@@ -682,12 +673,9 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend):
                                   state.state_serializer, metas)
         return metas
 
-    def _check_state(self, name: str, kind: str, namespace_id: str, state_id: str,
+    def _check_state(self, name: str, kind: StateKind, namespace_id: str, state_id: str,
                      metas: dict[str, StateMetaInfo]) -> StateMetaInfo:
         """The meta info of one restored state (added to ``metas``), or a refusal."""
-        if kind not in STATE_KINDS:
-            raise CorruptCheckpointError(
-                f"expected a state kind in {STATE_KINDS} for state {name!r}, got {kind!r}")
         namespace = serializer_identifier(self._namespace_serializer)
         if namespace_id != namespace:
             raise SerializerMismatchError(

@@ -52,8 +52,7 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.serializers import DefaultSerializer, StateSerializer
-from cowstate.state_map import StateEntry
-from cowstate.state_table import StateMetaInfo
+from cowstate.state_meta import StateEntry, StateMetaInfo
 
 __all__ = [
     "KEY_GROUP_PREFIX_BYTES",

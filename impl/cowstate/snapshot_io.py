@@ -54,7 +54,7 @@ import threading
 import zlib
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Literal, Protocol
+from typing import IO, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -73,7 +73,8 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
-from cowstate.state_table import StateMetaInfo, StateTable, StateTableSnapshot
+from cowstate.state_meta import MAX_STATES, SnapshotFormat, StateMetadata, StateMetaInfo
+from cowstate.state_table import StateTable, StateTableSnapshot
 
 __all__ = [
     "END_MAGIC",
@@ -95,11 +96,9 @@ __all__ = [
 MAGIC = b"\x89CWSNAP\n"
 END_MAGIC = b"CWSNAPIX"
 FORMAT_VERSION = 1
-MAX_STATES = (1 << 15) - 1                       # Flink's limit: state ids are shorts
 
 _HEADER = struct.Struct(">8sHHI")                # magic, version, flags, metadata length
 _U32 = struct.Struct(">I")
-_U16 = struct.Struct(">H")
 _BLOCK = struct.Struct(">iII")                   # key group, entry count, payload length
 _STATE = struct.Struct(">HI")                    # state id, entry count
 _INDEX_ENTRY = struct.Struct(">iQ")
@@ -117,24 +116,12 @@ class BinaryWriter(Protocol):
     def flush(self) -> None: ...
 
 
-class StateMetadata(BaseModel):
-    """One state of a snapshot file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    id: int = Field(ge=0, le=MAX_STATES)
-    name: str = Field(min_length=1)
-    kind: Literal["value", "list", "map", "reducing", "aggregating"]
-    namespace_serializer: str
-    state_serializer: str
-
-
 class SnapshotMetadata(BaseModel):
     """The metadata block of a snapshot file."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    format: str = "heap"
+    format: SnapshotFormat = Field(default=SnapshotFormat.HEAP, strict=False)
     max_parallelism: int = Field(ge=1, le=1 << 15)
     key_group_range: tuple[int, int]
     key_serializer: str
@@ -169,7 +156,7 @@ class RestoredSnapshot:
 
     key_group_range: KeyGroupRange
     max_parallelism: int
-    formats: set[str] = field(default_factory=set)
+    formats: set[SnapshotFormat] = field(default_factory=set)
     key_serializer: str = ""
     metas: dict[str, StateMetaInfo] = field(default_factory=dict)
     states: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = field(default_factory=dict)
@@ -268,7 +255,8 @@ class SnapshotWriter:
 
 def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
                    | Sequence[StateTableSnapshot[Any, Any, Any]],
-                   stream: BinaryWriter, *, format: str = "heap",
+                   stream: BinaryWriter, *,
+                   format: SnapshotFormat = SnapshotFormat.HEAP,
                    cancel: threading.Event | None = None,
                    release: bool = True) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.
@@ -647,7 +635,7 @@ def _decode(reader: SnapshotReader, key_group_range: KeyGroupRange,
 
 
 def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
-                 format: str) -> SnapshotMetadata:
+                 format: SnapshotFormat) -> SnapshotMetadata:
     if not tables:
         raise InvalidArgumentError("expected at least one table snapshot to write, got none")
     if len(tables) > MAX_STATES:
@@ -675,11 +663,7 @@ def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
         key_group_range=(first.key_group_range.start_key_group,
                          first.key_group_range.end_key_group),
         key_serializer=serializer_identifier(first.key_serializer),
-        states=tuple(StateMetadata(
-            id=state_id, name=snap.meta.name, kind=snap.meta.kind,  # type: ignore[arg-type]
-            namespace_serializer=serializer_identifier(snap.meta.namespace_serializer),
-            state_serializer=serializer_identifier(snap.meta.state_serializer))
-            for state_id, snap in enumerate(tables)))
+        states=tuple(snap.meta.metadata(state_id) for state_id, snap in enumerate(tables)))
 
 
 def _resolve(given: StateSerializer | None, identifier: str, role: str) -> StateSerializer:

@@ -45,9 +45,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, Generic, TypeVar
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
@@ -65,22 +65,20 @@ from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
 )
+from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
 from cowstate.serializers import (
     DefaultSerializer,
     StateSerializer,
     duplicate_serializer,
 )
-from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
+from cowstate.state_map import CopyOnWriteStateMap
+from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
 
 __all__ = [
-    "STATE_KINDS",
     "CopyOnWriteStateTable",
     "CopyOnWriteStateTableSnapshot",
     "NestedMapsStateTable",
     "NestedStateMap",
-    "SnapshotTransformer",
-    "StateKind",
-    "StateMetaInfo",
     "StateTable",
     "StateTableSnapshot",
     "TableFactory",
@@ -90,48 +88,6 @@ K = TypeVar("K", bound=Hashable)
 N = TypeVar("N", bound=Hashable)
 S = TypeVar("S")
 V = TypeVar("V")
-
-StateKind = Literal["value", "list", "map", "reducing", "aggregating"]
-STATE_KINDS: tuple[str, ...] = ("value", "list", "map", "reducing", "aggregating")
-
-#: ``transformer(state)``: ``None`` drops the mapping from the snapshot, anything
-#: else is written instead of ``state``. Must not mutate ``state``.
-SnapshotTransformer = Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class StateMetaInfo:
-    """What a snapshot file records about one state, and how to (de)serialize it."""
-
-    name: str = "state"
-    kind: str = "value"
-    namespace_serializer: StateSerializer = field(default_factory=DefaultSerializer)
-    state_serializer: StateSerializer = field(default_factory=DefaultSerializer)
-    snapshot_transformer: SnapshotTransformer | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise InvalidArgumentError(
-                f"expected a non-empty str state name, got {self.name!r}")
-        if self.kind not in STATE_KINDS:
-            raise InvalidArgumentError(
-                f"expected a state kind in {STATE_KINDS}, got {self.kind!r}")
-        for role in ("namespace_serializer", "state_serializer"):
-            if not isinstance(getattr(self, role), StateSerializer):
-                raise InvalidArgumentError(
-                    f"expected a {role} with copy/serialize/deserialize, got "
-                    f"{type(getattr(self, role)).__name__}")
-        if self.snapshot_transformer is not None and not callable(self.snapshot_transformer):
-            raise InvalidArgumentError(
-                "expected a callable snapshot_transformer or None, got "
-                f"{type(self.snapshot_transformer).__name__}")
-
-    def duplicated(self) -> StateMetaInfo:
-        """The same meta info with serializers a background writer may own."""
-        return replace(self,
-                       namespace_serializer=duplicate_serializer(self.namespace_serializer),
-                       state_serializer=duplicate_serializer(self.state_serializer))
-
 
 # ------------------------------------------------------------------ the tables
 
@@ -172,7 +128,7 @@ class StateTable(ABC, Generic[K, N, S]):
         self._key_serializer: StateSerializer = (
             key_serializer if key_serializer is not None else DefaultSerializer())
         self._initial_capacity = initial_capacity
-        self._maps = [self._create_map() for _ in key_group_range]
+        self._maps: Sequence[StateMap[K, N, S]] = [self._create_map() for _ in key_group_range]
         self._mod_count = 0
         self._snapshot_count = 0
 
@@ -216,7 +172,7 @@ class StateTable(ABC, Generic[K, N, S]):
         """The key group of ``key`` (Flink's assignment, this table's max parallelism)."""
         return assign_to_key_group(key, self._max_parallelism, self._key_serializer)
 
-    def state_map(self, key_group: int) -> Any:
+    def state_map(self, key_group: int) -> StateMap[K, N, S]:
         """The map holding ``key_group`` (Flink's ``getMapForKeyGroup``)."""
         return self._maps[self._range.index_of(key_group)]
 
@@ -224,10 +180,10 @@ class StateTable(ABC, Generic[K, N, S]):
 
     def get(self, key: K, namespace: N, *, key_group: int | None = None) -> S | None:
         """The state of ``(key, namespace)`` or ``None``; see ``CopyOnWriteStateMap.get``."""
-        return self._route(key, key_group).get(key, namespace)  # type: ignore[no-any-return]
+        return self._route(key, key_group).get(key, namespace)
 
     def contains_key(self, key: K, namespace: N, *, key_group: int | None = None) -> bool:
-        return self._route(key, key_group).contains_key(key, namespace)  # type: ignore[no-any-return]
+        return self._route(key, key_group).contains_key(key, namespace)
 
     def __contains__(self, item: object) -> bool:
         if not isinstance(item, tuple) or len(item) != 2:
@@ -268,7 +224,7 @@ class StateTable(ABC, Generic[K, N, S]):
         old = m.put_and_get_old(key, namespace, state)
         if old is None:
             self._mod_count += 1
-        return old  # type: ignore[no-any-return]
+        return old
 
     def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None:
         m = self._route(key, key_group)
@@ -282,7 +238,7 @@ class StateTable(ABC, Generic[K, N, S]):
         old = self._route(key, key_group).remove_and_get_old(key, namespace)
         if old is not None:
             self._mod_count += 1
-        return old  # type: ignore[no-any-return]
+        return old
 
     def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S], *,
                   key_group: int | None = None) -> None:
@@ -315,10 +271,10 @@ class StateTable(ABC, Generic[K, N, S]):
     # ------------------------------------------------------ private helpers
 
     @abstractmethod
-    def _create_map(self) -> Any:
+    def _create_map(self) -> StateMap[K, N, S]:
         """A fresh, empty map for one key group."""
 
-    def _route(self, key: K, key_group: int | None) -> Any:
+    def _route(self, key: K, key_group: int | None) -> StateMap[K, N, S]:
         """The map of ``key``'s key group (``key_group`` if given)."""
         if key is None:
             raise InvalidArgumentError(
@@ -333,7 +289,8 @@ class StateTable(ABC, Generic[K, N, S]):
             return self._maps[index]
         return self._maps[self._range.index_of(key_group)]   # raises KeyGroupOutOfRangeError
 
-    def _iterate(self, maps: list[Any], expected: int) -> Iterator[StateEntry[K, N, S]]:
+    def _iterate(self, maps: Sequence[StateMap[K, N, S]],
+                 expected: int) -> Iterator[StateEntry[K, N, S]]:
         for m in maps:
             for entry in m:
                 if self._mod_count != expected:
@@ -353,12 +310,14 @@ class StateTable(ABC, Generic[K, N, S]):
 class CopyOnWriteStateTable(StateTable[K, N, S]):
     """A table of :class:`~cowstate.CopyOnWriteStateMap`: asynchronous snapshots."""
 
-    def _create_map(self) -> CopyOnWriteStateMap[K, N, S]:
+    _maps: Sequence[SnapshottingStateMap[K, N, S]]
+
+    def _create_map(self) -> SnapshottingStateMap[K, N, S]:
         return CopyOnWriteStateMap(self._meta.state_serializer, self._initial_capacity)
 
     def snapshot(self) -> CopyOnWriteStateTableSnapshot[K, N, S]:
         """Snapshot every key group's map, in key-group order (one list copy each)."""
-        taken: list[StateMapSnapshot[K, N, S]] = []
+        taken: list[MapSnapshot[K, N, S]] = []
         try:
             for m in self._maps:
                 taken.append(m.snapshot())
@@ -371,6 +330,8 @@ class CopyOnWriteStateTable(StateTable[K, N, S]):
 
 class NestedMapsStateTable(StateTable[K, N, S]):
     """A table of nested dicts whose snapshot deep-copies: synchronous snapshots."""
+
+    _maps: Sequence[NestedStateMap[K, N, S]]
 
     def _create_map(self) -> NestedStateMap[K, N, S]:
         return NestedStateMap(self._meta.state_serializer)
@@ -495,14 +456,14 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
 
 
 class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
-    """One :class:`~cowstate.StateMapSnapshot` per key group."""
+    """One map snapshot (:class:`~cowstate.StateMapSnapshot`) per key group."""
 
     def __init__(self, owner: CopyOnWriteStateTable[K, N, S],
-                 snapshots: list[StateMapSnapshot[K, N, S]]) -> None:
+                 snapshots: list[MapSnapshot[K, N, S]]) -> None:
         super().__init__(owner, len(snapshots))
         self._snapshots = snapshots
 
-    def map_snapshot(self, key_group: int) -> StateMapSnapshot[K, N, S]:
+    def map_snapshot(self, key_group: int) -> MapSnapshot[K, N, S]:
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
         return self._snapshots[self._open_index(key_group)]
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from cowstate.protocols import MapSnapshot
 from cowstate.serializers import is_known_immutable
 from cowstate.state_map import CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.state_table import CopyOnWriteStateTableSnapshot, StateTable
@@ -292,8 +293,16 @@ def table_fingerprint(snapshot: CopyOnWriteStateTableSnapshot[Any, Any, Any], *,
                       values: bool = True) -> TableFingerprint:
     """Fingerprint every key group's map snapshot; take it right after ``snapshot()``
     (``values`` as in :func:`fingerprint`)."""
-    return TableFingerprint(snapshot, [fingerprint(snapshot.map_snapshot(kg), values=values)
+    return TableFingerprint(snapshot, [fingerprint(_pure(snapshot.map_snapshot(kg)), values=values)
                                        for kg in snapshot.key_group_range])
+
+
+def _pure(snapshot: MapSnapshot[Any, Any, Any]) -> StateMapSnapshot[Any, Any, Any]:
+    """``snapshot`` as the pure map's snapshot, whose internals a fingerprint reads."""
+    if not isinstance(snapshot, StateMapSnapshot):
+        raise TypeError(f"expected a StateMapSnapshot to fingerprint, got "
+                        f"{type(snapshot).__name__}")
+    return snapshot
 
 
 def check_table(table: StateTable[Any, Any, Any],
