@@ -185,15 +185,10 @@ from cowstate.descriptors import ValueStateDescriptor
 from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import ValueState
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot_io import write_snapshot
 from cowstate.state_meta import StateMetaInfo
-from cowstate.state_table import (
-    CopyOnWriteStateTable,
-    NestedMapsStateTable,
-    StateTable,
-    StateTableSnapshot,
-    TableFactory,
-)
+from cowstate.state_table import CopyOnWriteStateTable, StateTable, StateTableSnapshot, TableFactory
 
 NAMESPACES: tuple[str, ...] = tuple(sys.intern(f"ns{i}") for i in range(4))
 #: gc threshold2 while measuring: no automatic full collection starts.

@@ -47,10 +47,11 @@ from cowstate.key_groups import (
     compute_key_group_range_for_operator_index,
 )
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
 from cowstate.snapshot_io import SnapshotReader, read_snapshot
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
+from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_spec.backends import SumCount, add_ints
 

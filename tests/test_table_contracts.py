@@ -40,6 +40,7 @@ from cowstate.key_groups import (
     assign_to_key_group,
 )
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.nested_table import NestedMapsStateTable, NestedStateMap
 from cowstate.serializers import DefaultSerializer, ImmutableSerializer
 from cowstate.snapshot_io import (
     RestoredSnapshot,
@@ -49,7 +50,7 @@ from cowstate.snapshot_io import (
     write_snapshot,
 )
 from cowstate.state_meta import StateMetaInfo
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, NestedStateMap
+from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_spec.backends import SumCount
 
 TABLES = [CopyOnWriteStateTable, NestedMapsStateTable]

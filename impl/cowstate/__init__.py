@@ -48,6 +48,7 @@ from cowstate.keyed_state import (
     ReducingState,
     ValueState,
 )
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
     DefaultSerializer,
     ImmutableSerializer,
@@ -59,7 +60,7 @@ from cowstate.serializers import (
 from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
 from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
 from cowstate.state_meta import StateMetaInfo
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTableSnapshot
+from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 
 __version__ = "0.1.0"
 

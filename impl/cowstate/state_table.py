@@ -13,7 +13,8 @@ computes the current key's group once; a restore trusts the file). A key
 group outside the range raises :class:`~cowstate.errors.KeyGroupOutOfRangeError`
 (never a wrapped list index).
 
-Two tables share this API:
+Two tables share this API (:class:`~cowstate.protocols.KeyedTable`, as does
+:class:`~cowstate.rocksdb_table.RocksDBStateTable`):
 
 - :class:`CopyOnWriteStateTable` keeps a :class:`~cowstate.CopyOnWriteStateMap`
   per key group. ``snapshot()`` snapshots every map (each bumps its own
@@ -23,10 +24,10 @@ Two tables share this API:
   key group is written (``release_key_group``), and ``release()`` releases
   whatever is left, after success, failure or cancellation (Flink's
   FLINK-13469): both are idempotent.
-- :class:`NestedMapsStateTable` keeps nested dicts ``namespace -> key ->
-  state`` per key group, and its ``snapshot()`` deep-copies every state at
-  once (through the state serializer): the synchronous alternative, slow to
-  snapshot, simple to trust.
+- :class:`~cowstate.nested_table.NestedMapsStateTable` (its own module)
+  keeps nested dicts ``namespace -> key -> state`` per key group, and its
+  ``snapshot()`` deep-copies every state at once (through the state
+  serializer): the synchronous alternative, slow to snapshot, simple to trust.
 
 A snapshot carries the state's :class:`StateMetaInfo` with *duplicated*
 serializers taken at the synchronous moment (FLINK-6207), and applies the
@@ -54,9 +55,7 @@ from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
     InvalidArgumentError,
-    NoneStateError,
     SnapshotReleasedError,
-    TransformFunctionError,
     UnhashableKeyError,
 )
 from cowstate.key_groups import (
@@ -77,8 +76,6 @@ from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
 __all__ = [
     "CopyOnWriteStateTable",
     "CopyOnWriteStateTableSnapshot",
-    "NestedMapsStateTable",
-    "NestedStateMap",
     "StateTable",
     "StateTableSnapshot",
     "TableFactory",
@@ -280,7 +277,11 @@ class StateTable(ABC, Generic[K, N, S]):
             raise InvalidArgumentError(
                 "expected a key, got None; keyed state needs a key (no key set?)")
         if key_group is None:
-            key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
+            try:
+                key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
+            except InvalidArgumentError:
+                _check_hashable_key(key)          # the same error as every table's
+                raise
         elif type(key_group) is not int:
             raise InvalidArgumentError(
                 f"expected an int key_group, got {type(key_group).__name__} {key_group!r}")
@@ -326,19 +327,6 @@ class CopyOnWriteStateTable(StateTable[K, N, S]):
                 snap.release()
             raise
         return CopyOnWriteStateTableSnapshot(self, taken)
-
-
-class NestedMapsStateTable(StateTable[K, N, S]):
-    """A table of nested dicts whose snapshot deep-copies: synchronous snapshots."""
-
-    _maps: Sequence[NestedStateMap[K, N, S]]
-
-    def _create_map(self) -> NestedStateMap[K, N, S]:
-        return NestedStateMap(self._meta.state_serializer)
-
-    def snapshot(self) -> NestedMapsStateTableSnapshot[K, N, S]:
-        """Deep-copy every state now; the snapshot owns its copies."""
-        return NestedMapsStateTableSnapshot(self, [m.copy_entries() for m in self._maps])
 
 
 #: ``factory(key_group_range, max_parallelism, meta=..., key_serializer=...)``
@@ -480,31 +468,12 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         self._snapshots[index].release()
 
 
-class NestedMapsStateTableSnapshot(StateTableSnapshot[K, N, S]):
-    """Deep copies of every key group's mappings, made at the synchronous moment."""
-
-    def __init__(self, owner: NestedMapsStateTable[K, N, S],
-                 copies: list[list[StateEntry[K, N, S]]]) -> None:
-        super().__init__(owner, len(copies))
-        self._copies: list[list[StateEntry[K, N, S]] | None] = list(copies)
-
-    def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]:
-        entries = self._copies[index]
-        assert entries is not None
-        return iter(entries)
-
-    def _items(self, index: int) -> list[tuple[K, N, S]]:
-        entries = self._copies[index]
-        assert entries is not None
-        return entries  # type: ignore[return-value]       # StateEntry is a tuple
-
-    def _size(self, index: int) -> int:
-        entries = self._copies[index]
-        assert entries is not None
-        return len(entries)
-
-    def _release(self, index: int) -> None:
-        self._copies[index] = None
+def _check_hashable_key(key: object) -> None:
+    try:
+        hash(key)
+    except TypeError:
+        raise UnhashableKeyError(
+            f"expected a hashable key, got {type(key).__name__} {key!r}") from None
 
 
 def _transformed(entries: Iterator[StateEntry[K, N, S]],
@@ -515,130 +484,9 @@ def _transformed(entries: Iterator[StateEntry[K, N, S]],
             yield StateEntry(key, namespace, new)
 
 
-# ------------------------------------------------------- the nested state map
-
-
-class NestedStateMap(Generic[K, N, S]):
-    """``namespace -> key -> state`` dicts with the state-map API, no versions.
-
-    ``get`` returns the stored object; a snapshot of the table deep-copies
-    (:meth:`copy_entries`), so callers may mutate states in place at any time.
-    """
-
-    __slots__ = ("_mod_count", "_namespaces", "_serializer", "_size")
-
-    def __init__(self, serializer: StateSerializer | None = None) -> None:
-        self._serializer: StateSerializer = (
-            serializer if serializer is not None else DefaultSerializer())
-        self._namespaces: dict[N, dict[K, S]] = {}
-        self._size = 0
-        self._mod_count = 0
-
-    @property
-    def serializer(self) -> StateSerializer:
-        return self._serializer
-
-    @serializer.setter
-    def serializer(self, serializer: StateSerializer) -> None:
-        if not isinstance(serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a serializer with copy/serialize/deserialize, got "
-                f"{type(serializer).__name__}")
-        self._serializer = serializer
-
-    def get(self, key: K, namespace: N) -> S | None:
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        return None if inner is None else inner.get(key)
-
-    def contains_key(self, key: K, namespace: N) -> bool:
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        return inner is not None and key in inner
-
-    def __len__(self) -> int:
-        return self._size
-
-    def size_of_namespace(self, namespace: N) -> int:
-        inner = self._namespaces.get(namespace)
-        return 0 if inner is None else len(inner)
-
-    def keys(self, namespace: N) -> Iterator[K]:
-        return (e.key for e in self if e.namespace == namespace)
-
-    def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
-        return self._iterate(self._mod_count)
-
-    def _iterate(self, expected: int) -> Iterator[StateEntry[K, N, S]]:
-        if self._mod_count != expected:
-            raise ConcurrentModificationError(
-                "expected no mapping added or removed while iterating the map")
-        for namespace, inner in self._namespaces.items():
-            for key, state in inner.items():
-                yield StateEntry(key, namespace, state)
-                if self._mod_count != expected:
-                    raise ConcurrentModificationError(
-                        "expected no mapping added or removed while iterating the map")
-
-    def put(self, key: K, namespace: N, state: S) -> None:
-        self.put_and_get_old(key, namespace, state)
-
-    def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
-        if state is None:
-            raise NoneStateError(
-                f"expected a state for put({key!r}, {namespace!r}), got None; None means "
-                "absent, use remove() to unmap")
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        if inner is None:
-            inner = self._namespaces[namespace] = {}
-        old = inner.get(key)
-        inner[key] = state
-        if old is None:
-            self._size += 1
-            self._mod_count += 1
-        return old
-
-    def remove(self, key: K, namespace: N) -> None:
-        self.remove_and_get_old(key, namespace)
-
-    def remove_and_get_old(self, key: K, namespace: N) -> S | None:
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        if inner is None or key not in inner:
-            return None
-        old = inner.pop(key)
-        if not inner:
-            del self._namespaces[namespace]
-        self._size -= 1
-        self._mod_count += 1
-        return old
-
-    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
-        old = self.get(key, namespace)
-        try:
-            new = fn(old, value)
-        except Exception as exc:
-            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-        if new is None:
-            raise NoneStateError.from_transform(key, namespace)
-        self.put(key, namespace, new)
-
-    def copy_entries(self) -> list[StateEntry[K, N, S]]:
-        """Every mapping with a deep copy of its state (the synchronous snapshot)."""
-        copy = self._serializer.copy
-        return [StateEntry(key, namespace, copy(state))
-                for namespace, inner in self._namespaces.items()
-                for key, state in inner.items()]
-
-    def __repr__(self) -> str:
-        return f"<NestedStateMap size={self._size}>"
-
-
-def _check_hashable(key: object, namespace: object) -> None:
-    try:
-        hash(key)
-        hash(namespace)
-    except TypeError:
-        raise UnhashableKeyError.of(key, namespace) from None
-
+def __getattr__(name: str) -> Any:
+    """The nested table's names, which lived here before :mod:`cowstate.nested_table`."""
+    if name in ("NestedMapsStateTable", "NestedMapsStateTableSnapshot", "NestedStateMap"):
+        from cowstate import nested_table
+        return getattr(nested_table, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -36,8 +36,9 @@ from cowstate.descriptors import (
     ValueStateDescriptor,
 )
 from cowstate.key_groups import KeyGroupRange
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot_io import read_snapshot
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, TableFactory
+from cowstate.state_table import CopyOnWriteStateTable, TableFactory
 
 __all__ = [
     "BACKENDS",

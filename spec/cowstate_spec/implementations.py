@@ -13,7 +13,8 @@ from typing import Any
 
 from cowstate import CopyOnWriteStateMap
 from cowstate.key_groups import KeyGroupRange
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
+from cowstate.nested_table import NestedMapsStateTable
+from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model import ReferenceStateMap
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.invariants import (
