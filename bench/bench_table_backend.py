@@ -180,8 +180,8 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
     write_json,
 )
 
-from cowstate.backend import HeapKeyedStateBackend, SnapshotFuture
 from cowstate.descriptors import ValueStateDescriptor
+from cowstate.heap_backend import HeapKeyedStateBackend, SnapshotFuture
 from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import ValueState

@@ -69,7 +69,7 @@ SCOPES = {
          "test_error_messages.py", "test_copy_costs.py")),
     "tables": Scope(
         ("key_groups.py", "state_meta.py", "state_table.py", "nested_table.py", "snapshot_io.py",
-         "descriptors.py", "keyed_state.py", "keyed_backend.py", "backend.py"),
+         "descriptors.py", "keyed_state.py", "keyed_backend.py", "heap_backend.py"),
         ("test_state_machine.py", "test_key_groups.py", "test_flink_table_scenarios.py",
          "test_table_contracts.py", "test_snapshot_io.py", "test_serializers.py",
          "test_backend.py", "test_backend_machine.py", "test_checkpoint_rules.py")),

@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -40,6 +39,7 @@ from cowstate.errors import (
     UnhashableKeyError,
     UnknownStateError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.introspection import describe
 from cowstate.key_groups import (
     KeyGroupRange,

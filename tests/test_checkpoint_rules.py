@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import (
@@ -40,6 +39,7 @@ from cowstate.errors import (
     InvalidArgumentError,
     UnknownCheckpointError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from rocksdict import Options
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
     FileHandle,
@@ -52,6 +51,7 @@ from cowstate.errors import (
     TransformFunctionError,
     UnhashableKeyError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,

@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -34,6 +33,7 @@ from cowstate.errors import (
     TransformFunctionError,
     UnhashableKeyError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_key_to_parallel_operator,

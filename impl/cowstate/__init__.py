@@ -12,7 +12,6 @@ groups, state tables, snapshot files and the keyed state backend -- in Python.
 [1, 2]
 """
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -34,6 +33,7 @@ from cowstate.errors import (
     UnhashableKeyError,
     VersionOverflowError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,

@@ -23,7 +23,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
@@ -35,6 +34,7 @@ from cowstate.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.key_groups import KeyGroupRange
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot_io import read_snapshot

@@ -38,7 +38,6 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
@@ -46,6 +45,7 @@ from cowstate.checkpoint.location import SnapshotSource
 from cowstate.checkpoint.storage import CheckpointStorage, read_metadata
 from cowstate.descriptors import ListStateDescriptor, StateDescriptor, ValueStateDescriptor
 from cowstate.errors import CheckpointError
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate_model.backend import ReferenceBackendSnapshot, ReferenceKeyedStateBackend
