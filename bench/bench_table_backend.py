@@ -186,7 +186,7 @@ from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import ValueState
 from cowstate.nested_table import NestedMapsStateTable
-from cowstate.snapshot_io import write_snapshot
+from cowstate.snapshot import write_snapshot
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable, StateTableSnapshot, TableFactory
 

@@ -49,7 +49,7 @@ from cowstate.key_groups import (
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
-from cowstate.snapshot_io import SnapshotReader, read_snapshot
+from cowstate.snapshot import SnapshotReader, read_snapshot
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
@@ -593,7 +593,7 @@ def test_restore_refuses_another_kind_for_a_registered_state() -> None:
 def test_restore_refuses_a_native_snapshot_of_another_backend() -> None:
     """A file whose format is not heap or canonical (say, another backend's native
     format) is refused with IncompatibleSnapshotError."""
-    from cowstate.snapshot_io import SnapshotMetadata, SnapshotWriter
+    from cowstate.snapshot import SnapshotMetadata, SnapshotWriter
 
     out = io.BytesIO()
     SnapshotWriter(out, SnapshotMetadata(format="rocksdb-native", max_parallelism=128,

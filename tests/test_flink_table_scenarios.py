@@ -29,7 +29,7 @@ from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import DefaultSerializer
-from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
+from cowstate.snapshot import read_snapshot, restore_table, write_snapshot
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model.key_groups import assign_to_key_group as plain_assign_to_key_group

@@ -1,4 +1,4 @@
-"""Snapshot files (``cowstate.snapshot_io``) against the model and against their own docs.
+"""Snapshot files (``cowstate.snapshot``) against the model and against their own docs.
 
 - round trips: what a file holds is the model's snapshot taken at the same
   moment, whatever the live table does between ``snapshot()`` and the write;
@@ -55,7 +55,7 @@ from cowstate.serializers import (
     IntSerializer,
     StringSerializer,
 )
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     END_MAGIC,
     FORMAT_VERSION,
     MAGIC,
@@ -82,7 +82,7 @@ Contents = dict[tuple[Any, Any], Any]
 TABLES: list[TableClass] = [CopyOnWriteStateTable, NestedMapsStateTable]
 
 # ============================================================ the documented layout
-# Written from the module docstring of cowstate.snapshot_io, not from its code.
+# Written from the module docstring of cowstate.snapshot.format, not from its code.
 
 DOC_MAGIC = b"\x89CWSNAP\n"
 DOC_END_MAGIC = b"CWSNAPIX"

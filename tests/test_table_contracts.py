@@ -42,7 +42,7 @@ from cowstate.key_groups import (
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.nested_table import NestedMapsStateTable, NestedStateMap
 from cowstate.serializers import DefaultSerializer, ImmutableSerializer
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     RestoredSnapshot,
     SnapshotReader,
     read_snapshot,

@@ -57,7 +57,7 @@ from cowstate.serializers import (
     StateSerializer,
     StringSerializer,
 )
-from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
+from cowstate.snapshot import read_snapshot, restore_table, write_snapshot
 from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot

@@ -57,7 +57,7 @@ from cowstate.errors import (
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
 from cowstate.serializers import StateSerializer, serializer_identifier
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     BinaryWriter,
     RestoredSnapshot,
     SnapshotFileInfo,

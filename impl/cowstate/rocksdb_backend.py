@@ -23,7 +23,7 @@ log: durability comes from checkpoints, as in Flink. The key layout
 so a key-group range is one contiguous key range: one seek to read it, one
 ``delete_range`` to drop it. The bytes are the serializers' own (key
 serializer, namespace serializer, state serializer), so the canonical
-snapshot format (:mod:`cowstate.snapshot_io`) is written and read without
+snapshot format (:mod:`cowstate.snapshot`) is written and read without
 deserializing anything.
 
 Snapshots (``snapshot_to``)
@@ -176,7 +176,7 @@ from cowstate.rocksdb_table import (
     write_options,
 )
 from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     RawEntry,
     SnapshotMetadata,
     SnapshotReader,

@@ -37,7 +37,7 @@ from cowstate.descriptors import (
 from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.key_groups import KeyGroupRange
 from cowstate.nested_table import NestedMapsStateTable
-from cowstate.snapshot_io import read_snapshot
+from cowstate.snapshot import read_snapshot
 from cowstate.state_table import CopyOnWriteStateTable, TableFactory
 
 __all__ = [
