@@ -68,7 +68,7 @@ SCOPES = {
          "test_flink_map_scenarios.py", "test_seed_examples.py", "test_arithmetic.py",
          "test_error_messages.py", "test_copy_costs.py")),
     "tables": Scope(
-        ("key_groups.py", "state_meta.py", "state_table.py", "nested_table.py",
+        ("key_groups.py", "state_meta.py", "table_base.py", "state_table.py", "nested_table.py",
          "snapshot/format.py", "snapshot/writer.py", "snapshot/reader.py", "snapshot/restore.py",
          "descriptors.py", "keyed_state.py", "keyed_backend.py", "heap_backend.py"),
         ("test_state_machine.py", "test_key_groups.py", "test_flink_table_scenarios.py",

@@ -32,7 +32,7 @@ from cowstate.errors import (
     StateRegistrationError,
     UnknownStateError,
 )
-from cowstate.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
+from cowstate.key_groups import KeyGroupRange, check_key_group_range
 from cowstate.keyed_state import (
     HANDLES,
     AggregatingState,
@@ -84,18 +84,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
                  key_serializer: StateSerializer | None = None,
                  namespace_serializer: StateSerializer | None = None) -> None:
-        if not isinstance(key_group_range, KeyGroupRange):
-            raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
-        if type(max_parallelism) is not int or not (
-                0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
-            raise InvalidArgumentError(
-                f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got "
-                f"{max_parallelism!r}")
-        if key_group_range.end_key_group >= max_parallelism:
-            raise InvalidArgumentError(
-                f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
-                f"parallelism {max_parallelism}, got {key_group_range!r}")
+        check_key_group_range(key_group_range, max_parallelism)
         self._key_serializer: StateSerializer = key_serializer or DefaultSerializer()
         self._namespace_serializer: StateSerializer = namespace_serializer or DefaultSerializer()
         self._context = KeyContext(key_group_range, max_parallelism, self._key_serializer)

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import replace
 from typing import Any
 
 from rocksdict import Rdict, ReadOptions, WriteOptions
@@ -51,8 +50,9 @@ from cowstate.errors import (
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
-from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateEntry, StateMetaInfo
+from cowstate.table_base import TableBase
 
 __all__ = [
     "KEY_GROUP_PREFIX_BYTES",
@@ -133,7 +133,7 @@ def scan(column: Rdict | Callable[[], Rdict], lower: bytes, upper: bytes,
         position = batch[-1][0] + b"\x00"
 
 
-class RocksDBStateTable:
+class RocksDBStateTable(TableBase[Any, Any, Any]):
     """The mappings of one state in one column family (see the module doc).
 
     ``cf`` is the column family (an ``Rdict`` bound to it); the backend
@@ -143,61 +143,14 @@ class RocksDBStateTable:
 
     def __init__(self, cf: Rdict, key_group_range: KeyGroupRange, max_parallelism: int, *,
                  meta: StateMetaInfo, key_serializer: StateSerializer | None = None) -> None:
-        if not isinstance(key_group_range, KeyGroupRange):
-            raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
         if not isinstance(meta, StateMetaInfo):
             raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
-        if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a key_serializer with copy/serialize/deserialize, got "
-                f"{type(key_serializer).__name__}")
+        super().__init__(key_group_range, max_parallelism, meta=meta,
+                         key_serializer=key_serializer)
         self._cf: Rdict | None = cf
-        self._range = key_group_range
-        self._max_parallelism = max_parallelism
-        self._meta = meta
-        self._key_serializer: StateSerializer = (
-            key_serializer if key_serializer is not None else DefaultSerializer())
         self._write_options = write_options()
         self._lower = key_group_prefix(key_group_range.start_key_group)
         self._upper = key_group_prefix(key_group_range.end_key_group + 1)
-
-    # ----------------------------------------------------------- properties
-
-    @property
-    def key_group_range(self) -> KeyGroupRange:
-        return self._range
-
-    @property
-    def max_parallelism(self) -> int:
-        return self._max_parallelism
-
-    @property
-    def meta(self) -> StateMetaInfo:
-        return self._meta
-
-    @property
-    def key_serializer(self) -> StateSerializer:
-        return self._key_serializer
-
-    @property
-    def serializer(self) -> StateSerializer:
-        """The state serializer (the bytes of every stored state)."""
-        return self._meta.state_serializer
-
-    @serializer.setter
-    def serializer(self, serializer: StateSerializer) -> None:
-        self.set_meta_info(replace(self._meta, state_serializer=serializer))
-
-    def set_meta_info(self, meta: StateMetaInfo) -> None:
-        """Replace the meta info (the serializers states are read and written with)."""
-        if not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
-        self._meta = meta
-
-    def key_group_of(self, key: Any) -> int:
-        """The key group of ``key`` (Flink's assignment, this table's max parallelism)."""
-        return assign_to_key_group(key, self._max_parallelism, self._key_serializer)
 
     @property
     def is_attached(self) -> bool:
@@ -217,12 +170,6 @@ class RocksDBStateTable:
 
     def contains_key(self, key: Any, namespace: Any, *, key_group: int | None = None) -> bool:
         return self._column().get(self._rocks_key(key, namespace, key_group)) is not None
-
-    def __contains__(self, item: object) -> bool:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise InvalidArgumentError(
-                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
-        return self.contains_key(item[0], item[1])
 
     def __len__(self) -> int:
         return sum(1 for _ in scan(self._column, self._lower, self._upper))

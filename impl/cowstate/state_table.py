@@ -47,7 +47,6 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
@@ -60,18 +59,17 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import (
     DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
-    UPPER_BOUND_MAX_PARALLELISM,
     KeyGroupRange,
     assign_to_key_group,
 )
 from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
 from cowstate.serializers import (
-    DefaultSerializer,
     StateSerializer,
     duplicate_serializer,
 )
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
+from cowstate.table_base import TableBase
 
 __all__ = [
     "CopyOnWriteStateTable",
@@ -89,7 +87,7 @@ V = TypeVar("V")
 # ------------------------------------------------------------------ the tables
 
 
-class StateTable(ABC, Generic[K, N, S]):
+class StateTable(TableBase[K, N, S]):
     """Routing by key group over one map per key group (see the module doc)."""
 
     def __init__(self, key_group_range: KeyGroupRange | None = None,
@@ -97,77 +95,18 @@ class StateTable(ABC, Generic[K, N, S]):
                  meta: StateMetaInfo | None = None,
                  key_serializer: StateSerializer | None = None,
                  initial_capacity: int = DEFAULT_CAPACITY) -> None:
-        if type(max_parallelism) is not int or not (
-                0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
-            raise InvalidArgumentError(
-                f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got "
-                f"{max_parallelism!r}")
-        if key_group_range is None:
-            key_group_range = KeyGroupRange(0, max_parallelism - 1)
-        if not isinstance(key_group_range, KeyGroupRange):
-            raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
-        if key_group_range.end_key_group >= max_parallelism:
-            raise InvalidArgumentError(
-                f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
-                f"parallelism {max_parallelism}, got {key_group_range!r}")
-        if meta is not None and not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(
-                f"expected a StateMetaInfo, got {type(meta).__name__}")
-        if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a key_serializer with copy/serialize/deserialize, got "
-                f"{type(key_serializer).__name__}")
-        self._range = key_group_range
-        self._start = key_group_range.start_key_group
-        self._max_parallelism = max_parallelism
-        self._meta = meta if meta is not None else StateMetaInfo()
-        self._key_serializer: StateSerializer = (
-            key_serializer if key_serializer is not None else DefaultSerializer())
+        super().__init__(key_group_range, max_parallelism, meta=meta,
+                         key_serializer=key_serializer)
+        self._start = self._range.start_key_group
         self._initial_capacity = initial_capacity
-        self._maps: Sequence[StateMap[K, N, S]] = [self._create_map() for _ in key_group_range]
+        self._maps: Sequence[StateMap[K, N, S]] = [self._create_map() for _ in self._range]
         self._mod_count = 0
         self._snapshot_count = 0
 
-    # ----------------------------------------------------------- properties
-
-    @property
-    def key_group_range(self) -> KeyGroupRange:
-        return self._range
-
-    @property
-    def max_parallelism(self) -> int:
-        return self._max_parallelism
-
-    @property
-    def meta(self) -> StateMetaInfo:
-        return self._meta
-
-    @property
-    def key_serializer(self) -> StateSerializer:
-        return self._key_serializer
-
-    @property
-    def serializer(self) -> StateSerializer:
-        """The state serializer (copies shared states, writes snapshots)."""
-        return self._meta.state_serializer
-
-    @serializer.setter
-    def serializer(self, serializer: StateSerializer) -> None:
-        self.set_meta_info(replace(self._meta, state_serializer=serializer))
-
-    def set_meta_info(self, meta: StateMetaInfo) -> None:
-        """Replace the meta info; every per-key-group map copies with the new
-        state serializer from now on (Flink's FLINK-26853)."""
-        if not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
+    def _apply_meta_info(self, meta: StateMetaInfo) -> None:
+        """Every per-key-group map copies with the new state serializer from now on."""
         for m in self._maps:
             m.serializer = meta.state_serializer
-        self._meta = meta
-
-    def key_group_of(self, key: K) -> int:
-        """The key group of ``key`` (Flink's assignment, this table's max parallelism)."""
-        return assign_to_key_group(key, self._max_parallelism, self._key_serializer)
 
     def state_map(self, key_group: int) -> StateMap[K, N, S]:
         """The map holding ``key_group`` (Flink's ``getMapForKeyGroup``)."""
@@ -181,12 +120,6 @@ class StateTable(ABC, Generic[K, N, S]):
 
     def contains_key(self, key: K, namespace: N, *, key_group: int | None = None) -> bool:
         return self._route(key, key_group).contains_key(key, namespace)
-
-    def __contains__(self, item: object) -> bool:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise InvalidArgumentError(
-                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
-        return self.contains_key(item[0], item[1])
 
     def __len__(self) -> int:
         return sum(len(m) for m in self._maps)
