@@ -139,13 +139,11 @@ import os
 import re
 import shutil
 import tempfile
-import threading
 import uuid
 import weakref
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -160,8 +158,6 @@ from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyGroupMismatchError,
-    MaxParallelismMismatchError,
-    SerializerMismatchError,
     SnapshotCancelledError,
     SnapshotWriteError,
 )
@@ -175,14 +171,14 @@ from cowstate.rocksdb_table import (
     scan,
     write_options,
 )
-from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
+from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot import (
     RawEntry,
     SnapshotMetadata,
     SnapshotReader,
     SnapshotWriter,
 )
-from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
+from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 
 __all__ = [
     "NATIVE_FORMAT",
@@ -240,6 +236,8 @@ class _SnapshotJob:
     key_serializer: str
     backend_uid: str
     generation: int
+    #: The SSTs a checkpoint references (local name -> handle), filled by the writer.
+    ssts: dict[str, FileHandle] = field(default_factory=dict)
 
 
 @dataclass
@@ -266,6 +264,9 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
     on it. See the module doc for the design.
     """
 
+    backend_name = "rocksdb"
+    native_format = NATIVE_FORMAT
+
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
                  local_dir: str | os.PathLike[str] | None = None,
                  key_serializer: StateSerializer | None = None,
@@ -273,14 +274,12 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
                  executor: Executor | None = None,
                  options: Options | None = None) -> None:
         super().__init__(key_group_range, max_parallelism, key_serializer=key_serializer,
-                         namespace_serializer=namespace_serializer)
+                         namespace_serializer=namespace_serializer, executor=executor,
+                         writer_thread_name="cowstate-rocksdb-snapshot")
         if options is not None and not isinstance(options, Options):
             raise InvalidArgumentError(
                 f"expected rocksdict.Options(raw_mode=True) or None, got "
                 f"{type(options).__name__}")
-        if executor is not None and not isinstance(executor, Executor):
-            raise InvalidArgumentError(
-                f"expected a concurrent.futures.Executor or None, got {type(executor).__name__}")
         if options is None:
             options = Options(raw_mode=True)
             options.set_keep_log_file_num(1)
@@ -291,13 +290,11 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         self._local_dir = Path(tempfile.mkdtemp(prefix="cowstate-rocksdb-")
                                if local_dir is None else os.fspath(local_dir)).absolute()
         self._root = self._local_dir / f"cowstate-rocksdb-{uuid.uuid4().hex[:12]}"
-        self._lock = threading.Lock()
         self._uploaded: dict[int, dict[str, FileHandle]] = {}
         self._last_completed = -1
         self._aborted: set[int] = set()
         self._generation = 0
         self._backend_uid = uuid.uuid4().hex
-        self._pending: set[RocksDBSnapshotFuture] = set()
         self._tables: list[RocksDBStateTable] = []
         try:
             self._root.mkdir(parents=True)
@@ -313,9 +310,6 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         # A backend dropped without close() still leaves no directory behind.
         self._finalizer = weakref.finalize(
             self, _remove_trees, self._root, self._local_dir if self._own_local_dir else None)
-        self._own_executor = executor is None
-        self._executor: Executor = executor or ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="cowstate-rocksdb-snapshot")
 
     # ------------------------------------------------------------ inspection
 
@@ -356,12 +350,6 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         """The checkpoints whose SST maps are kept (candidates for the base)."""
         with self._lock:
             return sorted(self._uploaded)
-
-    @property
-    def pending_snapshots(self) -> int:
-        """Snapshots whose asynchronous part has not finished."""
-        with self._lock:
-            return len(self._pending)
 
     def __enter__(self) -> RocksDBKeyedStateBackend:
         return self
@@ -406,12 +394,11 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             job = _SnapshotJob(checkpoint_id, options, location, local_dir, base, states,
                                serializer_identifier(self._key_serializer), self._backend_uid,
                                self._generation)
-            future = RocksDBSnapshotFuture(
-                checkpoint_id, functools.partial(_remove_local_checkpoint, local_dir))
-            self._pending.add(future)
-        future.add_done_callback(self._forget)
-        self._executor.submit(self._write, future, job)
-        return future
+        return self._start_async(
+            checkpoint_id, functools.partial(self._write, job),
+            cleanup=functools.partial(_remove_local_checkpoint, local_dir),
+            failure="its local checkpoint was deleted",
+            commit=functools.partial(self._record, job))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` is confirmed: its SSTs become the base.
@@ -445,17 +432,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             raise InvalidArgumentError(
                 f"expected a SnapshotSource, got {type(source).__name__}")
         handles = list(handles)
-        for handle in handles:
-            if not isinstance(handle, KeyedStateHandle):
-                raise InvalidArgumentError(
-                    f"expected KeyedStateHandles, got {type(handle).__name__}")
-            if handle.format not in (NATIVE_FORMAT, CANONICAL_FORMAT) or (
-                    handle.format == NATIVE_FORMAT and handle.backend != "rocksdb"):
-                raise IncompatibleSnapshotError(
-                    f"expected a RocksDB native snapshot or a canonical savepoint, got a "
-                    f"{handle.format} snapshot of the {handle.backend} backend: the rocksdb "
-                    f"backend cannot read the {handle.backend} backend's own format; take a "
-                    "canonical savepoint of it to change backends")
+        self._check_formats(handles)
         formats = sorted({h.format for h in handles})
         if len(formats) > 1:
             raise IncompatibleSnapshotError(
@@ -485,19 +462,8 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         default source reads handles with absolute paths (checkpoints)."""
         self.restore_from(list(handles), source or SnapshotSource(FileSystem(), "/"))
 
-    def close(self) -> None:
-        """Stop pending snapshots, wait for the writer, close and delete the database."""
-        if self._closed:
-            return
-        super().close()
-        with self._lock:
-            pending = list(self._pending)
-        for future in pending:
-            future.cancel()
-        if self._own_executor:
-            self._executor.shutdown(wait=True)
-        else:
-            wait_futures(pending)
+    def _release_resources(self) -> None:
+        """Close and delete the database (no writer runs any more)."""
         self._detach_tables()
         with contextlib.suppress(Exception):
             self._db.close()
@@ -526,46 +492,27 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
 
     # ------------------------------------------------------ the writer thread
 
-    def _write(self, future: RocksDBSnapshotFuture, job: _SnapshotJob) -> None:
-        """The asynchronous part (writer thread)."""
-        if not future.set_running_or_notify_cancel():
-            return                                  # cancelled before it started
-        handle: KeyedStateHandle | None = None
-        error: BaseException | None = None
-        record: dict[str, FileHandle] | None = None
-        try:
-            if job.options.is_savepoint and job.options.format == "canonical":
-                handle = self._write_canonical(future, job)
-            else:
-                handle, record = self._upload(future, job)
-        except SnapshotCancelledError as exc:
-            error = exc
-        except Exception as exc:
-            error = SnapshotWriteError(
-                f"expected snapshot {job.checkpoint_id} to be written, got "
-                f"{type(exc).__name__}: {exc}; its local checkpoint was deleted")
-            error.__cause__ = exc
-        finally:
-            _remove_local_checkpoint(job.local_dir)
-        with self._lock:
-            if (error is None and record is not None and job.generation == self._generation
-                    and job.checkpoint_id not in self._aborted
-                    and job.checkpoint_id > self._last_completed):
-                self._uploaded[job.checkpoint_id] = record
-            self._pending.discard(future)
-        if error is not None:
-            future.set_exception(error)
-        else:
-            assert handle is not None
-            future.set_result(handle)
+    def _write(self, job: _SnapshotJob, future: RocksDBSnapshotFuture) -> KeyedStateHandle:
+        """The asynchronous part (writer thread; see ``_start_async``)."""
+        if job.options.is_savepoint and job.options.format == "canonical":
+            return self._write_canonical(future, job)
+        return self._upload(future, job)
 
-    def _upload(self, future: RocksDBSnapshotFuture,
-                job: _SnapshotJob) -> tuple[KeyedStateHandle, dict[str, FileHandle] | None]:
-        """A native checkpoint or savepoint: the local checkpoint's files."""
+    def _record(self, job: _SnapshotJob, handle: KeyedStateHandle) -> None:
+        """Keep a written checkpoint's SSTs as a candidate base (under the lock):
+        not a savepoint's, nor one aborted, superseded or of an older database."""
+        if (not job.options.is_savepoint and job.generation == self._generation
+                and job.checkpoint_id not in self._aborted
+                and job.checkpoint_id > self._last_completed):
+            self._uploaded[job.checkpoint_id] = job.ssts
+
+    def _upload(self, future: RocksDBSnapshotFuture, job: _SnapshotJob) -> KeyedStateHandle:
+        """A native checkpoint or savepoint: the local checkpoint's files (a
+        checkpoint's SSTs also go to ``job.ssts``)."""
         shared = not job.options.is_savepoint
         prefix = self._subtask_prefix()
         files: list[FileHandle] = []
-        record: dict[str, FileHandle] = {}
+        record = job.ssts
         uploaded = 0
         for name in sorted(os.listdir(job.local_dir)):
             path = job.local_dir / name
@@ -592,8 +539,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
                                              name=f"{prefix}/{name}")
                 uploaded += handle.size
             files.append(handle)
-        result = self._handle(job, NATIVE_FORMAT, tuple(files), uploaded)
-        return result, (record if shared else None)
+        return self._handle(job, NATIVE_FORMAT, tuple(files), uploaded)
 
     def _write_canonical(self, future: RocksDBSnapshotFuture,
                          job: _SnapshotJob) -> KeyedStateHandle:
@@ -648,58 +594,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             files=files, checkpointed_size=uploaded, full_size=sum(f.size for f in files),
             backend_uid=job.backend_uid)
 
-    def _forget(self, future: Future[KeyedStateHandle]) -> None:
-        with self._lock:
-            self._pending.discard(future)
-
     # ------------------------------------------------------------- restores
-
-    def _check_handles(self, handles: Sequence[KeyedStateHandle]) -> dict[str, StateMetaInfo]:
-        """The meta info of every state of ``handles``, checked against this backend."""
-        key_id = serializer_identifier(self._key_serializer)
-        metas: dict[str, StateMetaInfo] = {}
-        for handle in handles:
-            if handle.max_parallelism != self.max_parallelism:
-                raise MaxParallelismMismatchError(
-                    f"expected a snapshot of max parallelism {self.max_parallelism}, got one "
-                    f"of {handle.max_parallelism}: the number of key groups cannot change on "
-                    "restore")
-            if handle.key_serializer != key_id:
-                raise SerializerMismatchError(
-                    f"expected the key serializer {key_id!r}, the snapshot was written with "
-                    f"{handle.key_serializer!r}")
-            for state in handle.states:
-                self._check_state(state.name, state.kind, state.namespace_serializer,
-                                  state.state_serializer, metas)
-        return metas
-
-    def _check_state(self, name: str, kind: StateKind, namespace_id: str, state_id: str,
-                     metas: dict[str, StateMetaInfo]) -> StateMetaInfo:
-        """The meta info of one restored state (added to ``metas``), or a refusal."""
-        namespace = serializer_identifier(self._namespace_serializer)
-        if namespace_id != namespace:
-            raise SerializerMismatchError(
-                f"expected state {name!r} with the backend's namespace serializer "
-                f"{namespace!r}, the snapshot uses {namespace_id!r}")
-        known = metas.get(name)
-        holder = self._holders.get(name)
-        if known is None and holder is not None and holder.descriptor is not None:
-            known = self._meta_for(holder.descriptor)
-        if known is not None:
-            if known.kind != kind:
-                raise SerializerMismatchError(
-                    f"expected state {name!r} of kind {known.kind!r}, the snapshot holds kind "
-                    f"{kind!r}")
-            ours = serializer_identifier(known.state_serializer)
-            if ours != state_id:
-                raise SerializerMismatchError(
-                    f"expected the state serializer of {name!r} to be {ours!r}, the snapshot "
-                    f"was written with {state_id!r}")
-        else:
-            known = StateMetaInfo(name, kind, self._namespace_serializer,
-                                  serializer_for(state_id))
-        metas.setdefault(name, known)
-        return known
 
     def _build_from_canonical(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
                               metas: dict[str, StateMetaInfo]) -> _Built:
@@ -709,7 +604,6 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             handles_of: dict[str, Any] = {}
             write_opts = write_options()
             seen: set[int] = set()
-            key_id = serializer_identifier(self._key_serializer)
             for handle in handles:
                 for file in handle.files:
                     reader = SnapshotReader(source.read(file))
@@ -718,18 +612,10 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
                         raise IncompatibleSnapshotError(
                             f"expected a canonical snapshot file, got format {meta.format!r} "
                             f"in {source.path(file)!r}: restore a canonical savepoint")
-                    if meta.max_parallelism != self.max_parallelism:
-                        raise MaxParallelismMismatchError(
-                            f"expected a snapshot of max parallelism {self.max_parallelism}, "
-                            f"got one of {meta.max_parallelism}")
-                    if meta.key_serializer != key_id:
-                        raise SerializerMismatchError(
-                            f"expected the key serializer {key_id!r}, the file was written "
-                            f"with {meta.key_serializer!r}")
+                    self._check_snapshot(meta.max_parallelism, meta.key_serializer, "file")
                     names = {}
                     for state in meta.states:
-                        self._check_state(state.name, state.kind, state.namespace_serializer,
-                                          state.state_serializer, metas)
+                        self._restored_meta(state, metas)
                         names[state.id] = column_family_name(state.name)
                         self._ensure_column_family(built, names[state.id])
                     read = self.key_group_range.intersection(meta.range)
