@@ -189,7 +189,7 @@ from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.keyed_state import VOID_NAMESPACE, ValueState
-from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checkpoints.json"
 STATE_NAME = "bench_value"

@@ -45,7 +45,7 @@ from cowstate.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
-from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate_spec.cli import main as cowstate_main
 
 MAXP = 16

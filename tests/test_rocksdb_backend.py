@@ -59,8 +59,8 @@ from cowstate.key_groups import (
 )
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.keyed_state import VOID_NAMESPACE
-from cowstate.rocksdb_backend import RocksDBKeyedStateBackend, column_family_name
-from cowstate.rocksdb_table import RocksDBStateTable, decode_rocks_key, encode_rocks_key
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend, column_family_name
+from cowstate.rocksdb.table import RocksDBStateTable, decode_rocks_key, encode_rocks_key
 from cowstate.serializers import IntSerializer, StringSerializer
 from cowstate_spec.backends import SumCount, add_ints
 

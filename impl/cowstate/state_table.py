@@ -14,7 +14,7 @@ group outside the range raises :class:`~cowstate.errors.KeyGroupOutOfRangeError`
 (never a wrapped list index).
 
 Two tables share this API (:class:`~cowstate.protocols.KeyedTable`, as does
-:class:`~cowstate.rocksdb_table.RocksDBStateTable`):
+:class:`~cowstate.rocksdb.table.RocksDBStateTable`):
 
 - :class:`CopyOnWriteStateTable` keeps a :class:`~cowstate.CopyOnWriteStateMap`
   per key group. ``snapshot()`` snapshots every map (each bumps its own

@@ -242,11 +242,11 @@ def cleanup_rocksdb_snapshots() -> None:
 def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
     """A RocksDB backend with its instance directory under the root (removed on close).
 
-    ``cowstate.rocksdb_backend`` is imported here, not at the top: rocksdict is
+    ``cowstate.rocksdb.backend`` is imported here, not at the top: rocksdict is
     an optional dependency (the ``rocksdb`` extra) and the heap backends'
     users of this module must not need it.
     """
-    from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+    from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
     return RocksDBKeyedStateBackend(key_groups, max_parallelism,
                                     local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"))

@@ -136,7 +136,7 @@ def _rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
     checkpoints, so files of restored snapshots fall out of use)."""
     from rocksdict import Options
 
-    from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+    from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
     options = Options(raw_mode=True)
     options.set_keep_log_file_num(1)

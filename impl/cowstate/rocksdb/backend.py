@@ -3,6 +3,13 @@ RocksDB (through ``rocksdict``), with incremental checkpoints, native and
 canonical savepoints, and restores with rescaling (Flink's
 ``RocksDBKeyedStateBackend`` and ``RocksIncrementalSnapshotStrategy``).
 
+This docstring is the design of the whole :mod:`cowstate.rocksdb` package;
+the backend class keeps the state API, the base bookkeeping, the synchronous
+part of snapshots and the restore decisions. The asynchronous part is
+:mod:`cowstate.rocksdb.snapshot`, building restored databases
+:mod:`cowstate.rocksdb.restore`, the instance directory and database helpers
+:mod:`cowstate.rocksdb.db`, the table and key layout :mod:`cowstate.rocksdb.table`.
+
 Storage
 =======
 
@@ -12,7 +19,7 @@ registered state gets its own column family (``state.<name>``, or
 ``state-hex.<hex of the UTF-8 name>`` for names with other characters than
 ``[A-Za-z0-9_.-]``), created on registration. Writes skip the write-ahead
 log: durability comes from checkpoints, as in Flink. The key layout
-(:mod:`cowstate.rocksdb_table`)::
+(:mod:`cowstate.rocksdb.table`)::
 
     +----------+--------------+-----------------+-----------------+   value:
     | kg (2 B) | len(key) 4 B | key bytes       | namespace bytes |   state bytes
@@ -134,51 +141,44 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
-import re
 import shutil
 import tempfile
 import uuid
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from rocksdict import AccessType, Checkpoint, Options, Rdict, WriteBatch
+from rocksdict import Checkpoint, Options
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import overlapping
 from cowstate.errors import (
-    CorruptCheckpointError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
-    KeyGroupMismatchError,
-    SnapshotCancelledError,
     SnapshotWriteError,
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
-from cowstate.rocksdb_table import (
+from cowstate.rocksdb.db import (
+    Database,
+    InstanceDirectory,
+    check_raw_mode,
+    column_family_name,
+    remove_local_checkpoint,
+    remove_trees,
+)
+from cowstate.rocksdb.restore import Restorer
+from cowstate.rocksdb.snapshot import SnapshotJob, StateSnapshot, write
+from cowstate.rocksdb.table import (
     RocksDBStateTable,
-    decode_rocks_key,
-    encode_rocks_key,
-    key_group_prefix,
-    scan,
-    write_options,
 )
 from cowstate.serializers import StateSerializer, serializer_identifier
-from cowstate.snapshot import (
-    RawEntry,
-    SnapshotMetadata,
-    SnapshotReader,
-    SnapshotWriter,
-)
-from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
+from cowstate.snapshot import SnapshotMetadata
+from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 __all__ = [
     "NATIVE_FORMAT",
@@ -191,67 +191,9 @@ __all__ = [
 NATIVE_FORMAT = SnapshotFormat.ROCKSDB_NATIVE
 CANONICAL_FORMAT = SnapshotFormat.CANONICAL
 
-_SAFE_NAME = re.compile(r"[A-Za-z0-9_.\-]+")
-_BATCH_ENTRIES = 10_000
-_CONFIG_FILE = "rocksdict-config.json"
-
-
-def column_family_name(state_name: str) -> str:
-    """The column family of state ``state_name`` (never ``default``)."""
-    if _SAFE_NAME.fullmatch(state_name):
-        return f"state.{state_name}"
-    return f"state-hex.{state_name.encode('utf-8', 'surrogatepass').hex()}"
-
-
-def _raw_options() -> Options:
-    """Options for opening a snapshot's database read-only (no user tuning needed)."""
-    options = Options(raw_mode=True)
-    options.create_if_missing(False)
-    options.set_keep_log_file_num(1)
-    return options
-
 
 #: The future of a RocksDB snapshot (cancellation as for the heap backend).
 RocksDBSnapshotFuture = SnapshotFuture[KeyedStateHandle]
-
-
-@dataclass(frozen=True)
-class _StateSnapshot:
-    """One state as the synchronous part saw it."""
-
-    info: StateMetadata
-    column_family: str
-
-
-@dataclass(frozen=True)
-class _SnapshotJob:
-    """Everything the writer needs, captured in the synchronous part."""
-
-    checkpoint_id: int
-    options: SnapshotOptions
-    location: SnapshotLocation
-    local_dir: Path
-    base: dict[str, FileHandle]
-    states: tuple[_StateSnapshot, ...]
-    key_serializer: str
-    backend_uid: str
-    generation: int
-    #: The SSTs a checkpoint references (local name -> handle), filled by the writer.
-    ssts: dict[str, FileHandle] = field(default_factory=dict)
-
-
-@dataclass
-class _Built:
-    """A database a restore built beside the live one."""
-
-    db: Rdict
-    path: Path
-    column_families: set[str]
-
-    def discard(self) -> None:
-        with contextlib.suppress(Exception):
-            self.db.close()
-        shutil.rmtree(self.path, ignore_errors=True)
 
 
 class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
@@ -290,6 +232,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         self._local_dir = Path(tempfile.mkdtemp(prefix="cowstate-rocksdb-")
                                if local_dir is None else os.fspath(local_dir)).absolute()
         self._root = self._local_dir / f"cowstate-rocksdb-{uuid.uuid4().hex[:12]}"
+        self._instance = InstanceDirectory(self._root, options)
         self._uploaded: dict[int, dict[str, FileHandle]] = {}
         self._last_completed = -1
         self._aborted: set[int] = set()
@@ -299,8 +242,8 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         try:
             self._root.mkdir(parents=True)
             (self._root / "checkpoints").mkdir()
-            built = self._open_fresh()
-            _check_raw_mode(built)
+            built = self._instance.open_fresh()
+            check_raw_mode(built)
         except BaseException:
             self._remove_directories()
             raise
@@ -309,7 +252,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         self._column_families = built.column_families
         # A backend dropped without close() still leaves no directory behind.
         self._finalizer = weakref.finalize(
-            self, _remove_trees, self._root, self._local_dir if self._own_local_dir else None)
+            self, remove_trees, self._root, self._local_dir if self._own_local_dir else None)
 
     # ------------------------------------------------------------ inspection
 
@@ -326,7 +269,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
     @property
     def local_checkpoints_path(self) -> Path:
         """Where the synchronous part puts local checkpoints (empty when none runs)."""
-        return self._root / "checkpoints"
+        return self._instance.checkpoints
 
     @property
     def backend_uid(self) -> str:
@@ -373,7 +316,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             raise InvalidArgumentError(
                 "expected a checkpoint location with a shared directory for the SST files, "
                 "got one without (a savepoint location?)")
-        local_dir = self._new_local_checkpoint_dir(checkpoint_id)
+        local_dir = self._instance.new_local_checkpoint_dir(checkpoint_id)
         try:
             checkpoint = Checkpoint(self._db)
             try:
@@ -381,22 +324,22 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             finally:
                 del checkpoint                     # it keeps the database open
         except Exception as exc:
-            _remove_local_checkpoint(local_dir)
+            remove_local_checkpoint(local_dir)
             raise SnapshotWriteError(
                 f"expected RocksDB to take local checkpoint {checkpoint_id} in "
                 f"{str(local_dir)!r}, got {type(exc).__name__}: {exc}") from exc
         states = tuple(
-            _StateSnapshot(holder.table.meta.metadata(state_id), column_family_name(name))
+            StateSnapshot(holder.table.meta.metadata(state_id), column_family_name(name))
             for state_id, (name, holder) in enumerate(self._holders.items()))
         with self._lock:
             base = (dict(self._uploaded.get(self._last_completed, {}))
                     if options.reuses_files else {})
-            job = _SnapshotJob(checkpoint_id, options, location, local_dir, base, states,
+            job = SnapshotJob(checkpoint_id, options, location, local_dir, base, states,
                                serializer_identifier(self._key_serializer), self._backend_uid,
-                               self._generation)
+                               self._generation, self.key_group_range, self.max_parallelism)
         return self._start_async(
-            checkpoint_id, functools.partial(self._write, job),
-            cleanup=functools.partial(_remove_local_checkpoint, local_dir),
+            checkpoint_id, functools.partial(write, job),
+            cleanup=functools.partial(remove_local_checkpoint, local_dir),
             failure="its local checkpoint was deleted",
             commit=functools.partial(self._record, job))
 
@@ -442,10 +385,12 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         same_range = len(mine) == 1 and KeyGroupRange.of(
             *mine[0].key_group_range) == self.key_group_range
         if formats == [CANONICAL_FORMAT]:
-            built = self._build_from_canonical(mine, source, metas)
+            built = Restorer(self._instance, self.key_group_range).from_canonical(
+                mine, source, metas, self._check_file)
             self._swap(built, metas, seed=None, backend_uid=uuid.uuid4().hex)
             return
-        built = self._build_from_native(mine, source, metas, same_range)
+        built = Restorer(self._instance, self.key_group_range).from_native(
+            mine, source, metas, same_range)
         seed: tuple[int, dict[str, FileHandle]] | None = None
         backend_uid = uuid.uuid4().hex
         if same_range:
@@ -490,15 +435,9 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             table.detach()
         self._tables.clear()
 
-    # ------------------------------------------------------ the writer thread
+    # ------------------------------------------------- writer bookkeeping
 
-    def _write(self, job: _SnapshotJob, future: RocksDBSnapshotFuture) -> KeyedStateHandle:
-        """The asynchronous part (writer thread; see ``_start_async``)."""
-        if job.options.is_savepoint and job.options.format == "canonical":
-            return self._write_canonical(future, job)
-        return self._upload(future, job)
-
-    def _record(self, job: _SnapshotJob, handle: KeyedStateHandle) -> None:
+    def _record(self, job: SnapshotJob, handle: KeyedStateHandle) -> None:
         """Keep a written checkpoint's SSTs as a candidate base (under the lock):
         not a savepoint's, nor one aborted, superseded or of an older database."""
         if (not job.options.is_savepoint and job.generation == self._generation
@@ -506,237 +445,15 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
                 and job.checkpoint_id > self._last_completed):
             self._uploaded[job.checkpoint_id] = job.ssts
 
-    def _upload(self, future: RocksDBSnapshotFuture, job: _SnapshotJob) -> KeyedStateHandle:
-        """A native checkpoint or savepoint: the local checkpoint's files (a
-        checkpoint's SSTs also go to ``job.ssts``)."""
-        shared = not job.options.is_savepoint
-        prefix = self._subtask_prefix()
-        files: list[FileHandle] = []
-        record = job.ssts
-        uploaded = 0
-        for name in sorted(os.listdir(job.local_dir)):
-            path = job.local_dir / name
-            if not path.is_file():
-                continue
-            if future.cancel_requested.is_set():
-                raise SnapshotCancelledError(
-                    f"snapshot {job.checkpoint_id} cancelled before {name} was uploaded")
-            if name.endswith(".sst"):
-                reused = job.base.get(name)
-                if reused is not None and reused.size == path.stat().st_size:
-                    handle = reused
-                elif shared:
-                    handle = job.location.upload(path, scope="shared", local_name=name)
-                    uploaded += handle.size
-                else:
-                    handle = job.location.upload(path, scope="exclusive", local_name=name,
-                                                 name=f"{prefix}/{name}")
-                    uploaded += handle.size
-                if shared:
-                    record[name] = handle
-            else:
-                handle = job.location.upload(path, scope="exclusive", local_name=name,
-                                             name=f"{prefix}/{name}")
-                uploaded += handle.size
-            files.append(handle)
-        return self._handle(job, NATIVE_FORMAT, tuple(files), uploaded)
-
-    def _write_canonical(self, future: RocksDBSnapshotFuture,
-                         job: _SnapshotJob) -> KeyedStateHandle:
-        """A canonical savepoint: one snapshot file read from the local checkpoint."""
-        r = self.key_group_range
-        metadata = SnapshotMetadata(
-            format=CANONICAL_FORMAT, max_parallelism=self.max_parallelism,
-            key_group_range=(r.start_key_group, r.end_key_group),
-            key_serializer=job.key_serializer,
-            states=tuple(s.info for s in job.states))
-        stream = job.location.exclusive_stream(f"keyed-state-{r.start_key_group}-"
-                                               f"{r.end_key_group}")
-        try:
-            db = _open_read_only(job.local_dir)
-            cursors: list[_KeyGroupCursor] = []
-            try:
-                for state in job.states:
-                    cursors.append(_KeyGroupCursor(scan(
-                        db.get_column_family(state.column_family),
-                        key_group_prefix(r.start_key_group),
-                        key_group_prefix(r.end_key_group + 1))))
-                writer = SnapshotWriter(stream, metadata)
-                for key_group in r:
-                    if future.cancel_requested.is_set():
-                        raise SnapshotCancelledError(
-                            f"snapshot {job.checkpoint_id} cancelled before key group "
-                            f"{key_group} was written")
-                    writer.write_key_group(key_group, {
-                        state_id: cursor.take(key_group)
-                        for state_id, cursor in enumerate(cursors)})
-                writer.finish()
-            finally:
-                for cursor in cursors:
-                    cursor.close()
-                cursors.clear()
-                db.close()
-            written = stream.close_and_get_handle()
-        except BaseException:
-            with contextlib.suppress(Exception):
-                stream.discard()
-            raise
-        return self._handle(job, CANONICAL_FORMAT, (written,), written.size)
-
-    def _handle(self, job: _SnapshotJob, format: SnapshotFormat, files: tuple[FileHandle, ...],
-                uploaded: int) -> KeyedStateHandle:
-        r = self.key_group_range
-        return KeyedStateHandle(
-            backend="rocksdb", format=format,
-            key_group_range=(r.start_key_group, r.end_key_group),
-            max_parallelism=self.max_parallelism, checkpoint_id=job.checkpoint_id,
-            key_serializer=job.key_serializer, states=tuple(s.info for s in job.states),
-            files=files, checkpointed_size=uploaded, full_size=sum(f.size for f in files),
-            backend_uid=job.backend_uid)
-
     # ------------------------------------------------------------- restores
 
-    def _build_from_canonical(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
-                              metas: dict[str, StateMetaInfo]) -> _Built:
-        """A new database with the raw entries of this backend's key groups."""
-        built = self._open_fresh()
-        try:
-            handles_of: dict[str, Any] = {}
-            write_opts = write_options()
-            seen: set[int] = set()
-            for handle in handles:
-                for file in handle.files:
-                    reader = SnapshotReader(source.read(file))
-                    meta = reader.metadata
-                    if meta.format != CANONICAL_FORMAT:
-                        raise IncompatibleSnapshotError(
-                            f"expected a canonical snapshot file, got format {meta.format!r} "
-                            f"in {source.path(file)!r}: restore a canonical savepoint")
-                    self._check_snapshot(meta.max_parallelism, meta.key_serializer, "file")
-                    names = {}
-                    for state in meta.states:
-                        self._restored_meta(state, metas)
-                        names[state.id] = column_family_name(state.name)
-                        self._ensure_column_family(built, names[state.id])
-                    read = self.key_group_range.intersection(meta.range)
-                    overlap = seen.intersection(read)
-                    if overlap:
-                        raise KeyGroupMismatchError(
-                            f"expected every key group in one snapshot file only, got key "
-                            f"groups {sorted(overlap)[:5]} in two files")
-                    seen.update(read)
-                    batch = _Batch(built.db, write_opts)
-                    for key_group in read:
-                        for state_id, rows in reader.read_key_group(key_group).items():
-                            cf_name = names[state_id]
-                            cf = handles_of.get(cf_name)
-                            if cf is None:
-                                cf = handles_of[cf_name] = built.db.get_column_family_handle(
-                                    cf_name)
-                            for namespace, key, value in rows:
-                                batch.put(encode_rocks_key(key_group, key, namespace), value, cf)
-                    batch.flush()
-            for name in metas:
-                self._ensure_column_family(built, column_family_name(name))
-            handles_of.clear()
-            return built
-        except BaseException:
-            built.discard()
-            raise
+    def _check_file(self, metadata: SnapshotMetadata, metas: dict[str, StateMetaInfo]) -> None:
+        """A canonical file this backend restores (its states' meta info go to ``metas``)."""
+        self._check_snapshot(metadata.max_parallelism, metadata.key_serializer, "file")
+        for state in metadata.states:
+            self._restored_meta(state, metas)
 
-    def _build_from_native(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
-                           metas: dict[str, StateMetaInfo], same_range: bool) -> _Built:
-        """A new database from RocksDB files (one handle as is, or several clipped
-        to this backend's key groups)."""
-        if not handles:
-            fresh = self._open_fresh()
-            try:
-                for name in metas:
-                    self._ensure_column_family(fresh, column_family_name(name))
-            except BaseException:
-                fresh.discard()
-                raise
-            return fresh
-        scratch = self._root / f"restore-{uuid.uuid4().hex[:12]}"
-        built: _Built | None = None
-        try:
-            directories = []
-            for index, handle in enumerate(handles):
-                directory = scratch / str(index)
-                directory.mkdir(parents=True)
-                _download(handle, source, directory)
-                directories.append(directory)
-            r = self.key_group_range
-            first = 0 if same_range else max(
-                range(len(handles)), key=lambda i: len(r.intersection(
-                    KeyGroupRange.of(*handles[i].key_group_range))))
-            path = self._root / f"db-{uuid.uuid4().hex[:12]}"
-            os.rename(directories[first], path)
-            built = self._open_existing(path)
-            wanted = {column_family_name(name) for name in metas}
-            for name in wanted - built.column_families:
-                if any(column_family_name(s.name) == name for s in handles[first].states):
-                    raise CorruptCheckpointError(
-                        f"expected column family {name!r} in the RocksDB files of "
-                        f"{handles[first].key_group_range}, they hold "
-                        f"{sorted(built.column_families)}")
-                self._ensure_column_family(built, name)
-            for stale in built.column_families - wanted:
-                built.db.drop_column_family(stale)
-            built.column_families &= wanted
-            if not same_range:
-                self._clip(built)
-                for index, directory in enumerate(directories):
-                    if index != first:
-                        self._copy_range(directory, built, wanted)
-                        shutil.rmtree(directory, ignore_errors=True)
-            return built
-        except BaseException:
-            if built is not None:
-                built.discard()
-            raise
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-
-    def _clip(self, built: _Built) -> None:
-        """Drop every key outside this backend's key groups, in every column family."""
-        r = self.key_group_range
-        lower = key_group_prefix(r.start_key_group)
-        upper = key_group_prefix(r.end_key_group + 1)
-        write_opts = write_options()
-        for name in sorted(built.column_families):
-            cf = built.db.get_column_family(name)
-            try:
-                if r.start_key_group > 0:
-                    cf.delete_range(key_group_prefix(0), lower, write_opts)
-                cf.delete_range(upper, b"\xff\xff", write_opts)
-            finally:
-                del cf
-
-    def _copy_range(self, directory: Path, built: _Built, wanted: set[str]) -> None:
-        """Copy this backend's key groups of the database in ``directory`` into ``built``."""
-        r = self.key_group_range
-        lower = key_group_prefix(r.start_key_group)
-        upper = key_group_prefix(r.end_key_group + 1)
-        other = _open_read_only(directory)
-        try:
-            present = set(Rdict.list_cf(str(directory), _raw_options())) - {"default"}
-            batch = _Batch(built.db, write_options())
-            for name in sorted(present & wanted):
-                self._ensure_column_family(built, name)
-                target = built.db.get_column_family_handle(name)
-                entries = scan(other.get_column_family(name), lower, upper)
-                try:
-                    for key, value in entries:
-                        batch.put(key, value, target)
-                    batch.flush()
-                finally:
-                    entries.close()             # releases the column family
-                    del target
-        finally:
-            other.close()
-
-    def _swap(self, built: _Built, metas: dict[str, StateMetaInfo],
+    def _swap(self, built: Database, metas: dict[str, StateMetaInfo],
               seed: tuple[int, dict[str, FileHandle]] | None, backend_uid: str) -> None:
         """Make ``built`` the live database (everything was checked)."""
         registered = self._registered_metas()
@@ -762,145 +479,5 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
 
     # ------------------------------------------------------ private helpers
 
-    def _open_fresh(self) -> _Built:
-        path = self._root / f"db-{uuid.uuid4().hex[:12]}"
-        db = Rdict(str(path), self._options)
-        return _Built(db, path, set())
-
-    def _open_existing(self, path: Path) -> _Built:
-        """Open restored files read-write (never creating an empty database:
-        RocksDB would delete the SSTs it does not know)."""
-        try:
-            names = [n for n in Rdict.list_cf(str(path), _raw_options()) if n != "default"]
-            self._options.create_if_missing(False)
-            try:
-                db = Rdict(str(path), self._options,
-                           column_families={n: self._options for n in names})
-            finally:
-                self._options.create_if_missing(True)
-        except Exception as exc:
-            raise CorruptCheckpointError(
-                f"expected the RocksDB files of a snapshot to open as a database, got "
-                f"{type(exc).__name__}: {exc}") from exc
-        return _Built(db, path, set(names))
-
-    def _ensure_column_family(self, built: _Built, name: str) -> None:
-        if name not in built.column_families:
-            cf = built.db.create_column_family(name, self._options)
-            del cf
-            built.column_families.add(name)
-
-    def _new_local_checkpoint_dir(self, checkpoint_id: int) -> Path:
-        parent = self.local_checkpoints_path
-        parent.mkdir(exist_ok=True)
-        path = parent / f"chk-{checkpoint_id}"
-        attempt = 1
-        while path.exists() or Path(f"{path}.tmp").exists():
-            attempt += 1
-            path = parent / f"chk-{checkpoint_id}-{attempt}"
-        return path
-
-    def _subtask_prefix(self) -> str:
-        r = self.key_group_range
-        return f"rocksdb-{r.start_key_group}-{r.end_key_group}"
-
     def _remove_directories(self) -> None:
-        _remove_trees(self._root, self._local_dir if self._own_local_dir else None)
-
-
-# ------------------------------------------------------------ module helpers
-
-
-class _KeyGroupCursor:
-    """Raw entries of one column family, handed out key group by key group."""
-
-    def __init__(self, entries: Iterator[tuple[bytes, bytes]]) -> None:
-        self._entries = entries
-        self._next: tuple[int, RawEntry] | None = None
-        self._advance()
-
-    def take(self, key_group: int) -> list[RawEntry]:
-        """The ``(namespace, key, state)`` entries of ``key_group`` (ascending calls)."""
-        out: list[RawEntry] = []
-        while self._next is not None and self._next[0] <= key_group:
-            if self._next[0] == key_group:
-                out.append(self._next[1])
-            self._advance()
-        return out
-
-    def close(self) -> None:
-        close = getattr(self._entries, "close", None)
-        if close is not None:
-            close()
-        self._next = None
-
-    def _advance(self) -> None:
-        item = next(self._entries, None)
-        if item is None:
-            self._next = None
-            return
-        key_group, key, namespace = decode_rocks_key(item[0])
-        self._next = (key_group, (namespace, key, item[1]))
-
-
-class _Batch:
-    """Raw puts written in ``WriteBatch``es of at most ``_BATCH_ENTRIES``."""
-
-    def __init__(self, db: Rdict, options: Any) -> None:
-        self._db = db
-        self._options = options
-        self._batch = WriteBatch(raw_mode=True)
-        self._count = 0
-
-    def put(self, key: bytes, value: bytes, column_family: Any) -> None:
-        self._batch.put(key, value, column_family)
-        self._count += 1
-        if self._count >= _BATCH_ENTRIES:
-            self.flush()
-
-    def flush(self) -> None:
-        if self._count:
-            self._db.write(self._batch, self._options)
-            self._batch = WriteBatch(raw_mode=True)
-            self._count = 0
-
-
-def _open_read_only(path: Path) -> Rdict:
-    """A snapshot's database, read-only, with every column family."""
-    names = [n for n in Rdict.list_cf(str(path), _raw_options()) if n != "default"]
-    return Rdict(str(path), _raw_options(), column_families={n: _raw_options() for n in names},
-                 access_type=AccessType.read_only())
-
-
-def _download(handle: KeyedStateHandle, source: SnapshotSource, directory: Path) -> None:
-    """Every file of ``handle`` into ``directory`` under its local name (checked)."""
-    for file in handle.files:
-        name = file.local_name
-        if not name or "/" in name or name in (".", ".."):
-            raise CorruptCheckpointError(
-                f"expected a RocksDB file name as the local name of {file.path!r}, got {name!r}")
-        source.download(file, directory / name)
-
-
-def _remove_trees(*paths: Path | None) -> None:
-    for path in paths:
-        if path is not None:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-def _remove_local_checkpoint(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    shutil.rmtree(f"{path}.tmp", ignore_errors=True)
-
-
-def _check_raw_mode(built: _Built) -> None:
-    """rocksdict writes the mode it opened with into its config file."""
-    try:
-        config = json.loads((built.path / _CONFIG_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        config = {"raw_mode": True}               # absent: rocksdict's default is raw
-    if config.get("raw_mode") is not True:
-        built.discard()
-        raise InvalidArgumentError(
-            "expected rocksdict.Options(raw_mode=True), got options without raw mode: the "
-            "backend stores the serializers' bytes as they are")
+        remove_trees(self._root, self._local_dir if self._own_local_dir else None)
