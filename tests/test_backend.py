@@ -53,7 +53,7 @@ from cowstate.snapshot import SnapshotReader, read_snapshot
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
-from cowstate_spec.backends import SumCount, add_ints
+from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, add_ints
 
 FULL = KeyGroupRange(0, 127)
 VALUE = ValueStateDescriptor("value", default=[])
@@ -122,7 +122,17 @@ class GatedStream(io.BytesIO):
 # ------------------------------------------------------------------- states
 
 
-def test_each_state_kind_at_key_and_namespace(backend: HeapKeyedStateBackend) -> None:
+@pytest.fixture(params=BACKENDS, ids=repr)
+def any_backend(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A backend of every implementation the suite checks (heap tables, RocksDB)."""
+    implementation: BackendImplementation = request.param
+    b = implementation.factory(FULL, 128)
+    yield b
+    b.close()
+
+
+def test_each_state_kind_at_key_and_namespace(any_backend: Any) -> None:
+    backend = any_backend
     value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
     reducing, aggregating = backend.get_state(REDUCING), backend.get_state(AGGREGATING)
     backend.set_current_key("alice")
@@ -150,7 +160,13 @@ def test_each_state_kind_at_key_and_namespace(backend: HeapKeyedStateBackend) ->
     assert backend.get_keys("value", VOID_NAMESPACE) == ["alice"]
     assert backend.get_keys("value", "window-2") == ["alice"]
     assert backend.num_state_entries() == 6
-
+    backend.set_current_key("alice")
+    m.remove("x")
+    m.remove("y")                              # the last user key clears the state
+    assert m.is_empty() and backend.num_state_entries() == 5
+    value.update(None)
+    lst.update([])
+    assert backend.num_state_entries() == 3
 
 def test_none_means_absent(backend: HeapKeyedStateBackend) -> None:
     value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from conftest import TABLES
 
 from cowstate.errors import (
     ConcurrentModificationError,
@@ -35,7 +36,6 @@ from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model.key_groups import assign_to_key_group as plain_assign_to_key_group
 from cowstate_model.state_table import ReferenceStateTable
 
-TABLES = [CopyOnWriteStateTable, NestedMapsStateTable]
 TableClass = type[StateTable[Any, Any, Any]]
 
 

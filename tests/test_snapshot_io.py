@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from conftest import TABLES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -79,7 +80,6 @@ from cowstate_spec.contract import mutate_in_place
 Table = StateTable[Any, Any, Any]
 TableClass = type[StateTable[Any, Any, Any]]
 Contents = dict[tuple[Any, Any], Any]
-TABLES: list[TableClass] = [CopyOnWriteStateTable, NestedMapsStateTable]
 
 # ============================================================ the documented layout
 # Written from the module docstring of cowstate.snapshot.format, not from its code.

@@ -10,9 +10,6 @@ that as ``Flaky``, which counts as caught.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.errors import Flaky
@@ -26,16 +23,6 @@ from cowstate_spec.bad_implementations import bad_backends
 HUNT = settings(max_examples=500, stateful_step_count=60, derandomize=True, database=None,
                 deadline=None, phases=[Phase.generate], report_multiple_bugs=False,
                 suppress_health_check=[HealthCheck.too_slow])
-
-
-@pytest.fixture
-def forced_interleavings() -> Iterator[None]:
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
 
 
 @pytest.mark.parametrize("implementation", bad_backends(), ids=repr)

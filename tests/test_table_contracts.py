@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from conftest import TABLES
 
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
@@ -51,9 +52,8 @@ from cowstate.snapshot import (
 )
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable
-from cowstate_spec.backends import SumCount
+from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount
 
-TABLES = [CopyOnWriteStateTable, NestedMapsStateTable]
 MAXP = 16
 
 
@@ -487,3 +487,21 @@ def test_snapshot_metadata_finds_a_state_by_name() -> None:
     found = metadata.state("b")
     assert found is not None and found.name == "b"
     assert metadata.state("never") is None
+
+
+@pytest.mark.parametrize("implementation", BACKENDS, ids=repr)
+def test_every_table_refuses_an_unhashable_key_alike(implementation: BackendImplementation
+                                                     ) -> None:
+    """The heap tables and the RocksDB table raise the same error for a set key
+    (the heap tables used to let the key-group assignment refuse it first)."""
+    backend = implementation.factory(KeyGroupRange(0, MAXP - 1), MAXP)
+    try:
+        backend.get_state(ValueStateDescriptor("v"))
+        table = backend.table("v")
+        for call in (lambda: table.put({1}, "n", 1), lambda: table.get({1}, "n"),
+                     lambda: table.remove([1], "n")):
+            with pytest.raises(UnhashableKeyError, match="expected a hashable key, got"):
+                call()
+        assert len(table) == 0
+    finally:
+        backend.close()

@@ -48,6 +48,7 @@ __all__ = [
     "SumCount",
     "WriteGate",
     "add_ints",
+    "backend_named",
     "cleanup_rocksdb_snapshots",
     "heap_backend",
     "read_heap_snapshot",
@@ -239,17 +240,37 @@ def cleanup_rocksdb_snapshots() -> None:
         shutil.rmtree(_ROCKSDB_ROOT.pop(), ignore_errors=True)
 
 
-def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int, *,
+                    level_zero_compaction_trigger: int | None = None) -> Any:
     """A RocksDB backend with its instance directory under the root (removed on close).
 
-    ``cowstate.rocksdb.backend`` is imported here, not at the top: rocksdict is
-    an optional dependency (the ``rocksdb`` extra) and the heap backends'
-    users of this module must not need it.
-    """
-    from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+    ``level_zero_compaction_trigger`` (RocksDB's default: 4 files) is the
+    storage machine's knob: with 2, SSTs leave the incremental base within a
+    few checkpoints, so the files of restored snapshots fall out of use.
 
-    return RocksDBKeyedStateBackend(key_groups, max_parallelism,
+    ``cowstate.rocksdb`` is imported here, not at the top: rocksdict is an
+    optional dependency (the ``rocksdb`` extra) and the heap backends' users
+    of this module must not need it.
+    """
+    from rocksdict import Options
+
+    from cowstate.rocksdb import RocksDBKeyedStateBackend
+
+    options = None
+    if level_zero_compaction_trigger is not None:
+        options = Options(raw_mode=True)
+        options.set_keep_log_file_num(1)
+        options.set_level_zero_file_num_compaction_trigger(level_zero_compaction_trigger)
+    return RocksDBKeyedStateBackend(key_groups, max_parallelism, options=options,
                                     local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"))
+
+
+def backend_named(name: str) -> BackendImplementation:
+    """The implementation of ``BACKENDS`` called ``name``."""
+    for implementation in BACKENDS:
+        if implementation.name == name:
+            return implementation
+    raise KeyError(f"expected a backend of {[b.name for b in BACKENDS]}, got {name!r}")
 
 
 def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
