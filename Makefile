@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
 ## make test: ruff, mypy --strict, bounded CrossHair, then the whole pytest suite

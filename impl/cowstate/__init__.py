@@ -12,6 +12,9 @@ groups, state tables, snapshot files and the keyed state backend -- in Python.
 [1, 2]
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from cowstate.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -62,7 +65,10 @@ from cowstate.state_map import CopyOnWriteStateMap, StateEntry, StateMapSnapshot
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 
-__version__ = "0.1.0"
+try:                                   # one source: the version in pyproject.toml
+    __version__ = _distribution_version("cowstate")
+except PackageNotFoundError:           # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "VOID_NAMESPACE",

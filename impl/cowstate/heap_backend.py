@@ -127,20 +127,21 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
     # -------------------------------------------------------------- snapshots
 
     def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory, *,
-                 format: SnapshotFormat = HEAP_FORMAT
+                 snapshot_format: SnapshotFormat = HEAP_FORMAT
                  ) -> SnapshotFuture[KeyedStateSnapshotResult]:
         """Take the synchronous part now; the returned future writes the rest.
 
         ``stream_factory()`` is called on the writer thread. The result's
         ``handle`` is ``stream.close_and_get_handle()`` when the stream has
         it, else the stream (rewound ``BytesIO`` callers can read).
-        ``format`` is recorded in the file: ``"heap"`` (the heap's native
+        ``snapshot_format`` is recorded in the file: ``"heap"`` (the heap's native
         format) or ``"canonical"`` (a canonical savepoint, any backend restores it).
         """
         self._check_open()
-        if format not in RESTORABLE_FORMATS:
+        if snapshot_format not in RESTORABLE_FORMATS:
             raise InvalidArgumentError(
-                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got {format!r}")
+                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got "
+                f"{snapshot_format!r}")
         if type(checkpoint_id) is not int or checkpoint_id < 0:
             raise InvalidArgumentError(
                 f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
@@ -168,7 +169,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                                                        None, None))
             return future
         return self._start_async(
-            checkpoint_id, functools.partial(self._write, taken, stream_factory, format),
+            checkpoint_id, functools.partial(self._write, taken, stream_factory, snapshot_format),
             cleanup=release, failure="its resources were released")
 
     # ------------------------------------------------ checkpoints and savepoints
@@ -177,13 +178,13 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                     options: SnapshotOptions) -> Future[KeyedStateHandle]:
         """A snapshot file in ``location`` (always full: the heap shares nothing
         between checkpoints); canonical for a canonical savepoint, else heap."""
-        format = SnapshotFormat.CANONICAL if options.is_savepoint \
+        snapshot_format = SnapshotFormat.CANONICAL if options.is_savepoint \
             and options.format == "canonical" else HEAP_FORMAT
         r = self.key_group_range
         name = f"keyed-state-{r.start_key_group}-{r.end_key_group}"
         inner = self.snapshot(checkpoint_id, functools.partial(location.exclusive_stream, name),
-                              format=format)
-        return map_future(inner, functools.partial(self._handle_of, format))
+                              snapshot_format=snapshot_format)
+        return map_future(inner, functools.partial(self._handle_of, snapshot_format))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Nothing to do: heap snapshots never build on earlier ones."""
@@ -202,14 +203,14 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         self._check_handles(mine)
         self.restore([source.read(f) for handle in mine for f in handle.files])
 
-    def _handle_of(self, format: SnapshotFormat,
+    def _handle_of(self, snapshot_format: SnapshotFormat,
                    result: KeyedStateSnapshotResult) -> KeyedStateHandle:
         r = self.key_group_range
         files: tuple[FileHandle, ...] = () if result.handle is None else (result.handle,)
         size = sum(f.size for f in files)
         states = () if result.info is None else result.info.metadata.states
         return KeyedStateHandle(
-            backend="heap", format=format,
+            backend="heap", format=snapshot_format,
             key_group_range=(r.start_key_group, r.end_key_group),
             max_parallelism=self.max_parallelism, checkpoint_id=result.checkpoint_id,
             key_serializer=serializer_identifier(self._key_serializer), states=states,
@@ -254,13 +255,13 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
     # -------------------------------------------------------- private helpers
 
     def _write(self, snapshots: list[StateTableSnapshot[Any, Any, Any]],
-               stream_factory: StreamFactory, format: SnapshotFormat,
+               stream_factory: StreamFactory, snapshot_format: SnapshotFormat,
                future: SnapshotFuture[KeyedStateSnapshotResult]) -> KeyedStateSnapshotResult:
         """The asynchronous part (writer thread; see ``_start_async``)."""
         stream: BinaryWriter | None = None
         try:
             stream = stream_factory()
-            info = write_snapshot(snapshots, stream, format=format,
+            info = write_snapshot(snapshots, stream, snapshot_format=snapshot_format,
                                   cancel=future.cancel_requested)
             close = getattr(stream, "close_and_get_handle", None)
             handle = close() if close is not None else stream

@@ -246,7 +246,7 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ savepoints
 
     def trigger_savepoint(self, directory: str,
-                          format: Literal["canonical", "native"] = "canonical",
+                          savepoint_format: Literal["canonical", "native"] = "canonical",
                           timeout: float | None = None) -> CheckpointMetadata:
         """Take a savepoint into ``directory`` and wait for it (rules 2 and 6).
 
@@ -254,11 +254,11 @@ class CheckpointCoordinator:
         exclusive and relative, it is not registered and not in the store. On
         failure everything written is deleted and :class:`CheckpointError` raised.
         """
-        if format not in ("canonical", "native"):
+        if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
-                f"expected a savepoint format 'canonical' or 'native', got {format!r}")
+                f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}")
         location = self.storage.savepoint_location(directory)
-        options = SnapshotOptions(kind="savepoint", format=format)
+        options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
         intent = self.storage.filesystem.join(self.storage.job_dir, "_savepoint")
         checkpoint_id = self._last_id + 1
@@ -273,7 +273,7 @@ class CheckpointCoordinator:
             handles = tuple(future.result() for future in futures)
             metadata = CheckpointMetadata(
                 job_id=self.storage.job_id, checkpoint_id=checkpoint_id, kind="savepoint",
-                savepoint_format=format, max_parallelism=self.max_parallelism,
+                savepoint_format=savepoint_format, max_parallelism=self.max_parallelism,
                 timestamp=time.time(), subtasks=handles)
             write_metadata(self.storage.filesystem, location.directory, metadata)
         except Exception as exc:

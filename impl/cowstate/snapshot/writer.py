@@ -113,7 +113,7 @@ class SnapshotWriter:
 def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
                    | Sequence[StateTableSnapshot[Any, Any, Any]],
                    stream: BinaryWriter, *,
-                   format: SnapshotFormat = SnapshotFormat.HEAP,
+                   snapshot_format: SnapshotFormat = SnapshotFormat.HEAP,
                    cancel: threading.Event | None = None,
                    release: bool = True) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.
@@ -125,7 +125,7 @@ def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
     """
     tables = [snapshots] if isinstance(snapshots, StateTableSnapshot) else list(snapshots)
     try:
-        metadata = _metadata_of(tables, format)
+        metadata = _metadata_of(tables, snapshot_format)
         writer = SnapshotWriter(stream, metadata)
         serializers = [(snap.key_serializer.serialize, snap.meta.namespace_serializer.serialize,
                         snap.meta.state_serializer.serialize) for snap in tables]
@@ -150,7 +150,7 @@ def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
 
 
 def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
-                 format: SnapshotFormat) -> SnapshotMetadata:
+                 snapshot_format: SnapshotFormat) -> SnapshotMetadata:
     if not tables:
         raise InvalidArgumentError("expected at least one table snapshot to write, got none")
     if len(tables) > MAX_STATES:
@@ -174,7 +174,7 @@ def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
     if len(set(names)) != len(names):
         raise InvalidArgumentError(f"expected distinct state names, got {names}")
     return SnapshotMetadata(
-        format=format, max_parallelism=first.max_parallelism,
+        format=snapshot_format, max_parallelism=first.max_parallelism,
         key_group_range=(first.key_group_range.start_key_group,
                          first.key_group_range.end_key_group),
         key_serializer=serializer_identifier(first.key_serializer),
