@@ -15,11 +15,13 @@ rescaling works on whole key groups with one seek (or one ``delete_range``),
 and within a key group the length frame lets the key and the namespace be
 parsed back.
 
-:class:`RocksDBStateTable` has the API of
-:class:`~cowstate.state_table.StateTable` (``get``, ``contains_key``,
+:class:`RocksDBStateTable` has the table API,
+:class:`~cowstate.protocols.KeyedTable` (mypy checks it: the backend's table
+type is bound to the protocol; properties and argument checks come from
+:class:`~cowstate.table_base.TableBase`): ``get``, ``contains_key``,
 ``put``, ``put_and_get_old``, ``remove``, ``remove_and_get_old``,
 ``transform`` -- each with ``key_group=`` --, iteration in key-group order,
-``keys(namespace)``, ``size_of_namespace``, ``len``) and refuses the same
+``keys(namespace)``, ``size_of_namespace``, ``len``, and refuses the same
 arguments with the same errors. It differs where bytes differ from objects:
 
 - every state it returns is freshly deserialized: mutating it changes
