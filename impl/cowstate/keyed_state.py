@@ -111,11 +111,7 @@ class KeyContext:
 
     def set_key(self, key: Any) -> None:
         """Make ``key`` current; it must belong to this backend's key groups."""
-        try:
-            hash(key)
-        except TypeError:
-            raise UnhashableKeyError(
-                f"expected a hashable key, got {type(key).__name__} {key!r}") from None
+        UnhashableKeyError.check(key)
         key_group = assign_to_key_group(key, self.max_parallelism, self.key_serializer)
         self.key_group_range.index_of(key_group)      # KeyGroupOutOfRangeError outside
         self.raw_key = key
@@ -125,12 +121,7 @@ class KeyContext:
         if namespace is None:
             raise InvalidArgumentError(
                 "expected a namespace, got None; use VOID_NAMESPACE for state without one")
-        try:
-            hash(namespace)
-        except TypeError:
-            raise UnhashableKeyError(
-                f"expected a hashable namespace, got {type(namespace).__name__} "
-                f"{namespace!r}") from None
+        UnhashableKeyError.check(namespace, "namespace")
         self.namespace = namespace
 
 

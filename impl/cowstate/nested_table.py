@@ -20,11 +20,10 @@ from cowstate.errors import (
     ConcurrentModificationError,
     InvalidArgumentError,
     NoneStateError,
-    TransformFunctionError,
     UnhashableKeyError,
 )
 from cowstate.serializers import DefaultSerializer, StateSerializer
-from cowstate.state_meta import StateEntry
+from cowstate.state_meta import StateEntry, apply_transform
 from cowstate.state_table import StateTable, StateTableSnapshot
 
 __all__ = ["NestedMapsStateTable", "NestedMapsStateTableSnapshot", "NestedStateMap"]
@@ -173,13 +172,7 @@ class NestedStateMap(Generic[K, N, S]):
 
     def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
         old = self.get(key, namespace)
-        try:
-            new = fn(old, value)
-        except Exception as exc:
-            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-        if new is None:
-            raise NoneStateError.from_transform(key, namespace)
-        self.put(key, namespace, new)
+        self.put(key, namespace, apply_transform(fn, old, value, key, namespace))
 
     def copy_entries(self) -> list[StateEntry[K, N, S]]:
         """Every mapping with a deep copy of its state (the synchronous snapshot)."""

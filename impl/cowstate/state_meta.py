@@ -29,7 +29,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cowstate.errors import InvalidArgumentError
+from cowstate.errors import InvalidArgumentError, NoneStateError, TransformFunctionError
 from cowstate.serializers import (
     DefaultSerializer,
     StateSerializer,
@@ -47,6 +47,7 @@ __all__ = [
     "StateKind",
     "StateMetaInfo",
     "StateMetadata",
+    "apply_transform",
 ]
 
 #: Flink's limit on the states of one snapshot: state ids are shorts.
@@ -87,6 +88,21 @@ class SnapshotFormat(StrEnum):
 #: ``transformer(state)``: ``None`` drops the mapping from the snapshot, anything
 #: else is written instead of ``state``. Must not mutate ``state``.
 SnapshotTransformer = Callable[[Any], Any]
+
+
+def apply_transform(fn: Callable[[Any, Any], Any], old: Any, value: Any, key: object,
+                    namespace: object) -> Any:
+    """``fn(old, value)``, the new state of a ``transform``, with the contract's
+    errors: :class:`TransformFunctionError` if ``fn`` raises,
+    :class:`NoneStateError` if it returns ``None`` (the caller then writes
+    nothing)."""
+    try:
+        new = fn(old, value)
+    except Exception as exc:
+        raise TransformFunctionError.of(fn, exc, key, namespace) from exc
+    if new is None:
+        raise NoneStateError.from_transform(key, namespace)
+    return new
 
 
 @dataclass(frozen=True)

@@ -213,7 +213,7 @@ class StateTable(TableBase[K, N, S]):
             try:
                 key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
             except InvalidArgumentError:
-                _check_hashable_key(key)          # the same error as every table's
+                UnhashableKeyError.check(key)     # the same error as every table's
                 raise
         elif type(key_group) is not int:
             raise InvalidArgumentError(
@@ -399,14 +399,6 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
 
     def _release(self, index: int) -> None:
         self._snapshots[index].release()
-
-
-def _check_hashable_key(key: object) -> None:
-    try:
-        hash(key)
-    except TypeError:
-        raise UnhashableKeyError(
-            f"expected a hashable key, got {type(key).__name__} {key!r}") from None
 
 
 def _transformed(entries: Iterator[StateEntry[K, N, S]],

@@ -48,12 +48,11 @@ from cowstate.errors import (
     BackendClosedError,
     InvalidArgumentError,
     NoneStateError,
-    TransformFunctionError,
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.serializers import StateSerializer
-from cowstate.state_meta import StateEntry, StateMetaInfo
+from cowstate.state_meta import StateEntry, StateMetaInfo, apply_transform
 from cowstate.table_base import TableBase
 
 __all__ = [
@@ -241,12 +240,7 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         cf = self._column()
         data = cf.get(rocks_key)
         old = None if data is None else serializer.deserialize(data)
-        try:
-            new = fn(old, value)
-        except Exception as exc:
-            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-        if new is None:
-            raise NoneStateError.from_transform(key, namespace)
+        new = apply_transform(fn, old, value, key, namespace)
         cf.put(rocks_key, serializer.serialize(new), self._write_options)
 
     def __repr__(self) -> str:
@@ -269,11 +263,8 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         if key is None:
             raise InvalidArgumentError(
                 "expected a key, got None; keyed state needs a key (no key set?)")
-        try:
-            hash(key)
-            hash(namespace)
-        except TypeError:
-            raise UnhashableKeyError.of(key, namespace) from None
+        UnhashableKeyError.check(key)
+        UnhashableKeyError.check(namespace, "namespace")
         if key_group is None:
             key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
         self._check_key_group(key_group)
@@ -287,12 +278,7 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         self._range.index_of(key_group)              # KeyGroupOutOfRangeError outside
 
     def _namespace_bytes(self, namespace: Any) -> bytes:
-        try:
-            hash(namespace)
-        except TypeError:
-            raise UnhashableKeyError(
-                f"expected a hashable namespace, got {type(namespace).__name__} "
-                f"{namespace!r}") from None
+        UnhashableKeyError.check(namespace, "namespace")
         return self._meta.namespace_serializer.serialize(namespace)
 
     @staticmethod
