@@ -15,6 +15,8 @@ is described, and in which format it was written.
 - :class:`StateMetadata`: the same state as recorded -- serializer
   *identifiers* instead of serializers -- in a snapshot file's metadata and in
   a checkpoint's keyed state handle alike.
+- :func:`apply_transform`: what ``transform`` means for every table (the
+  function's errors, ``None`` refused).
 
 Tables, snapshot files, both backends and the checkpoint handles import these
 from here; nothing here imports a table or a backend.
