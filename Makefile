@@ -12,7 +12,7 @@ CMAP   := $(VENV)/.cmap-built
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
-	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb]'
+	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
 $(CMAP): $(STAMP) impl/cowstate/_cmap.c setup.py

@@ -181,15 +181,15 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
     write_json,
 )
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.handles import KeyedStateHandle, RestoreMode
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.descriptors import ValueStateDescriptor
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.keyed_state import VOID_NAMESPACE, ValueState
-from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checkpoints.json"
 STATE_NAME = "bench_value"

@@ -190,19 +190,14 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
 from _impls import C_MAP, NOT_BUILT, implementation_summary, table_factory
 from _impls import settle as settle_map
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.descriptors import ValueStateDescriptor
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import ValueState
-from cowstate.snapshot_io import write_snapshot
-from cowstate.state_table import (
-    CopyOnWriteStateTable,
-    NestedMapsStateTable,
-    StateMetaInfo,
-    StateTable,
-    StateTableSnapshot,
-    TableFactory,
-)
+from cowstate.nested_table import NestedMapsStateTable
+from cowstate.snapshot import write_snapshot
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, StateTable, StateTableSnapshot, TableFactory
 
 NAMESPACES: tuple[str, ...] = tuple(sys.intern(f"ns{i}") for i in range(4))
 #: gc threshold2 while measuring: no automatic full collection starts.

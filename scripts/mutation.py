@@ -68,8 +68,9 @@ SCOPES = {
          "test_flink_map_scenarios.py", "test_seed_examples.py", "test_arithmetic.py",
          "test_error_messages.py", "test_copy_costs.py")),
     "tables": Scope(
-        ("key_groups.py", "state_table.py", "snapshot_io.py", "descriptors.py",
-         "keyed_state.py", "keyed_backend.py", "backend.py"),
+        ("key_groups.py", "state_meta.py", "table_base.py", "state_table.py", "nested_table.py",
+         "snapshot/format.py", "snapshot/writer.py", "snapshot/reader.py", "snapshot/restore.py",
+         "descriptors.py", "keyed_state.py", "keyed_backend.py", "heap_backend.py"),
         ("test_state_machine.py", "test_key_groups.py", "test_flink_table_scenarios.py",
          "test_table_contracts.py", "test_snapshot_io.py", "test_serializers.py",
          "test_backend.py", "test_backend_machine.py", "test_checkpoint_rules.py")),
@@ -140,7 +141,7 @@ def collect() -> dict[str, dict[str, str]]:
     for path in staged["tool"]["mutmut"]["only_mutate"]:
         meta = STAGE / "mutants" / f"{path}.meta"
         data = json.loads(meta.read_text()) if meta.exists() else {}
-        module = "cowstate." + Path(path).stem
+        module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
         out[module] = {name: STATUS.get(code, "suspicious")
                        for name, code in data.get("exit_code_by_key", {}).items()}
     return out

@@ -1,5 +1,7 @@
-"""Loads the project's Hypothesis profile (see cowstate_spec.profiles) and runs
-the map tests over both map implementations.
+"""Loads the project's Hypothesis profile (see cowstate_spec.profiles), runs the
+map tests over both map implementations, and holds what several test files
+share: ``TABLES`` (every heap table type, over both maps) and the
+``forced_interleavings`` fixture.
 
 A test module that declares an autouse fixture using ``map_impl`` (see
 ``bind_map_class``) runs every test once per map: ``python``
@@ -11,12 +13,17 @@ through ``cowstate_spec.cmap_view`` by the same checker instead.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from cowstate.maps import c_map_class
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap as PureMap
+from cowstate.state_table import StateTable
+from cowstate_spec.implementations import C_MAP, CMapsTable, PureMapsTable
 from cowstate_spec.profiles import load_profile
 
 PROFILE = load_profile()
@@ -25,6 +32,13 @@ PROFILE = load_profile()
 MAPS: dict[str, type[Any]] = {"python": PureMap}
 if c_map_class() is not None:
     MAPS["c"] = c_map_class()  # type: ignore[assignment]
+
+#: Every heap table type: copy-on-write over each map, and nested dicts (the
+#: RocksDB table lives in a backend's database; the tests that take it too build
+#: it through ``cowstate_spec.backends``).
+TABLES: list[type[StateTable[Any, Any, Any]]] = [PureMapsTable, NestedMapsStateTable]
+if C_MAP is not None:
+    TABLES.insert(1, CMapsTable)
 
 
 def pytest_report_header() -> str:
@@ -42,3 +56,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def bind_map_class(module_globals: dict[str, Any], map_impl: str) -> None:
     """Point the test module's ``CopyOnWriteStateMap`` at one implementation."""
     module_globals["CopyOnWriteStateMap"] = MAPS[map_impl]
+
+
+@pytest.fixture
+def forced_interleavings() -> Iterator[None]:
+    """Switch threads every microsecond instead of every 5 ms, so a writer thread
+    and the owner interleave at many more points."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)

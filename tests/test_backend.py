@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -40,6 +39,7 @@ from cowstate.errors import (
     UnhashableKeyError,
     UnknownStateError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.introspection import describe
 from cowstate.key_groups import (
     KeyGroupRange,
@@ -47,11 +47,12 @@ from cowstate.key_groups import (
     compute_key_group_range_for_operator_index,
 )
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
-from cowstate.snapshot_io import SnapshotReader, read_snapshot
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
+from cowstate.snapshot import SnapshotReader, read_snapshot
+from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
-from cowstate_spec.backends import SumCount, add_ints
+from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, add_ints
 from cowstate_spec.cmap_view import MAP_CLASSES
 
 FULL = KeyGroupRange(0, 127)
@@ -121,7 +122,17 @@ class GatedStream(io.BytesIO):
 # ------------------------------------------------------------------- states
 
 
-def test_each_state_kind_at_key_and_namespace(backend: HeapKeyedStateBackend) -> None:
+@pytest.fixture(params=BACKENDS, ids=repr)
+def any_backend(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """A backend of every implementation the suite checks (heap tables, RocksDB)."""
+    implementation: BackendImplementation = request.param
+    b = implementation.factory(FULL, 128)
+    yield b
+    b.close()
+
+
+def test_each_state_kind_at_key_and_namespace(any_backend: Any) -> None:
+    backend = any_backend
     value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
     reducing, aggregating = backend.get_state(REDUCING), backend.get_state(AGGREGATING)
     backend.set_current_key("alice")
@@ -149,7 +160,13 @@ def test_each_state_kind_at_key_and_namespace(backend: HeapKeyedStateBackend) ->
     assert backend.get_keys("value", VOID_NAMESPACE) == ["alice"]
     assert backend.get_keys("value", "window-2") == ["alice"]
     assert backend.num_state_entries() == 6
-
+    backend.set_current_key("alice")
+    m.remove("x")
+    m.remove("y")                              # the last user key clears the state
+    assert m.is_empty() and backend.num_state_entries() == 5
+    value.update(None)
+    lst.update([])
+    assert backend.num_state_entries() == 3
 
 def test_none_means_absent(backend: HeapKeyedStateBackend) -> None:
     value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
@@ -592,7 +609,7 @@ def test_restore_refuses_another_kind_for_a_registered_state() -> None:
 def test_restore_refuses_a_native_snapshot_of_another_backend() -> None:
     """A file whose format is not heap or canonical (say, another backend's native
     format) is refused with IncompatibleSnapshotError."""
-    from cowstate.snapshot_io import SnapshotMetadata, SnapshotWriter
+    from cowstate.snapshot import SnapshotMetadata, SnapshotWriter
 
     out = io.BytesIO()
     SnapshotWriter(out, SnapshotMetadata(format="rocksdb-native", max_parallelism=128,

@@ -3,9 +3,6 @@ asynchronous writers forced to interleave with the owner thread."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-
 import pytest
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
@@ -15,17 +12,6 @@ from cowstate_spec.backend_machine import MAX_PARALLELISM, backend_machine_for
 from cowstate_spec.backends import BACKENDS, BackendImplementation
 
 RANGES = [KeyGroupRange(0, MAX_PARALLELISM - 1), KeyGroupRange(2, 6)]
-
-
-@pytest.fixture
-def forced_interleavings() -> Iterator[None]:
-    """Switch threads every microsecond instead of every 5 ms."""
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    try:
-        yield
-    finally:
-        sys.setswitchinterval(previous)
 
 
 @pytest.mark.parametrize("key_group_range", RANGES, ids=repr)

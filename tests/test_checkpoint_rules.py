@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import (
@@ -40,12 +39,13 @@ from cowstate.errors import (
     InvalidArgumentError,
     UnknownCheckpointError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
-from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate_spec.cli import main as cowstate_main
 
 MAXP = 16
@@ -381,9 +381,9 @@ def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(jobs: A
                              ) == job.contents()
 
 
-@pytest.mark.parametrize("format", ["native", "canonical"])
-def test_rule_2_a_savepoint_never_changes_the_incremental_base(jobs: Any, tmp_path: Path,
-                                                               format: str) -> None:
+@pytest.mark.parametrize("savepoint_format", ["native", "canonical"])
+def test_rule_2_a_savepoint_never_changes_the_incremental_base(
+        jobs: Any, tmp_path: Path, savepoint_format: str) -> None:
     """RocksIncrementalSnapshotStrategyTest: checkpoint 1 confirmed, a savepoint,
     checkpoint 3 is still incremental and reuses what it would have without it."""
     with_savepoint = jobs("a", rocksdb, parallelism=1)
@@ -392,7 +392,7 @@ def test_rule_2_a_savepoint_never_changes_the_incremental_base(jobs: Any, tmp_pa
         job.put(range(300), "x")
         job.checkpoint()
         job.put(range(5), "y")
-    savepoint = with_savepoint.coordinator.trigger_savepoint(str(tmp_path / "sp"), format)
+    savepoint = with_savepoint.coordinator.trigger_savepoint(str(tmp_path / "sp"), savepoint_format)
     assert all(f.relative and f.scope == "exclusive" for f in savepoint.files)
     after = with_savepoint.checkpoint()
     plain = without.checkpoint()
@@ -622,13 +622,13 @@ def test_savepoints_are_relocatable(jobs: Any, factory: Factory, tmp_path: Path)
     """SavepointFormatITCase: move the directory, resume in CLAIM mode from there."""
     old = jobs("old", factory)
     old.put(range(80), "a")
-    for format in ("native", "canonical"):
-        sp = tmp_path / f"sp-{format}"
-        old.coordinator.trigger_savepoint(str(sp), format)  # type: ignore[arg-type]
-        moved = tmp_path / "elsewhere" / f"sp-{format}"
+    for savepoint_format in ("native", "canonical"):
+        sp = tmp_path / f"sp-{savepoint_format}"
+        old.coordinator.trigger_savepoint(str(sp), savepoint_format)  # type: ignore[arg-type]
+        moved = tmp_path / "elsewhere" / f"sp-{savepoint_format}"
         moved.parent.mkdir(exist_ok=True)
         shutil.move(str(sp), str(moved))
-        new = jobs(f"new-{format}", factory, restore=(str(moved), RestoreMode.CLAIM))
+        new = jobs(f"new-{savepoint_format}", factory, restore=(str(moved), RestoreMode.CLAIM))
         assert new.contents() == old.contents()
 
 

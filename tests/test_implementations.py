@@ -43,7 +43,7 @@ def test_the_c_map_is_built_and_chosen_unless_pure_python_is_forced() -> None:
     assert maps.C_BUILD_ERROR is None, f"the C map did not build: {maps.C_BUILD_ERROR}"
     assert cowstate.IMPLEMENTATION == "c"
     assert cowstate.CopyOnWriteStateMap is C_MAP
-    assert cowstate.CopyOnWriteStateTable.map_class is C_MAP
+    assert cowstate.CopyOnWriteStateTable.map_class is C_MAP   # the tables use it too
 
 
 def test_cowstate_pure_python_forces_the_pure_map_in_a_fresh_process() -> None:

@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from rocksdict import Options
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
     FileHandle,
@@ -52,6 +51,7 @@ from cowstate.errors import (
     TransformFunctionError,
     UnhashableKeyError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -59,8 +59,8 @@ from cowstate.key_groups import (
 )
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.keyed_state import VOID_NAMESPACE
-from cowstate.rocksdb_backend import RocksDBKeyedStateBackend, column_family_name
-from cowstate.rocksdb_table import RocksDBStateTable, decode_rocks_key, encode_rocks_key
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend, column_family_name
+from cowstate.rocksdb.table import RocksDBStateTable, decode_rocks_key, encode_rocks_key
 from cowstate.serializers import IntSerializer, StringSerializer
 from cowstate_spec.backends import SumCount, add_ints
 
@@ -123,8 +123,8 @@ def checkpoint(b: RocksDBKeyedStateBackend, root: Path, checkpoint_id: int, *,
 
 
 def savepoint(b: AbstractKeyedStateBackend, directory: Path, checkpoint_id: int,
-              format: Any = "native") -> KeyedStateHandle:
-    options = SnapshotOptions(kind="savepoint", format=format)
+              savepoint_format: Any = "native") -> KeyedStateHandle:
+    options = SnapshotOptions(kind="savepoint", format=savepoint_format)
     assert isinstance(b, CheckpointingBackend)
     return b.snapshot_to(checkpoint_id, savepoint_location(directory),
                          options).result(timeout=30)
@@ -210,42 +210,6 @@ class Blocker:
 
 
 # ------------------------------------------------------------------- states
-
-
-def test_each_state_kind_at_key_and_namespace(backend: RocksDBKeyedStateBackend) -> None:
-    value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
-    reducing, aggregating = backend.get_state(REDUCING), backend.get_state(AGGREGATING)
-    backend.set_current_key("alice")
-    assert value.value() == [] and lst.get() == [] and m.is_empty()
-    assert reducing.get() is None and aggregating.get() is None
-    value.update([1])
-    lst.add(1)
-    lst.add_all([2, 3])
-    m.put("x", 1)
-    m.put_all({"y": 2})
-    reducing.add(5)
-    reducing.add(6)
-    aggregating.add(4)
-    aggregating.add(6)
-    backend.set_current_namespace("window-2")
-    assert value.value() == [] and lst.get() == [] and reducing.get() is None
-    value.update([2])
-    backend.set_current_namespace(VOID_NAMESPACE)
-    assert value.value() == [1] and lst.get() == [1, 2, 3]
-    assert sorted(m.items()) == [("x", 1), ("y", 2)] and m.contains("x") and m.get("z") is None
-    assert reducing.get() == 11 and aggregating.get() == (10, 2)
-    m.remove("x")
-    m.remove("y")                              # the last user key clears the state
-    assert m.is_empty()
-    backend.set_current_key("bob")
-    assert value.value() == [] and lst.get() == []
-    assert backend.get_keys("value", VOID_NAMESPACE) == ["alice"]
-    assert backend.get_keys("value", "window-2") == ["alice"]
-    assert backend.num_state_entries() == 5
-    backend.set_current_key("alice")
-    value.update(None)
-    lst.update([])
-    assert backend.num_state_entries() == 3
 
 
 def test_returned_states_are_copies(backend: RocksDBKeyedStateBackend) -> None:
@@ -923,7 +887,7 @@ def test_mismatches_are_refused_before_anything_changes(make: Factory,
     with pytest.raises(SerializerMismatchError, match="namespace serializer 'utf8'"):
         strings.restore_from([handle], source(tmp_path / "chk-1"))
     fake = handle.model_copy(update={"states": (*handle.states, StateInfo(
-        name="custom", kind="value", namespace_serializer="pickle",
+        id=len(handle.states), name="custom", kind="value", namespace_serializer="pickle",
         state_serializer="my.Serializer"))})
     plain = make()
     fill(plain, range(10))

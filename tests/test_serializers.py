@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cowstate.errors import InvalidArgumentError, SerializerMismatchError
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
     BytesSerializer,
     DefaultSerializer,
@@ -21,7 +22,8 @@ from cowstate.serializers import (
     serializer_for,
     serializer_identifier,
 )
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateMetaInfo
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable
 
 
 @pytest.mark.parametrize(("serializer", "value", "encoded"), [

@@ -1,4 +1,4 @@
-"""Snapshot files (``cowstate.snapshot_io``) against the model and against their own docs.
+"""Snapshot files (``cowstate.snapshot``) against the model and against their own docs.
 
 - round trips: what a file holds is the model's snapshot taken at the same
   moment, whatever the live table does between ``snapshot()`` and the write;
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from conftest import TABLES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -55,7 +56,7 @@ from cowstate.serializers import (
     IntSerializer,
     StringSerializer,
 )
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     END_MAGIC,
     FORMAT_VERSION,
     MAGIC,
@@ -65,10 +66,10 @@ from cowstate.snapshot_io import (
     restore_table,
     write_snapshot,
 )
+from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     NestedMapsStateTable,
-    StateMetaInfo,
     StateTable,
     StateTableSnapshot,
 )
@@ -79,10 +80,9 @@ from cowstate_spec.contract import mutate_in_place
 Table = StateTable[Any, Any, Any]
 TableClass = type[StateTable[Any, Any, Any]]
 Contents = dict[tuple[Any, Any], Any]
-TABLES: list[TableClass] = [CopyOnWriteStateTable, NestedMapsStateTable]
 
 # ============================================================ the documented layout
-# Written from the module docstring of cowstate.snapshot_io, not from its code.
+# Written from the module docstring of cowstate.snapshot.format, not from its code.
 
 DOC_MAGIC = b"\x89CWSNAP\n"
 DOC_END_MAGIC = b"CWSNAPIX"

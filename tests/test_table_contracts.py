@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from conftest import TABLES
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -34,29 +34,26 @@ from cowstate.errors import (
     TransformFunctionError,
     UnhashableKeyError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_key_to_parallel_operator,
     assign_to_key_group,
 )
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.nested_table import NestedMapsStateTable, NestedStateMap
 from cowstate.serializers import DefaultSerializer, ImmutableSerializer
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     RestoredSnapshot,
     SnapshotReader,
     read_snapshot,
     restore_table,
     write_snapshot,
 )
-from cowstate.state_table import (
-    CopyOnWriteStateTable,
-    NestedMapsStateTable,
-    NestedStateMap,
-    StateMetaInfo,
-)
-from cowstate_spec.backends import SumCount
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable
+from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount
 
-TABLES = [CopyOnWriteStateTable, NestedMapsStateTable]
 MAXP = 16
 
 
@@ -490,3 +487,21 @@ def test_snapshot_metadata_finds_a_state_by_name() -> None:
     found = metadata.state("b")
     assert found is not None and found.name == "b"
     assert metadata.state("never") is None
+
+
+@pytest.mark.parametrize("implementation", BACKENDS, ids=repr)
+def test_every_table_refuses_an_unhashable_key_alike(implementation: BackendImplementation
+                                                     ) -> None:
+    """The heap tables and the RocksDB table raise the same error for a set key
+    (the heap tables used to let the key-group assignment refuse it first)."""
+    backend = implementation.factory(KeyGroupRange(0, MAXP - 1), MAXP)
+    try:
+        backend.get_state(ValueStateDescriptor("v"))
+        table = backend.table("v")
+        for call in (lambda: table.put({1}, "n", 1), lambda: table.get({1}, "n"),
+                     lambda: table.remove([1], "n")):
+            with pytest.raises(UnhashableKeyError, match="expected a hashable key, got"):
+                call()
+        assert len(table) == 0
+    finally:
+        backend.close()

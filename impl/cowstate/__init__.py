@@ -12,7 +12,9 @@ groups, state tables, snapshot files and the keyed state backend -- in Python.
 [1, 2]
 """
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _distribution_version
+
 from cowstate.descriptors import (
     AggregateFunction,
     AggregatingStateDescriptor,
@@ -34,6 +36,7 @@ from cowstate.errors import (
     UnhashableKeyError,
     VersionOverflowError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -49,6 +52,7 @@ from cowstate.keyed_state import (
     ValueState,
 )
 from cowstate.maps import IMPLEMENTATION, CopyOnWriteStateMap, StateMapSnapshot
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
     DefaultSerializer,
     ImmutableSerializer,
@@ -57,16 +61,15 @@ from cowstate.serializers import (
     StateSerializer,
     StringSerializer,
 )
-from cowstate.snapshot_io import read_snapshot, restore_table, write_snapshot
+from cowstate.snapshot import read_snapshot, restore_table, write_snapshot
 from cowstate.state_map import StateEntry
-from cowstate.state_table import (
-    CopyOnWriteStateTable,
-    NestedMapsStateTable,
-    StateMetaInfo,
-    StateTableSnapshot,
-)
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 
-__version__ = "0.1.0"
+try:                                   # one source: the version in pyproject.toml
+    __version__ = _distribution_version("cowstate")
+except PackageNotFoundError:           # a source tree on sys.path, not installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "IMPLEMENTATION",

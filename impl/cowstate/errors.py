@@ -83,6 +83,15 @@ class UnhashableKeyError(CowStateError, TypeError):
                 )
         return cls(f"expected a hashable key and namespace, got {key!r} and {namespace!r}")
 
+    @classmethod
+    def check(cls, value: object, role: str = "key") -> None:
+        """Raise this error unless ``value`` (a ``role``: key, namespace) hashes."""
+        try:
+            hash(value)
+        except TypeError:
+            raise cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}"
+                      ) from None
+
 
 class TransformFunctionError(CowStateError):
     """The function given to ``transform`` raised; the mapping was not changed."""

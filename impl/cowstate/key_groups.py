@@ -67,6 +67,7 @@ __all__ = [
     "assign_key_to_parallel_operator",
     "assign_to_key_group",
     "bit_mix",
+    "check_key_group_range",
     "compute_default_max_parallelism",
     "compute_key_group_for_key_hash",
     "compute_key_group_range_for_operator_index",
@@ -375,6 +376,21 @@ def _bytes_hash(data: bytes) -> int:
     for b in data:
         h = (31 * h + (b - 256 if b > 127 else b)) & _MASK32
     return _to_int32(h)
+
+
+def check_key_group_range(key_group_range: object, max_parallelism: int) -> KeyGroupRange:
+    """``key_group_range`` if it is a :class:`KeyGroupRange` inside the key groups
+    of a valid ``max_parallelism``; :class:`InvalidArgumentError` otherwise
+    (the one check every table and backend constructor makes)."""
+    _check_max_parallelism(max_parallelism)
+    if not isinstance(key_group_range, KeyGroupRange):
+        raise InvalidArgumentError(
+            f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+    if key_group_range.end_key_group >= max_parallelism:
+        raise InvalidArgumentError(
+            f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
+            f"parallelism {max_parallelism}, got {key_group_range!r}")
+    return key_group_range
 
 
 def _check_max_parallelism(max_parallelism: int) -> None:

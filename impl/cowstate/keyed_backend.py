@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
-from concurrent.futures import Future
-from typing import Any, TypeVar, overload
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
+from cowstate.checkpoint.handles import BackendName, KeyedStateHandle
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -28,11 +30,16 @@ from cowstate.descriptors import (
 )
 from cowstate.errors import (
     BackendClosedError,
+    IncompatibleSnapshotError,
     InvalidArgumentError,
+    MaxParallelismMismatchError,
+    SerializerMismatchError,
+    SnapshotCancelledError,
+    SnapshotWriteError,
     StateRegistrationError,
     UnknownStateError,
 )
-from cowstate.key_groups import UPPER_BOUND_MAX_PARALLELISM, KeyGroupRange
+from cowstate.key_groups import KeyGroupRange, check_key_group_range
 from cowstate.keyed_state import (
     HANDLES,
     AggregatingState,
@@ -44,13 +51,21 @@ from cowstate.keyed_state import (
     StateHolder,
     ValueState,
 )
-from cowstate.serializers import DefaultSerializer, StateSerializer, serializer_identifier
-from cowstate.state_map import StateEntry
-from cowstate.state_table import StateMetaInfo, StateTable
+from cowstate.protocols import KeyedTable
+from cowstate.serializers import (
+    DefaultSerializer,
+    StateSerializer,
+    serializer_for,
+    serializer_identifier,
+)
+from cowstate.state_meta import SnapshotFormat, StateEntry, StateKind, StateMetadata, StateMetaInfo
 
 __all__ = ["AbstractKeyedStateBackend", "SnapshotFuture"]
 
 T = TypeVar("T")
+R = TypeVar("R")
+#: The table type of a backend.
+TableT = TypeVar("TableT", bound="KeyedTable[Any, Any, Any]")
 
 
 class SnapshotFuture(Future[T]):
@@ -76,29 +91,35 @@ class SnapshotFuture(Future[T]):
         return not self.done()
 
 
-class AbstractKeyedStateBackend(ABC):
+class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     """Keyed state for the key groups of ``key_group_range``; see the module doc."""
+
+    #: The ``backend`` of this backend's handles, and the format of its own
+    #: snapshots (besides canonical ones, the only format it restores).
+    backend_name: ClassVar[BackendName]
+    native_format: ClassVar[SnapshotFormat]
 
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
                  key_serializer: StateSerializer | None = None,
-                 namespace_serializer: StateSerializer | None = None) -> None:
-        if not isinstance(key_group_range, KeyGroupRange):
+                 namespace_serializer: StateSerializer | None = None,
+                 executor: Executor | None = None,
+                 writer_thread_name: str = "cowstate-snapshot") -> None:
+        check_key_group_range(key_group_range, max_parallelism)
+        if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
-        if type(max_parallelism) is not int or not (
-                0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
-            raise InvalidArgumentError(
-                f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got "
-                f"{max_parallelism!r}")
-        if key_group_range.end_key_group >= max_parallelism:
-            raise InvalidArgumentError(
-                f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
-                f"parallelism {max_parallelism}, got {key_group_range!r}")
+                f"expected a concurrent.futures.Executor or None, got {type(executor).__name__}")
         self._key_serializer: StateSerializer = key_serializer or DefaultSerializer()
         self._namespace_serializer: StateSerializer = namespace_serializer or DefaultSerializer()
         self._context = KeyContext(key_group_range, max_parallelism, self._key_serializer)
-        self._holders: dict[str, StateHolder] = {}
+        self._holders: dict[str, StateHolder[TableT]] = {}
         self._closed = False
+        # The asynchronous parts: one writer thread (or the given executor), and
+        # the snapshots it has not finished, shared with it under the lock.
+        self._lock = threading.Lock()
+        self._pending: set[SnapshotFuture[Any]] = set()
+        self._own_executor = executor is None
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=writer_thread_name)
 
     # ------------------------------------------------------------ key context
 
@@ -177,7 +198,7 @@ class AbstractKeyedStateBackend(ABC):
         """Registered and restored states, in registration order (their state ids)."""
         return list(self._holders)
 
-    def table(self, name: str) -> StateTable[Any, Any, Any]:
+    def table(self, name: str) -> TableT:
         """The table of state ``name`` (for inspection, restore and tests)."""
         return self._holder(name).table
 
@@ -194,11 +215,29 @@ class AbstractKeyedStateBackend(ABC):
         """Every ``(key, namespace, state)`` of state ``name``, in key-group order."""
         return iter(self._holder(name).table)
 
-    def close(self) -> None:
-        """Release what the backend holds; idempotent."""
-        self._closed = True
+    @property
+    def pending_snapshots(self) -> int:
+        """Snapshots whose asynchronous part has not finished."""
+        with self._lock:
+            return len(self._pending)
 
-    def __enter__(self) -> AbstractKeyedStateBackend:
+    def close(self) -> None:
+        """Stop pending snapshots, wait for the writer, then release what the
+        backend holds (:meth:`_release_resources`); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            pending = list(self._pending)
+        for future in pending:
+            future.cancel()
+        if self._own_executor:
+            self._executor.shutdown(wait=True)
+        else:
+            wait_futures(pending)
+        self._release_resources()
+
+    def __enter__(self) -> AbstractKeyedStateBackend[TableT]:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -210,11 +249,143 @@ class AbstractKeyedStateBackend(ABC):
 
     # -------------------------------------------------------- for subclasses
 
+    # ------------------------------------------------- restore compatibility
+
+    def _check_formats(self, handles: Sequence[KeyedStateHandle]) -> None:
+        """Refuse anything but handles of this backend's native format or canonical."""
+        for handle in handles:
+            if not isinstance(handle, KeyedStateHandle):
+                raise InvalidArgumentError(
+                    f"expected KeyedStateHandles, got {type(handle).__name__}")
+            if handle.format is SnapshotFormat.CANONICAL:
+                continue
+            if handle.format != self.native_format or handle.backend != self.backend_name:
+                raise IncompatibleSnapshotError(
+                    f"expected a {self.backend_name} snapshot or a canonical savepoint, got a "
+                    f"{handle.format} snapshot of the {handle.backend} backend: the "
+                    f"{self.backend_name} backend cannot read the {handle.backend} backend's "
+                    "own format; take a canonical savepoint of it to change backends")
+
+    def _check_handles(self, handles: Sequence[KeyedStateHandle]) -> dict[str, StateMetaInfo]:
+        """The meta info of every state of ``handles``, checked against this backend."""
+        metas: dict[str, StateMetaInfo] = {}
+        for handle in handles:
+            self._check_snapshot(handle.max_parallelism, handle.key_serializer, "snapshot")
+            for state in handle.states:
+                self._restored_meta(state, metas)
+        return metas
+
+    def _check_snapshot(self, max_parallelism: int, key_serializer: str, what: str) -> None:
+        """A snapshot (``what``: "snapshot" or "file") of this backend's max
+        parallelism and key serializer, or a refusal."""
+        if max_parallelism != self.max_parallelism:
+            raise MaxParallelismMismatchError(
+                f"expected a snapshot of max parallelism {self.max_parallelism}, got one "
+                f"of {max_parallelism}: the number of key groups cannot change on restore")
+        key_id = serializer_identifier(self._key_serializer)
+        if key_serializer != key_id:
+            raise SerializerMismatchError(
+                f"expected the key serializer {key_id!r}, the {what} was written with "
+                f"{key_serializer!r}")
+
+    def _check_namespace_serializer(self, name: str, identifier: str, what: str) -> None:
+        """State ``name`` restored with this backend's namespace serializer, or a refusal."""
+        namespace = serializer_identifier(self._namespace_serializer)
+        if identifier != namespace:
+            raise SerializerMismatchError(
+                f"expected state {name!r} with the backend's namespace serializer "
+                f"{namespace!r}, the {what} uses {identifier!r}")
+
+    def _restored_meta(self, state: StateMetadata,
+                       metas: dict[str, StateMetaInfo]) -> StateMetaInfo:
+        """The meta info of one restored state (added to ``metas``), or a refusal:
+        the namespace serializer must be the backend's; a registered (or already
+        restored) state must have the same kind and state serializer."""
+        name, kind, state_id = state.name, state.kind, state.state_serializer
+        self._check_namespace_serializer(name, state.namespace_serializer, "snapshot")
+        known = metas.get(name)
+        holder = self._holders.get(name)
+        if known is None and holder is not None and holder.descriptor is not None:
+            known = self._meta_for(holder.descriptor)
+        if known is not None:
+            if known.kind != kind:
+                raise SerializerMismatchError(
+                    f"expected state {name!r} of kind {known.kind!r}, the snapshot holds kind "
+                    f"{kind!r}")
+            ours = serializer_identifier(known.state_serializer)
+            if ours != state_id:
+                raise SerializerMismatchError(
+                    f"expected the state serializer of {name!r} to be {ours!r}, the snapshot "
+                    f"was written with {state_id!r}")
+        else:
+            known = StateMetaInfo(name, kind, self._namespace_serializer,
+                                  serializer_for(state_id))
+        metas.setdefault(name, known)
+        return known
+
+    # ------------------------------------------------------------ resources
+
+    def _release_resources(self) -> None:
+        """What ``close()`` releases once no writer runs (nothing by default)."""
+
+    def _start_async(self, checkpoint_id: int, write: Callable[[SnapshotFuture[R]], R], *,
+                     cleanup: Callable[[], None], failure: str,
+                     commit: Callable[[R], None] | None = None) -> SnapshotFuture[R]:
+        """Run the asynchronous part of a snapshot on the writer thread.
+
+        ``write(future)`` makes the result (it checks ``future.cancel_requested``
+        between its steps and raises :class:`SnapshotCancelledError` then).
+        ``cleanup()`` runs whatever happens -- also when the future is cancelled
+        before it starts -- and *before* the future resolves, so whoever waits
+        finds the snapshot's resources released and the snapshot no longer
+        pending. ``commit(result)`` runs under the lock on success (bookkeeping
+        the owner thread reads). Any other exception fails the future with a
+        :class:`SnapshotWriteError` whose message ends with ``failure``.
+        """
+        future: SnapshotFuture[R] = SnapshotFuture(checkpoint_id, cleanup)
+        with self._lock:
+            self._pending.add(future)
+        future.add_done_callback(self._forget)      # cancelled before it started
+        self._executor.submit(self._run_async, future, write, cleanup, failure, commit)
+        return future
+
+    def _run_async(self, future: SnapshotFuture[R], write: Callable[[SnapshotFuture[R]], R],
+                   cleanup: Callable[[], None], failure: str,
+                   commit: Callable[[R], None] | None) -> None:
+        """The writer thread's side of :meth:`_start_async`."""
+        if not future.set_running_or_notify_cancel():
+            return                                    # cancelled before it started
+        outcome: R | BaseException
+        try:
+            outcome = write(future)
+        except SnapshotCancelledError as exc:
+            outcome = exc
+        except BaseException as exc:                  # anything fails the snapshot
+            outcome = SnapshotWriteError(
+                f"expected snapshot {future.checkpoint_id} to be written, got "
+                f"{type(exc).__name__}: {exc}; {failure}")
+            outcome.__cause__ = exc
+        finally:
+            cleanup()
+        with self._lock:
+            if commit is not None and not isinstance(outcome, BaseException):
+                commit(outcome)
+            self._pending.discard(future)
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+    def _forget(self, future: Future[Any]) -> None:
+        with self._lock:
+            self._pending.discard(future)
+
     @abstractmethod
-    def _new_table(self, meta: StateMetaInfo) -> Any:
+    def _new_table(self, meta: StateMetaInfo) -> TableT:
         """A fresh, empty table for the state ``meta`` describes."""
 
-    def _install_tables(self, tables: dict[str, Any], metas: dict[str, StateMetaInfo]) -> None:
+    def _install_tables(self, tables: dict[str, TableT],
+                        metas: dict[str, StateMetaInfo]) -> None:
         """Swap restored tables in: registered states absent from ``tables`` become
         empty, restored states not registered yet keep their restored meta info."""
         for name, holder in self._holders.items():
@@ -231,10 +402,10 @@ class AbstractKeyedStateBackend(ABC):
 
     def _meta_for(self, descriptor: StateDescriptor | None) -> StateMetaInfo:
         assert descriptor is not None
-        return StateMetaInfo(descriptor.name, descriptor.kind, self._namespace_serializer,
-                             descriptor.serializer)
+        return StateMetaInfo(descriptor.name, StateKind(descriptor.kind),
+                             self._namespace_serializer, descriptor.serializer)
 
-    def _holder(self, name: str) -> StateHolder:
+    def _holder(self, name: str) -> StateHolder[TableT]:
         holder = self._holders.get(name)
         if holder is None:
             raise UnknownStateError(
@@ -242,7 +413,8 @@ class AbstractKeyedStateBackend(ABC):
                 f"got {name!r}")
         return holder
 
-    def _check_same_state(self, holder: StateHolder, descriptor: StateDescriptor) -> None:
+    def _check_same_state(self, holder: StateHolder[TableT],
+                          descriptor: StateDescriptor) -> None:
         meta = holder.table.meta
         if meta.kind != descriptor.kind:
             raise StateRegistrationError(

@@ -22,7 +22,7 @@ and ``None`` elements of a list state are refused.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from cowstate.descriptors import (
     AggregateFunction,
@@ -40,8 +40,8 @@ from cowstate.errors import (
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.protocols import KeyedTable
 from cowstate.serializers import StateSerializer
-from cowstate.state_table import StateTable
 
 __all__ = [
     "VOID_NAMESPACE",
@@ -111,11 +111,7 @@ class KeyContext:
 
     def set_key(self, key: Any) -> None:
         """Make ``key`` current; it must belong to this backend's key groups."""
-        try:
-            hash(key)
-        except TypeError:
-            raise UnhashableKeyError(
-                f"expected a hashable key, got {type(key).__name__} {key!r}") from None
+        UnhashableKeyError.check(key)
         key_group = assign_to_key_group(key, self.max_parallelism, self.key_serializer)
         self.key_group_range.index_of(key_group)      # KeyGroupOutOfRangeError outside
         self.raw_key = key
@@ -125,16 +121,15 @@ class KeyContext:
         if namespace is None:
             raise InvalidArgumentError(
                 "expected a namespace, got None; use VOID_NAMESPACE for state without one")
-        try:
-            hash(namespace)
-        except TypeError:
-            raise UnhashableKeyError(
-                f"expected a hashable namespace, got {type(namespace).__name__} "
-                f"{namespace!r}") from None
+        UnhashableKeyError.check(namespace, "namespace")
         self.namespace = namespace
 
 
-class StateHolder:
+#: The table type a backend keeps (a heap table, a RocksDB table ...).
+T_co = TypeVar("T_co", bound="KeyedTable[Any, Any, Any]", covariant=True)
+
+
+class StateHolder(Generic[T_co]):
     """A registered state: its descriptor and its current table.
 
     ``descriptor`` is ``None`` for a state restored from a snapshot and not
@@ -147,7 +142,7 @@ class StateHolder:
     __slots__ = ("descriptor", "table")
 
     def __init__(self, descriptor: StateDescriptor | None,
-                 table: StateTable[Any, Any, Any]) -> None:
+                 table: T_co) -> None:
         self.descriptor = descriptor
         self.table = table
 
@@ -157,7 +152,8 @@ class KeyedState:
 
     __slots__ = ("_context", "_holder")
 
-    def __init__(self, context: KeyContext, holder: StateHolder) -> None:
+    def __init__(self, context: KeyContext,
+                 holder: StateHolder[KeyedTable[Any, Any, Any]]) -> None:
         self._context = context
         self._holder = holder
 

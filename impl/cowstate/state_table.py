@@ -13,7 +13,8 @@ computes the current key's group once; a restore trusts the file). A key
 group outside the range raises :class:`~cowstate.errors.KeyGroupOutOfRangeError`
 (never a wrapped list index).
 
-Two tables share this API:
+Two tables share this API (:class:`~cowstate.protocols.KeyedTable`, as does
+:class:`~cowstate.rocksdb.table.RocksDBStateTable`):
 
 - :class:`CopyOnWriteStateTable` keeps a :class:`~cowstate.CopyOnWriteStateMap`
   per key group. ``snapshot()`` snapshots every map (each bumps its own
@@ -23,10 +24,10 @@ Two tables share this API:
   key group is written (``release_key_group``), and ``release()`` releases
   whatever is left, after success, failure or cancellation (Flink's
   FLINK-13469): both are idempotent.
-- :class:`NestedMapsStateTable` keeps nested dicts ``namespace -> key ->
-  state`` per key group, and its ``snapshot()`` deep-copies every state at
-  once (through the state serializer): the synchronous alternative, slow to
-  snapshot, simple to trust.
+- :class:`~cowstate.nested_table.NestedMapsStateTable` (its own module)
+  keeps nested dicts ``namespace -> key -> state`` per key group, and its
+  ``snapshot()`` deep-copies every state at once (through the state
+  serializer): the synchronous alternative, slow to snapshot, simple to trust.
 
 A snapshot carries the state's :class:`StateMetaInfo` with *duplicated*
 serializers taken at the synchronous moment (FLINK-6207), and applies the
@@ -45,43 +46,35 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Literal, TypeVar
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
     InvalidArgumentError,
-    NoneStateError,
     SnapshotReleasedError,
-    TransformFunctionError,
     UnhashableKeyError,
 )
 from cowstate.key_groups import (
     DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
-    UPPER_BOUND_MAX_PARALLELISM,
     KeyGroupRange,
     assign_to_key_group,
 )
-from cowstate.maps import CopyOnWriteStateMap, StateMapSnapshot
+from cowstate.maps import CopyOnWriteStateMap
+from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
 from cowstate.serializers import (
-    DefaultSerializer,
     StateSerializer,
     duplicate_serializer,
 )
-from cowstate.state_map import StateEntry
+from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
+from cowstate.table_base import TableBase
 
 __all__ = [
-    "STATE_KINDS",
     "CopyOnWriteStateTable",
     "CopyOnWriteStateTableSnapshot",
-    "NestedMapsStateTable",
-    "NestedStateMap",
-    "SnapshotTransformer",
-    "StateKind",
-    "StateMetaInfo",
+    "MapFactory",
     "StateTable",
     "StateTableSnapshot",
     "TableFactory",
@@ -92,52 +85,10 @@ N = TypeVar("N", bound=Hashable)
 S = TypeVar("S")
 V = TypeVar("V")
 
-StateKind = Literal["value", "list", "map", "reducing", "aggregating"]
-STATE_KINDS: tuple[str, ...] = ("value", "list", "map", "reducing", "aggregating")
-
-#: ``transformer(state)``: ``None`` drops the mapping from the snapshot, anything
-#: else is written instead of ``state``. Must not mutate ``state``.
-SnapshotTransformer = Callable[[Any], Any]
-
-
-@dataclass(frozen=True)
-class StateMetaInfo:
-    """What a snapshot file records about one state, and how to (de)serialize it."""
-
-    name: str = "state"
-    kind: str = "value"
-    namespace_serializer: StateSerializer = field(default_factory=DefaultSerializer)
-    state_serializer: StateSerializer = field(default_factory=DefaultSerializer)
-    snapshot_transformer: SnapshotTransformer | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise InvalidArgumentError(
-                f"expected a non-empty str state name, got {self.name!r}")
-        if self.kind not in STATE_KINDS:
-            raise InvalidArgumentError(
-                f"expected a state kind in {STATE_KINDS}, got {self.kind!r}")
-        for role in ("namespace_serializer", "state_serializer"):
-            if not isinstance(getattr(self, role), StateSerializer):
-                raise InvalidArgumentError(
-                    f"expected a {role} with copy/serialize/deserialize, got "
-                    f"{type(getattr(self, role)).__name__}")
-        if self.snapshot_transformer is not None and not callable(self.snapshot_transformer):
-            raise InvalidArgumentError(
-                "expected a callable snapshot_transformer or None, got "
-                f"{type(self.snapshot_transformer).__name__}")
-
-    def duplicated(self) -> StateMetaInfo:
-        """The same meta info with serializers a background writer may own."""
-        return replace(self,
-                       namespace_serializer=duplicate_serializer(self.namespace_serializer),
-                       state_serializer=duplicate_serializer(self.state_serializer))
-
-
 # ------------------------------------------------------------------ the tables
 
 
-class StateTable(ABC, Generic[K, N, S]):
+class StateTable(TableBase[K, N, S]):
     """Routing by key group over one map per key group (see the module doc)."""
 
     def __init__(self, key_group_range: KeyGroupRange | None = None,
@@ -145,79 +96,20 @@ class StateTable(ABC, Generic[K, N, S]):
                  meta: StateMetaInfo | None = None,
                  key_serializer: StateSerializer | None = None,
                  initial_capacity: int = DEFAULT_CAPACITY) -> None:
-        if type(max_parallelism) is not int or not (
-                0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
-            raise InvalidArgumentError(
-                f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got "
-                f"{max_parallelism!r}")
-        if key_group_range is None:
-            key_group_range = KeyGroupRange(0, max_parallelism - 1)
-        if not isinstance(key_group_range, KeyGroupRange):
-            raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
-        if key_group_range.end_key_group >= max_parallelism:
-            raise InvalidArgumentError(
-                f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
-                f"parallelism {max_parallelism}, got {key_group_range!r}")
-        if meta is not None and not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(
-                f"expected a StateMetaInfo, got {type(meta).__name__}")
-        if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a key_serializer with copy/serialize/deserialize, got "
-                f"{type(key_serializer).__name__}")
-        self._range = key_group_range
-        self._start = key_group_range.start_key_group
-        self._max_parallelism = max_parallelism
-        self._meta = meta if meta is not None else StateMetaInfo()
-        self._key_serializer: StateSerializer = (
-            key_serializer if key_serializer is not None else DefaultSerializer())
+        super().__init__(key_group_range, max_parallelism, meta=meta,
+                         key_serializer=key_serializer)
+        self._start = self._range.start_key_group
         self._initial_capacity = initial_capacity
-        self._maps = [self._create_map() for _ in key_group_range]
+        self._maps: Sequence[StateMap[K, N, S]] = [self._create_map() for _ in self._range]
         self._mod_count = 0
         self._snapshot_count = 0
 
-    # ----------------------------------------------------------- properties
-
-    @property
-    def key_group_range(self) -> KeyGroupRange:
-        return self._range
-
-    @property
-    def max_parallelism(self) -> int:
-        return self._max_parallelism
-
-    @property
-    def meta(self) -> StateMetaInfo:
-        return self._meta
-
-    @property
-    def key_serializer(self) -> StateSerializer:
-        return self._key_serializer
-
-    @property
-    def serializer(self) -> StateSerializer:
-        """The state serializer (copies shared states, writes snapshots)."""
-        return self._meta.state_serializer
-
-    @serializer.setter
-    def serializer(self, serializer: StateSerializer) -> None:
-        self.set_meta_info(replace(self._meta, state_serializer=serializer))
-
-    def set_meta_info(self, meta: StateMetaInfo) -> None:
-        """Replace the meta info; every per-key-group map copies with the new
-        state serializer from now on (Flink's FLINK-26853)."""
-        if not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
+    def _apply_meta_info(self, meta: StateMetaInfo) -> None:
+        """Every per-key-group map copies with the new state serializer from now on."""
         for m in self._maps:
             m.serializer = meta.state_serializer
-        self._meta = meta
 
-    def key_group_of(self, key: K) -> int:
-        """The key group of ``key`` (Flink's assignment, this table's max parallelism)."""
-        return assign_to_key_group(key, self._max_parallelism, self._key_serializer)
-
-    def state_map(self, key_group: int) -> Any:
+    def state_map(self, key_group: int) -> StateMap[K, N, S]:
         """The map holding ``key_group`` (Flink's ``getMapForKeyGroup``)."""
         return self._maps[self._range.index_of(key_group)]
 
@@ -225,16 +117,10 @@ class StateTable(ABC, Generic[K, N, S]):
 
     def get(self, key: K, namespace: N, *, key_group: int | None = None) -> S | None:
         """The state of ``(key, namespace)`` or ``None``; see ``CopyOnWriteStateMap.get``."""
-        return self._route(key, key_group).get(key, namespace)  # type: ignore[no-any-return]
+        return self._route(key, key_group).get(key, namespace)
 
     def contains_key(self, key: K, namespace: N, *, key_group: int | None = None) -> bool:
-        return self._route(key, key_group).contains_key(key, namespace)  # type: ignore[no-any-return]
-
-    def __contains__(self, item: object) -> bool:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise InvalidArgumentError(
-                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
-        return self.contains_key(item[0], item[1])
+        return self._route(key, key_group).contains_key(key, namespace)
 
     def __len__(self) -> int:
         return sum(len(m) for m in self._maps)
@@ -269,7 +155,7 @@ class StateTable(ABC, Generic[K, N, S]):
         old = m.put_and_get_old(key, namespace, state)
         if old is None:
             self._mod_count += 1
-        return old  # type: ignore[no-any-return]
+        return old
 
     def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None:
         m = self._route(key, key_group)
@@ -283,7 +169,7 @@ class StateTable(ABC, Generic[K, N, S]):
         old = self._route(key, key_group).remove_and_get_old(key, namespace)
         if old is not None:
             self._mod_count += 1
-        return old  # type: ignore[no-any-return]
+        return old
 
     def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S], *,
                   key_group: int | None = None) -> None:
@@ -316,16 +202,20 @@ class StateTable(ABC, Generic[K, N, S]):
     # ------------------------------------------------------ private helpers
 
     @abstractmethod
-    def _create_map(self) -> Any:
+    def _create_map(self) -> StateMap[K, N, S]:
         """A fresh, empty map for one key group."""
 
-    def _route(self, key: K, key_group: int | None) -> Any:
+    def _route(self, key: K, key_group: int | None) -> StateMap[K, N, S]:
         """The map of ``key``'s key group (``key_group`` if given)."""
         if key is None:
             raise InvalidArgumentError(
                 "expected a key, got None; keyed state needs a key (no key set?)")
         if key_group is None:
-            key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
+            try:
+                key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
+            except InvalidArgumentError:
+                UnhashableKeyError.check(key)     # the same error as every table's
+                raise
         elif type(key_group) is not int:
             raise InvalidArgumentError(
                 f"expected an int key_group, got {type(key_group).__name__} {key_group!r}")
@@ -334,7 +224,8 @@ class StateTable(ABC, Generic[K, N, S]):
             return self._maps[index]
         return self._maps[self._range.index_of(key_group)]   # raises KeyGroupOutOfRangeError
 
-    def _iterate(self, maps: list[Any], expected: int) -> Iterator[StateEntry[K, N, S]]:
+    def _iterate(self, maps: Sequence[StateMap[K, N, S]],
+                 expected: int) -> Iterator[StateEntry[K, N, S]]:
         for m in maps:
             for entry in m:
                 if self._mod_count != expected:
@@ -351,19 +242,29 @@ class StateTable(ABC, Generic[K, N, S]):
         return self._snapshot_count
 
 
+class MapFactory(Protocol):
+    """What makes a table's per-key-group map: a map class, called with the
+    state serializer and the initial capacity."""
+
+    def __call__(self, serializer: StateSerializer, initial_capacity: int, /
+                 ) -> SnapshottingStateMap[Any, Any, Any]: ...
+
+
 class CopyOnWriteStateTable(StateTable[K, N, S]):
     """A table of :class:`~cowstate.CopyOnWriteStateMap`: asynchronous snapshots."""
 
+    _maps: Sequence[SnapshottingStateMap[K, N, S]]
+
     #: The map class of every key group: ``cowstate.CopyOnWriteStateMap`` (the C
     #: map when built); the specification also runs tables over the other one.
-    map_class: type[CopyOnWriteStateMap[Any, Any, Any]] = CopyOnWriteStateMap
+    map_class: ClassVar[MapFactory] = CopyOnWriteStateMap
 
-    def _create_map(self) -> CopyOnWriteStateMap[K, N, S]:
+    def _create_map(self) -> SnapshottingStateMap[K, N, S]:
         return self.map_class(self._meta.state_serializer, self._initial_capacity)
 
     def snapshot(self) -> CopyOnWriteStateTableSnapshot[K, N, S]:
         """Snapshot every key group's map, in key-group order (one list copy each)."""
-        taken: list[StateMapSnapshot[K, N, S]] = []
+        taken: list[MapSnapshot[K, N, S]] = []
         try:
             for m in self._maps:
                 taken.append(m.snapshot())
@@ -372,17 +273,6 @@ class CopyOnWriteStateTable(StateTable[K, N, S]):
                 snap.release()
             raise
         return CopyOnWriteStateTableSnapshot(self, taken)
-
-
-class NestedMapsStateTable(StateTable[K, N, S]):
-    """A table of nested dicts whose snapshot deep-copies: synchronous snapshots."""
-
-    def _create_map(self) -> NestedStateMap[K, N, S]:
-        return NestedStateMap(self._meta.state_serializer)
-
-    def snapshot(self) -> NestedMapsStateTableSnapshot[K, N, S]:
-        """Deep-copy every state now; the snapshot owns its copies."""
-        return NestedMapsStateTableSnapshot(self, [m.copy_entries() for m in self._maps])
 
 
 #: ``factory(key_group_range, max_parallelism, meta=..., key_serializer=...)``
@@ -500,14 +390,14 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
 
 
 class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
-    """One :class:`~cowstate.StateMapSnapshot` per key group."""
+    """One map snapshot (:class:`~cowstate.StateMapSnapshot`) per key group."""
 
     def __init__(self, owner: CopyOnWriteStateTable[K, N, S],
-                 snapshots: list[StateMapSnapshot[K, N, S]]) -> None:
+                 snapshots: list[MapSnapshot[K, N, S]]) -> None:
         super().__init__(owner, len(snapshots))
         self._snapshots = snapshots
 
-    def map_snapshot(self, key_group: int) -> StateMapSnapshot[K, N, S]:
+    def map_snapshot(self, key_group: int) -> MapSnapshot[K, N, S]:
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
         return self._snapshots[self._open_index(key_group)]
 
@@ -524,33 +414,6 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         self._snapshots[index].release()
 
 
-class NestedMapsStateTableSnapshot(StateTableSnapshot[K, N, S]):
-    """Deep copies of every key group's mappings, made at the synchronous moment."""
-
-    def __init__(self, owner: NestedMapsStateTable[K, N, S],
-                 copies: list[list[StateEntry[K, N, S]]]) -> None:
-        super().__init__(owner, len(copies))
-        self._copies: list[list[StateEntry[K, N, S]] | None] = list(copies)
-
-    def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]:
-        entries = self._copies[index]
-        assert entries is not None
-        return iter(entries)
-
-    def _items(self, index: int) -> list[tuple[K, N, S]]:
-        entries = self._copies[index]
-        assert entries is not None
-        return entries  # type: ignore[return-value]       # StateEntry is a tuple
-
-    def _size(self, index: int) -> int:
-        entries = self._copies[index]
-        assert entries is not None
-        return len(entries)
-
-    def _release(self, index: int) -> None:
-        self._copies[index] = None
-
-
 def _transformed(entries: Iterator[StateEntry[K, N, S]],
                  transformer: SnapshotTransformer) -> Iterator[StateEntry[K, N, S]]:
     for key, namespace, state in entries:
@@ -559,130 +422,9 @@ def _transformed(entries: Iterator[StateEntry[K, N, S]],
             yield StateEntry(key, namespace, new)
 
 
-# ------------------------------------------------------- the nested state map
-
-
-class NestedStateMap(Generic[K, N, S]):
-    """``namespace -> key -> state`` dicts with the state-map API, no versions.
-
-    ``get`` returns the stored object; a snapshot of the table deep-copies
-    (:meth:`copy_entries`), so callers may mutate states in place at any time.
-    """
-
-    __slots__ = ("_mod_count", "_namespaces", "_serializer", "_size")
-
-    def __init__(self, serializer: StateSerializer | None = None) -> None:
-        self._serializer: StateSerializer = (
-            serializer if serializer is not None else DefaultSerializer())
-        self._namespaces: dict[N, dict[K, S]] = {}
-        self._size = 0
-        self._mod_count = 0
-
-    @property
-    def serializer(self) -> StateSerializer:
-        return self._serializer
-
-    @serializer.setter
-    def serializer(self, serializer: StateSerializer) -> None:
-        if not isinstance(serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a serializer with copy/serialize/deserialize, got "
-                f"{type(serializer).__name__}")
-        self._serializer = serializer
-
-    def get(self, key: K, namespace: N) -> S | None:
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        return None if inner is None else inner.get(key)
-
-    def contains_key(self, key: K, namespace: N) -> bool:
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        return inner is not None and key in inner
-
-    def __len__(self) -> int:
-        return self._size
-
-    def size_of_namespace(self, namespace: N) -> int:
-        inner = self._namespaces.get(namespace)
-        return 0 if inner is None else len(inner)
-
-    def keys(self, namespace: N) -> Iterator[K]:
-        return (e.key for e in self if e.namespace == namespace)
-
-    def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
-        return self._iterate(self._mod_count)
-
-    def _iterate(self, expected: int) -> Iterator[StateEntry[K, N, S]]:
-        if self._mod_count != expected:
-            raise ConcurrentModificationError(
-                "expected no mapping added or removed while iterating the map")
-        for namespace, inner in self._namespaces.items():
-            for key, state in inner.items():
-                yield StateEntry(key, namespace, state)
-                if self._mod_count != expected:
-                    raise ConcurrentModificationError(
-                        "expected no mapping added or removed while iterating the map")
-
-    def put(self, key: K, namespace: N, state: S) -> None:
-        self.put_and_get_old(key, namespace, state)
-
-    def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
-        if state is None:
-            raise NoneStateError(
-                f"expected a state for put({key!r}, {namespace!r}), got None; None means "
-                "absent, use remove() to unmap")
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        if inner is None:
-            inner = self._namespaces[namespace] = {}
-        old = inner.get(key)
-        inner[key] = state
-        if old is None:
-            self._size += 1
-            self._mod_count += 1
-        return old
-
-    def remove(self, key: K, namespace: N) -> None:
-        self.remove_and_get_old(key, namespace)
-
-    def remove_and_get_old(self, key: K, namespace: N) -> S | None:
-        _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        if inner is None or key not in inner:
-            return None
-        old = inner.pop(key)
-        if not inner:
-            del self._namespaces[namespace]
-        self._size -= 1
-        self._mod_count += 1
-        return old
-
-    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
-        old = self.get(key, namespace)
-        try:
-            new = fn(old, value)
-        except Exception as exc:
-            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-        if new is None:
-            raise NoneStateError.from_transform(key, namespace)
-        self.put(key, namespace, new)
-
-    def copy_entries(self) -> list[StateEntry[K, N, S]]:
-        """Every mapping with a deep copy of its state (the synchronous snapshot)."""
-        copy = self._serializer.copy
-        return [StateEntry(key, namespace, copy(state))
-                for namespace, inner in self._namespaces.items()
-                for key, state in inner.items()]
-
-    def __repr__(self) -> str:
-        return f"<NestedStateMap size={self._size}>"
-
-
-def _check_hashable(key: object, namespace: object) -> None:
-    try:
-        hash(key)
-        hash(namespace)
-    except TypeError:
-        raise UnhashableKeyError.of(key, namespace) from None
-
+def __getattr__(name: str) -> Any:
+    """The nested table's names, which lived here before :mod:`cowstate.nested_table`."""
+    if name in ("NestedMapsStateTable", "NestedMapsStateTableSnapshot", "NestedStateMap"):
+        from cowstate import nested_table
+        return getattr(nested_table, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

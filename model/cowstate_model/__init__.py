@@ -4,6 +4,15 @@ A state map *is* a dict ``{(key, namespace): state}``; a snapshot *is* an
 immutable deep copy of that dict taken at that moment. A state table is such a
 dict restricted to the keys of its key groups; a keyed state backend is one
 such dict per state name. Nothing here is optimised: it must be obviously right.
+
+- :mod:`cowstate_model.state_map`: ``ReferenceStateMap`` and its snapshots;
+- :mod:`cowstate_model.state_table`: ``ReferenceStateTable``, the map restricted
+  to its key groups;
+- :mod:`cowstate_model.backend`: ``ReferenceKeyedStateBackend``, one dict per state;
+- :mod:`cowstate_model.storage`: ``ReferenceStorage``, which snapshots exist and
+  what each holds;
+- :mod:`cowstate_model.arithmetic`, :mod:`cowstate_model.key_groups`: the map's
+  and the key groups' arithmetic said the obvious way (the checkers' yardstick).
 """
 
 from cowstate_model.backend import ReferenceBackendSnapshot, ReferenceKeyedStateBackend

@@ -6,7 +6,7 @@ backend's range are refused. A snapshot *is* a deep copy of every dict taken
 at the synchronous moment; its "asynchronous part" is already done. Restoring
 keeps the mappings whose key group is in the restoring backend's range.
 
-Same state API as ``cowstate.backend.HeapKeyedStateBackend``; descriptors
+Same state API as ``cowstate.heap_backend.HeapKeyedStateBackend``; descriptors
 are read by their attributes (``name``, ``kind``, ``serializer``,
 ``default``, ``reduce_function``, ``aggregate_function``), so the model needs
 no import of the library. Refusals are built-in exceptions.

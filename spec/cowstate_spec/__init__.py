@@ -1,10 +1,73 @@
 """cowstate_spec: the specification of cowstate as code.
 
-- :mod:`cowstate_spec.machine`: the Hypothesis state machine that drives an
-  implementation and the reference model side by side;
-- :mod:`cowstate_spec.invariants`: the structural invariant checker;
-- :mod:`cowstate_spec.implementations`: every implementation the spec checks;
-- :mod:`cowstate_spec.bad_implementations`: broken maps the spec must catch;
-- :mod:`cowstate_spec.differential`: random workloads, implementation vs model;
-- :mod:`cowstate_spec.keys`, :mod:`cowstate_spec.strategies`: test data.
+State machines (need the ``dev`` extra: Hypothesis):
+
+- :mod:`cowstate_spec.machine`: maps and tables against the reference model,
+  side by side, with the key-group rules for tables;
+- :mod:`cowstate_spec.backend_machine`: keyed state backends against the
+  reference backend, asynchronous writers racing the owner;
+- :mod:`cowstate_spec.storage_machine`: jobs, checkpoints, savepoints, restore
+  modes, injected faults and crashes against the reference storage;
+- :mod:`cowstate_spec.strategies`: Hypothesis strategies and the machine's helpers;
+- :mod:`cowstate_spec.profiles`: the Hypothesis profiles.
+
+What the machines and the differential run check:
+
+- :mod:`cowstate_spec.implementations`: ``IMPLEMENTATIONS``, every map and table;
+- :mod:`cowstate_spec.backends`: ``BACKENDS``, every keyed state backend, and
+  the ``WriteGate`` that interleaves writers with the owner;
+- :mod:`cowstate_spec.invariants`: the structural checkers and snapshot fingerprints;
+- :mod:`cowstate_spec.contract`: what callers do with the states they get;
+- :mod:`cowstate_spec.keys`: keys with chosen hashes (collisions, long chains);
+- :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch.
+
+The differential run (``cowstate check``; Spark needs the ``spark`` extra):
+
+- :mod:`cowstate_spec.workloads`: workload specs and the operation generator;
+- :mod:`cowstate_spec.differential`: one workload, an implementation against the
+  model, minimized divergences;
+- :mod:`cowstate_spec.spark_job`: the run on Spark (or in process);
+- :mod:`cowstate_spec.cli`: the ``check`` command (``cowstate.cli`` hands it over).
+
+Symbolic checks (CrossHair, ``dev`` extra):
+
+- :mod:`cowstate_spec.symbolic`: runs ``crosshair check`` and ``diffbehavior``;
+- :mod:`cowstate_spec.equivalences`: each fast helper beside its plain version;
+- :mod:`cowstate_spec.bad_arithmetic`: arithmetic bugs CrossHair must refute.
+
+Importing a module that needs a missing extra raises ``ModuleNotFoundError``
+naming the extra to install (see :class:`MissingExtraFinder`).
 """
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from importlib.machinery import ModuleSpec
+from types import ModuleType
+
+__all__ = ["EXTRAS", "MissingExtraFinder"]
+
+#: Third-party packages some modules of the specification need, by the extra
+#: of the ``cowstate`` distribution that installs them.
+EXTRAS = {"hypothesis": "dev", "hypothesis_crosshair": "dev", "crosshair": "dev",
+          "pyspark": "spark", "pyarrow": "spark", "pandas": "spark"}
+
+
+class MissingExtraFinder:
+    """The last import finder: a missing package of :data:`EXTRAS` fails with a
+    message naming the extra, instead of a bare ``No module named ...``."""
+
+    def find_spec(self, name: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        top = name.partition(".")[0]
+        extra = EXTRAS.get(top)
+        if extra is None:
+            return None
+        raise ModuleNotFoundError(
+            f"No module named {top!r}: this part of cowstate_spec needs the {extra!r} extra; "
+            f"install it with: pip install 'cowstate[{extra}]'", name=name)
+
+
+if not any(isinstance(finder, MissingExtraFinder) for finder in sys.meta_path):
+    sys.meta_path.append(MissingExtraFinder())

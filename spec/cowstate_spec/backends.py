@@ -23,7 +23,6 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
-from cowstate.backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
@@ -35,9 +34,11 @@ from cowstate.descriptors import (
     StateDescriptor,
     ValueStateDescriptor,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.key_groups import KeyGroupRange
-from cowstate.snapshot_io import read_snapshot
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, TableFactory
+from cowstate.nested_table import NestedMapsStateTable
+from cowstate.snapshot import read_snapshot
+from cowstate.state_table import CopyOnWriteStateTable, TableFactory
 
 __all__ = [
     "BACKENDS",
@@ -47,6 +48,7 @@ __all__ = [
     "SumCount",
     "WriteGate",
     "add_ints",
+    "backend_named",
     "cleanup_rocksdb_snapshots",
     "heap_backend",
     "read_heap_snapshot",
@@ -238,17 +240,37 @@ def cleanup_rocksdb_snapshots() -> None:
         shutil.rmtree(_ROCKSDB_ROOT.pop(), ignore_errors=True)
 
 
-def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int, *,
+                    level_zero_compaction_trigger: int | None = None) -> Any:
     """A RocksDB backend with its instance directory under the root (removed on close).
 
-    ``cowstate.rocksdb_backend`` is imported here, not at the top: rocksdict is
-    an optional dependency (the ``rocksdb`` extra) and the heap backends'
-    users of this module must not need it.
-    """
-    from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
+    ``level_zero_compaction_trigger`` (RocksDB's default: 4 files) is the
+    storage machine's knob: with 2, SSTs leave the incremental base within a
+    few checkpoints, so the files of restored snapshots fall out of use.
 
-    return RocksDBKeyedStateBackend(key_groups, max_parallelism,
+    ``cowstate.rocksdb`` is imported here, not at the top: rocksdict is an
+    optional dependency (the ``rocksdb`` extra) and the heap backends' users
+    of this module must not need it.
+    """
+    from rocksdict import Options
+
+    from cowstate.rocksdb import RocksDBKeyedStateBackend
+
+    options = None
+    if level_zero_compaction_trigger is not None:
+        options = Options(raw_mode=True)
+        options.set_keep_log_file_num(1)
+        options.set_level_zero_file_num_compaction_trigger(level_zero_compaction_trigger)
+    return RocksDBKeyedStateBackend(key_groups, max_parallelism, options=options,
                                     local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"))
+
+
+def backend_named(name: str) -> BackendImplementation:
+    """The implementation of ``BACKENDS`` called ``name``."""
+    for implementation in BACKENDS:
+        if implementation.name == name:
+            return implementation
+    raise KeyError(f"expected a backend of {[b.name for b in BACKENDS]}, got {name!r}")
 
 
 def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:

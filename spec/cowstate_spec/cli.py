@@ -6,16 +6,15 @@ model -- on Spark (``--master``, default ``local[*]``) or ``in-process`` --
 writes ``records.parquet``, ``summary.json`` and minimized traces into
 ``--out``, prints a short summary, and exits 1 when anything diverged.
 
-``cowstate savepoint inspect DIR`` prints what a checkpoint or savepoint
-holds (format, states, key groups, sizes, referenced shared files) and exits
-1 when a file it lists is missing or has another size.
+``cowstate savepoint inspect DIR`` is :mod:`cowstate.cli`'s (the console
+script's entry point, which hands ``check`` to this module); it is accepted
+here too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -54,6 +53,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("directory", help="a chk-<id> or savepoint directory (path or URL)")
     args = parser.parse_args(argv)
     if args.command == "savepoint":
+        from cowstate.cli import inspect_command
+
         return inspect_command(args.directory)
     try:
         spec = _spec(args)
@@ -68,19 +69,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                        regressions_dir=regressions, progress=not args.no_progress)
     print_summary(report.summary, args.out)
     return 1 if report.divergences else 0
-
-
-def inspect_command(directory: str) -> int:
-    from cowstate.checkpoint.inspect import format_report, inspect_snapshot
-    from cowstate.errors import CheckpointError
-
-    try:
-        report = inspect_snapshot(directory)
-    except CheckpointError as exc:
-        print(f"cowstate savepoint inspect: {exc}", file=sys.stderr)
-        return 2
-    print(format_report(report))
-    return 1 if report.problems else 0
 
 
 def _spec(args: argparse.Namespace) -> WorkloadSpec:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from cowstate.key_groups import KeyGroupRange
 from cowstate.maps import c_map_class
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
+from cowstate.state_table import CopyOnWriteStateTable, MapFactory, StateTable
 from cowstate_model import ReferenceStateMap
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.invariants import (
@@ -84,9 +85,9 @@ class PureMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
 
 
 class CMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
-    """A copy-on-write table over C maps (only defined use when C_MAP exists)."""
+    """A copy-on-write table over C maps (used only where C_MAP was built)."""
 
-    map_class = C_MAP if C_MAP is not None else CopyOnWriteStateMap
+    map_class = cast(MapFactory, C_MAP if C_MAP is not None else CopyOnWriteStateMap)
 
 
 #: The tables' key groups: 8 in all; the sub-range tables hold 1..6, so a

@@ -94,7 +94,7 @@ class SnapshotFingerprint:
 _NOT_RECORDED = object()
 
 
-def fingerprint(snapshot: StateMapSnapshot[Any, Any, Any], *,
+def fingerprint(snapshot: Any, *,
                 values: bool = True) -> SnapshotFingerprint:
     """Record everything ``snapshot`` reaches; take it right after ``snapshot()``.
 

@@ -26,19 +26,19 @@ Invariants, after every step:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import tempfile
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cowstate.backend import HeapKeyedStateBackend
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
@@ -52,6 +52,7 @@ from cowstate_model.backend import ReferenceBackendSnapshot, ReferenceKeyedState
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_model.state_map import deep_copy
 from cowstate_model.storage import ReferenceStorage, Snapshot
+from cowstate_spec.backends import BackendImplementation, backend_named, rocksdb_backend
 
 __all__ = ["Faults", "SimulatedCrash", "StorageMachine", "storage_machine_for"]
 
@@ -116,42 +117,21 @@ def _crashed(exc: BaseException) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class BackendKind:
-    """Which backend the jobs run, and how to make one subtask of it."""
-
-    name: str
-    factory: Callable[[KeyGroupRange, int], Any]
-    #: RocksDB checkpoints share files between checkpoints; the heap's never do.
-    incremental: bool = False
-
-
-def _heap(key_groups: KeyGroupRange, max_parallelism: int) -> HeapKeyedStateBackend:
-    return HeapKeyedStateBackend(key_groups, max_parallelism)
-
-
-def _rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
-    """A RocksDB subtask that compacts after 2 level-0 files instead of 4 (the
-    test knob that makes SSTs leave the incremental base within a few
-    checkpoints, so files of restored snapshots fall out of use)."""
-    from rocksdict import Options
-
-    from cowstate.rocksdb_backend import RocksDBKeyedStateBackend
-
-    options = Options(raw_mode=True)
-    options.set_keep_log_file_num(1)
-    options.set_level_zero_file_num_compaction_trigger(2)
-    return RocksDBKeyedStateBackend(key_groups, max_parallelism, options=options)
-
-
-BACKEND_KINDS = {"heap": BackendKind("heap", _heap),
-                 "rocksdb": BackendKind("rocksdb", _rocksdb, incremental=True)}
+#: The jobs' backends, by the names ``STORAGE_BUGS_BACKEND`` uses: the heap
+#: (copy-on-write tables) and RocksDB backends of ``BACKENDS``, RocksDB
+#: compacting after 2 level-0 files instead of 4 (so SSTs of restored
+#: snapshots leave the incremental base within a few checkpoints).
+STORAGE_BACKENDS: dict[str, BackendImplementation] = {
+    "heap": backend_named("heap-cow"),
+    "rocksdb": replace(backend_named("rocksdb"), factory=functools.partial(
+        rocksdb_backend, level_zero_compaction_trigger=2)),
+}
 
 
 class StorageMachine(RuleBasedStateMachine):
     """One job at a time over one storage root; see the module doc."""
 
-    kind: BackendKind
+    kind: BackendImplementation
     num_retained: int
     coordinator_class: type[CheckpointCoordinator] = CheckpointCoordinator
     storage_class: type[CheckpointStorage] = CheckpointStorage
@@ -315,13 +295,13 @@ class StorageMachine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------- savepoints
 
-    @rule(format=st.sampled_from(["canonical", "native"]))
-    def savepoint(self, format: str) -> None:
+    @rule(savepoint_format=st.sampled_from(["canonical", "native"]))
+    def savepoint(self, savepoint_format: str) -> None:
         self.savepoints += 1
         directory = self.filesystem.join(self.root, "savepoints", f"sp-{self.savepoints}")
         contents = self.contents()
         done, metadata = self.attempt(
-            lambda: self.coordinator.trigger_savepoint(directory, format))  # type: ignore[arg-type]
+            lambda: self.coordinator.trigger_savepoint(directory, savepoint_format))  # type: ignore[arg-type]
         if done or self.filesystem.exists(self.filesystem.join(directory, METADATA_FILE)):
             checkpoint_id = metadata.checkpoint_id if done else read_metadata(
                 self.filesystem, directory).checkpoint_id
@@ -473,7 +453,7 @@ class StorageMachine(RuleBasedStateMachine):
     def restore_for_check(self, metadata: CheckpointMetadata,
                           directory: str) -> dict[str, dict[tuple[Any, Any], Any]]:
         native_rocksdb = any(h.format == "rocksdb-native" for h in metadata.subtasks)
-        factory = _rocksdb if native_rocksdb else _heap
+        factory = STORAGE_BACKENDS["rocksdb" if native_rocksdb else "heap"].factory
         backend = factory(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM)
         try:
             backend.restore_from(metadata.subtasks, SnapshotSource(self.filesystem, directory))
@@ -503,5 +483,5 @@ def storage_machine_for(kind: str, num_retained: int, *,
     """The storage machine class for the ``kind`` backend, retaining ``num_retained``
     (with another coordinator or storage class: a broken one it must catch)."""
     return type(f"StorageMachine[{kind}, retain {num_retained}]", (StorageMachine,),
-                {"kind": BACKEND_KINDS[kind], "num_retained": num_retained,
+                {"kind": STORAGE_BACKENDS[kind], "num_retained": num_retained,
                  "coordinator_class": coordinator_class, "storage_class": storage_class})

@@ -219,8 +219,7 @@ class CheckpointCoordinator:
                 f"{type(exc).__name__}: {exc}; the checkpoint was aborted") from exc
         del self._pending[checkpoint_id]
         completed = CompletedCheckpoint(checkpoint_id, pending.location.directory, metadata)
-        self.registry.register(checkpoint_id, completed.shared_paths)   # rule 5
-        self._completed.append(completed)
+        self._retain(completed)                                          # rule 5
         for older in [i for i in self._pending if i < checkpoint_id]:
             self.abort_checkpoint(older)                     # subsumed while pending
         self._subsume()
@@ -247,7 +246,7 @@ class CheckpointCoordinator:
     # ------------------------------------------------------------ savepoints
 
     def trigger_savepoint(self, directory: str,
-                          format: Literal["canonical", "native"] = "canonical",
+                          savepoint_format: Literal["canonical", "native"] = "canonical",
                           timeout: float | None = None) -> CheckpointMetadata:
         """Take a savepoint into ``directory`` and wait for it (rules 2 and 6).
 
@@ -255,11 +254,11 @@ class CheckpointCoordinator:
         exclusive and relative, it is not registered and not in the store. On
         failure everything written is deleted and :class:`CheckpointError` raised.
         """
-        if format not in ("canonical", "native"):
+        if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
-                f"expected a savepoint format 'canonical' or 'native', got {format!r}")
+                f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}")
         location = self.storage.savepoint_location(directory)
-        options = SnapshotOptions(kind="savepoint", format=format)
+        options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
         intent = self.storage.filesystem.join(self.storage.job_dir, "_savepoint")
         checkpoint_id = self._last_id + 1
@@ -274,7 +273,7 @@ class CheckpointCoordinator:
             handles = tuple(future.result() for future in futures)
             metadata = CheckpointMetadata(
                 job_id=self.storage.job_id, checkpoint_id=checkpoint_id, kind="savepoint",
-                savepoint_format=format, max_parallelism=self.max_parallelism,
+                savepoint_format=savepoint_format, max_parallelism=self.max_parallelism,
                 timestamp=time.time(), subtasks=handles)
             write_metadata(self.storage.filesystem, location.directory, metadata)
         except Exception as exc:
@@ -370,53 +369,52 @@ class CheckpointCoordinator:
         backends from the newest retained checkpoint, or else from the snapshot
         the job was restored from, or else leave them empty."""
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
-        coordinator._delete_interrupted_savepoint()
+        coordinator._recover()
+        return coordinator
+
+    # -------------------------------------------------------- private helpers
+
+    def _recover(self) -> None:
+        """``recover``'s work on the new coordinator."""
+        storage = self.storage
+        self._delete_interrupted_savepoint()
         record = storage.read_restore_record()
-        coordinator.restored_from = record
+        self.restored_from = record
         own = storage.completed_checkpoints()
-        retained = own[-num_retained:]
+        retained = own[-self.num_retained:]
         if record is not None:
-            coordinator._last_id = max(coordinator._last_id, record.checkpoint_id)
+            self._last_id = max(self._last_id, record.checkpoint_id)
         if own:
-            coordinator._last_id = max(coordinator._last_id, own[-1].checkpoint_id)
+            self._last_id = max(self._last_id, own[-1].checkpoint_id)
         # The restored snapshot: still in the store (CLAIM, nothing newer subsumed it)?
         if record is not None and storage.filesystem.exists(
                 storage.filesystem.join(record.directory, METADATA_FILE)):
             restored = read_metadata(storage.filesystem, record.directory)
             if record.mode is RestoreMode.CLAIM:
-                claimed = CompletedCheckpoint(restored.checkpoint_id, record.directory,
-                                              restored)
-                coordinator.registry.register(claimed.checkpoint_id, claimed.shared_paths)
-                coordinator.registry.disown(restored.disowned)
-                coordinator._completed.append(claimed)
+                self._retain(CompletedCheckpoint(restored.checkpoint_id, record.directory,
+                                                 restored))
             else:
-                coordinator.registry.disown(f.path for f in restored.files if not f.relative)
+                self.registry.disown(f.path for f in restored.files if not f.relative)
             if not own:
-                coordinator.force_full = record.mode is RestoreMode.NO_CLAIM
+                self.force_full = record.mode is RestoreMode.NO_CLAIM
         for metadata in retained:
-            completed = CompletedCheckpoint(metadata.checkpoint_id,
-                                            storage.checkpoint_dir(metadata.checkpoint_id),
-                                            metadata)
-            coordinator.registry.register(metadata.checkpoint_id, completed.shared_paths)
-            coordinator.registry.disown(metadata.disowned)
-            coordinator._completed.append(completed)
+            self._retain(CompletedCheckpoint(metadata.checkpoint_id,
+                                             storage.checkpoint_dir(metadata.checkpoint_id),
+                                             metadata))
         # A CLAIMed snapshot the crash caught while it was being subsumed: finish that.
-        coordinator._subsume()
-        coordinator._delete_garbage(record)
-        latest = coordinator.latest_checkpoint
+        self._subsume()
+        self._delete_garbage(record)
+        latest = self.latest_checkpoint
         if latest is not None:                # the job's own, or the CLAIMed snapshot
             source = SnapshotSource(storage.filesystem, latest.directory)
-            _restore_backends(coordinator.backends, latest.metadata, source,
+            _restore_backends(self.backends, latest.metadata, source,
                               incremental_base=latest.metadata.kind == "checkpoint")
         elif record is not None:
             restored = read_metadata(storage.filesystem, record.directory)
             source = SnapshotSource(storage.filesystem, record.directory)
-            _restore_backends(coordinator.backends, restored, source,
+            _restore_backends(self.backends, restored, source,
                               incremental_base=restored.kind == "checkpoint")
-        storage.write_counter(coordinator._last_id)
-        return coordinator
-
-    # -------------------------------------------------------- private helpers
+        storage.write_counter(self._last_id)
 
     def _start_from(self, directory: str, metadata: CheckpointMetadata,
                     mode: RestoreMode) -> None:
@@ -437,6 +435,13 @@ class CheckpointCoordinator:
         else:
             self.registry.disown(f.path for f in metadata.files if not f.relative)
             self.force_full = mode is RestoreMode.NO_CLAIM
+
+    def _retain(self, completed: CompletedCheckpoint) -> None:
+        """Put ``completed`` in the store: register its shared files (rule 5) and
+        never delete those its job does not own (rule 7)."""
+        self.registry.register(completed.checkpoint_id, completed.shared_paths)
+        self.registry.disown(completed.metadata.disowned)
+        self._completed.append(completed)
 
     def _next_id(self) -> int:
         self._last_id += 1

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from cowstate.state_meta import SnapshotFormat, StateMetadata
 
 __all__ = [
     "METADATA_FILE",
@@ -34,9 +36,10 @@ __all__ = [
 METADATA_FILE = "_metadata"
 
 BackendName = Literal["heap", "rocksdb"]
-#: ``heap``: a heap snapshot file; ``canonical``: the backend-independent
-#: snapshot file (any backend restores it); ``rocksdb-native``: RocksDB files.
-HandleFormat = Literal["heap", "canonical", "rocksdb-native"]
+
+#: The record of one state in a handle is the snapshot file's
+#: (:class:`~cowstate.state_meta.StateMetadata`); the old name stays for callers.
+StateInfo = StateMetadata
 
 
 class RestoreMode(StrEnum):
@@ -68,25 +71,16 @@ class FileHandle(_Model):
     local_name: str | None = None
 
 
-class StateInfo(_Model):
-    """One state of a keyed state handle (for ``savepoint inspect`` and checks)."""
-
-    name: str
-    kind: str
-    namespace_serializer: str
-    state_serializer: str
-
-
 class KeyedStateHandle(_Model):
     """The keyed state of one subtask in one snapshot."""
 
     backend: BackendName
-    format: HandleFormat
+    format: SnapshotFormat
     key_group_range: tuple[int, int]
     max_parallelism: int = Field(ge=1, le=1 << 15)
     checkpoint_id: int = Field(ge=0)
     key_serializer: str
-    states: tuple[StateInfo, ...]
+    states: tuple[StateMetadata, ...]
     files: tuple[FileHandle, ...]
     #: Bytes this snapshot uploaded (an incremental checkpoint reuses the rest).
     checkpointed_size: int = Field(ge=0)
@@ -94,6 +88,18 @@ class KeyedStateHandle(_Model):
     full_size: int = Field(ge=0)
     #: The RocksDB instance lineage the handle's files come from.
     backend_uid: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _number_states(cls, data: Any) -> Any:
+        """``_metadata`` written before states carried ids: number them in order."""
+        if isinstance(data, dict) and isinstance(data.get("states"), list | tuple):
+            data = dict(data)
+            data["states"] = [
+                {**state, "id": index}
+                if isinstance(state, dict) and "id" not in state else state
+                for index, state in enumerate(data["states"])]
+        return data
 
     @property
     def shared_files(self) -> tuple[FileHandle, ...]:

@@ -40,33 +40,30 @@ import contextlib
 import functools
 import io
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import IO, Any
 
-from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions, StateInfo
+from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import map_future, overlapping
 from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
-    SerializerMismatchError,
-    SnapshotCancelledError,
-    SnapshotWriteError,
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
 from cowstate.serializers import StateSerializer, serializer_identifier
-from cowstate.snapshot_io import (
+from cowstate.snapshot import (
     BinaryWriter,
     RestoredSnapshot,
     SnapshotFileInfo,
     read_snapshot,
     write_snapshot,
 )
+from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
-    StateMetaInfo,
     StateTable,
     StateTableSnapshot,
     TableFactory,
@@ -80,9 +77,9 @@ __all__ = [
     "StreamFactory",
 ]
 
-#: The format name heap snapshots record; ``"canonical"`` files restore too.
-HEAP_FORMAT = "heap"
-RESTORABLE_FORMATS = frozenset({HEAP_FORMAT, "canonical"})
+#: The format heap snapshots record; canonical files restore too.
+HEAP_FORMAT = SnapshotFormat.HEAP
+RESTORABLE_FORMATS = frozenset({SnapshotFormat.HEAP, SnapshotFormat.CANONICAL})
 
 #: Makes the stream a snapshot is written to (called on the writer thread).
 #: If the stream has ``close_and_get_handle()``, its result becomes the
@@ -108,8 +105,11 @@ class KeyedStateSnapshotResult:
         return 0 if self.info is None else self.info.size
 
 
-class HeapKeyedStateBackend(AbstractKeyedStateBackend):
+class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]):
     """Keyed state on the heap for the key groups of ``key_group_range``."""
+
+    backend_name = "heap"
+    native_format = HEAP_FORMAT
 
     def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int,
                  table_factory: TableFactory = CopyOnWriteStateTable, *,
@@ -117,32 +117,31 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
                  namespace_serializer: StateSerializer | None = None,
                  executor: Executor | None = None) -> None:
         super().__init__(key_group_range, max_parallelism, key_serializer=key_serializer,
-                         namespace_serializer=namespace_serializer)
+                         namespace_serializer=namespace_serializer, executor=executor,
+                         writer_thread_name="cowstate-snapshot")
         if not callable(table_factory):
             raise InvalidArgumentError(
                 f"expected a table factory, got {type(table_factory).__name__}")
         self._table_factory = table_factory
-        self._own_executor = executor is None
-        self._executor: Executor = executor or ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="cowstate-snapshot")
-        self._pending: set[SnapshotFuture[KeyedStateSnapshotResult]] = set()
 
     # -------------------------------------------------------------- snapshots
 
     def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory, *,
-                 format: str = HEAP_FORMAT) -> SnapshotFuture[KeyedStateSnapshotResult]:
+                 snapshot_format: SnapshotFormat = HEAP_FORMAT
+                 ) -> SnapshotFuture[KeyedStateSnapshotResult]:
         """Take the synchronous part now; the returned future writes the rest.
 
         ``stream_factory()`` is called on the writer thread. The result's
         ``handle`` is ``stream.close_and_get_handle()`` when the stream has
         it, else the stream (rewound ``BytesIO`` callers can read).
-        ``format`` is recorded in the file: ``"heap"`` (the heap's native
+        ``snapshot_format`` is recorded in the file: ``"heap"`` (the heap's native
         format) or ``"canonical"`` (a canonical savepoint, any backend restores it).
         """
         self._check_open()
-        if format not in RESTORABLE_FORMATS:
+        if snapshot_format not in RESTORABLE_FORMATS:
             raise InvalidArgumentError(
-                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got {format!r}")
+                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got "
+                f"{snapshot_format!r}")
         if type(checkpoint_id) is not int or checkpoint_id < 0:
             raise InvalidArgumentError(
                 f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
@@ -162,16 +161,16 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             for snap in taken:
                 snap.release()
 
-        future: SnapshotFuture[KeyedStateSnapshotResult] = SnapshotFuture(checkpoint_id, release)
         if not taken:                                  # an empty backend writes nothing
+            future: SnapshotFuture[KeyedStateSnapshotResult] = SnapshotFuture(
+                checkpoint_id, release)
             future.set_running_or_notify_cancel()
             future.set_result(KeyedStateSnapshotResult(checkpoint_id, self.key_group_range,
                                                        None, None))
             return future
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)   # cancelled before it started
-        self._executor.submit(self._write, future, taken, stream_factory, format)
-        return future
+        return self._start_async(
+            checkpoint_id, functools.partial(self._write, taken, stream_factory, snapshot_format),
+            cleanup=release, failure="its resources were released")
 
     # ------------------------------------------------ checkpoints and savepoints
 
@@ -179,13 +178,13 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
                     options: SnapshotOptions) -> Future[KeyedStateHandle]:
         """A snapshot file in ``location`` (always full: the heap shares nothing
         between checkpoints); canonical for a canonical savepoint, else heap."""
-        format = "canonical" if options.is_savepoint and options.format == "canonical" \
-            else HEAP_FORMAT
+        snapshot_format = SnapshotFormat.CANONICAL if options.is_savepoint \
+            and options.format == "canonical" else HEAP_FORMAT
         r = self.key_group_range
         name = f"keyed-state-{r.start_key_group}-{r.end_key_group}"
         inner = self.snapshot(checkpoint_id, functools.partial(location.exclusive_stream, name),
-                              format=format)
-        return map_future(inner, functools.partial(self._handle_of, format))
+                              snapshot_format=snapshot_format)
+        return map_future(inner, functools.partial(self._handle_of, snapshot_format))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Nothing to do: heap snapshots never build on earlier ones."""
@@ -198,34 +197,24 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
         """Restore from the heap or canonical handles of one snapshot (only those
         meeting this backend's key groups are read; each file is checked
         against its size and CRC32 first)."""
-        for handle in handles:
-            if handle.format not in RESTORABLE_FORMATS:
-                raise IncompatibleSnapshotError(
-                    f"expected a heap or canonical snapshot, got a {handle.format} snapshot of "
-                    f"the {handle.backend} backend: restore it into that backend, or take a "
-                    "canonical savepoint to change backends")
+        handles = list(handles)
+        self._check_formats(handles)
         mine = overlapping(handles, self.key_group_range)
+        self._check_handles(mine)
         self.restore([source.read(f) for handle in mine for f in handle.files])
 
-    def _handle_of(self, format: str, result: KeyedStateSnapshotResult) -> KeyedStateHandle:
+    def _handle_of(self, snapshot_format: SnapshotFormat,
+                   result: KeyedStateSnapshotResult) -> KeyedStateHandle:
         r = self.key_group_range
         files: tuple[FileHandle, ...] = () if result.handle is None else (result.handle,)
         size = sum(f.size for f in files)
-        states = () if result.info is None else tuple(
-            StateInfo(name=s.name, kind=s.kind, namespace_serializer=s.namespace_serializer,
-                      state_serializer=s.state_serializer)
-            for s in result.info.metadata.states)
+        states = () if result.info is None else result.info.metadata.states
         return KeyedStateHandle(
-            backend="heap", format="canonical" if format == "canonical" else "heap",
+            backend="heap", format=snapshot_format,
             key_group_range=(r.start_key_group, r.end_key_group),
             max_parallelism=self.max_parallelism, checkpoint_id=result.checkpoint_id,
             key_serializer=serializer_identifier(self._key_serializer), states=states,
             files=files, checkpointed_size=size, full_size=size)
-
-    @property
-    def pending_snapshots(self) -> int:
-        """Snapshots whose asynchronous part has not finished."""
-        return len(self._pending)
 
     def restore(self, snapshot_streams: Iterable[Any]) -> None:
         """Rebuild every state for this backend's key groups from snapshot files.
@@ -249,13 +238,9 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             raise IncompatibleSnapshotError(
                 f"expected a heap or canonical snapshot, got format {sorted(foreign)}: a "
                 "native snapshot of another backend; restore from a canonical savepoint")
-        namespace_id = serializer_identifier(self._namespace_serializer)
         for name, meta in restored.metas.items():
-            if serializer_identifier(meta.namespace_serializer) != namespace_id:
-                raise SerializerMismatchError(
-                    f"expected state {name!r} with the backend's namespace serializer "
-                    f"{namespace_id!r}, the file uses "
-                    f"{serializer_identifier(meta.namespace_serializer)!r}")
+            self._check_namespace_serializer(
+                name, serializer_identifier(meta.namespace_serializer), "file")
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             table = self._new_table(metas.get(name, meta))
@@ -264,57 +249,29 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend):
             tables[name] = table
         self._install_tables(tables, metas)        # every file decoded: swap them in
 
-    def close(self) -> None:
-        """Cancel pending snapshots, wait for the writer, release everything."""
-        if self._closed:
-            return
-        super().close()
-        for future in list(self._pending):
-            future.cancel()
-        if self._own_executor:
-            self._executor.shutdown(wait=True)
-
     def __enter__(self) -> HeapKeyedStateBackend:
         return self
 
     # -------------------------------------------------------- private helpers
 
-    def _write(self, future: SnapshotFuture[KeyedStateSnapshotResult],
-               snapshots: list[StateTableSnapshot[Any, Any, Any]],
-               stream_factory: StreamFactory, format: str) -> None:
-        """The asynchronous part (writer thread)."""
-        if not future.set_running_or_notify_cancel():
-            return                                    # cancelled before it started
+    def _write(self, snapshots: list[StateTableSnapshot[Any, Any, Any]],
+               stream_factory: StreamFactory, snapshot_format: SnapshotFormat,
+               future: SnapshotFuture[KeyedStateSnapshotResult]) -> KeyedStateSnapshotResult:
+        """The asynchronous part (writer thread; see ``_start_async``)."""
         stream: BinaryWriter | None = None
-        outcome: KeyedStateSnapshotResult | BaseException
         try:
             stream = stream_factory()
-            info = write_snapshot(snapshots, stream, format=format,
+            info = write_snapshot(snapshots, stream, snapshot_format=snapshot_format,
                                   cancel=future.cancel_requested)
             close = getattr(stream, "close_and_get_handle", None)
             handle = close() if close is not None else stream
             if isinstance(handle, io.BytesIO):
                 handle.seek(0)
-            outcome = KeyedStateSnapshotResult(future.checkpoint_id, self.key_group_range,
-                                               info, handle)
-        except SnapshotCancelledError as exc:
+            return KeyedStateSnapshotResult(future.checkpoint_id, self.key_group_range, info,
+                                            handle)
+        except BaseException:
             _discard(stream)
-            outcome = exc
-        except BaseException as exc:                  # anything fails the snapshot
-            _discard(stream)
-            outcome = SnapshotWriteError(
-                f"expected snapshot {future.checkpoint_id} to be written, got "
-                f"{type(exc).__name__}: {exc}; its resources were released")
-            outcome.__cause__ = exc
-        # Release before resolving: whoever waits on the future then finds the
-        # map snapshots released and the snapshot no longer pending.
-        for snap in snapshots:
-            snap.release()
-        self._pending.discard(future)
-        if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
-        else:
-            future.set_result(outcome)
+            raise
 
     def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
         return self._table_factory(self.key_group_range, self.max_parallelism, meta=meta,

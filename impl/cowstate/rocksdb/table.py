@@ -15,11 +15,13 @@ rescaling works on whole key groups with one seek (or one ``delete_range``),
 and within a key group the length frame lets the key and the namespace be
 parsed back.
 
-:class:`RocksDBStateTable` has the API of
-:class:`~cowstate.state_table.StateTable` (``get``, ``contains_key``,
+:class:`RocksDBStateTable` has the table API,
+:class:`~cowstate.protocols.KeyedTable` (mypy checks it: the backend's table
+type is bound to the protocol; properties and argument checks come from
+:class:`~cowstate.table_base.TableBase`): ``get``, ``contains_key``,
 ``put``, ``put_and_get_old``, ``remove``, ``remove_and_get_old``,
 ``transform`` -- each with ``key_group=`` --, iteration in key-group order,
-``keys(namespace)``, ``size_of_namespace``, ``len``) and refuses the same
+``keys(namespace)``, ``size_of_namespace``, ``len``, and refuses the same
 arguments with the same errors. It differs where bytes differ from objects:
 
 - every state it returns is freshly deserialized: mutating it changes
@@ -38,7 +40,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import replace
 from typing import Any
 
 from rocksdict import Rdict, ReadOptions, WriteOptions
@@ -47,13 +48,12 @@ from cowstate.errors import (
     BackendClosedError,
     InvalidArgumentError,
     NoneStateError,
-    TransformFunctionError,
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
-from cowstate.serializers import DefaultSerializer, StateSerializer
-from cowstate.state_map import StateEntry
-from cowstate.state_table import StateMetaInfo
+from cowstate.serializers import StateSerializer
+from cowstate.state_meta import StateEntry, StateMetaInfo, apply_transform
+from cowstate.table_base import TableBase
 
 __all__ = [
     "KEY_GROUP_PREFIX_BYTES",
@@ -134,7 +134,7 @@ def scan(column: Rdict | Callable[[], Rdict], lower: bytes, upper: bytes,
         position = batch[-1][0] + b"\x00"
 
 
-class RocksDBStateTable:
+class RocksDBStateTable(TableBase[Any, Any, Any]):
     """The mappings of one state in one column family (see the module doc).
 
     ``cf`` is the column family (an ``Rdict`` bound to it); the backend
@@ -144,61 +144,14 @@ class RocksDBStateTable:
 
     def __init__(self, cf: Rdict, key_group_range: KeyGroupRange, max_parallelism: int, *,
                  meta: StateMetaInfo, key_serializer: StateSerializer | None = None) -> None:
-        if not isinstance(key_group_range, KeyGroupRange):
-            raise InvalidArgumentError(
-                f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
         if not isinstance(meta, StateMetaInfo):
             raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
-        if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
-            raise InvalidArgumentError(
-                "expected a key_serializer with copy/serialize/deserialize, got "
-                f"{type(key_serializer).__name__}")
+        super().__init__(key_group_range, max_parallelism, meta=meta,
+                         key_serializer=key_serializer)
         self._cf: Rdict | None = cf
-        self._range = key_group_range
-        self._max_parallelism = max_parallelism
-        self._meta = meta
-        self._key_serializer: StateSerializer = (
-            key_serializer if key_serializer is not None else DefaultSerializer())
         self._write_options = write_options()
         self._lower = key_group_prefix(key_group_range.start_key_group)
         self._upper = key_group_prefix(key_group_range.end_key_group + 1)
-
-    # ----------------------------------------------------------- properties
-
-    @property
-    def key_group_range(self) -> KeyGroupRange:
-        return self._range
-
-    @property
-    def max_parallelism(self) -> int:
-        return self._max_parallelism
-
-    @property
-    def meta(self) -> StateMetaInfo:
-        return self._meta
-
-    @property
-    def key_serializer(self) -> StateSerializer:
-        return self._key_serializer
-
-    @property
-    def serializer(self) -> StateSerializer:
-        """The state serializer (the bytes of every stored state)."""
-        return self._meta.state_serializer
-
-    @serializer.setter
-    def serializer(self, serializer: StateSerializer) -> None:
-        self.set_meta_info(replace(self._meta, state_serializer=serializer))
-
-    def set_meta_info(self, meta: StateMetaInfo) -> None:
-        """Replace the meta info (the serializers states are read and written with)."""
-        if not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
-        self._meta = meta
-
-    def key_group_of(self, key: Any) -> int:
-        """The key group of ``key`` (Flink's assignment, this table's max parallelism)."""
-        return assign_to_key_group(key, self._max_parallelism, self._key_serializer)
 
     @property
     def is_attached(self) -> bool:
@@ -218,12 +171,6 @@ class RocksDBStateTable:
 
     def contains_key(self, key: Any, namespace: Any, *, key_group: int | None = None) -> bool:
         return self._column().get(self._rocks_key(key, namespace, key_group)) is not None
-
-    def __contains__(self, item: object) -> bool:
-        if not isinstance(item, tuple) or len(item) != 2:
-            raise InvalidArgumentError(
-                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
-        return self.contains_key(item[0], item[1])
 
     def __len__(self) -> int:
         return sum(1 for _ in scan(self._column, self._lower, self._upper))
@@ -293,12 +240,7 @@ class RocksDBStateTable:
         cf = self._column()
         data = cf.get(rocks_key)
         old = None if data is None else serializer.deserialize(data)
-        try:
-            new = fn(old, value)
-        except Exception as exc:
-            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-        if new is None:
-            raise NoneStateError.from_transform(key, namespace)
+        new = apply_transform(fn, old, value, key, namespace)
         cf.put(rocks_key, serializer.serialize(new), self._write_options)
 
     def __repr__(self) -> str:
@@ -321,11 +263,8 @@ class RocksDBStateTable:
         if key is None:
             raise InvalidArgumentError(
                 "expected a key, got None; keyed state needs a key (no key set?)")
-        try:
-            hash(key)
-            hash(namespace)
-        except TypeError:
-            raise UnhashableKeyError.of(key, namespace) from None
+        UnhashableKeyError.check(key)
+        UnhashableKeyError.check(namespace, "namespace")
         if key_group is None:
             key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
         self._check_key_group(key_group)
@@ -339,12 +278,7 @@ class RocksDBStateTable:
         self._range.index_of(key_group)              # KeyGroupOutOfRangeError outside
 
     def _namespace_bytes(self, namespace: Any) -> bytes:
-        try:
-            hash(namespace)
-        except TypeError:
-            raise UnhashableKeyError(
-                f"expected a hashable namespace, got {type(namespace).__name__} "
-                f"{namespace!r}") from None
+        UnhashableKeyError.check(namespace, "namespace")
         return self._meta.namespace_serializer.serialize(namespace)
 
     @staticmethod

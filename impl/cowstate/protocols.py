@@ -1,0 +1,149 @@
+"""The seams between the layers, as structural types (``typing.Protocol``)::
+
+    backend --(one KeyedTable per state)--> table --(one StateMap per key group)--> map
+
+- :class:`StateMap`: what a table needs of one key group's map -- the keyed
+  operations, iteration, sizes and the state serializer. Every map satisfies
+  it: :class:`~cowstate.state_map.CopyOnWriteStateMap`, the C map of the same
+  API, :class:`~cowstate.nested_table.NestedStateMap`.
+- :class:`SnapshottingStateMap`: a :class:`StateMap` whose ``snapshot()``
+  returns a :class:`MapSnapshot` (what
+  :class:`~cowstate.state_table.CopyOnWriteStateTable` is built from).
+- :class:`KeyedTable`: what a backend and the keyed state handles need of the
+  table of one state -- the keyed operations with an optional known
+  ``key_group``, iteration, sizes, meta info. Every table satisfies it: the
+  copy-on-write and nested heap tables, and
+  :class:`~cowstate.rocksdb.table.RocksDBStateTable`.
+
+mypy checks each implementation against these where the layers meet
+(``StateTable.state_map``, ``StateHolder.table``, ``_new_table``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from typing import Protocol, TypeVar, runtime_checkable
+
+from cowstate.key_groups import KeyGroupRange
+from cowstate.serializers import StateSerializer
+from cowstate.state_meta import StateEntry, StateMetaInfo
+
+__all__ = ["KeyedTable", "MapSnapshot", "SnapshottingStateMap", "StateMap"]
+
+K = TypeVar("K", bound=Hashable)
+N = TypeVar("N", bound=Hashable)
+S = TypeVar("S")
+V = TypeVar("V")
+
+
+@runtime_checkable
+class StateMap(Protocol[K, N, S]):
+    """One key group's mappings ``(key, namespace) -> state`` (the map API)."""
+
+    @property
+    def serializer(self) -> StateSerializer: ...
+
+    @serializer.setter
+    def serializer(self, serializer: StateSerializer) -> None: ...
+
+    def get(self, key: K, namespace: N) -> S | None: ...
+
+    def contains_key(self, key: K, namespace: N) -> bool: ...
+
+    def put(self, key: K, namespace: N, state: S) -> None: ...
+
+    def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None: ...
+
+    def remove(self, key: K, namespace: N) -> None: ...
+
+    def remove_and_get_old(self, key: K, namespace: N) -> S | None: ...
+
+    def transform(self, key: K, namespace: N, value: V,
+                  fn: Callable[[S | None, V], S]) -> None: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[StateEntry[K, N, S]]: ...
+
+    def keys(self, namespace: N) -> Iterator[K]: ...
+
+    def size_of_namespace(self, namespace: N) -> int: ...
+
+
+@runtime_checkable
+class MapSnapshot(Protocol[K, N, S]):
+    """The mappings of one map at its snapshot's moment, until released."""
+
+    @property
+    def is_released(self) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[StateEntry[K, N, S]]: ...
+
+    def items(self) -> list[tuple[K, N, S]]: ...
+
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class SnapshottingStateMap(StateMap[K, N, S], Protocol[K, N, S]):
+    """A map with asynchronous snapshots (the copy-on-write maps)."""
+
+    def snapshot(self) -> MapSnapshot[K, N, S]: ...
+
+
+@runtime_checkable
+class KeyedTable(Protocol[K, N, S]):
+    """The mappings of one state over the key groups of a range (the table API)."""
+
+    @property
+    def key_group_range(self) -> KeyGroupRange: ...
+
+    @property
+    def max_parallelism(self) -> int: ...
+
+    @property
+    def meta(self) -> StateMetaInfo: ...
+
+    @property
+    def key_serializer(self) -> StateSerializer: ...
+
+    @property
+    def serializer(self) -> StateSerializer: ...
+
+    @serializer.setter
+    def serializer(self, serializer: StateSerializer) -> None: ...
+
+    def set_meta_info(self, meta: StateMetaInfo) -> None: ...
+
+    def key_group_of(self, key: K) -> int: ...
+
+    def get(self, key: K, namespace: N, *, key_group: int | None = None) -> S | None: ...
+
+    def contains_key(self, key: K, namespace: N, *, key_group: int | None = None) -> bool: ...
+
+    def put(self, key: K, namespace: N, state: S, *, key_group: int | None = None) -> None: ...
+
+    def put_and_get_old(self, key: K, namespace: N, state: S, *,
+                        key_group: int | None = None) -> S | None: ...
+
+    def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None: ...
+
+    def remove_and_get_old(self, key: K, namespace: N, *,
+                           key_group: int | None = None) -> S | None: ...
+
+    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S], *,
+                  key_group: int | None = None) -> None: ...
+
+    def __contains__(self, item: object) -> bool: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[StateEntry[K, N, S]]: ...
+
+    def entries_in_key_group(self, key_group: int) -> Iterator[StateEntry[K, N, S]]: ...
+
+    def keys(self, namespace: N) -> Iterator[K]: ...
+
+    def size_of_namespace(self, namespace: N) -> int: ...

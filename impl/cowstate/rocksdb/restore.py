@@ -1,0 +1,219 @@
+"""Building a RocksDB backend's database from a snapshot, beside the live one.
+
+:class:`Restorer` builds a new :class:`~cowstate.rocksdb.db.Database` in the
+instance directory for the key groups of one backend:
+
+- :meth:`Restorer.from_canonical`: the raw entries of canonical snapshot files
+  (size and CRC32 checked), written with ``WriteBatch`` into new column
+  families;
+- :meth:`Restorer.from_native`: RocksDB files downloaded under their local
+  names; one handle of the same range is the new database as it is, else the
+  handle sharing most key groups is clipped to the range (``delete_range``)
+  and the others' keys of the range are copied in.
+
+Any failure deletes what was built; the backend swaps the result in only
+when everything succeeded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rocksdict import Rdict
+
+from cowstate.checkpoint.handles import KeyedStateHandle
+from cowstate.checkpoint.location import SnapshotSource
+from cowstate.errors import (
+    CorruptCheckpointError,
+    IncompatibleSnapshotError,
+    KeyGroupMismatchError,
+)
+from cowstate.key_groups import KeyGroupRange
+from cowstate.rocksdb.db import (
+    Batch,
+    Database,
+    InstanceDirectory,
+    column_family_name,
+    open_read_only,
+    raw_options,
+)
+from cowstate.rocksdb.table import (
+    encode_rocks_key,
+    key_group_prefix,
+    scan,
+    write_options,
+)
+from cowstate.snapshot import (
+    SnapshotMetadata,
+    SnapshotReader,
+)
+from cowstate.state_meta import SnapshotFormat, StateMetaInfo
+
+__all__ = ["Restorer", "download"]
+
+#: ``check_file(metadata, metas)``: refuse a snapshot file the backend cannot
+#: restore; add the meta info of its states to ``metas``.
+FileCheck = Callable[[SnapshotMetadata, dict[str, StateMetaInfo]], None]
+
+
+class Restorer:
+    """Builds databases for ``key_group_range`` in ``instance``."""
+
+    def __init__(self, instance: InstanceDirectory, key_group_range: KeyGroupRange) -> None:
+        self.instance = instance
+        self.key_group_range = key_group_range
+
+    def from_canonical(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
+                       metas: dict[str, StateMetaInfo], check_file: FileCheck) -> Database:
+        """A new database with the raw entries of this backend's key groups
+        (``check_file`` refuses a file the backend cannot restore)."""
+        built = self.instance.open_fresh()
+        try:
+            handles_of: dict[str, Any] = {}
+            write_opts = write_options()
+            seen: set[int] = set()
+            for handle in handles:
+                for file in handle.files:
+                    reader = SnapshotReader(source.read(file))
+                    meta = reader.metadata
+                    if meta.format != SnapshotFormat.CANONICAL:
+                        raise IncompatibleSnapshotError(
+                            f"expected a canonical snapshot file, got format {meta.format!r} "
+                            f"in {source.path(file)!r}: restore a canonical savepoint")
+                    check_file(meta, metas)
+                    names = {}
+                    for state in meta.states:
+                        names[state.id] = column_family_name(state.name)
+                        self.instance.ensure_column_family(built, names[state.id])
+                    read = self.key_group_range.intersection(meta.range)
+                    overlap = seen.intersection(read)
+                    if overlap:
+                        raise KeyGroupMismatchError(
+                            f"expected every key group in one snapshot file only, got key "
+                            f"groups {sorted(overlap)[:5]} in two files")
+                    seen.update(read)
+                    batch = Batch(built.db, write_opts)
+                    for key_group in read:
+                        for state_id, rows in reader.read_key_group(key_group).items():
+                            cf_name = names[state_id]
+                            cf = handles_of.get(cf_name)
+                            if cf is None:
+                                cf = handles_of[cf_name] = built.db.get_column_family_handle(
+                                    cf_name)
+                            for namespace, key, value in rows:
+                                batch.put(encode_rocks_key(key_group, key, namespace), value, cf)
+                    batch.flush()
+            for name in metas:
+                self.instance.ensure_column_family(built, column_family_name(name))
+            handles_of.clear()
+            return built
+        except BaseException:
+            built.discard()
+            raise
+
+    def from_native(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
+                    metas: dict[str, StateMetaInfo], same_range: bool) -> Database:
+        """A new database from RocksDB files (one handle as is, or several clipped
+        to this backend's key groups)."""
+        if not handles:
+            fresh = self.instance.open_fresh()
+            try:
+                for name in metas:
+                    self.instance.ensure_column_family(fresh, column_family_name(name))
+            except BaseException:
+                fresh.discard()
+                raise
+            return fresh
+        scratch = self.instance.root / f"restore-{uuid.uuid4().hex[:12]}"
+        built: Database | None = None
+        try:
+            directories = []
+            for index, handle in enumerate(handles):
+                directory = scratch / str(index)
+                directory.mkdir(parents=True)
+                download(handle, source, directory)
+                directories.append(directory)
+            r = self.key_group_range
+            first = 0 if same_range else max(
+                range(len(handles)), key=lambda i: len(r.intersection(
+                    KeyGroupRange.of(*handles[i].key_group_range))))
+            path = self.instance.root / f"db-{uuid.uuid4().hex[:12]}"
+            os.rename(directories[first], path)
+            built = self.instance.open_existing(path)
+            wanted = {column_family_name(name) for name in metas}
+            for name in wanted - built.column_families:
+                if any(column_family_name(s.name) == name for s in handles[first].states):
+                    raise CorruptCheckpointError(
+                        f"expected column family {name!r} in the RocksDB files of "
+                        f"{handles[first].key_group_range}, they hold "
+                        f"{sorted(built.column_families)}")
+                self.instance.ensure_column_family(built, name)
+            for stale in built.column_families - wanted:
+                built.db.drop_column_family(stale)
+            built.column_families &= wanted
+            if not same_range:
+                self._clip(built)
+                for index, directory in enumerate(directories):
+                    if index != first:
+                        self._copy_range(directory, built, wanted)
+                        shutil.rmtree(directory, ignore_errors=True)
+            return built
+        except BaseException:
+            if built is not None:
+                built.discard()
+            raise
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def _clip(self, built: Database) -> None:
+        """Drop every key outside this backend's key groups, in every column family."""
+        r = self.key_group_range
+        lower = key_group_prefix(r.start_key_group)
+        upper = key_group_prefix(r.end_key_group + 1)
+        write_opts = write_options()
+        for name in sorted(built.column_families):
+            cf = built.db.get_column_family(name)
+            try:
+                if r.start_key_group > 0:
+                    cf.delete_range(key_group_prefix(0), lower, write_opts)
+                cf.delete_range(upper, b"\xff\xff", write_opts)
+            finally:
+                del cf
+
+    def _copy_range(self, directory: Path, built: Database, wanted: set[str]) -> None:
+        """Copy this backend's key groups of the database in ``directory`` into ``built``."""
+        r = self.key_group_range
+        lower = key_group_prefix(r.start_key_group)
+        upper = key_group_prefix(r.end_key_group + 1)
+        other = open_read_only(directory)
+        try:
+            present = set(Rdict.list_cf(str(directory), raw_options())) - {"default"}
+            batch = Batch(built.db, write_options())
+            for name in sorted(present & wanted):
+                self.instance.ensure_column_family(built, name)
+                target = built.db.get_column_family_handle(name)
+                entries = scan(other.get_column_family(name), lower, upper)
+                try:
+                    for key, value in entries:
+                        batch.put(key, value, target)
+                    batch.flush()
+                finally:
+                    entries.close()             # releases the column family
+                    del target
+        finally:
+            other.close()
+
+
+def download(handle: KeyedStateHandle, source: SnapshotSource, directory: Path) -> None:
+    """Every file of ``handle`` into ``directory`` under its local name (checked)."""
+    for file in handle.files:
+        name = file.local_name
+        if not name or "/" in name or name in (".", ".."):
+            raise CorruptCheckpointError(
+                f"expected a RocksDB file name as the local name of {file.path!r}, got {name!r}")
+        source.download(file, directory / name)

@@ -1,0 +1,46 @@
+"""Snapshot files: keyed state written per key group, restorable by any key-group range.
+
+Modules:
+
+- :mod:`cowstate.snapshot.format`: the file layout (docstring), its constants
+  and the metadata models (:class:`SnapshotMetadata`, :class:`StateMetadata`);
+- :mod:`cowstate.snapshot.writer`: :class:`SnapshotWriter` (raw bytes) and
+  :func:`write_snapshot` (table snapshots);
+- :mod:`cowstate.snapshot.reader`: :class:`SnapshotReader`, the checked
+  reader of headers, index and key-group blocks;
+- :mod:`cowstate.snapshot.restore`: :func:`read_snapshot` (decode files into
+  a :class:`RestoredSnapshot`) and :func:`restore_table`.
+
+Everything public is importable from ``cowstate.snapshot``.
+"""
+
+from cowstate.snapshot.format import (
+    END_MAGIC,
+    FORMAT_VERSION,
+    MAGIC,
+    BinaryWriter,
+    RawEntry,
+    SnapshotFileInfo,
+    SnapshotMetadata,
+    StateMetadata,
+)
+from cowstate.snapshot.reader import SnapshotReader
+from cowstate.snapshot.restore import RestoredSnapshot, read_snapshot, restore_table
+from cowstate.snapshot.writer import SnapshotWriter, write_snapshot
+
+__all__ = [
+    "END_MAGIC",
+    "FORMAT_VERSION",
+    "MAGIC",
+    "BinaryWriter",
+    "RawEntry",
+    "RestoredSnapshot",
+    "SnapshotFileInfo",
+    "SnapshotMetadata",
+    "SnapshotReader",
+    "SnapshotWriter",
+    "StateMetadata",
+    "read_snapshot",
+    "restore_table",
+    "write_snapshot",
+]

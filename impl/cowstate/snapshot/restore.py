@@ -1,0 +1,206 @@
+"""Restoring from snapshot files: :func:`read_snapshot` decodes the key groups of
+a range from one or more files into a :class:`RestoredSnapshot`, checking max
+parallelism, serializers, kinds and key-group overlaps first;
+:func:`restore_table` fills one table. A file is decoded completely before
+anything is merged, so a bad file restores nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from cowstate.errors import (
+    InvalidArgumentError,
+    KeyGroupMismatchError,
+    MaxParallelismMismatchError,
+    SerializerMismatchError,
+    SnapshotFormatError,
+    UnknownStateError,
+)
+from cowstate.key_groups import KeyGroupRange
+from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
+from cowstate.snapshot.reader import SnapshotReader
+from cowstate.state_meta import SnapshotFormat, StateMetaInfo
+from cowstate.state_table import StateTable
+
+__all__ = ["RestoredSnapshot", "read_snapshot", "restore_table"]
+
+@dataclass
+class RestoredSnapshot:
+    """Decoded contents of snapshot files for one key-group range.
+
+    ``states[name][key_group]`` is the list of ``(key, namespace, state)``
+    restored for that key group; ``metas[name]`` the state's meta info with
+    the serializers that decoded it.
+    """
+
+    key_group_range: KeyGroupRange
+    max_parallelism: int
+    formats: set[SnapshotFormat] = field(default_factory=set)
+    key_serializer: str = ""
+    metas: dict[str, StateMetaInfo] = field(default_factory=dict)
+    states: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = field(default_factory=dict)
+    #: Key groups read so far (each may come from one file only).
+    key_groups: set[int] = field(default_factory=set)
+    #: Every state name the files hold, decoded or not.
+    all_states: set[str] = field(default_factory=set)
+
+    def entries(self, name: str) -> Iterator[tuple[int, Any, Any, Any]]:
+        """``(key_group, key, namespace, state)`` of state ``name``, by key group."""
+        for key_group, entries in sorted(self.states.get(name, {}).items()):
+            for key, namespace, state in entries:
+                yield key_group, key, namespace, state
+
+    def size(self, name: str) -> int:
+        return sum(len(entries) for entries in self.states.get(name, {}).values())
+
+
+def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
+                  max_parallelism: int | None = None,
+                  metas: Mapping[str, StateMetaInfo] | None = None,
+                  key_serializer: StateSerializer | None = None,
+                  states: Collection[str] | None = None,
+                  into: RestoredSnapshot | None = None) -> RestoredSnapshot:
+    """Decode the key groups of ``key_group_range`` from one snapshot file.
+
+    ``max_parallelism``, when given, must equal the file's. ``metas`` (by
+    state name) and ``key_serializer`` supply the serializers; a state without
+    one is decoded with the built-in serializer its identifier names. A
+    serializer whose identifier differs from the file's is refused.
+    ``states`` limits decoding to those names. ``into`` accumulates several
+    files (scale down); a key group found in two files is refused. Nothing is
+    added unless the whole requested part of the file decoded; a stream is
+    left where it started.
+    """
+    if not isinstance(key_group_range, KeyGroupRange):
+        raise InvalidArgumentError(
+            f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+    reader = SnapshotReader(stream)
+    try:
+        return _decode(reader, key_group_range, max_parallelism, metas or {}, key_serializer,
+                       states, into)
+    finally:
+        reader.rewind()
+
+
+def restore_table(table: StateTable[Any, Any, Any],
+                  streams: Iterable[IO[bytes] | bytes] | IO[bytes] | bytes) -> int:
+    """Restore ``table``'s state (by its meta info's name) from snapshot files.
+
+    ``streams`` is one file (bytes or a binary stream) or an iterable of them.
+    Reads only the table's key-group range of each file; every file is
+    decoded before the first ``put``, so a bad file leaves the table as it
+    was. Returns the number of mappings restored.
+    """
+    files: Iterable[Any]
+    if isinstance(streams, bytes | bytearray | memoryview) or callable(
+            getattr(streams, "read", None)):
+        files = [streams]
+    elif isinstance(streams, Iterable):
+        files = streams
+    else:
+        raise InvalidArgumentError(
+            f"expected snapshot files (bytes or binary streams, or an iterable of them), got "
+            f"{type(streams).__name__}")
+    name = table.meta.name
+    restored = RestoredSnapshot(table.key_group_range, table.max_parallelism)
+    for stream in files:
+        read_snapshot(stream, table.key_group_range, max_parallelism=table.max_parallelism,
+                      metas={name: table.meta}, key_serializer=table.key_serializer,
+                      states={name}, into=restored)
+    if name not in restored.metas:
+        raise UnknownStateError(
+            f"expected state {name!r} in the snapshot files, got states "
+            f"{sorted(restored.all_states)}")
+    count = 0
+    for key_group, key, namespace, state in restored.entries(name):
+        table.put(key, namespace, state, key_group=key_group)
+        count += 1
+    return count
+
+
+def _decode(reader: SnapshotReader, key_group_range: KeyGroupRange,
+            max_parallelism: int | None, metas: Mapping[str, StateMetaInfo],
+            key_serializer: StateSerializer | None, wanted: Collection[str] | None,
+            into: RestoredSnapshot | None) -> RestoredSnapshot:
+    meta = reader.metadata
+    if max_parallelism is not None and meta.max_parallelism != max_parallelism:
+        raise MaxParallelismMismatchError(
+            f"expected a snapshot of max parallelism {max_parallelism}, got one of "
+            f"{meta.max_parallelism}: the number of key groups cannot change on restore")
+    result = RestoredSnapshot(key_group_range, meta.max_parallelism) if into is None else into
+    if result.max_parallelism != meta.max_parallelism:
+        raise MaxParallelismMismatchError(
+            f"expected every file to have max parallelism {result.max_parallelism}, got "
+            f"{meta.max_parallelism}")
+    key_ser = _resolve(key_serializer, meta.key_serializer, "the key serializer")
+    if result.key_serializer and result.key_serializer != meta.key_serializer:
+        raise SerializerMismatchError(
+            f"expected every file to use key serializer {result.key_serializer!r}, got "
+            f"{meta.key_serializer!r}")
+    overlap = result.key_groups & set(key_group_range.intersection(meta.range))
+    if overlap:
+        raise KeyGroupMismatchError(
+            f"expected every key group in one snapshot file only, got key groups "
+            f"{sorted(overlap)[:5]} in two files")
+    decoders = {}
+    state_metas = {}
+    for state in meta.states:
+        if wanted is not None and state.name not in wanted:
+            continue
+        given = metas.get(state.name)
+        known = result.metas.get(state.name) or given
+        if known is not None and known.kind != state.kind:
+            raise SerializerMismatchError(
+                f"expected state {state.name!r} of kind {known.kind!r}, the file holds kind "
+                f"{state.kind!r}")
+        namespace_ser = _resolve(given.namespace_serializer if given else None,
+                                 state.namespace_serializer,
+                                 f"the namespace serializer of {state.name!r}")
+        state_ser = _resolve(given.state_serializer if given else None,
+                             state.state_serializer, f"the state serializer of {state.name!r}")
+        decoders[state.id] = (state.name, namespace_ser.deserialize, state_ser.deserialize)
+        state_metas[state.name] = given or StateMetaInfo(
+            state.name, state.kind, namespace_ser, state_ser)
+    decoded: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = {}
+    key_decode = key_ser.deserialize
+    read = key_group_range.intersection(meta.range)
+    for key_group in read:
+        for state_id, rows in reader.read_key_group(key_group).items():
+            if state_id not in decoders:
+                continue
+            name, namespace_decode, state_decode = decoders[state_id]
+            try:
+                decoded.setdefault(name, {})[key_group] = [
+                    (key_decode(key), namespace_decode(namespace), state_decode(state))
+                    for namespace, key, state in rows]
+            except Exception as exc:
+                raise SnapshotFormatError(
+                    f"expected entries of state {name!r} in key group {key_group} that its "
+                    f"serializers can decode, got {type(exc).__name__}: {exc}") from exc
+    # Everything decoded: now (and only now) merge into the result.
+    result.formats.add(meta.format)
+    result.key_serializer = meta.key_serializer
+    result.key_groups.update(read)
+    result.all_states.update(state.name for state in meta.states)
+    for name, state_meta in state_metas.items():
+        result.metas.setdefault(name, state_meta)
+        result.states.setdefault(name, {})
+    for name, groups in decoded.items():
+        target = result.states[name]
+        for key_group, entries in groups.items():
+            target.setdefault(key_group, []).extend(entries)
+    return result
+
+
+def _resolve(given: StateSerializer | None, identifier: str, role: str) -> StateSerializer:
+    """The serializer to decode with: ``given`` if its identifier matches."""
+    if given is None:
+        return serializer_for(identifier)
+    if serializer_identifier(given) != identifier:
+        raise SerializerMismatchError(
+            f"expected {role} to be {serializer_identifier(given)!r}, the file was written "
+            f"with {identifier!r}")
+    return given
