@@ -39,6 +39,7 @@ from cowstate.key_groups import KeyGroupRange
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot import read_snapshot
 from cowstate.state_table import CopyOnWriteStateTable, TableFactory
+from cowstate_spec.implementations import PureMapsTable
 
 __all__ = [
     "BACKENDS",
@@ -309,8 +310,10 @@ def read_rocksdb_snapshot(result: Any, backend: Any) -> Contents:
 
 
 BACKENDS: list[BackendImplementation] = [
-    BackendImplementation("heap-cow",
+    BackendImplementation("heap-cow",          # over cowstate.CopyOnWriteStateMap: the C map
                           functools.partial(heap_backend, CopyOnWriteStateTable)),
+    BackendImplementation("heap-cow-pure",     # over the pure-Python map
+                          functools.partial(heap_backend, PureMapsTable)),
     BackendImplementation("heap-nested",
                           functools.partial(heap_backend, NestedMapsStateTable)),
     BackendImplementation("rocksdb", rocksdb_backend, read=read_rocksdb_snapshot,
