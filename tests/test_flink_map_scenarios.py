@@ -1,7 +1,8 @@
 """Flink's ``CopyOnWriteStateMapTest`` scenarios ported to cowstate.
 
-Sources: ../shared/reference/flink-state-map.md section 9.1 (Flink's tests in
-prose), the extra edge cases of section 9.6 and the derived vectors of section 8.
+Sources: the project's Flink reference notes on the state map (kept outside
+this repository): section 9.1 (Flink's tests in prose), the extra edge cases of
+section 9.6 and the derived vectors of section 8.
 
 cowstate differs from Flink on purpose (see the top of the reference and the
 module docstring of ``cowstate.state_map``), and the ports follow cowstate:

@@ -1,5 +1,6 @@
-"""The two worked examples of seed 000 (../shared/seeds/000_ca240c7c214c6f2d.txt),
-replayed literally against cowstate.
+"""The two worked examples of seed 000 of the project's design notes (Flink's
+copy-on-write map in pictures; kept outside this repository), replayed
+literally against cowstate.
 
 The seed's pictures are not available (only their captions), so the setups
 below are reconstructed from the captions; every choice the text leaves open is

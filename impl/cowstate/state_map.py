@@ -99,9 +99,10 @@ Iteration is fail-fast: an iterator raises
 or removed, or a rehash step relinked entries, since it was created. Replacing
 the state of an existing mapping while no rehash runs is allowed.
 
-Threads: every operation except ``StateMapSnapshot.release`` must run on the
-owner's thread. ``release`` may run on a background writer thread; it shares a
-lock with ``snapshot``.
+Threads: every operation on the live map runs on the owner's thread. A
+snapshot may be read and released on another thread (the backend's writer
+does both) while the owner works on; ``release`` shares a lock with
+``snapshot``.
 """
 
 from __future__ import annotations
