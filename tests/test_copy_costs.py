@@ -142,3 +142,13 @@ def test_initial_capacity_zero_gives_the_minimum() -> None:
     assert len(I(m)._primary) == 4
     m.put(1, NS, 1)
     assert m.get(1, NS) == 1
+
+
+def test_put_reports_whether_it_inserted() -> None:
+    m: Map = CopyOnWriteStateMap(initial_capacity=4)
+    assert [m.put(k, NS, k) for k in range(6)] == [True] * 6      # through a rehash start
+    assert m.put(3, NS, 30) is False and m.get(3, NS) == 30
+    with m.snapshot():
+        assert m.put(3, NS, 31) is False and m.put(9, NS, 9) is True
+    m.remove(3, NS)
+    assert m.put(3, NS, 3) is True

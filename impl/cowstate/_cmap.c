@@ -983,12 +983,14 @@ static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
     uint64_t h;
     if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
         return NULL;
+    uint64_t count = m->mod_count;                  /* put_entry counts an insertion */
     Entry *e = put_entry(m, h, key, ns);
     if (e == NULL)
         return NULL;
+    int inserted = m->mod_count != count;
     PyObject *old = entry_set_state(m, e, state);
     Py_XDECREF(old);                                          /* last step: may run __del__ */
-    Py_RETURN_NONE;
+    return PyBool_FromLong(inserted);                /* True: a new mapping */
 }
 
 static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssize_t nargs)

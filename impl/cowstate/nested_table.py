@@ -136,8 +136,8 @@ class NestedStateMap(Generic[K, N, S]):
                     raise ConcurrentModificationError(
                         "expected no mapping added or removed while iterating the map")
 
-    def put(self, key: K, namespace: N, state: S) -> None:
-        self.put_and_get_old(key, namespace, state)
+    def put(self, key: K, namespace: N, state: S) -> bool:
+        return self.put_and_get_old(key, namespace, state) is None
 
     def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
         if state is None:

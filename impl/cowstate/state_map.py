@@ -292,8 +292,9 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     # --------------------------------------------------------------- writes
 
-    def put(self, key: K, namespace: N, state: S) -> None:
-        """Map ``(key, namespace)`` to ``state`` (never ``None``)."""
+    def put(self, key: K, namespace: N, state: S) -> bool:
+        """Map ``(key, namespace)`` to ``state`` (never ``None``); True if the
+        mapping is new, False if it replaced a state."""
         if state is None:
             raise NoneStateError(self._none_message(key, namespace, "put"))
         try:
@@ -303,9 +304,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         h ^= h >> 16                                   # composite_hash (inv. 1)
         if self._rehash is not None:
             self._incremental_rehash()
+        count = self._mod_count                      # _put_entry counts an insertion
         e = self._put_entry(h, key, namespace)
         e.state = state
         e.state_version = self._version
+        return self._mod_count != count
 
     def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
         """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""

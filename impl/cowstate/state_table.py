@@ -142,12 +142,13 @@ class StateTable(TableBase[K, N, S]):
 
     # --------------------------------------------------------------- writes
 
-    def put(self, key: K, namespace: N, state: S, *, key_group: int | None = None) -> None:
+    def put(self, key: K, namespace: N, state: S, *, key_group: int | None = None) -> bool:
+        """Map ``(key, namespace)`` to ``state``; True if the mapping is new."""
         m = self._route(key, key_group)
-        size = len(m)
-        m.put(key, namespace, state)
-        if len(m) != size:
+        inserted = m.put(key, namespace, state)
+        if inserted:                                  # a new mapping: iterators fail fast
             self._mod_count += 1
+        return inserted
 
     def put_and_get_old(self, key: K, namespace: N, state: S, *,
                         key_group: int | None = None) -> S | None:

@@ -86,10 +86,13 @@ class ReferenceStateMap:
     def __iter__(self) -> Iterator[StateEntry]:
         return iter([StateEntry(k, n, s) for (k, n), s in self._data.items()])
 
-    def put(self, key: Hashable, namespace: Hashable, state: Any) -> None:
+    def put(self, key: Hashable, namespace: Hashable, state: Any) -> bool:
+        """True if the mapping is new."""
         if state is None:
             raise ValueError("None is not a state")
+        inserted = (key, namespace) not in self._data
         self._data[(key, namespace)] = state
+        return inserted
 
     def put_and_get_old(self, key: Hashable, namespace: Hashable, state: Any) -> Any:
         old = self.get(key, namespace)

@@ -105,9 +105,9 @@ class ReferenceStateTable(ReferenceStateMap):
         return super().contains_key(key, namespace)
 
     def put(self, key: Hashable, namespace: Hashable, state: Any, *,
-            key_group: int | None = None) -> None:
+            key_group: int | None = None) -> bool:
         self._owned(key, key_group)
-        super().put(key, namespace, state)
+        return super().put(key, namespace, state)
 
     def put_and_get_old(self, key: Hashable, namespace: Hashable, state: Any, *,
                         key_group: int | None = None) -> Any:

@@ -120,7 +120,7 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(target=mappings, kn=any_key, state=s.states)
     def put(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
-        self.both("put", *kn, state)
+        self.equal_results("put", *kn, state)           # True exactly when the mapping is new
         return kn
 
     @rule(kn=any_key)
