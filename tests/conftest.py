@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 
-from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap as PureMap
 from cowstate.state_table import StateTable
@@ -30,8 +29,8 @@ PROFILE = load_profile()
 
 #: The map classes by implementation name, as ``cowstate.IMPLEMENTATION`` names them.
 MAPS: dict[str, type[Any]] = {"python": PureMap}
-if c_map_class() is not None:
-    MAPS["c"] = c_map_class()  # type: ignore[assignment]
+if C_MAP is not None:
+    MAPS["c"] = C_MAP
 
 #: Every heap table type: copy-on-write over each map, and nested dicts (the
 #: RocksDB table lives in a backend's database; the tests that take it too build

@@ -444,11 +444,12 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
 
 static inline Py_ssize_t map_len(const MapObject *m) { return m->primary_size + m->rehash_size; }
 
+static inline int is_gc(PyObject *o) { return o != NULL && PyType_IS_GC(Py_TYPE(o)); }
+
 /* Does an entry with these objects count in `gc_entries` (invariant 12)? */
 static inline int holds_gc(PyObject *key, PyObject *ns, PyObject *state)
 {
-    return PyType_IS_GC(Py_TYPE(key)) || PyType_IS_GC(Py_TYPE(ns))
-        || (state != NULL && PyType_IS_GC(Py_TYPE(state)));
+    return is_gc(key) || is_gc(ns) || is_gc(state);
 }
 
 /* --------------------------------------------------------------- retirement */
@@ -785,14 +786,12 @@ static int incremental_rehash(MapObject *m)
     Py_ssize_t r = m->rehash_index, capacity = m->primary.capacity, moved = 0;
     m->structure_count++;
     while (moved < MIN_TRANSFERRED) {
-        Py_ssize_t before = moved;
         if (move_bucket(m, r, &moved) < 0) {
             m->primary_size -= moved;
             m->rehash_size += moved;
             m->rehash_index = r;
             return -1;
         }
-        (void)before;
         r++;
         if ((r & (chunk_slots(&m->primary) - 1)) == 0) {      /* an old chunk is empty */
             Py_ssize_t index = (r - 1) >> m->primary.bits;
@@ -822,16 +821,33 @@ static inline int rehash_step(MapObject *m)
     return m->rehash.dir == NULL ? 0 : incremental_rehash(m);
 }
 
-/* The entry of (key, ns), private to the live table (rule E), added at its
- * chain's head (state NULL) when absent. */
-static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
+/* Where a lookup found (key, ns), or where it would go: valid until the next
+ * structural change (m->stamp). */
+typedef struct Found {
+    uint64_t hash;
+    Table *table;
+    Py_ssize_t bucket;
+    Entry *entry;               /* NULL: absent */
+    Entry *prev;                /* the entry before it in its chain, NULL at the head */
+} Found;
+
+static int find(MapObject *m, uint64_t h, PyObject *key, PyObject *ns, Found *f)
 {
-    Table *t;
-    Py_ssize_t b;
     int err;
-    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);
-    if (err < 0)
-        return NULL;
+    f->hash = h;
+    f->entry = lookup(m, h, key, ns, &f->table, &f->bucket, &f->prev, &err);
+    return err;
+}
+
+/* The entry of a lookup's mapping, private to the live table (rule E), added at
+ * its chain's head (state NULL) when absent. `f` must be current (no structural
+ * change since the lookup). */
+static Entry *put_found(MapObject *m, Found *f, PyObject *key, PyObject *ns)
+{
+    Table *t = f->table;
+    Py_ssize_t b = f->bucket;
+    uint64_t h = f->hash;
+    Entry *e = f->entry;
     if (e != NULL) {
         if (e->entry_version < m->highest)                    /* rule E */
             e = copy_chain(m, t, b, e);
@@ -860,12 +876,21 @@ static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
     return e;
 }
 
+static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
+{
+    Found f;
+    if (find(m, h, key, ns, &f) < 0)
+        return NULL;
+    return put_found(m, &f, key, ns);
+}
+
 /* Set the state of a private entry; returns the replaced state (a new
  * reference, or NULL) for the caller to drop last. */
 static inline PyObject *entry_set_state(MapObject *m, Entry *e, PyObject *state)
 {
     PyObject *old = e->state;
-    m->gc_entries += holds_gc(e->key, e->ns, state) - holds_gc(e->key, e->ns, old);
+    if (!holds_gc(e->key, e->ns, NULL))           /* else it counts whatever its state */
+        m->gc_entries += is_gc(state) - is_gc(old);
     e->state = Py_NewRef(state);
     e->state_version = m->version;
     return old;
@@ -901,14 +926,7 @@ static PyObject *copy_shared_state(MapObject *m, PyObject *state)
 
 /* The prologue of a keyed operation on (args[0], args[1]): check the argument
  * count, hash, take this operation's rehash step (unless `step` is 0), look
- * the mapping up. Returns 0 with *found (NULL when absent), or -1. */
-typedef struct Found {
-    uint64_t hash;
-    Table *table;
-    Py_ssize_t bucket;
-    Entry *entry;
-} Found;
-
+ * the mapping up. Returns 0 with *found (entry NULL when absent), or -1. */
 static int keyed_prologue(MapObject *m, PyObject *const *args, Py_ssize_t nargs,
                           Py_ssize_t want, const char *name, int step, Found *found)
 {
@@ -919,10 +937,7 @@ static int keyed_prologue(MapObject *m, PyObject *const *args, Py_ssize_t nargs,
     }
     if (hash_pair(args[0], args[1], &found->hash) < 0 || (step && rehash_step(m) < 0))
         return -1;
-    int err;
-    found->entry = lookup(m, found->hash, args[0], args[1], &found->table, &found->bucket,
-                          NULL, &err);
-    return err;
+    return find(m, found->hash, args[0], args[1], found);
 }
 
 /* ------------------------------------------------------------ map methods */
@@ -1011,7 +1026,7 @@ static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssi
         if (result == NULL)
             return NULL;
     }
-    Entry *e = put_entry(m, f.hash, key, ns);
+    Entry *e = put_found(m, &f, key, ns);     /* `f` is current: a changed map raised above */
     if (e == NULL) {
         Py_XDECREF(result);
         return NULL;
@@ -1024,21 +1039,17 @@ static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssi
     return result;
 }
 
-/* Unlink the entry of (key, ns); returns it for the caller to pass to
- * leave_live() as its last step, or NULL (absent, or error if PyErr_Occurred). */
-static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
+/* Unlink the entry a current lookup found (f->entry, not NULL); 0, or -1 on
+ * error. The caller passes the entry to leave_live() as its last step. */
+static int unlink_found(MapObject *m, Found *f)
 {
-    Table *t;
-    Py_ssize_t b;
-    Entry *prev;
-    int err;
-    Entry *e = lookup(m, h, key, ns, &t, &b, &prev, &err);
-    if (e == NULL)
-        return NULL;
+    Table *t = f->table;
+    Py_ssize_t b = f->bucket;
+    Entry *e = f->entry, *prev = f->prev;
     if (prev == NULL) {
         Entry **slot = slot_for_write(t, b);                  /* rule C */
         if (slot == NULL)
-            return NULL;
+            return -1;
         *slot = e->next;                                      /* the live bucket list */
     }
     else {
@@ -1046,7 +1057,7 @@ static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns
         if (prev->entry_version < m->highest) {               /* rule E */
             prev = copy_chain(m, t, b, prev);
             if (prev == NULL)
-                return NULL;
+                return -1;
         }
 #endif
         prev->next = e->next;                                 /* prev is private (rule E) */
@@ -1058,25 +1069,19 @@ static Entry *remove_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns
         m->primary_size--;
     else
         m->rehash_size--;
-    return e;
+    return 0;
 }
 
 static PyObject *Map_remove(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2) {
-        PyErr_Format(PyExc_TypeError, "remove() takes exactly 2 arguments (%zd given)", nargs);
+    Found f;
+    if (keyed_prologue(m, args, nargs, 2, "remove", 1, &f) < 0)
         return NULL;
-    }
-    uint64_t h;
-    if (hash_pair(args[0], args[1], &h) < 0 || rehash_step(m) < 0)
-        return NULL;
-    Entry *e = remove_entry(m, h, args[0], args[1]);
-    if (e == NULL) {
-        if (PyErr_Occurred())
-            return NULL;
+    if (f.entry == NULL)
         Py_RETURN_NONE;
-    }
-    leave_live(m, e);                                         /* last step: may run __del__ */
+    if (unlink_found(m, &f) < 0)
+        return NULL;
+    leave_live(m, f.entry);                                   /* last step: may run __del__ */
     Py_RETURN_NONE;
 }
 
@@ -1092,14 +1097,11 @@ static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_
         ? copy_shared_state(m, f.entry->state) : Py_NewRef(f.entry->state);
     if (result == NULL)
         return NULL;
-    Entry *e = remove_entry(m, f.hash, args[0], args[1]);
-    if (e == NULL) {
+    if (unlink_found(m, &f) < 0) {            /* `f` is current: a changed map raised above */
         Py_DECREF(result);
-        if (!PyErr_Occurred())
-            raise_reentrant("serializer.copy");
         return NULL;
     }
-    leave_live(m, e);
+    leave_live(m, f.entry);
     return result;
 }
 
@@ -1179,15 +1181,10 @@ static int Map_contains(MapObject *m, PyObject *item)
         raise_from_helper(Err_InvalidArgument, fn_pair_message, PyTuple_Pack(1, item));
         return -1;
     }
-    PyObject *key = PyTuple_GET_ITEM(item, 0), *ns = PyTuple_GET_ITEM(item, 1);
-    uint64_t h;
-    if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
+    Found f;
+    if (keyed_prologue(m, &PyTuple_GET_ITEM(item, 0), 2, 2, "__contains__", 1, &f) < 0)
         return -1;
-    Table *t;
-    Py_ssize_t b;
-    int err;
-    Entry *e = lookup(m, h, key, ns, &t, &b, NULL, &err);
-    return err < 0 ? -1 : e != NULL;
+    return f.entry != NULL;
 }
 
 /* ------------------------------------------------------------- snapshots */

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from cowstate import state_map
 
-__all__ = ["C_BUILD_ERROR", "FORCED_PURE", "IMPLEMENTATION", "CMapType", "CopyOnWriteStateMap",
+__all__ = ["C_BUILD_ERROR", "FORCED_PURE", "IMPLEMENTATION", "CopyOnWriteStateMap",
            "StateMapSnapshot", "c_map_class"]
 
 #: True when ``COWSTATE_PURE_PYTHON`` is set to anything but "" or "0".
@@ -37,9 +37,6 @@ else:
 
 #: "c" or "python": the class behind ``cowstate.CopyOnWriteStateMap``.
 IMPLEMENTATION = "c" if _cmap is not None and not FORCED_PURE else "python"
-
-CMapType = Any  # the C map's class, when typed loosely (see c_map_class)
-
 
 def c_map_class() -> type[Any] | None:
     """The C map's class whether or not it is the default, or None if not built."""

@@ -278,17 +278,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def _iterate(self, tables: list[list[_Entry | None]],
                  expected: tuple[int, int]) -> Iterator[StateEntry[K, N, S]]:
         if (self._mod_count, self._structure_count) != expected:
-            raise ConcurrentModificationError(self._modified_message())
+            raise ConcurrentModificationError(_modified_message())
         for tab in tables:
             for head in tab:
                 e = head
                 while e is not None:
                     if (self._mod_count, self._structure_count) != expected:
-                        raise ConcurrentModificationError(self._modified_message())
+                        raise ConcurrentModificationError(_modified_message())
                     yield StateEntry(e.key, e.namespace, e.state)
                     e = e.next
         if (self._mod_count, self._structure_count) != expected:
-            raise ConcurrentModificationError(self._modified_message())
+            raise ConcurrentModificationError(_modified_message())
 
     # --------------------------------------------------------------- writes
 
@@ -296,7 +296,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Map ``(key, namespace)`` to ``state`` (never ``None``); True if the
         mapping is new, False if it replaced a state."""
         if state is None:
-            raise NoneStateError(self._none_message(key, namespace, "put"))
+            raise NoneStateError(_none_message(key, namespace, "put"))
         try:
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
@@ -313,7 +313,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
         """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""
         if state is None:
-            raise NoneStateError(self._none_message(key, namespace, "put_and_get_old"))
+            raise NoneStateError(_none_message(key, namespace, "put_and_get_old"))
         h = self._hash_and_step(key, namespace)
         e = self._put_entry(h, key, namespace)
         old = e.state
@@ -591,13 +591,6 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                     _open_versions_message(tuple(self._open_versions), version))
             self._open_versions = release_snapshot_version(self._open_versions, version)
             self._highest_required = highest_required_version(self._open_versions)  # inv. 5
-
-    def _modified_message(self) -> str:
-        return _modified_message()
-
-    @staticmethod
-    def _none_message(key: object, namespace: object, op: str) -> str:
-        return _none_message(key, namespace, op)
 
 
 class _Entry:
