@@ -25,6 +25,7 @@ test: lint typecheck crosshair pytest sanitize
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check impl model spec tests bench scripts
+	$(VENV)/bin/ruff format --check impl model spec tests bench scripts
 
 typecheck: $(CMAP)
 	$(VENV)/bin/mypy --strict impl model spec

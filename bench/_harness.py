@@ -108,8 +108,9 @@ def _call(run: Run, collect: bool, gc_enabled: bool) -> int:
             gc.enable()
 
 
-def measure(run: Run, *, warmup: int = 1, repeats: int = 5, collect: bool = True,
-            gc_enabled: bool = True) -> Sample:
+def measure(
+    run: Run, *, warmup: int = 1, repeats: int = 5, collect: bool = True, gc_enabled: bool = True
+) -> Sample:
     """Call ``run`` ``warmup`` times (discarded) then ``repeats`` times.
 
     ``run`` returns the elapsed nanoseconds of its timed section. With
@@ -117,12 +118,19 @@ def measure(run: Run, *, warmup: int = 1, repeats: int = 5, collect: bool = True
     garbage collector stays enabled during the call unless ``gc_enabled`` is
     false (then it is disabled for the whole call, as :mod:`timeit` does).
     """
-    return measure_interleaved({"": run}, warmup=warmup, repeats=repeats, collect=collect,
-                               gc_enabled=gc_enabled)[""]
+    return measure_interleaved(
+        {"": run}, warmup=warmup, repeats=repeats, collect=collect, gc_enabled=gc_enabled
+    )[""]
 
 
-def measure_interleaved(runs: Mapping[str, Run], *, warmup: int = 1, repeats: int = 5,
-                        collect: bool = True, gc_enabled: bool = True) -> dict[str, Sample]:
+def measure_interleaved(
+    runs: Mapping[str, Run],
+    *,
+    warmup: int = 1,
+    repeats: int = 5,
+    collect: bool = True,
+    gc_enabled: bool = True,
+) -> dict[str, Sample]:
     """Like :func:`measure` for several competitors at once, round-robin.
 
     Repetition ``i`` of every competitor runs before repetition ``i + 1`` of
@@ -144,7 +152,7 @@ def percentile_from_top(top_desc: Sequence[int], n: int, q: float) -> int:
     """The nearest-rank ``q``-quantile (0 < q <= 1) of ``n`` values, given
     at least the ``n - ceil(q*n) + 1`` largest of them in descending order
     (e.g. from :func:`heapq.nlargest`)."""
-    rank = max(1, math.ceil(round(q * n, 9)))                # nearest rank: ceil(q * n)
+    rank = max(1, math.ceil(round(q * n, 9)))  # nearest rank: ceil(q * n)
     idx = n - rank
     if idx >= len(top_desc):
         raise ValueError(f"need the {idx + 1} largest values, got {len(top_desc)}")
@@ -214,14 +222,18 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}"
 
 
-def format_table(results: Iterable[Result], competitors: Sequence[Competitor],
-                 *, label_width: int | None = None, col_width: int = 14) -> str:
+def format_table(
+    results: Iterable[Result],
+    competitors: Sequence[Competitor],
+    *,
+    label_width: int | None = None,
+    col_width: int = 14,
+) -> str:
     """A fixed-width table: one row per result, one column per competitor."""
     results = list(results)
     if label_width is None:
         label_width = max([len("metric"), *(len(f"{r.label} [{r.unit}]") for r in results)]) + 1
-    header = "metric".ljust(label_width) + "".join(
-        c.label.rjust(col_width) for c in competitors)
+    header = "metric".ljust(label_width) + "".join(c.label.rjust(col_width) for c in competitors)
     lines = [header, "-" * len(header)]
     for r in results:
         label = f"{r.label} [{r.unit}]"
@@ -291,8 +303,7 @@ def paired_ratio(num: Sample, den: Sample) -> float | None:
     return statistics.median(a / b for a, b in zip(num.values, den.values, strict=True))
 
 
-def check_targets(targets: Iterable[Target],
-                  results: Iterable[Result]) -> list[TargetOutcome]:
+def check_targets(targets: Iterable[Target], results: Iterable[Result]) -> list[TargetOutcome]:
     """Evaluate each target (see :class:`TargetOutcome`); a missing or zero
     cell is NOT MET. An absolute target (no denominator) checks the cell's median."""
     by_metric = {r.metric: r for r in results}
@@ -315,8 +326,9 @@ def check_targets(targets: Iterable[Target],
             paired = paired_ratio(num_s, den_s)
         ratio = paired if paired is not None else of_medians
         met = ratio is not None and (ratio <= t.limit if t.op == "<=" else ratio >= t.limit)
-        outcomes.append(TargetOutcome(t, num, den, ratio, of_medians, paired is not None, met,
-                                      unit))
+        outcomes.append(
+            TargetOutcome(t, num, den, ratio, of_medians, paired is not None, met, unit)
+        )
     return outcomes
 
 
@@ -326,9 +338,13 @@ def _fmt_limit(limit: float) -> str:
     return f"{limit:g}"
 
 
-def format_targets(outcomes: Iterable[TargetOutcome], *, values: bool = False,
-                   labels: Mapping[str, str] | None = None,
-                   missing: Mapping[str, str] | None = None) -> str:
+def format_targets(
+    outcomes: Iterable[TargetOutcome],
+    *,
+    values: bool = False,
+    labels: Mapping[str, str] | None = None,
+    missing: Mapping[str, str] | None = None,
+) -> str:
     """One line per target: ``[    MET]`` or ``[NOT MET]``, the ratio and the limit.
 
     With ``values`` the two medians (and the row's unit) are printed too,
@@ -349,21 +365,28 @@ def format_targets(outcomes: Iterable[TargetOutcome], *, values: bool = False,
         t = o.target
         status = "MET" if o.met else "NOT MET"
         if t.denominator is None:
-            lines.append(f"  [{status:>7}] {t.name}: {cell(t.numerator, o.ratio, o.unit)}, "
-                         f"target {t.op} {_fmt(t.limit)} {o.unit}".rstrip())
+            lines.append(
+                f"  [{status:>7}] {t.name}: {cell(t.numerator, o.ratio, o.unit)}, "
+                f"target {t.op} {_fmt(t.limit)} {o.unit}".rstrip()
+            )
             continue
         ratio = "n/a" if o.ratio is None else f"{o.ratio:.4g}"
-        inverse = "" if o.ratio is None or o.ratio == 0 or o.ratio >= 1 else (
-            f" (= 1/{1 / o.ratio:.3g})")
+        inverse = (
+            "" if o.ratio is None or o.ratio == 0 or o.ratio >= 1 else (f" (= 1/{1 / o.ratio:.3g})")
+        )
         how = ""
         if o.paired and o.ratio_of_medians is not None:
             how = f" [median of per-round ratios; ratio of medians {o.ratio_of_medians:.4g}]"
         numbers = ""
         if values:
-            numbers = (f" ({cell(t.numerator, o.numerator_value, o.unit)} / "
-                       f"{cell(t.denominator, o.denominator_value, o.unit)})")
-        lines.append(f"  [{status:>7}] {t.name}: {t.numerator}/{t.denominator} = "
-                     f"{ratio}{inverse}{numbers}, target {t.op} {_fmt_limit(t.limit)}{how}")
+            numbers = (
+                f" ({cell(t.numerator, o.numerator_value, o.unit)} / "
+                f"{cell(t.denominator, o.denominator_value, o.unit)})"
+            )
+        lines.append(
+            f"  [{status:>7}] {t.name}: {t.numerator}/{t.denominator} = "
+            f"{ratio}{inverse}{numbers}, target {t.op} {_fmt_limit(t.limit)}{how}"
+        )
     return "\n".join(lines)
 
 

@@ -91,8 +91,11 @@ DEFAULT_IMPLEMENTATION: str = str(getattr(cowstate, "IMPLEMENTATION", PY))
 
 
 def implementation_summary() -> str:
-    c = ("cowstate._cmap.CopyOnWriteStateMap built" if C_MAP is not None
-         else f"C map not built ({C_MAP_ERROR})")
+    c = (
+        "cowstate._cmap.CopyOnWriteStateMap built"
+        if C_MAP is not None
+        else f"C map not built ({C_MAP_ERROR})"
+    )
     return f"{c}; cowstate.IMPLEMENTATION = {DEFAULT_IMPLEMENTATION!r}"
 
 
@@ -142,6 +145,8 @@ def table_factory(impl: str) -> Callable[..., CopyOnWriteStateTable[Any, Any, An
     name = f"CopyOnWriteStateTable_{impl}"
     # ``map_class`` is the table's map constructor (``_create_map`` calls it)
     table: type[CopyOnWriteStateTable[Any, Any, Any]] = type(
-        name, (CopyOnWriteStateTable,),
-        {"map_class": cls, "__qualname__": name, "__module__": __name__})
+        name,
+        (CopyOnWriteStateTable,),
+        {"map_class": cls, "__qualname__": name, "__module__": __name__},
+    )
     return table

@@ -218,16 +218,35 @@ RESTORE_COMPETITORS: tuple[Competitor, ...] = (
 )
 
 TARGETS: tuple[Target, ...] = (
-    Target("incremental checkpoint uploads <= 10% of the full checkpoint's bytes",
-           "ckpt_uploaded", INCREMENTAL, FULL, "<=", 0.10,
-           "handle.checkpointed_size after changing 1% of the keys, incremental over full "
-           "(same round)"),
-    Target("native savepoint >= 3x faster than canonical", "savepoint_ms", CANONICAL, NATIVE,
-           ">=", 3.0, "trigger_savepoint time, canonical over native"),
-    Target("native restore >= 3x faster than canonical restore", "restore_ms", CANONICAL,
-           NATIVE, ">=", 3.0,
-           "CheckpointCoordinator.restore(NO_CLAIM) time into a fresh RocksDB backend, "
-           "canonical savepoint over native savepoint"),
+    Target(
+        "incremental checkpoint uploads <= 10% of the full checkpoint's bytes",
+        "ckpt_uploaded",
+        INCREMENTAL,
+        FULL,
+        "<=",
+        0.10,
+        "handle.checkpointed_size after changing 1% of the keys, incremental over full "
+        "(same round)",
+    ),
+    Target(
+        "native savepoint >= 3x faster than canonical",
+        "savepoint_ms",
+        CANONICAL,
+        NATIVE,
+        ">=",
+        3.0,
+        "trigger_savepoint time, canonical over native",
+    ),
+    Target(
+        "native restore >= 3x faster than canonical restore",
+        "restore_ms",
+        CANONICAL,
+        NATIVE,
+        ">=",
+        3.0,
+        "CheckpointCoordinator.restore(NO_CLAIM) time into a fresh RocksDB backend, "
+        "canonical savepoint over native savepoint",
+    ),
 )
 
 SavepointFormat: TypeAlias = Literal["native", "canonical"]
@@ -264,7 +283,7 @@ class Recorder:
         self.values.setdefault(competitor, []).append(values)
 
     def series(self, competitor: str, name: str) -> list[float]:
-        return [v[name] for v in self.values[competitor][self.warmup:]]
+        return [v[name] for v in self.values[competitor][self.warmup :]]
 
     def sample(self, competitor: str, name: str, scale: float = 1.0) -> Sample:
         return Sample(tuple(v * scale for v in self.series(competitor, name)))
@@ -332,8 +351,9 @@ def mount_of(path: Path) -> dict[str, str]:
                 continue
             device, mount_point, fs_type = parts[0], parts[1], parts[2]
             inside = real == mount_point or real.startswith(mount_point.rstrip("/") + "/")
-            if inside and (best["mount_point"] == "?"
-                           or len(mount_point) >= len(best["mount_point"])):
+            if inside and (
+                best["mount_point"] == "?" or len(mount_point) >= len(best["mount_point"])
+            ):
                 best = {"mount_point": mount_point, "device": device, "fs_type": fs_type}
     return best
 
@@ -348,8 +368,7 @@ def sst_counts(handle: KeyedStateHandle, base_paths: set[str]) -> tuple[int, int
     return sum(1 for f in ssts if f.path not in base_paths), len(ssts)
 
 
-def verify(backend: AbstractKeyedStateBackend, state: ValueState, job: Job,
-           what: str) -> None:
+def verify(backend: AbstractKeyedStateBackend, state: ValueState, job: Job, what: str) -> None:
     """The backend holds exactly ``N`` entries, and a sample has the expected values."""
     count = backend.num_state_entries()
     if count != job.cfg.entries:
@@ -371,8 +390,9 @@ def build_job(cfg: Config, workdir: Path, stack: contextlib.ExitStack) -> Job:
     for sub in ("local", "checkpoints", "savepoints"):
         (workdir / sub).mkdir()
     mp = cfg.max_parallelism
-    backend = stack.enter_context(RocksDBKeyedStateBackend(
-        KeyGroupRange(0, mp - 1), mp, local_dir=workdir / "local"))
+    backend = stack.enter_context(
+        RocksDBKeyedStateBackend(KeyGroupRange(0, mp - 1), mp, local_dir=workdir / "local")
+    )
     state = backend.get_state(DESCRIPTOR)
     rng = random.Random(cfg.seed)
     values = [rng.randbytes(VALUE_BYTES) for _ in range(cfg.entries)]
@@ -402,8 +422,10 @@ def run_checkpoint(job: Job, full: bool, rec: Recorder, competitor: str) -> int:
     base_id = backend.last_completed_checkpoint_id
     base_paths = {f.path for f in backend.incremental_base.values()}
     if not full and (job.last_full < 0 or base_id != job.last_full):
-        raise AssertionError(f"incremental checkpoint: expected the base to be the full "
-                             f"checkpoint {job.last_full}, the backend has {base_id}")
+        raise AssertionError(
+            f"incremental checkpoint: expected the base to be the full "
+            f"checkpoint {job.last_full}, the backend has {base_id}"
+        )
     coordinator.force_full = full
     t0 = clock()
     checkpoint_id = coordinator.trigger_checkpoint()
@@ -416,8 +438,14 @@ def run_checkpoint(job: Job, full: bool, rec: Recorder, competitor: str) -> int:
         if handle.checkpointed_size != handle.full_size:
             raise AssertionError(f"full checkpoint {checkpoint_id} reused files: {handle}")
         job.last_full = checkpoint_id
-    rec.add(competitor, sync=t1 - t0, uploaded=handle.checkpointed_size,
-            full_size=handle.full_size, uploaded_ssts=uploaded_ssts, ssts=ssts)
+    rec.add(
+        competitor,
+        sync=t1 - t0,
+        uploaded=handle.checkpointed_size,
+        full_size=handle.full_size,
+        uploaded_ssts=uploaded_ssts,
+        ssts=ssts,
+    )
     return t2 - t0
 
 
@@ -425,9 +453,13 @@ def phase_checkpoints(job: Job, notes: dict[str, Any]) -> list[Result]:
     cfg = job.cfg
     rec = Recorder(cfg.warmup)
     samples = measure_interleaved(
-        {FULL: functools.partial(run_checkpoint, job, True, rec, FULL),
-         INCREMENTAL: functools.partial(run_checkpoint, job, False, rec, INCREMENTAL)},
-        warmup=cfg.warmup, repeats=cfg.checkpoint_repeats)
+        {
+            FULL: functools.partial(run_checkpoint, job, True, rec, FULL),
+            INCREMENTAL: functools.partial(run_checkpoint, job, False, rec, INCREMENTAL),
+        },
+        warmup=cfg.warmup,
+        repeats=cfg.checkpoint_repeats,
+    )
     r_ms = Result("ckpt_ms", "checkpoint time (trigger -> complete)", "ms", paired=True)
     r_sync = Result("ckpt_sync_ms", "checkpoint sync part (trigger)", "ms", paired=True)
     r_up = Result("ckpt_uploaded", "bytes uploaded (checkpointed_size)", "MB", paired=True)
@@ -442,17 +474,28 @@ def phase_checkpoints(job: Job, notes: dict[str, Any]) -> list[Result]:
         r_up_n.set(k, rec.sample(k, "uploaded_ssts"))
         r_n.set(k, rec.sample(k, "ssts"))
     notes["checkpoint_rounds"] = {
-        k: {name: rec.series(k, name) for name in ("uploaded", "full_size", "uploaded_ssts",
-                                                   "ssts")}
-        for k in samples}
-    ratios = [i / f for i, f in zip(rec.series(INCREMENTAL, "uploaded"),
-                                    rec.series(FULL, "uploaded"), strict=True)]
+        k: {
+            name: rec.series(k, name) for name in ("uploaded", "full_size", "uploaded_ssts", "ssts")
+        }
+        for k in samples
+    }
+    ratios = [
+        i / f
+        for i, f in zip(
+            rec.series(INCREMENTAL, "uploaded"), rec.series(FULL, "uploaded"), strict=True
+        )
+    ]
     notes["incremental_over_full_bytes"] = {
-        "per_round": ratios, "min": min(ratios), "median": statistics.median(ratios),
-        "mean": statistics.fmean(ratios), "max": max(ratios),
+        "per_round": ratios,
+        "min": min(ratios),
+        "median": statistics.median(ratios),
+        "mean": statistics.fmean(ratios),
+        "max": max(ratios),
         "rounds_uploading_compaction_output": sum(
-            1 for n in rec.series(INCREMENTAL, "uploaded_ssts") if n > 1),
-        "rounds": len(ratios)}
+            1 for n in rec.series(INCREMENTAL, "uploaded_ssts") if n > 1
+        ),
+        "rounds": len(ratios),
+    }
     return [r_ms, r_sync, r_up, r_full, r_up_n, r_n]
 
 
@@ -484,7 +527,9 @@ def phase_savepoints(job: Job, notes: dict[str, Any]) -> list[Result]:
     formats: tuple[SavepointFormat, ...] = ("native", "canonical")
     samples = measure_interleaved(
         {fmt: functools.partial(run_savepoint, job, fmt, rec) for fmt in formats},
-        warmup=cfg.warmup, repeats=cfg.repeats)
+        warmup=cfg.warmup,
+        repeats=cfg.repeats,
+    )
     r_ms = Result("savepoint_ms", "savepoint time (trigger_savepoint)", "ms", paired=True)
     r_size = Result("savepoint_size", "savepoint size (full_size)", "MB", paired=True)
     r_rate = Result("savepoint_meps", "savepoint entries", "M/s", paired=True)
@@ -516,7 +561,8 @@ def run_restore(job: Job, kind: str, source: Path) -> int:
         state = backend.get_state(DESCRIPTOR)
         t0 = clock()
         coordinator = CheckpointCoordinator.restore(
-            storage, [backend], str(source), RestoreMode.NO_CLAIM)
+            storage, [backend], str(source), RestoreMode.NO_CLAIM
+        )
         elapsed = clock() - t0
         verify(backend, state, job, f"{kind} restore of {source.name}")
         coordinator.close()
@@ -575,10 +621,16 @@ def run(cfg: Config) -> dict[str, Any]:
         log("pinned to CPU " + ("(not supported here)" if pinned is None else str(pinned)))
     workdir = Path(tempfile.mkdtemp(prefix="cowstate-bench-ckpt-", dir=cfg.root)).absolute()
     mount = mount_of(workdir)
-    log(f"working directory {workdir} (on {mount['mount_point']}: {mount['device']}, "
-        f"{mount['fs_type']})")
-    notes: dict[str, Any] = {"pinned_cpu": pinned, "workdir": str(workdir), "mount": mount,
-                             "value": f"{VALUE_BYTES} random bytes (bytes, pickled)"}
+    log(
+        f"working directory {workdir} (on {mount['mount_point']}: {mount['device']}, "
+        f"{mount['fs_type']})"
+    )
+    notes: dict[str, Any] = {
+        "pinned_cpu": pinned,
+        "workdir": str(workdir),
+        "mount": mount,
+        "value": f"{VALUE_BYTES} random bytes (bytes, pickled)",
+    }
     try:
         with contextlib.ExitStack() as stack:
             log(f"building: {cfg.entries:,} entries in a RocksDB ValueState")
@@ -587,8 +639,10 @@ def run(cfg: Config) -> dict[str, Any]:
             ckpt_rows = phase_checkpoints(job, notes)
             log("savepoints: native vs canonical")
             sp_rows = phase_savepoints(job, notes)
-            log("restores: native vs canonical savepoint (RocksDB)"
-                + (", canonical into the heap backend" if cfg.heap else ""))
+            log(
+                "restores: native vs canonical savepoint (RocksDB)"
+                + (", canonical into the heap backend" if cfg.heap else "")
+            )
             restore_rows = phase_restores(job, notes)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
@@ -599,31 +653,42 @@ def run(cfg: Config) -> dict[str, Any]:
     by_metric = {r.metric: r for r in results}
 
     print()
-    print(f"RocksDB checkpoint / savepoint benchmark: {cfg.entries:,} entries (int keys, "
-          f"{VALUE_BYTES}-byte values) in one ValueState, max parallelism "
-          f"{cfg.max_parallelism} (key groups 0-{cfg.max_parallelism - 1}); "
-          f"{cfg.changed:,} keys changed before each checkpoint; median of {cfg.repeats} "
-          f"rounds ({cfg.checkpoint_repeats} for checkpoints) after {cfg.warmup} warm-up")
-    print(f"Python {sys.version.split()[0]}; "
-          + ("not pinned" if pinned is None else f"pinned to CPU {pinned}")
-          + f"; files in {workdir} on {mount['mount_point']} ({mount['device']}, "
-          f"{mount['fs_type']}), page cache, no fsync"
-          + ("; NOT deleted" if left else "; deleted"))
+    print(
+        f"RocksDB checkpoint / savepoint benchmark: {cfg.entries:,} entries (int keys, "
+        f"{VALUE_BYTES}-byte values) in one ValueState, max parallelism "
+        f"{cfg.max_parallelism} (key groups 0-{cfg.max_parallelism - 1}); "
+        f"{cfg.changed:,} keys changed before each checkpoint; median of {cfg.repeats} "
+        f"rounds ({cfg.checkpoint_repeats} for checkpoints) after {cfg.warmup} warm-up"
+    )
+    print(
+        f"Python {sys.version.split()[0]}; "
+        + ("not pinned" if pinned is None else f"pinned to CPU {pinned}")
+        + f"; files in {workdir} on {mount['mount_point']} ({mount['device']}, "
+        f"{mount['fs_type']}), page cache, no fsync" + ("; NOT deleted" if left else "; deleted")
+    )
     print()
-    print("Checkpoints (each round: change keys, full checkpoint; change keys, incremental "
-          "on top of it)")
+    print(
+        "Checkpoints (each round: change keys, full checkpoint; change keys, incremental "
+        "on top of it)"
+    )
     print(format_table(ckpt_rows, CHECKPOINT_COMPETITORS, col_width=16))
     rounds = notes["checkpoint_rounds"][INCREMENTAL]
     spread = notes["incremental_over_full_bytes"]
-    print("incremental, MB uploaded per round: "
-          + ", ".join(f"{v / 1e6:.2f}" for v in rounds["uploaded"]))
-    print("incremental, SSTs uploaded per round: "
-          + ", ".join(f"{v:g}" for v in rounds["uploaded_ssts"]))
-    print(f"incremental/full bytes per round: min {spread['min']:.2%}, median "
-          f"{spread['median']:.2%}, mean (amortized) {spread['mean']:.2%}, max "
-          f"{spread['max']:.2%}; {spread['rounds_uploading_compaction_output']} of "
-          f"{spread['rounds']} incremental checkpoints uploaded a compaction's output "
-          "(> 1 SST)")
+    print(
+        "incremental, MB uploaded per round: "
+        + ", ".join(f"{v / 1e6:.2f}" for v in rounds["uploaded"])
+    )
+    print(
+        "incremental, SSTs uploaded per round: "
+        + ", ".join(f"{v:g}" for v in rounds["uploaded_ssts"])
+    )
+    print(
+        f"incremental/full bytes per round: min {spread['min']:.2%}, median "
+        f"{spread['median']:.2%}, mean (amortized) {spread['mean']:.2%}, max "
+        f"{spread['max']:.2%}; {spread['rounds_uploading_compaction_output']} of "
+        f"{spread['rounds']} incremental checkpoints uploaded a compaction's output "
+        "(> 1 SST)"
+    )
     print()
     print("Savepoints (trigger_savepoint into a fresh directory)")
     print(format_table(sp_rows, SAVEPOINT_COMPETITORS, col_width=16))
@@ -632,19 +697,37 @@ def run(cfg: Config) -> dict[str, Any]:
     print(format_table(restore_rows, RESTORE_COMPETITORS, col_width=16))
     print()
     print("Ratios")
-    print(ratio_line("checkpoint bytes uploaded: incremental/full", by_metric["ckpt_uploaded"],
-                     INCREMENTAL, FULL, percent=True))
-    print(ratio_line("checkpoint time: full/incremental", by_metric["ckpt_ms"], FULL,
-                     INCREMENTAL))
-    print(ratio_line("savepoint time: canonical/native", by_metric["savepoint_ms"], CANONICAL,
-                     NATIVE))
-    print(ratio_line("restore time: canonical/native", by_metric["restore_ms"], CANONICAL,
-                     NATIVE))
+    print(
+        ratio_line(
+            "checkpoint bytes uploaded: incremental/full",
+            by_metric["ckpt_uploaded"],
+            INCREMENTAL,
+            FULL,
+            percent=True,
+        )
+    )
+    print(ratio_line("checkpoint time: full/incremental", by_metric["ckpt_ms"], FULL, INCREMENTAL))
+    print(
+        ratio_line("savepoint time: canonical/native", by_metric["savepoint_ms"], CANONICAL, NATIVE)
+    )
+    print(ratio_line("restore time: canonical/native", by_metric["restore_ms"], CANONICAL, NATIVE))
     if cfg.heap:
-        print(ratio_line("restore time: heap <- canonical / RocksDB <- canonical",
-                         by_metric["restore_ms"], HEAP, CANONICAL))
-        print(ratio_line("restore time: heap <- canonical / RocksDB <- native",
-                         by_metric["restore_ms"], HEAP, NATIVE))
+        print(
+            ratio_line(
+                "restore time: heap <- canonical / RocksDB <- canonical",
+                by_metric["restore_ms"],
+                HEAP,
+                CANONICAL,
+            )
+        )
+        print(
+            ratio_line(
+                "restore time: heap <- canonical / RocksDB <- native",
+                by_metric["restore_ms"],
+                HEAP,
+                NATIVE,
+            )
+        )
     print()
     print("TARGETS")
     print(format_targets(outcomes))
@@ -666,30 +749,59 @@ def run(cfg: Config) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> Config:
     p = argparse.ArgumentParser(
         description="Benchmark RocksDB checkpoints (incremental vs full), savepoints and "
-                    "restores (native vs canonical) through the checkpoint coordinator.")
+        "restores (native vs canonical) through the checkpoint coordinator."
+    )
     p.add_argument("--entries", type=int, default=1_000_000, help="entries (default 1,000,000)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: 100,000 entries, 3 rounds (10 for checkpoints)")
-    p.add_argument("--changed", type=int, default=None,
-                   help="keys changed before each checkpoint (default entries / 100)")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="timed rounds per row (default 5; 3 with --quick)")
-    p.add_argument("--checkpoint-repeats", type=int, default=None,
-                   help="timed rounds of the checkpoint row (default 20; 10 with --quick)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke test: 100,000 entries, 3 rounds (10 for checkpoints)",
+    )
+    p.add_argument(
+        "--changed",
+        type=int,
+        default=None,
+        help="keys changed before each checkpoint (default entries / 100)",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed rounds per row (default 5; 3 with --quick)"
+    )
+    p.add_argument(
+        "--checkpoint-repeats",
+        type=int,
+        default=None,
+        help="timed rounds of the checkpoint row (default 20; 10 with --quick)",
+    )
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--max-parallelism", type=int, default=128,
-                   help="max parallelism; the backend holds all its key groups (default 128)")
+    p.add_argument(
+        "--max-parallelism",
+        type=int,
+        default=128,
+        help="max parallelism; the backend holds all its key groups (default 128)",
+    )
     p.add_argument("--seed", type=int, default=20240601)
-    p.add_argument("--root", default=None,
-                   help="directory to create the temporary working directory in (default: "
-                        "the system temporary directory)")
-    p.add_argument("--no-pin", dest="pin", action="store_false",
-                   help="do not pin the process to one CPU")
-    p.add_argument("--no-heap", dest="heap", action="store_false",
-                   help="skip the heap backend's canonical restore column")
-    p.add_argument("--output", type=Path, default=None,
-                   help=f"JSON file (default {RESULTS_PATH.name}; "
-                        f"{RESULTS_PATH.stem}_quick.json with --quick)")
+    p.add_argument(
+        "--root",
+        default=None,
+        help="directory to create the temporary working directory in (default: "
+        "the system temporary directory)",
+    )
+    p.add_argument(
+        "--no-pin", dest="pin", action="store_false", help="do not pin the process to one CPU"
+    )
+    p.add_argument(
+        "--no-heap",
+        dest="heap",
+        action="store_false",
+        help="skip the heap backend's canonical restore column",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"JSON file (default {RESULTS_PATH.name}; "
+        f"{RESULTS_PATH.stem}_quick.json with --quick)",
+    )
     a = p.parse_args(argv)
     entries = 100_000 if a.quick else a.entries
     if entries < 100:
@@ -698,18 +810,34 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if not 0 < changed <= entries:
         p.error(f"--changed must be in 1..entries, got {changed}")
     repeats = a.repeats if a.repeats is not None else (3 if a.quick else 5)
-    checkpoint_repeats = a.checkpoint_repeats if a.checkpoint_repeats is not None else (
-        10 if a.quick else 20)
+    checkpoint_repeats = (
+        a.checkpoint_repeats if a.checkpoint_repeats is not None else (10 if a.quick else 20)
+    )
     if repeats < 1 or checkpoint_repeats < 1 or a.warmup < 0:
         p.error("--repeats and --checkpoint-repeats must be >= 1 and --warmup >= 0")
     if a.root is not None and not os.path.isdir(a.root):
         p.error(f"--root must be an existing directory, got {a.root!r}")
-    output = a.output if a.output is not None else (
-        RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH)
-    return Config(entries=entries, changed=changed, repeats=repeats,
-                  checkpoint_repeats=checkpoint_repeats, warmup=a.warmup,
-                  max_parallelism=a.max_parallelism, seed=a.seed, quick=a.quick, pin=a.pin,
-                  heap=a.heap, root=a.root, output=str(output))
+    output = (
+        a.output
+        if a.output is not None
+        else (
+            RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH
+        )
+    )
+    return Config(
+        entries=entries,
+        changed=changed,
+        repeats=repeats,
+        checkpoint_repeats=checkpoint_repeats,
+        warmup=a.warmup,
+        max_parallelism=a.max_parallelism,
+        seed=a.seed,
+        quick=a.quick,
+        pin=a.pin,
+        heap=a.heap,
+        root=a.root,
+        output=str(output),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -304,14 +304,16 @@ OWNER_COMPETITORS: tuple[Competitor, ...] = (
     Competitor(OWNER_PY_IDLE, "py map idle"),
     Competitor(OWNER_PY_WRITER, "py map+writer"),
 )
-OWNER_COLUMNS: dict[str, tuple[str, str, str]] = {   # column -> (map column, table kind, mode)
+OWNER_COLUMNS: dict[str, tuple[str, str, str]] = {  # column -> (map column, table kind, mode)
     OWNER_C_IDLE: (MAP_C, tb.COW_C, "idle"),
     OWNER_C_WRITER: (MAP_C, tb.COW_C, "writer"),
     OWNER_PY_IDLE: (MAP, tb.COW, "idle"),
     OWNER_PY_WRITER: (MAP, tb.COW, "writer"),
 }
 OWNER_TARGET_COLUMNS: dict[str, tuple[str, str]] = {
-    MAP_C: (OWNER_C_WRITER, OWNER_C_IDLE), MAP: (OWNER_PY_WRITER, OWNER_PY_IDLE)}
+    MAP_C: (OWNER_C_WRITER, OWNER_C_IDLE),
+    MAP: (OWNER_PY_WRITER, OWNER_PY_IDLE),
+}
 
 
 def size_targets(m: str, n: int) -> tuple[Target, ...]:
@@ -319,34 +321,91 @@ def size_targets(m: str, n: int) -> tuple[Target, ...]:
     at = f" [{n:,} entries]"
     name = LABELS[m]
     return (
-        Target(f"get <= 1.2x dict{at}", "get", m, DICT, "<=", 1.2,
-               f"{name} get ns/op over dict.get((k, ns)) ns/op"),
-        Target(f"put <= 1.5x dict{at}", "put", m, DICT, "<=", 1.5,
-               f"{name} put ns/op over d[(k, ns)] = v ns/op"),
-        Target(f"put with a snapshot open >= 5x faster than immutables.Map.set{at}",
-               "put_snapshot", IMM, m, ">=", 5.0,
-               f"immutables.Map.set ns/op over {name} put ns/op, a snapshot open for both"),
-        Target(f"snapshot() pause <= 1 ms{at}", "snapshot_pause", m, None, "<=", 1.0,
-               f"{name} m.snapshot() in ms (issue 13 asks it at 10M entries)"),
-        Target(f"full gc.collect() <= 3x dict's{at}", "gc_full", m, DICT, "<=", 3.0,
-               f"gc.collect() with the {name} alive over the same with the dict alive"),
-        Target(f"memory per entry <= 1.5x dict{at}", "memory", m, DICT, "<=", 1.5,
-               f"tracemalloc bytes per entry, {name} over dict"),
+        Target(
+            f"get <= 1.2x dict{at}",
+            "get",
+            m,
+            DICT,
+            "<=",
+            1.2,
+            f"{name} get ns/op over dict.get((k, ns)) ns/op",
+        ),
+        Target(
+            f"put <= 1.5x dict{at}",
+            "put",
+            m,
+            DICT,
+            "<=",
+            1.5,
+            f"{name} put ns/op over d[(k, ns)] = v ns/op",
+        ),
+        Target(
+            f"put with a snapshot open >= 5x faster than immutables.Map.set{at}",
+            "put_snapshot",
+            IMM,
+            m,
+            ">=",
+            5.0,
+            f"immutables.Map.set ns/op over {name} put ns/op, a snapshot open for both",
+        ),
+        Target(
+            f"snapshot() pause <= 1 ms{at}",
+            "snapshot_pause",
+            m,
+            None,
+            "<=",
+            1.0,
+            f"{name} m.snapshot() in ms (issue 13 asks it at 10M entries)",
+        ),
+        Target(
+            f"full gc.collect() <= 3x dict's{at}",
+            "gc_full",
+            m,
+            DICT,
+            "<=",
+            3.0,
+            f"gc.collect() with the {name} alive over the same with the dict alive",
+        ),
+        Target(
+            f"memory per entry <= 1.5x dict{at}",
+            "memory",
+            m,
+            DICT,
+            "<=",
+            1.5,
+            f"tracemalloc bytes per entry, {name} over dict",
+        ),
     )
 
 
 def growth_targets(m: str, grow_to: int) -> tuple[Target, ...]:
-    return (Target(f"worst insert growing to {grow_to:,}, GC on, <= 1/20 of dict's",
-                   "grow_worst", m, DICT, "<=", 1 / 20,
-                   f"median worst single insert, {LABELS[m]} over dict, GC enabled"),)
+    return (
+        Target(
+            f"worst insert growing to {grow_to:,}, GC on, <= 1/20 of dict's",
+            "grow_worst",
+            m,
+            DICT,
+            "<=",
+            1 / 20,
+            f"median worst single insert, {LABELS[m]} over dict, GC enabled",
+        ),
+    )
 
 
 def owner_targets(m: str, n: int) -> tuple[Target, ...]:
     writer, idle = OWNER_TARGET_COLUMNS[m]
-    return (Target(f"owner update throughput while the writer writes >= 0.5x idle "
-                   f"[{n:,} entries]", "owner_kops", writer, idle, ">=", 0.5,
-                   f"owner updates/s while the backend writer writes a snapshot, over "
-                   f"updates/s with none ({LABELS[m]})"),)
+    return (
+        Target(
+            f"owner update throughput while the writer writes >= 0.5x idle [{n:,} entries]",
+            "owner_kops",
+            writer,
+            idle,
+            ">=",
+            0.5,
+            f"owner updates/s while the backend writer writes a snapshot, over "
+            f"updates/s with none ({LABELS[m]})",
+        ),
+    )
 
 
 Pairs: TypeAlias = tuple[tuple[int, str], ...]
@@ -483,7 +542,8 @@ def builder(kind: str, keys: Keys) -> Callable[[], Any]:
     builders: dict[str, Callable[[], Any]] = {
         DICT: functools.partial(build_dict, keys),
         IMM: functools.partial(build_immutables, keys),
-        PMAP: functools.partial(build_pmap, keys)}
+        PMAP: functools.partial(build_pmap, keys),
+    }
     return builders[kind]
 
 
@@ -572,7 +632,7 @@ def run_mutate_immutables(box: Box, pairs: Pairs, v: int) -> int:
 
 
 def run_put_map_snapshot(m: StateMapLike, pairs: Pairs, v: int) -> int:
-    snap = m.snapshot()                       # untimed: a fresh snapshot shares every entry
+    snap = m.snapshot()  # untimed: a fresh snapshot shares every entry
     elapsed = run_put_map(m, pairs, v)
     if len(snap) != len(m):
         raise AssertionError("snapshot size changed")
@@ -580,17 +640,22 @@ def run_put_map_snapshot(m: StateMapLike, pairs: Pairs, v: int) -> int:
     return elapsed
 
 
-def run_put_dict_snapshot(d: dict[tuple[int, str], int], pairs: Pairs, v: int,
-                          take: Callable[[dict[tuple[int, str], int]], object]) -> int:
-    snap = take(d)                            # untimed
+def run_put_dict_snapshot(
+    d: dict[tuple[int, str], int],
+    pairs: Pairs,
+    v: int,
+    take: Callable[[dict[tuple[int, str], int]], object],
+) -> int:
+    snap = take(d)  # untimed
     elapsed = run_put_dict(d, pairs, v)
     del snap
     return elapsed
 
 
-def run_persistent_snapshot(box: Box, pairs: Pairs, v: int,
-                            update: Callable[[Box, Pairs, int], int]) -> int:
-    snap = box.value                          # the snapshot: a reference
+def run_persistent_snapshot(
+    box: Box, pairs: Pairs, v: int, update: Callable[[Box, Pairs, int], int]
+) -> int:
+    snap = box.value  # the snapshot: a reference
     elapsed = update(box, pairs, v)
     if snap is box.value:
         raise AssertionError("a persistent update returned the same map")
@@ -606,8 +671,9 @@ def pause_map(m: StateMapLike) -> int:
     return elapsed
 
 
-def pause_copy(d: dict[tuple[int, str], int],
-               take: Callable[[dict[tuple[int, str], int]], object]) -> int:
+def pause_copy(
+    d: dict[tuple[int, str], int], take: Callable[[dict[tuple[int, str], int]], object]
+) -> int:
     t0 = clock()
     snap = take(d)
     elapsed = clock() - t0
@@ -673,8 +739,7 @@ def phase_operations(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) ->
     with gc_disabled():
         imm = Box(immutables.Map(d))
         pm = None if big else Box(pmap(d))
-    log(f"  dict, immutables{'' if big else ', pmap'} built in "
-        f"{time.perf_counter() - t:.1f}s")
+    log(f"  dict, immutables{'' if big else ', pmap'} built in {time.perf_counter() - t:.1f}s")
 
     def check_sizes() -> None:
         sizes = [(LABELS[c], len(m)) for c, m in maps.items()]
@@ -708,23 +773,38 @@ def phase_operations(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) ->
     return rows
 
 
-def _operations(cfg: Config, n: int, w: Workload, notes: dict[str, Any],
-                maps: dict[str, StateMapLike], d: dict[tuple[int, str], int], imm: Box,
-                pm: Box | None) -> list[Result]:
+def _operations(
+    cfg: Config,
+    n: int,
+    w: Workload,
+    notes: dict[str, Any],
+    maps: dict[str, StateMapLike],
+    d: dict[tuple[int, str], int],
+    imm: Box,
+    pm: Box | None,
+) -> list[Result]:
     ops, pairs = cfg.ops_for(n), w.pairs
-    slow_pairs = pairs[:slow_ops(ops)]          # pmap updates: see the module doc
+    slow_pairs = pairs[: slow_ops(ops)]  # pmap updates: see the module doc
     values = ValueSource()
     big = cfg.big(n)
 
-    def row(metric: str, label: str, unit: str,
-            runs: dict[str, tuple[Callable[[], int], float]],
-            missing: dict[str, str], gc_enabled: bool = True) -> Result:
+    def row(
+        metric: str,
+        label: str,
+        unit: str,
+        runs: dict[str, tuple[Callable[[], int], float]],
+        missing: dict[str, str],
+        gc_enabled: bool = True,
+    ) -> Result:
         """Measure ``runs`` (competitor -> (run, scale)) round-robin into one row;
         each repetition's nanoseconds are multiplied by the scale. Runs of
         skipped competitors (``None`` structures) must not be in ``runs``."""
-        samples = measure_interleaved({k: fn for k, (fn, _) in runs.items()},
-                                      warmup=cfg.warmup, repeats=cfg.repeats,
-                                      gc_enabled=gc_enabled)
+        samples = measure_interleaved(
+            {k: fn for k, (fn, _) in runs.items()},
+            warmup=cfg.warmup,
+            repeats=cfg.repeats,
+            gc_enabled=gc_enabled,
+        )
         result = Result(metric, label, unit, missing=missing, paired=True)
         for key, (_, scale) in runs.items():
             result.set(key, samples[key].scaled(scale))
@@ -732,93 +812,172 @@ def _operations(cfg: Config, n: int, w: Workload, notes: dict[str, Any],
 
     per_op, per_slow_op, to_ms = 1 / ops, 1 / len(slow_pairs), 1e-6
 
-    def map_runs(make: Callable[[StateMapLike], Callable[[], int]],
-                 scale: float) -> dict[str, tuple[Callable[[], int], float]]:
+    def map_runs(
+        make: Callable[[StateMapLike], Callable[[], int]], scale: float
+    ) -> dict[str, tuple[Callable[[], int], float]]:
         return {c: (make(m), scale) for c, m in maps.items()}
 
-    def pmap_run(make: Callable[[Box], Callable[[], int]],
-                 scale: float) -> dict[str, tuple[Callable[[], int], float]]:
+    def pmap_run(
+        make: Callable[[Box], Callable[[], int]], scale: float
+    ) -> dict[str, tuple[Callable[[], int], float]]:
         return {} if pm is None else {PMAP: (make(pm), scale)}
 
-    def deepcopy_run(run: Callable[[], int],
-                     scale: float) -> dict[str, tuple[Callable[[], int], float]]:
+    def deepcopy_run(
+        run: Callable[[], int], scale: float
+    ) -> dict[str, tuple[Callable[[], int], float]]:
         return {} if big else {DICT_DEEPCOPY: (run, scale)}
 
     notes["perf_counter_ns_overhead_ns"] = statistics.median(
-        timer_overhead() for _ in range(10_001))
-    notes["bare_loop_ns_per_op"] = measure(
-        lambda: run_loop_only(pairs), warmup=cfg.warmup, repeats=cfg.repeats).median * per_op
-    log(f"bare loop {notes['bare_loop_ns_per_op']:.1f} ns/op, perf_counter_ns overhead "
-        f"{notes['perf_counter_ns_overhead_ns']:.0f} ns")
+        timer_overhead() for _ in range(10_001)
+    )
+    notes["bare_loop_ns_per_op"] = (
+        measure(lambda: run_loop_only(pairs), warmup=cfg.warmup, repeats=cfg.repeats).median
+        * per_op
+    )
+    log(
+        f"bare loop {notes['bare_loop_ns_per_op']:.1f} ns/op, perf_counter_ns overhead "
+        f"{notes['perf_counter_ns_overhead_ns']:.0f} ns"
+    )
 
     log(f"get: {ops:,} lookups x ({cfg.warmup} warm-up + {cfg.repeats} repetitions)")
-    r_get = row("get", "get (existing keys, random order)", "ns/op", {
-        **map_runs(lambda m: lambda: run_get_map(m, pairs), per_op),
-        DICT: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
-        DICT_DEEPCOPY: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
-        DICT_COPY: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
-        IMM: (lambda: run_get_tuple_keyed(imm.value.get, pairs), per_op),
-        **pmap_run(lambda b: lambda: run_get_tuple_keyed(b.value.get, pairs), per_op),
-    }, {IMM_MUTATE: "=imm"})
+    r_get = row(
+        "get",
+        "get (existing keys, random order)",
+        "ns/op",
+        {
+            **map_runs(lambda m: lambda: run_get_map(m, pairs), per_op),
+            DICT: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
+            DICT_DEEPCOPY: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
+            DICT_COPY: (lambda: run_get_tuple_keyed(d.get, pairs), per_op),
+            IMM: (lambda: run_get_tuple_keyed(imm.value.get, pairs), per_op),
+            **pmap_run(lambda b: lambda: run_get_tuple_keyed(b.value.get, pairs), per_op),
+        },
+        {IMM_MUTATE: "=imm"},
+    )
 
     log("put: update existing keys, no snapshot")
-    r_put = row("put", "put (update existing, no snapshot)", "ns/op", {
-        **map_runs(lambda m: lambda: run_put_map(m, pairs, values.next(id_of(m))), per_op),
-        DICT: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
-        DICT_DEEPCOPY: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
-        DICT_COPY: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
-        IMM: (lambda: run_set_persistent(imm, pairs, values.next(IMM)), per_op),
-        IMM_MUTATE: (lambda: run_mutate_immutables(imm, pairs, values.next(IMM)), per_op),
-        **pmap_run(lambda b: lambda: run_set_persistent(
-            b, slow_pairs, values.next(PMAP)), per_slow_op),
-    }, {})
+    r_put = row(
+        "put",
+        "put (update existing, no snapshot)",
+        "ns/op",
+        {
+            **map_runs(lambda m: lambda: run_put_map(m, pairs, values.next(id_of(m))), per_op),
+            DICT: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+            DICT_DEEPCOPY: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+            DICT_COPY: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+            IMM: (lambda: run_set_persistent(imm, pairs, values.next(IMM)), per_op),
+            IMM_MUTATE: (lambda: run_mutate_immutables(imm, pairs, values.next(IMM)), per_op),
+            **pmap_run(
+                lambda b: lambda: run_set_persistent(b, slow_pairs, values.next(PMAP)), per_slow_op
+            ),
+        },
+        {},
+    )
 
     log("put while a snapshot is open")
-    r_sput = row("put_snapshot", "put, snapshot open (CoW work)", "ns/op", {
-        **map_runs(lambda m: lambda: run_put_map_snapshot(
-            m, pairs, values.next(id_of(m))), per_op),
-        **deepcopy_run(lambda: run_put_dict_snapshot(
-            d, pairs, values.next(DICT), copy.deepcopy), per_op),
-        DICT_COPY: (lambda: run_put_dict_snapshot(
-            d, pairs, values.next(DICT), dict.copy), per_op),
-        IMM: (lambda: run_persistent_snapshot(
-            imm, pairs, values.next(IMM), run_set_persistent), per_op),
-        IMM_MUTATE: (lambda: run_persistent_snapshot(
-            imm, pairs, values.next(IMM), run_mutate_immutables), per_op),
-        **pmap_run(lambda b: lambda: run_persistent_snapshot(
-            b, slow_pairs, values.next(PMAP), run_set_persistent), per_slow_op),
-    }, {DICT: "n/a"})
+    r_sput = row(
+        "put_snapshot",
+        "put, snapshot open (CoW work)",
+        "ns/op",
+        {
+            **map_runs(
+                lambda m: lambda: run_put_map_snapshot(m, pairs, values.next(id_of(m))), per_op
+            ),
+            **deepcopy_run(
+                lambda: run_put_dict_snapshot(d, pairs, values.next(DICT), copy.deepcopy), per_op
+            ),
+            DICT_COPY: (
+                lambda: run_put_dict_snapshot(d, pairs, values.next(DICT), dict.copy),
+                per_op,
+            ),
+            IMM: (
+                lambda: run_persistent_snapshot(imm, pairs, values.next(IMM), run_set_persistent),
+                per_op,
+            ),
+            IMM_MUTATE: (
+                lambda: run_persistent_snapshot(
+                    imm, pairs, values.next(IMM), run_mutate_immutables
+                ),
+                per_op,
+            ),
+            **pmap_run(
+                lambda b: (
+                    lambda: run_persistent_snapshot(
+                        b, slow_pairs, values.next(PMAP), run_set_persistent
+                    )
+                ),
+                per_slow_op,
+            ),
+        },
+        {DICT: "n/a"},
+    )
 
     log("put and put while a snapshot is open, GC disabled during the loop")
-    r_put_off = row("put_nogc", "put, GC off", "ns/op", {
-        **map_runs(lambda m: lambda: run_put_map(m, pairs, values.next(id_of(m))), per_op),
-        DICT: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
-        IMM: (lambda: run_set_persistent(imm, pairs, values.next(IMM)), per_op),
-        IMM_MUTATE: (lambda: run_mutate_immutables(imm, pairs, values.next(IMM)), per_op),
-        **pmap_run(lambda b: lambda: run_set_persistent(
-            b, slow_pairs, values.next(PMAP)), per_slow_op),
-    }, {DICT_DEEPCOPY: "=dict", DICT_COPY: "=dict"}, gc_enabled=False)
-    r_sput_off = row("put_snapshot_nogc", "put, snapshot open, GC off", "ns/op", {
-        **map_runs(lambda m: lambda: run_put_map_snapshot(
-            m, pairs, values.next(id_of(m))), per_op),
-        DICT_COPY: (lambda: run_put_dict_snapshot(
-            d, pairs, values.next(DICT), dict.copy), per_op),
-        IMM: (lambda: run_persistent_snapshot(
-            imm, pairs, values.next(IMM), run_set_persistent), per_op),
-        IMM_MUTATE: (lambda: run_persistent_snapshot(
-            imm, pairs, values.next(IMM), run_mutate_immutables), per_op),
-        **pmap_run(lambda b: lambda: run_persistent_snapshot(
-            b, slow_pairs, values.next(PMAP), run_set_persistent), per_slow_op),
-    }, {DICT: "n/a", DICT_DEEPCOPY: "=d.copy"}, gc_enabled=False)
+    r_put_off = row(
+        "put_nogc",
+        "put, GC off",
+        "ns/op",
+        {
+            **map_runs(lambda m: lambda: run_put_map(m, pairs, values.next(id_of(m))), per_op),
+            DICT: (lambda: run_put_dict(d, pairs, values.next(DICT)), per_op),
+            IMM: (lambda: run_set_persistent(imm, pairs, values.next(IMM)), per_op),
+            IMM_MUTATE: (lambda: run_mutate_immutables(imm, pairs, values.next(IMM)), per_op),
+            **pmap_run(
+                lambda b: lambda: run_set_persistent(b, slow_pairs, values.next(PMAP)), per_slow_op
+            ),
+        },
+        {DICT_DEEPCOPY: "=dict", DICT_COPY: "=dict"},
+        gc_enabled=False,
+    )
+    r_sput_off = row(
+        "put_snapshot_nogc",
+        "put, snapshot open, GC off",
+        "ns/op",
+        {
+            **map_runs(
+                lambda m: lambda: run_put_map_snapshot(m, pairs, values.next(id_of(m))), per_op
+            ),
+            DICT_COPY: (
+                lambda: run_put_dict_snapshot(d, pairs, values.next(DICT), dict.copy),
+                per_op,
+            ),
+            IMM: (
+                lambda: run_persistent_snapshot(imm, pairs, values.next(IMM), run_set_persistent),
+                per_op,
+            ),
+            IMM_MUTATE: (
+                lambda: run_persistent_snapshot(
+                    imm, pairs, values.next(IMM), run_mutate_immutables
+                ),
+                per_op,
+            ),
+            **pmap_run(
+                lambda b: (
+                    lambda: run_persistent_snapshot(
+                        b, slow_pairs, values.next(PMAP), run_set_persistent
+                    )
+                ),
+                per_slow_op,
+            ),
+        },
+        {DICT: "n/a", DICT_DEEPCOPY: "=d.copy"},
+        gc_enabled=False,
+    )
 
     log("snapshot pause")
-    r_pause = row("snapshot_pause", "snapshot pause (synchronous part)", "ms", {
-        **map_runs(lambda m: lambda: pause_map(m), to_ms),
-        **deepcopy_run(lambda: pause_copy(d, copy.deepcopy), to_ms),
-        DICT_COPY: (lambda: pause_copy(d, dict.copy), to_ms),
-        IMM: (lambda: pause_reference(imm), to_ms),
-        **pmap_run(lambda b: lambda: pause_reference(b), to_ms),
-    }, {DICT: "n/a", IMM_MUTATE: "=imm"})
+    r_pause = row(
+        "snapshot_pause",
+        "snapshot pause (synchronous part)",
+        "ms",
+        {
+            **map_runs(lambda m: lambda: pause_map(m), to_ms),
+            **deepcopy_run(lambda: pause_copy(d, copy.deepcopy), to_ms),
+            DICT_COPY: (lambda: pause_copy(d, dict.copy), to_ms),
+            IMM: (lambda: pause_reference(imm), to_ms),
+            **pmap_run(lambda b: lambda: pause_reference(b), to_ms),
+        },
+        {DICT: "n/a", IMM_MUTATE: "=imm"},
+    )
 
     return [r_get, r_put, r_sput, r_put_off, r_sput_off, r_pause]
 
@@ -911,7 +1070,7 @@ def growth_run(kind: str, n: int, gc_enabled: bool) -> GrowthRun:
         if was_enabled:
             gc.enable()
         gc.callbacks.remove(watch)
-    keep = n - max(1, -(-999 * n // 1000)) + 1                # values needed for p99.9
+    keep = n - max(1, -(-999 * n // 1000)) + 1  # values needed for p99.9
     top_values = heapq.nlargest(keep, lat)
     return GrowthRun(
         worst_us=top_values[0] / 1e3,
@@ -940,17 +1099,19 @@ def phase_growth(cfg: Config, details: dict[str, Any]) -> list[Result]:
     for row in rows:
         row.missing.update({DICT_DEEPCOPY: "=dict", DICT_COPY: "=dict", IMM: "-", PMAP: "-"})
     for kind in kinds:
-        grow(kind, min(cfg.grow_to, 50_000))              # warm-up growth, discarded
+        grow(kind, min(cfg.grow_to, 50_000))  # warm-up growth, discarded
         for gc_on in (True, False):
             label = f"{kind}/gc_{'on' if gc_on else 'off'}"
             log(f"growth to {cfg.grow_to:,}: {label}, {cfg.grow_repeats} runs")
             runs = [growth_run(kind, cfg.grow_to, gc_on) for _ in range(cfg.grow_repeats)]
             details[label] = [asdict(r) for r in runs]
             for r in runs:
-                log(f"    worst {r.worst_us:,.0f} us at insert #{r.worst_at:,}, p99.9 "
+                log(
+                    f"    worst {r.worst_us:,.0f} us at insert #{r.worst_at:,}, p99.9 "
                     f"{r.p999_us:.2f} us, mean {r.mean_ns:.0f} ns, {r.gc_collections} "
                     f"collections ({r.gc_full_collections} full), longest "
-                    f"{r.gc_longest_us:,.0f} us")
+                    f"{r.gc_longest_us:,.0f} us"
+                )
             worst = Sample(tuple(r.worst_us for r in runs))
             p999 = Sample(tuple(r.p999_us for r in runs))
             if gc_on:
@@ -980,6 +1141,8 @@ def _load_malloc_trim() -> Callable[[int], int] | None:
 
 
 _MALLOC_TRIM = _load_malloc_trim()
+
+
 def release_memory() -> None:
     gc.collect()
     if _MALLOC_TRIM is not None:
@@ -1001,8 +1164,9 @@ def phase_gc(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> list[Re
         kinds.append(PMAP)
 
     def time_collections(warmup: int, repeats: int) -> Sample:
-        return measure(functools.partial(time_ns, gc.collect), warmup=warmup,
-                       repeats=repeats, collect=False).scaled(1e-6)
+        return measure(
+            functools.partial(time_ns, gc.collect), warmup=warmup, repeats=repeats, collect=False
+        ).scaled(1e-6)
 
     release_memory()
     baseline = time_collections(cfg.warmup, cfg.repeats)
@@ -1017,8 +1181,10 @@ def phase_gc(cfg: Config, n: int, w: Workload, notes: dict[str, Any]) -> list[Re
         slow = kind == MAP and big
         sample = time_collections(0 if slow else cfg.warmup, 1 if slow else cfg.repeats)
         r_gc.set(kind, sample)
-        log(f"  {LABELS.get(kind, kind)}: built in {build_s:.1f}s; full gc.collect() "
-            f"{sample.median:,.2f} ms" + (" (1 run: slow)" if slow else ""))
+        log(
+            f"  {LABELS.get(kind, kind)}: built in {build_s:.1f}s; full gc.collect() "
+            f"{sample.median:,.2f} ms" + (" (1 run: slow)" if slow else "")
+        )
         del obj
     if big and MAP in kinds:
         r_gc.note = "pure map: 1 run, no warm-up"
@@ -1086,14 +1252,19 @@ def phase_memory(cfg: Config, n: int, w: Workload) -> list[Result]:
                 r_snap.set(kind, Sample.single(traced_snapshot(obj.snapshot) / n))
             elif kind == DICT:
                 if not big:
-                    r_snap.set(DICT_DEEPCOPY, Sample.single(
-                        traced_snapshot(functools.partial(copy.deepcopy, obj)) / n))
+                    r_snap.set(
+                        DICT_DEEPCOPY,
+                        Sample.single(traced_snapshot(functools.partial(copy.deepcopy, obj)) / n),
+                    )
                 r_snap.set(DICT_COPY, Sample.single(traced_snapshot(obj.copy) / n))
             else:
-                r_snap.set(kind, Sample.single(
-                    traced_snapshot(functools.partial(_identity, obj)) / n))
-            log(f"  {LABELS.get(kind, kind)}: {kept / n:.1f} B/entry, peak {peak / n:.1f} "
-                f"({time.perf_counter() - t:.1f}s)")
+                r_snap.set(
+                    kind, Sample.single(traced_snapshot(functools.partial(_identity, obj)) / n)
+                )
+            log(
+                f"  {LABELS.get(kind, kind)}: {kept / n:.1f} B/entry, peak {peak / n:.1f} "
+                f"({time.perf_counter() - t:.1f}s)"
+            )
             del obj
     finally:
         tracemalloc.stop()
@@ -1113,8 +1284,7 @@ def phase_owner(cfg: Config, notes: dict[str, Any]) -> list[Result]:
     ops: tb.Ops = [(k, j % 2 == 1) for j, k in enumerate(rng.sample(range(n), ops_n))]
     ids = itertools.count(1)
     update_runs = itertools.count(1)
-    columns = {col: spec for col, spec in OWNER_COLUMNS.items()
-               if MAP_CLASSES[spec[0]] is not None}
+    columns = {col: spec for col, spec in OWNER_COLUMNS.items() if MAP_CLASSES[spec[0]] is not None}
     r_ns = Result("owner_ns", "owner update", "ns/op", paired=True)
     r_kops = Result("owner_kops", "owner updates", "kops/s", paired=True)
     rows = [r_ns, r_kops]
@@ -1132,23 +1302,34 @@ def phase_owner(cfg: Config, notes: dict[str, Any]) -> list[Result]:
                 t = time.perf_counter()
                 with gc_disabled():
                     benches[kind] = tb.build_backend(kind, n, mp, stack)
-                log(f"  {tb.LABELS[kind]} backend: {n:,} entries built in "
-                    f"{time.perf_counter() - t:.1f}s")
+                log(
+                    f"  {tb.LABELS[kind]} backend: {n:,} entries built in "
+                    f"{time.perf_counter() - t:.1f}s"
+                )
             with tb.frozen_heap():
-                log(f"owner under load: {ops_n:,} updates, idle and while the writer runs"
-                    + ("" if pinned is None else f" (pinned to CPU {pinned})"))
+                log(
+                    f"owner under load: {ops_n:,} updates, idle and while the writer runs"
+                    + ("" if pinned is None else f" (pinned to CPU {pinned})")
+                )
                 rec = tb.Recorder(cfg.warmup)
                 samples = measure_interleaved(
-                    {col: functools.partial(tb.run_updates, benches[kind], ops, update_runs,
-                                            ids, mode, n, rec, col)
-                     for col, (_, kind, mode) in columns.items()},
-                    warmup=cfg.warmup, repeats=cfg.repeats)
+                    {
+                        col: functools.partial(
+                            tb.run_updates, benches[kind], ops, update_runs, ids, mode, n, rec, col
+                        )
+                        for col, (_, kind, mode) in columns.items()
+                    },
+                    warmup=cfg.warmup,
+                    repeats=cfg.repeats,
+                )
             for col, s in samples.items():
                 r_ns.set(col, s.scaled(1 / ops_n))
                 r_kops.set(col, Sample(tuple(ops_n / (ns / 1e9) / 1e3 for ns in s.values)))
             notes["owner_writer_running_at_loop_end"] = {
                 col: f"{int(sum(rec.series(col, 'running_at_end')))} of {cfg.repeats} runs"
-                for col, (_, _, mode) in columns.items() if mode == "writer"}
+                for col, (_, _, mode) in columns.items()
+                if mode == "writer"
+            }
     finally:
         if affinity is not None:
             os.sched_setaffinity(0, affinity)
@@ -1199,12 +1380,24 @@ def summary_rows(size_runs: list[SizeRun], growth: list[Result]) -> list[Result]
             r = by_metric.get(metric)
             if r is None or not r.samples:
                 continue
-            short = {"get": "get", "put": "put", "put_snapshot": "put, snapshot open",
-                     "snapshot_pause": "snapshot() pause", "gc_full": "full gc.collect()",
-                     "memory": "memory/entry"}[metric]
-            out.append(Result(f"{metric}@{sr.entries}", f"{short} @{_short(sr.entries)}",
-                              r.unit, samples=dict(r.samples), missing=dict(r.missing),
-                              paired=r.paired))
+            short = {
+                "get": "get",
+                "put": "put",
+                "put_snapshot": "put, snapshot open",
+                "snapshot_pause": "snapshot() pause",
+                "gc_full": "full gc.collect()",
+                "memory": "memory/entry",
+            }[metric]
+            out.append(
+                Result(
+                    f"{metric}@{sr.entries}",
+                    f"{short} @{_short(sr.entries)}",
+                    r.unit,
+                    samples=dict(r.samples),
+                    missing=dict(r.missing),
+                    paired=r.paired,
+                )
+            )
     for r in growth:
         if r.metric in ("grow_worst", "grow_worst_nogc"):
             out.append(r)
@@ -1219,8 +1412,9 @@ def _short(n: int) -> str:
     return str(n)
 
 
-def print_targets(title: str, outcomes: list[TargetOutcome],
-                  labels: dict[str, str], missing: dict[str, str]) -> None:
+def print_targets(
+    title: str, outcomes: list[TargetOutcome], labels: dict[str, str], missing: dict[str, str]
+) -> None:
     print(title)
     print(format_targets(outcomes, values=True, labels=labels, missing=missing))
 
@@ -1228,9 +1422,11 @@ def print_targets(title: str, outcomes: list[TargetOutcome],
 def run(cfg: Config) -> dict[str, Any]:
     started = time.perf_counter()
     log(implementation_summary())
-    notes: dict[str, Any] = {"competitors": dict(LABELS),
-                             "implementations": implementation_summary(),
-                             "load_average_at_start": load_average()}
+    notes: dict[str, Any] = {
+        "competitors": dict(LABELS),
+        "implementations": implementation_summary(),
+        "load_average_at_start": load_average(),
+    }
     size_runs: list[SizeRun] = []
     for n in cfg.sizes:
         ops = cfg.ops_for(n)
@@ -1277,47 +1473,66 @@ def run(cfg: Config) -> dict[str, Any]:
         outcomes[m] = per_map
 
     print()
-    print(f"Copy-on-write state map benchmark (issue 13): sizes "
-          f"{', '.join(f'{n:,}' for n in cfg.sizes)}; median of {cfg.repeats} rounds after "
-          f"{cfg.warmup} warm-up; growth to {cfg.grow_to:,}: median of {cfg.grow_repeats}")
-    print(f"Python {sys.version.split()[0]}; {implementation_summary()}; load average "
-          f"(1, 5, 15 min) at start {notes['load_average_at_start']}, at end "
-          f"{notes['load_average_at_end']} (other processes share the CPUs)")
-    print(f"Competitors skipped above {cfg.full_peers_up_to:,} entries (cells "
-          f"'{cfg.skip_note}'): "
-          "pmap; dict+deepcopy's snapshot rows; the pure map's growth; tracemalloc rows. "
-          "The pure map's full gc.collect() there: 1 run.")
+    print(
+        f"Copy-on-write state map benchmark (issue 13): sizes "
+        f"{', '.join(f'{n:,}' for n in cfg.sizes)}; median of {cfg.repeats} rounds after "
+        f"{cfg.warmup} warm-up; growth to {cfg.grow_to:,}: median of {cfg.grow_repeats}"
+    )
+    print(
+        f"Python {sys.version.split()[0]}; {implementation_summary()}; load average "
+        f"(1, 5, 15 min) at start {notes['load_average_at_start']}, at end "
+        f"{notes['load_average_at_end']} (other processes share the CPUs)"
+    )
+    print(
+        f"Competitors skipped above {cfg.full_peers_up_to:,} entries (cells "
+        f"'{cfg.skip_note}'): "
+        "pmap; dict+deepcopy's snapshot rows; the pure map's growth; tracemalloc rows. "
+        "The pure map's full gc.collect() there: 1 run."
+    )
     for sr in size_runs:
         print()
-        print(f"--- {sr.entries:,} entries, {sr.ops:,} ops per timed loop; bare loop "
-              f"{sr.notes['bare_loop_ns_per_op']:.1f} ns/op (included in get/put); full "
-              f"gc.collect() with no structure built {sr.notes['gc_full_baseline_ms']:.2f} ms")
+        print(
+            f"--- {sr.entries:,} entries, {sr.ops:,} ops per timed loop; bare loop "
+            f"{sr.notes['bare_loop_ns_per_op']:.1f} ns/op (included in get/put); full "
+            f"gc.collect() with no structure built {sr.notes['gc_full_baseline_ms']:.2f} ms"
+        )
         print(format_table(sr.results, COMPETITORS, col_width=COL_WIDTH))
     if growth:
         print()
-        print(f"--- growth from empty to {cfg.grow_to:,} (perf_counter_ns around every insert, "
-              f"overhead ~{size_runs[0].notes['perf_counter_ns_overhead_ns']:.0f} ns included)")
+        print(
+            f"--- growth from empty to {cfg.grow_to:,} (perf_counter_ns around every insert, "
+            f"overhead ~{size_runs[0].notes['perf_counter_ns_overhead_ns']:.0f} ns included)"
+        )
         print(format_table(growth, COMPETITORS, col_width=COL_WIDTH))
     if owner:
         print()
-        print(f"--- owner under load: {cfg.ops_for(cfg.owner_entries):,} updates through a "
-              f"ValueState handle, HeapKeyedStateBackend over {cfg.owner_entries:,} entries, "
-              f"idle and while the backend's writer thread writes a snapshot")
+        print(
+            f"--- owner under load: {cfg.ops_for(cfg.owner_entries):,} updates through a "
+            f"ValueState handle, HeapKeyedStateBackend over {cfg.owner_entries:,} entries, "
+            f"idle and while the backend's writer thread writes a snapshot"
+        )
         print(format_table(owner, OWNER_COMPETITORS, col_width=COL_WIDTH))
     summary = summary_rows(size_runs, growth)
     print()
     print(f"=== ISSUE 13 TABLE ({LABELS[base]} / competitor ratios below)")
     print(format_table(summary, COMPETITORS, col_width=COL_WIDTH))
     print()
-    print(f"Ratios: {LABELS[base]} / competitor (< 1: the {LABELS[base]} is faster or smaller; "
-          "round-robin rows: median of per-round ratios)")
+    print(
+        f"Ratios: {LABELS[base]} / competitor (< 1: the {LABELS[base]} is faster or smaller; "
+        "round-robin rows: median of per-round ratios)"
+    )
     print(format_table(ratio_rows(summary, base), COMPETITORS, col_width=COL_WIDTH))
     print()
-    print_targets("TARGETS (issue 13), C map:", outcomes[MAP_C],
-                  {**LABELS, **owner_labels}, missing_reason)
+    print_targets(
+        "TARGETS (issue 13), C map:", outcomes[MAP_C], {**LABELS, **owner_labels}, missing_reason
+    )
     print()
-    print_targets("The same for the pure map (reference implementation, for comparison):",
-                  outcomes[MAP], {**LABELS, **owner_labels}, missing_reason)
+    print_targets(
+        "The same for the pure map (reference implementation, for comparison):",
+        outcomes[MAP],
+        {**LABELS, **owner_labels},
+        missing_reason,
+    )
     print()
     print(f"wall time {wall:.1f}s")
 
@@ -1328,15 +1543,19 @@ def run(cfg: Config) -> dict[str, Any]:
         "config": asdict(cfg),
         "machine": machine_info(),
         "notes": notes,
-        "sizes": [{
-            "entries": sr.entries,
-            "ops": sr.ops,
-            "notes": sr.notes,
-            "results": [r.to_json() for r in sr.results],
-            "ratios_over_competitor": {
-                r.metric: {k: s.median for k, s in r.samples.items()}
-                for r in ratio_rows(sr.results, base)},
-        } for sr in size_runs],
+        "sizes": [
+            {
+                "entries": sr.entries,
+                "ops": sr.ops,
+                "notes": sr.notes,
+                "results": [r.to_json() for r in sr.results],
+                "ratios_over_competitor": {
+                    r.metric: {k: s.median for k, s in r.samples.items()}
+                    for r in ratio_rows(sr.results, base)
+                },
+            }
+            for sr in size_runs
+        ],
         "ratio_base": base,
         "growth": [r.to_json() for r in growth],
         "growth_runs": growth_details,
@@ -1359,39 +1578,80 @@ def _sizes(text: str) -> list[int]:
 def parse_args(argv: list[str] | None = None) -> Config:
     p = argparse.ArgumentParser(
         description="Benchmark the copy-on-write state maps (C and Python) against dict "
-                    "and persistent maps.")
-    p.add_argument("--entries", type=_size, action="append", default=None, metavar="N",
-                   help="a size to measure; repeat for several (default 1,000,000 and "
-                        "10,000,000)")
-    p.add_argument("--sizes", type=_sizes, default=None, metavar="N,M,...",
-                   help="sizes as one comma-separated list (added to --entries)")
-    p.add_argument("--grow-to", type=_size, default=None,
-                   help="entries of the growth-latency test (default the largest size)")
-    p.add_argument("--quick", action="store_true",
-                   help=f"smoke test: {QUICK_SIZE:,} entries, grow to {QUICK_GROW_TO:,}, "
-                        "3 rounds")
-    p.add_argument("--ops", type=int, default=None,
-                   help="operations per timed loop (default min(200,000, entries / 5))")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="timed rounds per row (default 5; 3 with --quick)")
+        "and persistent maps."
+    )
+    p.add_argument(
+        "--entries",
+        type=_size,
+        action="append",
+        default=None,
+        metavar="N",
+        help="a size to measure; repeat for several (default 1,000,000 and 10,000,000)",
+    )
+    p.add_argument(
+        "--sizes",
+        type=_sizes,
+        default=None,
+        metavar="N,M,...",
+        help="sizes as one comma-separated list (added to --entries)",
+    )
+    p.add_argument(
+        "--grow-to",
+        type=_size,
+        default=None,
+        help="entries of the growth-latency test (default the largest size)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"smoke test: {QUICK_SIZE:,} entries, grow to {QUICK_GROW_TO:,}, 3 rounds",
+    )
+    p.add_argument(
+        "--ops",
+        type=int,
+        default=None,
+        help="operations per timed loop (default min(200,000, entries / 5))",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed rounds per row (default 5; 3 with --quick)"
+    )
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--grow-repeats", type=int, default=None,
-                   help="growths per structure and GC mode (default 3; 1 with --quick)")
-    p.add_argument("--full-peers-up-to", type=_size, default=DEFAULT_FULL_PEERS_UP_TO,
-                   help="above this many entries skip the slow competitors (pmap, deepcopy "
-                        "snapshots, pure-map growth, tracemalloc rows; default 2,000,000)")
-    p.add_argument("--owner-entries", type=_size, default=None,
-                   help="entries of the owner-under-load step (default the smallest size)")
+    p.add_argument(
+        "--grow-repeats",
+        type=int,
+        default=None,
+        help="growths per structure and GC mode (default 3; 1 with --quick)",
+    )
+    p.add_argument(
+        "--full-peers-up-to",
+        type=_size,
+        default=DEFAULT_FULL_PEERS_UP_TO,
+        help="above this many entries skip the slow competitors (pmap, deepcopy "
+        "snapshots, pure-map growth, tracemalloc rows; default 2,000,000)",
+    )
+    p.add_argument(
+        "--owner-entries",
+        type=_size,
+        default=None,
+        help="entries of the owner-under-load step (default the smallest size)",
+    )
     p.add_argument("--seed", type=int, default=20240601)
-    p.add_argument("--no-pin", dest="pin", action="store_false",
-                   help="do not pin to one CPU during the owner-under-load step")
-    p.add_argument("--skip-memory", action="store_true",
-                   help="skip the tracemalloc step")
+    p.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="do not pin to one CPU during the owner-under-load step",
+    )
+    p.add_argument("--skip-memory", action="store_true", help="skip the tracemalloc step")
     p.add_argument("--skip-growth", action="store_true", help="skip the growth step")
     p.add_argument("--skip-owner", action="store_true", help="skip the owner-under-load step")
-    p.add_argument("--output", type=Path, default=None,
-                   help=f"JSON file (default {RESULTS_PATH.name}; "
-                        f"{RESULTS_PATH.stem}_quick.json with --quick)")
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"JSON file (default {RESULTS_PATH.name}; "
+        f"{RESULTS_PATH.stem}_quick.json with --quick)",
+    )
     a = p.parse_args(argv)
     given = [*(a.entries or []), *(a.sizes or [])]
     if a.quick:
@@ -1401,8 +1661,13 @@ def parse_args(argv: list[str] | None = None) -> Config:
         sizes = tuple(given) if given else DEFAULT_SIZES
         grow_to = a.grow_to if a.grow_to is not None else max(sizes)
     sizes = tuple(sorted(set(sizes)))
-    output = a.output if a.output is not None else (
-        RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH)
+    output = (
+        a.output
+        if a.output is not None
+        else (
+            RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH
+        )
+    )
     repeats = a.repeats if a.repeats is not None else (3 if a.quick else 5)
     grow_repeats = a.grow_repeats if a.grow_repeats is not None else (1 if a.quick else 3)
     if a.ops is not None and not 0 < a.ops <= min(sizes):
@@ -1412,11 +1677,23 @@ def parse_args(argv: list[str] | None = None) -> Config:
     owner_entries = a.owner_entries if a.owner_entries is not None else min(sizes)
     if a.ops is not None and a.ops > owner_entries:
         p.error(f"--ops must be at most --owner-entries, got {a.ops}")
-    return Config(sizes=sizes, grow_to=grow_to, ops=a.ops, repeats=repeats,
-                  warmup=a.warmup, grow_repeats=grow_repeats, seed=a.seed, quick=a.quick,
-                  full_peers_up_to=a.full_peers_up_to, owner_entries=owner_entries,
-                  pin=a.pin, skip_memory=a.skip_memory, skip_growth=a.skip_growth,
-                  skip_owner=a.skip_owner, output=str(output))
+    return Config(
+        sizes=sizes,
+        grow_to=grow_to,
+        ops=a.ops,
+        repeats=repeats,
+        warmup=a.warmup,
+        grow_repeats=grow_repeats,
+        seed=a.seed,
+        quick=a.quick,
+        full_peers_up_to=a.full_peers_up_to,
+        owner_entries=owner_entries,
+        pin=a.pin,
+        skip_memory=a.skip_memory,
+        skip_growth=a.skip_growth,
+        skip_owner=a.skip_owner,
+        output=str(output),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -219,8 +219,7 @@ COW_KINDS: dict[str, str] = {COW_C: "c", COW: "python"}
 #: the kinds that can run (the C map's only if it is built)
 KINDS: tuple[str, ...] = (*((COW_C,) if C_MAP is not None else ()), COW, NESTED)
 FACTORIES: dict[str, TableFactory] = {
-    **{kind: table_factory(impl) for kind, impl in COW_KINDS.items()
-       if kind in KINDS},
+    **{kind: table_factory(impl) for kind, impl in COW_KINDS.items() if kind in KINDS},
     NESTED: NestedMapsStateTable,
 }
 COL_WIDTH = 16
@@ -231,17 +230,21 @@ def load_column(kind: str, mode: str) -> str:
     return f"{kind}_{mode}"
 
 
-COW_C_IDLE, COW_C_SNAPSHOT, COW_C_WRITER = (load_column(COW_C, m)
-                                           for m in ("idle", "snapshot", "writer"))
-COW_IDLE, COW_SNAPSHOT, COW_WRITER = (load_column(COW, m)
-                                     for m in ("idle", "snapshot", "writer"))
+COW_C_IDLE, COW_C_SNAPSHOT, COW_C_WRITER = (
+    load_column(COW_C, m) for m in ("idle", "snapshot", "writer")
+)
+COW_IDLE, COW_SNAPSHOT, COW_WRITER = (load_column(COW, m) for m in ("idle", "snapshot", "writer"))
 NESTED_IDLE, NESTED_WRITER = load_column(NESTED, "idle"), load_column(NESTED, "writer")
 #: column -> (kind, mode)
 LOAD_COLUMNS: dict[str, tuple[str, str]] = {
-    COW_C_IDLE: (COW_C, "idle"), COW_C_SNAPSHOT: (COW_C, "snapshot"),
+    COW_C_IDLE: (COW_C, "idle"),
+    COW_C_SNAPSHOT: (COW_C, "snapshot"),
     COW_C_WRITER: (COW_C, "writer"),
-    COW_IDLE: (COW, "idle"), COW_SNAPSHOT: (COW, "snapshot"), COW_WRITER: (COW, "writer"),
-    NESTED_IDLE: (NESTED, "idle"), NESTED_WRITER: (NESTED, "writer"),
+    COW_IDLE: (COW, "idle"),
+    COW_SNAPSHOT: (COW, "snapshot"),
+    COW_WRITER: (COW, "writer"),
+    NESTED_IDLE: (NESTED, "idle"),
+    NESTED_WRITER: (NESTED, "writer"),
 }
 LOAD_COMPETITORS: tuple[Competitor, ...] = (
     Competitor(COW_C_IDLE, "C idle"),
@@ -263,25 +266,69 @@ def cow_targets(kind: str) -> tuple[Target, ...]:
     name = LABELS[kind]
     idle, writer = load_column(kind, "idle"), load_column(kind, "writer")
     return (
-        Target(f"{name} table snapshot pause <= 1/20 of nested", "table_pause", kind, NESTED,
-               "<=", 1 / 20,
-               "CopyOnWriteStateTable.snapshot() over NestedMapsStateTable.snapshot()"),
-        Target(f"{name} table write throughput >= 0.5x nested (BytesIO)",
-               "table_write_mem_mbps", kind, NESTED, ">=", 0.5,
-               "write_snapshot MB/s into io.BytesIO, CoW over nested"),
-        Target(f"{name} table write throughput >= 0.5x nested (file)", "table_write_file_mbps",
-               kind, NESTED, ">=", 0.5, "write_snapshot MB/s into a file, CoW over nested"),
-        Target(f"{name} backend snapshot pause <= 1/20 of nested", "backend_pause", kind,
-               NESTED, "<=", 1 / 20, "time until backend.snapshot() returns, CoW over nested"),
-        Target(f"{name} backend async write throughput >= 0.5x nested", "backend_async_mbps",
-               kind, NESTED, ">=", 0.5,
-               "MB/s of the writer thread (snapshot() return to result()), CoW over nested"),
-        Target(f"{name} backend checkpoint end-to-end <= nested", "backend_e2e", kind, NESTED,
-               "<=", 1.0, "backend.snapshot() call to result() available, CoW over nested"),
-        Target(f"{name} owner update throughput with writer running >= "
-               f"{OWNER_LIMITS[kind]:g}x idle", "load_kops", writer, idle, ">=",
-               OWNER_LIMITS[kind],
-               "owner updates/s while the writer writes a snapshot over updates/s with none"),
+        Target(
+            f"{name} table snapshot pause <= 1/20 of nested",
+            "table_pause",
+            kind,
+            NESTED,
+            "<=",
+            1 / 20,
+            "CopyOnWriteStateTable.snapshot() over NestedMapsStateTable.snapshot()",
+        ),
+        Target(
+            f"{name} table write throughput >= 0.5x nested (BytesIO)",
+            "table_write_mem_mbps",
+            kind,
+            NESTED,
+            ">=",
+            0.5,
+            "write_snapshot MB/s into io.BytesIO, CoW over nested",
+        ),
+        Target(
+            f"{name} table write throughput >= 0.5x nested (file)",
+            "table_write_file_mbps",
+            kind,
+            NESTED,
+            ">=",
+            0.5,
+            "write_snapshot MB/s into a file, CoW over nested",
+        ),
+        Target(
+            f"{name} backend snapshot pause <= 1/20 of nested",
+            "backend_pause",
+            kind,
+            NESTED,
+            "<=",
+            1 / 20,
+            "time until backend.snapshot() returns, CoW over nested",
+        ),
+        Target(
+            f"{name} backend async write throughput >= 0.5x nested",
+            "backend_async_mbps",
+            kind,
+            NESTED,
+            ">=",
+            0.5,
+            "MB/s of the writer thread (snapshot() return to result()), CoW over nested",
+        ),
+        Target(
+            f"{name} backend checkpoint end-to-end <= nested",
+            "backend_e2e",
+            kind,
+            NESTED,
+            "<=",
+            1.0,
+            "backend.snapshot() call to result() available, CoW over nested",
+        ),
+        Target(
+            f"{name} owner update throughput with writer running >= {OWNER_LIMITS[kind]:g}x idle",
+            "load_kops",
+            writer,
+            idle,
+            ">=",
+            OWNER_LIMITS[kind],
+            "owner updates/s while the writer writes a snapshot over updates/s with none",
+        ),
     )
 
 
@@ -319,7 +366,7 @@ class Recorder:
         self.values.setdefault(competitor, []).append(values)
 
     def series(self, competitor: str, name: str) -> list[float]:
-        return [v[name] for v in self.values[competitor][self.warmup:]]
+        return [v[name] for v in self.values[competitor][self.warmup :]]
 
     def sample(self, competitor: str, name: str, scale: float = 1.0) -> Sample:
         return Sample(tuple(v * scale for v in self.series(competitor, name)))
@@ -371,8 +418,9 @@ def not_built(rows: list[Result], columns: dict[str, str]) -> None:
 
 def per_round(times_ns: Sample, sizes: list[float], factor: float) -> Sample:
     """``factor * size / seconds`` per round (sizes in the rounds' order)."""
-    return Sample(tuple(factor * size / (ns / 1e9)
-                        for ns, size in zip(times_ns.values, sizes, strict=True)))
+    return Sample(
+        tuple(factor * size / (ns / 1e9) for ns, size in zip(times_ns.values, sizes, strict=True))
+    )
 
 
 # --------------------------------------------------------------------------
@@ -381,8 +429,9 @@ def per_round(times_ns: Sample, sizes: list[float], factor: float) -> Sample:
 
 
 def build_table(kind: str, n: int, max_parallelism: int) -> AnyTable:
-    table = FACTORIES[kind](KeyGroupRange(0, max_parallelism - 1), max_parallelism,
-                            meta=StateMetaInfo("bench", "value"))
+    table = FACTORIES[kind](
+        KeyGroupRange(0, max_parallelism - 1), max_parallelism, meta=StateMetaInfo("bench", "value")
+    )
     put = table.put
     nss = NAMESPACES
     for k in range(n):
@@ -401,17 +450,22 @@ def run_table_pause(table: AnyTable) -> int:
     return elapsed
 
 
-def run_table_write(table: AnyTable, open_stream: Callable[[], IO[bytes]],
-                    close_stream: Callable[[IO[bytes]], None], n: int, rec: Recorder,
-                    competitor: str) -> int:
-    snap = table.snapshot()                                   # untimed
+def run_table_write(
+    table: AnyTable,
+    open_stream: Callable[[], IO[bytes]],
+    close_stream: Callable[[IO[bytes]], None],
+    n: int,
+    rec: Recorder,
+    competitor: str,
+) -> int:
+    snap = table.snapshot()  # untimed
     stream = open_stream()
     try:
         t0 = clock()
         info = write_snapshot(snap, stream)
         elapsed = clock() - t0
     finally:
-        snap.release()                                        # no-op: already released
+        snap.release()  # no-op: already released
         close_stream(stream)
     if info.entries != n:
         raise AssertionError(f"{competitor}: wrote {info.entries} entries, expected {n}")
@@ -427,14 +481,18 @@ def phase_tables(cfg: Config, notes: dict[str, Any]) -> list[Result]:
         tables[kind] = build_table(kind, n, mp)
         log(f"  {kind} table: {n:,} entries built in {time.perf_counter() - t:.1f}s")
     rows: list[Result] = []
-    with frozen_heap(), tempfile.TemporaryDirectory(prefix="bench_table_backend_",
-                                                    dir=cfg.tmpdir) as tmp:
+    with (
+        frozen_heap(),
+        tempfile.TemporaryDirectory(prefix="bench_table_backend_", dir=cfg.tmpdir) as tmp,
+    ):
         notes["file_directory"] = tmp
 
         log("table snapshot pause")
-        samples = measure_interleaved({k: functools.partial(run_table_pause, t)
-                                       for k, t in tables.items()},
-                                      warmup=cfg.warmup, repeats=cfg.repeats)
+        samples = measure_interleaved(
+            {k: functools.partial(run_table_pause, t) for k, t in tables.items()},
+            warmup=cfg.warmup,
+            repeats=cfg.repeats,
+        )
         r_pause = Result("table_pause", "table snapshot pause", "ms", paired=True)
         for k, s in samples.items():
             r_pause.set(k, s.scaled(1e-6))
@@ -450,7 +508,7 @@ def phase_tables(cfg: Config, notes: dict[str, Any]) -> list[Result]:
             path = os.path.join(tmp, f"{kind}.snapshot")
 
             def open_file() -> IO[bytes]:
-                return open(path, "wb")                       # closed by close_file
+                return open(path, "wb")  # closed by close_file
 
             return open_file
 
@@ -459,24 +517,30 @@ def phase_tables(cfg: Config, notes: dict[str, Any]) -> list[Result]:
             os.remove(stream.name)
 
         for medium, label, opener, closer in (
-                ("mem", "BytesIO", lambda _kind: bytes_io, close_bytes_io),
-                ("file", "file", file_opener, close_file)):
+            ("mem", "BytesIO", lambda _kind: bytes_io, close_bytes_io),
+            ("file", "file", file_opener, close_file),
+        ):
             log(f"table write -> {label}")
             rec = Recorder(cfg.warmup)
-            runs = {k: functools.partial(run_table_write, t, opener(k), closer, n, rec, k)
-                    for k, t in tables.items()}
+            runs = {
+                k: functools.partial(run_table_write, t, opener(k), closer, n, rec, k)
+                for k, t in tables.items()
+            }
             samples = measure_interleaved(runs, warmup=cfg.warmup, repeats=cfg.repeats)
             r_ms = Result(f"table_write_{medium}", f"table write -> {label}", "ms", paired=True)
-            r_mbps = Result(f"table_write_{medium}_mbps", f"table write -> {label}", "MB/s",
-                            paired=True)
-            r_eps = Result(f"table_write_{medium}_meps", f"table write -> {label}",
-                           "M entries/s", paired=True)
+            r_mbps = Result(
+                f"table_write_{medium}_mbps", f"table write -> {label}", "MB/s", paired=True
+            )
+            r_eps = Result(
+                f"table_write_{medium}_meps", f"table write -> {label}", "M entries/s", paired=True
+            )
             for k, s in samples.items():
                 r_ms.set(k, s.scaled(1e-6))
                 r_mbps.set(k, per_round(s, rec.series(k, "size"), 1e-6))
                 r_eps.set(k, per_round(s, [float(n)] * len(s.values), 1e-6))
             notes[f"table_write_{medium}_bytes"] = {
-                k: statistics.median(rec.series(k, "size")) for k in tables}
+                k: statistics.median(rec.series(k, "size")) for k in tables
+            }
             rows += [r_ms, r_mbps, r_eps]
     del tables
     gc.collect()
@@ -496,10 +560,12 @@ class Bench:
     state: ValueState
 
 
-def build_backend(kind: str, n: int, max_parallelism: int,
-                  stack: contextlib.ExitStack) -> Bench:
-    backend = stack.enter_context(HeapKeyedStateBackend(
-        KeyGroupRange(0, max_parallelism - 1), max_parallelism, FACTORIES[kind]))
+def build_backend(kind: str, n: int, max_parallelism: int, stack: contextlib.ExitStack) -> Bench:
+    backend = stack.enter_context(
+        HeapKeyedStateBackend(
+            KeyGroupRange(0, max_parallelism - 1), max_parallelism, FACTORIES[kind]
+        )
+    )
     state = backend.get_state(ValueStateDescriptor(STATE_NAME))
     set_key, update = backend.set_current_key, state.update
     for k in range(n):
@@ -511,8 +577,7 @@ def build_backend(kind: str, n: int, max_parallelism: int,
     return Bench(backend, state)
 
 
-def run_checkpoint(b: Bench, ids: Iterator[int], n: int, rec: Recorder,
-                   competitor: str) -> int:
+def run_checkpoint(b: Bench, ids: Iterator[int], n: int, rec: Recorder, competitor: str) -> int:
     checkpoint_id = next(ids)
     t0 = clock()
     future = b.backend.snapshot(checkpoint_id, io.BytesIO)
@@ -525,8 +590,16 @@ def run_checkpoint(b: Bench, ids: Iterator[int], n: int, rec: Recorder,
     return t2 - t0
 
 
-def run_updates(b: Bench, ops: Ops, runs: Iterator[int], ids: Iterator[int], mode: str,
-                n: int, rec: Recorder, competitor: str) -> int:
+def run_updates(
+    b: Bench,
+    ops: Ops,
+    runs: Iterator[int],
+    ids: Iterator[int],
+    mode: str,
+    n: int,
+    rec: Recorder,
+    competitor: str,
+) -> int:
     """``len(ops)`` updates through the handle; ``mode``: ``"idle"`` (no snapshot),
     ``"snapshot"`` (a table snapshot open, no writer) or ``"writer"`` (a backend
     snapshot being written by the writer thread)."""
@@ -564,8 +637,14 @@ def run_updates(b: Bench, ops: Ops, runs: Iterator[int], ids: Iterator[int], mod
     result = future.result()
     if result.info is None or result.info.entries != n:
         raise AssertionError(f"{competitor}: the snapshot under load wrote {result.info}")
-    rec.add(competitor, busy=pause + elapsed, pause=pause, size=result.size,
-            async_ns=done_at[0] - sync_end, running_at_end=float(running_at_end))
+    rec.add(
+        competitor,
+        busy=pause + elapsed,
+        pause=pause,
+        size=result.size,
+        async_ns=done_at[0] - sync_end,
+        running_at_end=float(running_at_end),
+    )
     return elapsed
 
 
@@ -585,9 +664,13 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
             log("backend checkpoint: pause, end-to-end, async write")
             rec = Recorder(cfg.warmup)
             samples = measure_interleaved(
-                {k: functools.partial(run_checkpoint, b, ids, n, rec, k)
-                 for k, b in benches.items()},
-                warmup=cfg.warmup, repeats=cfg.repeats)
+                {
+                    k: functools.partial(run_checkpoint, b, ids, n, rec, k)
+                    for k, b in benches.items()
+                },
+                warmup=cfg.warmup,
+                repeats=cfg.repeats,
+            )
             r_pause = Result("backend_pause", "backend snapshot pause", "ms", paired=True)
             r_e2e = Result("backend_e2e", "backend checkpoint end-to-end", "ms", paired=True)
             r_async = Result("backend_async", "backend async write", "ms", paired=True)
@@ -596,31 +679,58 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
                 r_pause.set(k, rec.sample(k, "pause", 1e-6))
                 r_e2e.set(k, s.scaled(1e-6))
                 r_async.set(k, rec.sample(k, "async_ns", 1e-6))
-                r_mbps.set(k, Sample(tuple(
-                    size / ns * 1e3 for size, ns in zip(
-                        rec.series(k, "size"), rec.series(k, "async_ns"), strict=True))))
+                r_mbps.set(
+                    k,
+                    Sample(
+                        tuple(
+                            size / ns * 1e3
+                            for size, ns in zip(
+                                rec.series(k, "size"), rec.series(k, "async_ns"), strict=True
+                            )
+                        )
+                    ),
+                )
             notes["backend_snapshot_bytes"] = {
-                k: statistics.median(rec.series(k, "size")) for k in benches}
+                k: statistics.median(rec.series(k, "size")) for k in benches
+            }
             main_rows = [r_pause, r_e2e, r_async, r_mbps]
 
             log(f"owner under load: {cfg.ops:,} updates, idle and while the writer runs")
             rec = Recorder(cfg.warmup)
             columns = {col: spec for col, spec in LOAD_COLUMNS.items() if spec[0] in KINDS}
             samples = measure_interleaved(
-                {col: functools.partial(run_updates, benches[kind], ops, update_runs, ids,
-                                        mode, n, rec, col)
-                 for col, (kind, mode) in columns.items()},
-                warmup=cfg.warmup, repeats=cfg.repeats)
+                {
+                    col: functools.partial(
+                        run_updates, benches[kind], ops, update_runs, ids, mode, n, rec, col
+                    )
+                    for col, (kind, mode) in columns.items()
+                },
+                warmup=cfg.warmup,
+                repeats=cfg.repeats,
+            )
             r_ns = Result("load_ns", "owner update", "ns/op", paired=True)
             r_kops = Result("load_kops", "owner updates", "kops/s", paired=True)
             r_busy = Result("load_busy", "owner busy: pause + updates", "ms", paired=True)
-            r_lpause = Result("load_pause", "snapshot pause before the loop", "ms",
-                              paired=True, missing={COW_C_IDLE: "n/a", COW_IDLE: "n/a",
-                                                    NESTED_IDLE: "n/a"})
-            r_lmbps = Result("load_async_mbps", "async write under load", "MB/s", paired=True,
-                             missing={COW_C_IDLE: "n/a", COW_C_SNAPSHOT: "n/a",
-                                      COW_IDLE: "n/a", COW_SNAPSHOT: "n/a",
-                                      NESTED_IDLE: "n/a"})
+            r_lpause = Result(
+                "load_pause",
+                "snapshot pause before the loop",
+                "ms",
+                paired=True,
+                missing={COW_C_IDLE: "n/a", COW_IDLE: "n/a", NESTED_IDLE: "n/a"},
+            )
+            r_lmbps = Result(
+                "load_async_mbps",
+                "async write under load",
+                "MB/s",
+                paired=True,
+                missing={
+                    COW_C_IDLE: "n/a",
+                    COW_C_SNAPSHOT: "n/a",
+                    COW_IDLE: "n/a",
+                    COW_SNAPSHOT: "n/a",
+                    NESTED_IDLE: "n/a",
+                },
+            )
             running: dict[str, list[float]] = {}
             for col, s in samples.items():
                 r_ns.set(col, s.scaled(1 / cfg.ops))
@@ -629,13 +739,23 @@ def phase_backends(cfg: Config, notes: dict[str, Any]) -> tuple[list[Result], li
                 if columns[col][1] != "idle":
                     r_lpause.set(col, rec.sample(col, "pause", 1e-6))
                 if columns[col][1] == "writer":
-                    r_lmbps.set(col, Sample(tuple(
-                        size / ns * 1e3 for size, ns in zip(
-                            rec.series(col, "size"), rec.series(col, "async_ns"),
-                            strict=True))))
+                    r_lmbps.set(
+                        col,
+                        Sample(
+                            tuple(
+                                size / ns * 1e3
+                                for size, ns in zip(
+                                    rec.series(col, "size"),
+                                    rec.series(col, "async_ns"),
+                                    strict=True,
+                                )
+                            )
+                        ),
+                    )
                     running[col] = rec.series(col, "running_at_end")
             notes["writer_running_at_loop_end"] = {
-                col: f"{int(sum(v))} of {len(v)} runs" for col, v in running.items()}
+                col: f"{int(sum(v))} of {len(v)} runs" for col, v in running.items()
+            }
             load_rows = [r_ns, r_kops, r_busy, r_lpause, r_lmbps]
     gc.collect()
     return main_rows, load_rows
@@ -650,8 +770,12 @@ def ratio_rows(results: list[Result]) -> list[Result]:
     """Per row: each CoW column / nested -- the median of the per-round ratios."""
     out = []
     for row in results:
-        ratio = Result(row.metric, row.label, row.unit,
-                       missing={k: v for k, v in row.missing.items() if v == NOT_BUILT})
+        ratio = Result(
+            row.metric,
+            row.label,
+            row.unit,
+            missing={k: v for k, v in row.missing.items() if v == NOT_BUILT},
+        )
         nested = row.samples.get(NESTED)
         for kind in COW_KINDS:
             cow = row.samples.get(kind)
@@ -683,37 +807,57 @@ def run(cfg: Config) -> dict[str, Any]:
     wall = time.perf_counter() - started
     outcomes = check_targets(TARGETS, [*results, *load_rows])
     size = notes["table_write_mem_bytes"][COW]
-    missing = {k: NOT_BUILT for k in (*COW_KINDS, *LOAD_COLUMNS)
-               if LOAD_COLUMNS.get(k, (k, ""))[0] not in KINDS}
+    missing = {
+        k: NOT_BUILT
+        for k in (*COW_KINDS, *LOAD_COLUMNS)
+        if LOAD_COLUMNS.get(k, (k, ""))[0] not in KINDS
+    }
 
     print()
-    print(f"State table / heap backend snapshot benchmark: {cfg.entries:,} entries, max "
-          f"parallelism {cfg.max_parallelism} (key groups 0-{cfg.max_parallelism - 1}), "
-          f"median of {cfg.repeats} rounds after {cfg.warmup} warm-up")
-    print(f"Python {sys.version.split()[0]}; "
-          + ("not pinned" if pinned is None else f"pinned to CPU {pinned}")
-          + f"; table snapshot file {size / 1e6:.1f} MB, "
-          f"backend snapshot file {notes['backend_snapshot_bytes'][COW] / 1e6:.1f} MB")
+    print(
+        f"State table / heap backend snapshot benchmark: {cfg.entries:,} entries, max "
+        f"parallelism {cfg.max_parallelism} (key groups 0-{cfg.max_parallelism - 1}), "
+        f"median of {cfg.repeats} rounds after {cfg.warmup} warm-up"
+    )
+    print(
+        f"Python {sys.version.split()[0]}; "
+        + ("not pinned" if pinned is None else f"pinned to CPU {pinned}")
+        + f"; table snapshot file {size / 1e6:.1f} MB, "
+        f"backend snapshot file {notes['backend_snapshot_bytes'][COW] / 1e6:.1f} MB"
+    )
     print(implementation_summary())
     print()
     print(format_table(results, COMPETITORS, col_width=COL_WIDTH))
     print()
     print("Ratios: CoW / nested (median of per-round ratios)")
-    print(format_table(ratio_rows(results), (Competitor(COW_C, "CoW (C)/nested"),
-                                              Competitor(COW, "CoW (py)/nested")),
-                       col_width=COL_WIDTH))
+    print(
+        format_table(
+            ratio_rows(results),
+            (Competitor(COW_C, "CoW (C)/nested"), Competitor(COW, "CoW (py)/nested")),
+            col_width=COL_WIDTH,
+        )
+    )
     print()
-    print(f"Owner under load: {cfg.ops:,} updates through a ValueState handle (half puts of "
-          f"a new list, half in-place mutations), GIL switch interval "
-          f"{sys.getswitchinterval() * 1e3:g} ms")
+    print(
+        f"Owner under load: {cfg.ops:,} updates through a ValueState handle (half puts of "
+        f"a new list, half in-place mutations), GIL switch interval "
+        f"{sys.getswitchinterval() * 1e3:g} ms"
+    )
     print(format_table(load_rows, LOAD_COMPETITORS))
-    print("writer still running when the update loop ended: " + ", ".join(
-        f"{col} {v}" for col, v in notes["writer_running_at_loop_end"].items()))
+    print(
+        "writer still running when the update loop ended: "
+        + ", ".join(f"{col} {v}" for col, v in notes["writer_running_at_loop_end"].items())
+    )
     print()
     print("TARGETS")
-    print(format_targets(outcomes, values=True,
-                         labels={c.key: c.label for c in (*COMPETITORS, *LOAD_COMPETITORS)},
-                         missing=missing))
+    print(
+        format_targets(
+            outcomes,
+            values=True,
+            labels={c.key: c.label for c in (*COMPETITORS, *LOAD_COMPETITORS)},
+            missing=missing,
+        )
+    )
     print()
     print(f"wall time {wall:.1f}s")
 
@@ -727,7 +871,8 @@ def run(cfg: Config) -> dict[str, Any]:
         "results": [r.to_json() for r in results],
         "owner_under_load": [r.to_json() for r in load_rows],
         "ratios_cow_over_nested": {
-            kind: {r.metric: r.value(kind) for r in ratio_rows(results)} for kind in COW_KINDS},
+            kind: {r.metric: r.value(kind) for r in ratio_rows(results)} for kind in COW_KINDS
+        },
         "targets": [o.to_json() for o in outcomes],
     }
 
@@ -735,27 +880,48 @@ def run(cfg: Config) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> Config:
     p = argparse.ArgumentParser(
         description="Benchmark copy-on-write state tables and heap backends against nested "
-                    "maps: snapshot pause and write throughput.")
+        "maps: snapshot pause and write throughput."
+    )
     p.add_argument("--entries", type=int, default=1_000_000, help="entries (default 1,000,000)")
-    p.add_argument("--quick", action="store_true",
-                   help="smoke test: 100,000 entries, 3 rounds (< 30 s)")
-    p.add_argument("--ops", type=int, default=None,
-                   help="owner updates per timed loop (default min(200,000, entries / 5))")
-    p.add_argument("--repeats", type=int, default=None,
-                   help="timed rounds per row (default 5; 3 with --quick)")
+    p.add_argument(
+        "--quick", action="store_true", help="smoke test: 100,000 entries, 3 rounds (< 30 s)"
+    )
+    p.add_argument(
+        "--ops",
+        type=int,
+        default=None,
+        help="owner updates per timed loop (default min(200,000, entries / 5))",
+    )
+    p.add_argument(
+        "--repeats", type=int, default=None, help="timed rounds per row (default 5; 3 with --quick)"
+    )
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--max-parallelism", type=int, default=128,
-                   help="max parallelism; every structure holds all its key groups "
-                        "(default 128)")
+    p.add_argument(
+        "--max-parallelism",
+        type=int,
+        default=128,
+        help="max parallelism; every structure holds all its key groups (default 128)",
+    )
     p.add_argument("--seed", type=int, default=20240601)
-    p.add_argument("--no-pin", dest="pin", action="store_false",
-                   help="do not pin the process to one CPU (see the module doc)")
-    p.add_argument("--tmpdir", default=None,
-                   help="directory for the snapshot files of the file rows "
-                        "(default: the system temporary directory)")
-    p.add_argument("--output", type=Path, default=None,
-                   help=f"JSON file (default {RESULTS_PATH.name}; "
-                        f"{RESULTS_PATH.stem}_quick.json with --quick)")
+    p.add_argument(
+        "--no-pin",
+        dest="pin",
+        action="store_false",
+        help="do not pin the process to one CPU (see the module doc)",
+    )
+    p.add_argument(
+        "--tmpdir",
+        default=None,
+        help="directory for the snapshot files of the file rows "
+        "(default: the system temporary directory)",
+    )
+    p.add_argument(
+        "--output",
+        type=Path,
+        default=None,
+        help=f"JSON file (default {RESULTS_PATH.name}; "
+        f"{RESULTS_PATH.stem}_quick.json with --quick)",
+    )
     a = p.parse_args(argv)
     entries = 100_000 if a.quick else a.entries
     if entries < 2:
@@ -766,11 +932,25 @@ def parse_args(argv: list[str] | None = None) -> Config:
         p.error(f"--ops must be in 1..entries, got {ops}")
     if repeats < 1 or a.warmup < 0:
         p.error("--repeats must be >= 1 and --warmup >= 0")
-    output = a.output if a.output is not None else (
-        RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH)
-    return Config(entries=entries, ops=ops, repeats=repeats, warmup=a.warmup,
-                  max_parallelism=a.max_parallelism, seed=a.seed, quick=a.quick,
-                  pin=a.pin, tmpdir=a.tmpdir, output=str(output))
+    output = (
+        a.output
+        if a.output is not None
+        else (
+            RESULTS_PATH.with_name(f"{RESULTS_PATH.stem}_quick.json") if a.quick else RESULTS_PATH
+        )
+    )
+    return Config(
+        entries=entries,
+        ops=ops,
+        repeats=repeats,
+        warmup=a.warmup,
+        max_parallelism=a.max_parallelism,
+        seed=a.seed,
+        quick=a.quick,
+        pin=a.pin,
+        tmpdir=a.tmpdir,
+        output=str(output),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

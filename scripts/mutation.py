@@ -53,6 +53,7 @@ ROOT = Path(__file__).resolve().parent.parent
 STAGE = ROOT / "build" / "mutation"
 EQUIVALENT = ROOT / "docs" / "equivalent-mutants.md"
 
+
 @dataclass(frozen=True)
 class Scope:
     """Modules (file names under ``impl/cowstate``) and the tests that kill their mutants."""
@@ -64,16 +65,45 @@ class Scope:
 SCOPES = {
     "core": Scope(
         ("state_map.py", "arithmetic.py", "serializers.py", "introspection.py", "errors.py"),
-        ("test_state_machine.py", "test_invariant_checker.py", "test_bad_input.py",
-         "test_flink_map_scenarios.py", "test_seed_examples.py", "test_arithmetic.py",
-         "test_error_messages.py", "test_copy_costs.py")),
+        (
+            "test_state_machine.py",
+            "test_invariant_checker.py",
+            "test_bad_input.py",
+            "test_flink_map_scenarios.py",
+            "test_seed_examples.py",
+            "test_arithmetic.py",
+            "test_error_messages.py",
+            "test_copy_costs.py",
+        ),
+    ),
     "tables": Scope(
-        ("key_groups.py", "state_meta.py", "table_base.py", "state_table.py", "nested_table.py",
-         "snapshot/format.py", "snapshot/writer.py", "snapshot/reader.py", "snapshot/restore.py",
-         "descriptors.py", "keyed_state.py", "keyed_backend.py", "heap_backend.py"),
-        ("test_state_machine.py", "test_key_groups.py", "test_flink_table_scenarios.py",
-         "test_table_contracts.py", "test_snapshot_io.py", "test_serializers.py",
-         "test_backend.py", "test_backend_machine.py", "test_checkpoint_rules.py")),
+        (
+            "key_groups.py",
+            "state_meta.py",
+            "table_base.py",
+            "state_table.py",
+            "nested_table.py",
+            "snapshot/format.py",
+            "snapshot/writer.py",
+            "snapshot/reader.py",
+            "snapshot/restore.py",
+            "descriptors.py",
+            "keyed_state.py",
+            "keyed_backend.py",
+            "heap_backend.py",
+        ),
+        (
+            "test_state_machine.py",
+            "test_key_groups.py",
+            "test_flink_table_scenarios.py",
+            "test_table_contracts.py",
+            "test_snapshot_io.py",
+            "test_serializers.py",
+            "test_backend.py",
+            "test_backend_machine.py",
+            "test_checkpoint_rules.py",
+        ),
+    ),
 }
 TEST_SUPPORT = ("conftest.py", "data", "java")
 
@@ -88,9 +118,22 @@ pytest_add_cli_args_test_selection = ["tests/"]
 testpaths = ["tests"]
 """
 
-STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests",
-          34: "skipped", 36: "timeout", 24: "timeout", -24: "timeout", 152: "timeout",
-          255: "timeout", -11: "segfault", -9: "segfault", None: "not checked"}
+STATUS = {
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    36: "timeout",
+    24: "timeout",
+    -24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    -11: "segfault",
+    -9: "segfault",
+    None: "not checked",
+}
 
 
 def stage(scopes: list[str]) -> None:
@@ -98,8 +141,11 @@ def stage(scopes: list[str]) -> None:
     if STAGE.exists():
         shutil.rmtree(STAGE)
     (STAGE / "src").mkdir(parents=True)
-    shutil.copytree(ROOT / "impl" / "cowstate", STAGE / "src" / "cowstate",
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        ROOT / "impl" / "cowstate",
+        STAGE / "src" / "cowstate",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     (STAGE / "tests").mkdir()
     tests = {name for scope in scopes for name in SCOPES[scope].tests}
     for name in sorted(tests) + list(TEST_SUPPORT):
@@ -117,8 +163,9 @@ def run_mutmut(max_children: int) -> float:
     env.pop("CI", None)
     mutmut = Path(sys.executable).with_name("mutmut")
     started = time.monotonic()
-    subprocess.run([str(mutmut), "run", "--max-children", str(max_children)], cwd=STAGE,
-                   env=env, check=True)
+    subprocess.run(
+        [str(mutmut), "run", "--max-children", str(max_children)], cwd=STAGE, env=env, check=True
+    )
     return time.monotonic() - started
 
 
@@ -142,37 +189,53 @@ def collect() -> dict[str, dict[str, str]]:
         meta = STAGE / "mutants" / f"{path}.meta"
         data = json.loads(meta.read_text()) if meta.exists() else {}
         module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
-        out[module] = {name: STATUS.get(code, "suspicious")
-                       for name, code in data.get("exit_code_by_key", {}).items()}
+        out[module] = {
+            name: STATUS.get(code, "suspicious")
+            for name, code in data.get("exit_code_by_key", {}).items()
+        }
     return out
 
 
-def report(results: dict[str, dict[str, str]], elapsed: float | None,
-           target: float) -> tuple[str, dict[str, object], bool]:
+def report(
+    results: dict[str, dict[str, str]], elapsed: float | None, target: float
+) -> tuple[str, dict[str, object], bool]:
     equivalent = equivalent_mutants()
     ok = True
     summary: dict[str, object] = {"elapsed_seconds": elapsed, "target": target, "modules": {}}
-    lines = ["| module | generated | killed | timeout | survived | equivalent | "
-             "kill rate (non-equivalent) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| module | generated | killed | timeout | survived | equivalent | "
+        "kill rate (non-equivalent) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     survivors = []
     for module, statuses in results.items():
         counts = Counter(statuses.values())
-        eq = [name for name, status in statuses.items()
-              if status == "survived" and name in equivalent]
-        survived = [name for name, status in statuses.items()
-                    if status in ("survived", "suspicious", "no tests", "not checked")
-                    and name not in equivalent]
+        eq = [
+            name for name, status in statuses.items() if status == "survived" and name in equivalent
+        ]
+        survived = [
+            name
+            for name, status in statuses.items()
+            if status in ("survived", "suspicious", "no tests", "not checked")
+            and name not in equivalent
+        ]
         killed = counts["killed"] + counts["timeout"] + counts["segfault"]
         non_equivalent = len(statuses) - len(eq)
         rate = killed / non_equivalent if non_equivalent else 1.0
         ok = ok and rate >= target
         survivors += survived
-        lines.append(f"| {module} | {len(statuses)} | {counts['killed']} | {counts['timeout']} "
-                     f"| {len(survived)} | {len(eq)} | {rate:.1%} |")
+        lines.append(
+            f"| {module} | {len(statuses)} | {counts['killed']} | {counts['timeout']} "
+            f"| {len(survived)} | {len(eq)} | {rate:.1%} |"
+        )
         summary["modules"][module] = {  # type: ignore[index]
-            "generated": len(statuses), "killed": counts["killed"],
-            "timeout": counts["timeout"], "survived": survived, "equivalent": eq,
-            "kill_rate": rate}
+            "generated": len(statuses),
+            "killed": counts["killed"],
+            "timeout": counts["timeout"],
+            "survived": survived,
+            "equivalent": eq,
+            "kill_rate": rate,
+        }
     text = "\n".join(lines)
     if survivors:
         text += "\n\nSurviving non-equivalent mutants (`mutmut show NAME` in build/mutation):\n"
@@ -187,10 +250,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--target", type=float, default=0.97)
-    parser.add_argument("--scope", action="append", choices=sorted(SCOPES),
-                        help="what to mutate (repeatable; default: core)")
-    parser.add_argument("--report-only", action="store_true",
-                        help="report the last run in build/mutation without running mutmut")
+    parser.add_argument(
+        "--scope",
+        action="append",
+        choices=sorted(SCOPES),
+        help="what to mutate (repeatable; default: core)",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="report the last run in build/mutation without running mutmut",
+    )
     args = parser.parse_args(argv)
     elapsed = None
     if not args.report_only:

@@ -41,8 +41,10 @@ if C_MAP is not None:
 
 
 def pytest_report_header() -> str:
-    return (f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation|"
-            f"crosshair); maps under test: {', '.join(MAPS)}")
+    return (
+        f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation|"
+        f"crosshair); maps under test: {', '.join(MAPS)}"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -16,7 +16,7 @@ import cowstate.arithmetic as fast
 import cowstate_model.arithmetic as plain
 from cowstate_spec.keys import HashKey, value_key
 
-hashes = st.one_of(st.integers(-(2 ** 63), 2 ** 63), st.integers(-70_000, 70_000))
+hashes = st.one_of(st.integers(-(2**63), 2**63), st.integers(-70_000, 70_000))
 capacities = st.integers(2, 30).map(lambda k: 1 << k)
 versions = st.frozensets(st.integers(1, 50), max_size=6)
 
@@ -27,8 +27,10 @@ def test_spread_hash(h: int) -> None:
     assert fast.spread_hash(h) >= 0
 
 
-@given(st.one_of(st.integers(), st.text(max_size=5), st.tuples(st.integers(), st.text())),
-       st.one_of(st.integers(), st.text(max_size=5), st.none()))
+@given(
+    st.one_of(st.integers(), st.text(max_size=5), st.tuples(st.integers(), st.text())),
+    st.one_of(st.integers(), st.text(max_size=5), st.none()),
+)
 def test_composite_hash(key: Any, namespace: Any) -> None:
     assert fast.composite_hash(key, namespace) == plain.composite_hash(key, namespace)
 
@@ -52,7 +54,7 @@ def test_in_rehash_table(h: int, capacity: int, data: st.DataObject) -> None:
 
 
 def test_in_rehash_table_boundaries() -> None:
-    assert not fast.in_rehash_table(5, 8, 5)       # bucket 5 moves when the index passes it
+    assert not fast.in_rehash_table(5, 8, 5)  # bucket 5 moves when the index passes it
     assert fast.in_rehash_table(5, 8, 6)
     assert not fast.in_rehash_table(0, 8, 0)
 
@@ -64,15 +66,14 @@ def test_rehash_destination(h: int, capacity: int) -> None:
     assert destination in (h % capacity, h % capacity + capacity)
 
 
-@given(st.integers(-5, 2 ** 31))
+@given(st.integers(-5, 2**31))
 def test_clamp_capacity(requested: int) -> None:
     assert fast.clamp_capacity(requested) == plain.clamp_capacity(requested)
 
 
 def test_clamp_capacity_edges() -> None:
-    assert [fast.clamp_capacity(n) for n in (0, 4, 5, 8, 9, 128, 129)] == [4, 4, 8, 8, 16, 128,
-                                                                        256]
-    assert fast.clamp_capacity(2 ** 30 - 1) == 2 ** 30 == fast.clamp_capacity(2 ** 40)
+    assert [fast.clamp_capacity(n) for n in (0, 4, 5, 8, 9, 128, 129)] == [4, 4, 8, 8, 16, 128, 256]
+    assert fast.clamp_capacity(2**30 - 1) == 2**30 == fast.clamp_capacity(2**40)
 
 
 @given(st.integers(2, 30))
@@ -83,27 +84,30 @@ def test_threshold_for(exponent: int) -> None:
 
 def test_threshold_edges() -> None:
     assert [fast.threshold_for(c) for c in (4, 8, 128)] == [3, 6, 96]
-    assert fast.threshold_for(2 ** 30) == fast.MAX_ARRAY_SIZE == 2 ** 31 - 9
+    assert fast.threshold_for(2**30) == fast.MAX_ARRAY_SIZE == 2**31 - 9
 
 
 @given(versions)
 def test_highest_required_version(open_versions: frozenset[int]) -> None:
-    assert (fast.highest_required_version(open_versions)
-            == plain.highest_required_version(open_versions))
+    assert fast.highest_required_version(open_versions) == plain.highest_required_version(
+        open_versions
+    )
 
 
 @given(versions, st.integers(0, 10))
 def test_open_snapshot_version(open_versions: frozenset[int], extra: int) -> None:
     version = max(open_versions, default=0) + extra
-    assert (fast.open_snapshot_version(version, open_versions)
-            == plain.open_snapshot_version(version, open_versions))
+    assert fast.open_snapshot_version(version, open_versions) == plain.open_snapshot_version(
+        version, open_versions
+    )
 
 
 @given(versions.filter(bool), st.data())
 def test_release_snapshot_version(open_versions: frozenset[int], data: st.DataObject) -> None:
     version = data.draw(st.sampled_from(sorted(open_versions)))
-    assert (fast.release_snapshot_version(open_versions, version)
-            == plain.release_snapshot_version(open_versions, version))
+    assert fast.release_snapshot_version(open_versions, version) == plain.release_snapshot_version(
+        open_versions, version
+    )
 
 
 @given(st.integers(0, 5), st.data())
@@ -112,8 +116,9 @@ def test_snapshot_layout(exponent: int, data: st.DataObject) -> None:
     slot = st.one_of(st.none(), st.integers(0, 9).map(lambda i: object()))
     primary = data.draw(st.lists(slot, min_size=capacity, max_size=capacity))
     rehashing = data.draw(st.booleans())
-    rehash = data.draw(st.lists(slot, min_size=2 * capacity, max_size=2 * capacity)
-                       if rehashing else st.none())
+    rehash = data.draw(
+        st.lists(slot, min_size=2 * capacity, max_size=2 * capacity) if rehashing else st.none()
+    )
     r = data.draw(st.integers(0, capacity - 1)) if rehashing else 0
     size = data.draw(st.integers(0, 3 * capacity))
     got = fast.snapshot_layout(primary, rehash, r, size)
@@ -124,9 +129,13 @@ def test_snapshot_layout(exponent: int, data: st.DataObject) -> None:
 def test_composite_hash_keeps_equal_and_swapped_pairs_apart() -> None:
     equal = {fast.composite_hash(i, i) for i in range(4000)}
     assert len(equal) == 4000
-    assert len({h & 4095 for h in equal}) > 2000          # spread over the buckets
-    swapped = [(fast.composite_hash(a, b), fast.composite_hash(b, a))
-               for a in range(50) for b in range(50) if a != b]
+    assert len({h & 4095 for h in equal}) > 2000  # spread over the buckets
+    swapped = [
+        (fast.composite_hash(a, b), fast.composite_hash(b, a))
+        for a in range(50)
+        for b in range(50)
+        if a != b
+    ]
     assert all(x != y for x, y in swapped)
     same = [fast.composite_hash(HashKey("a", 7), ns) for ns in ("x", "y", 0)]
     assert len(set(same)) == 3 and same[2] == 7

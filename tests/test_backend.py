@@ -96,8 +96,7 @@ def fill(b: HeapKeyedStateBackend, keys: range = range(200)) -> None:
 
 def written(result: KeyedStateSnapshotResult) -> dict[str, dict[tuple[Any, Any], Any]]:
     restored = read_snapshot(result.handle.getvalue(), KeyGroupRange(0, 127))
-    return {name: {(k, n): s for _, k, n, s in restored.entries(name)}
-            for name in restored.metas}
+    return {name: {(k, n): s for _, k, n, s in restored.entries(name)} for name in restored.metas}
 
 
 class GatedStream(io.BytesIO):
@@ -162,21 +161,22 @@ def test_each_state_kind_at_key_and_namespace(any_backend: Any) -> None:
     assert backend.num_state_entries() == 6
     backend.set_current_key("alice")
     m.remove("x")
-    m.remove("y")                              # the last user key clears the state
+    m.remove("y")  # the last user key clears the state
     assert m.is_empty() and backend.num_state_entries() == 5
     value.update(None)
     lst.update([])
     assert backend.num_state_entries() == 3
 
+
 def test_none_means_absent(backend: HeapKeyedStateBackend) -> None:
     value, lst, m = backend.get_state(VALUE), backend.get_state(LIST), backend.get_state(MAP)
     backend.set_current_key(1)
     value.update([1])
-    value.update(None)                         # Flink: update(null) clears
+    value.update(None)  # Flink: update(null) clears
     lst.update([1, 2])
-    lst.update([])                             # an empty list clears
+    lst.update([])  # an empty list clears
     m.put("k", 1)
-    m.remove("k")                              # removing the last user key clears
+    m.remove("k")  # removing the last user key clears
     assert backend.num_state_entries() == 0
     with pytest.raises(NoneStateError, match="expected an element to add to list state"):
         lst.add(None)
@@ -233,7 +233,7 @@ def test_keys_outside_the_backend_are_refused_at_set_current_key() -> None:
         b.set_current_key(inside)
         with pytest.raises(KeyGroupOutOfRangeError, match="expected a key group in"):
             b.set_current_key(outside)
-        assert b.current_key == inside           # the current key did not change
+        assert b.current_key == inside  # the current key did not change
         value.update([1])
         assert b.num_state_entries() == 1
 
@@ -241,11 +241,13 @@ def test_keys_outside_the_backend_are_refused_at_set_current_key() -> None:
 def test_registration_must_describe_the_same_state(backend: HeapKeyedStateBackend) -> None:
     first = backend.get_state(VALUE)
     assert backend.get_state(ValueStateDescriptor("value", default=[])).name == first.name
-    with pytest.raises(StateRegistrationError,
-                       match="registered again as a value state, got a list state"):
+    with pytest.raises(
+        StateRegistrationError, match="registered again as a value state, got a list state"
+    ):
         backend.get_state(ListStateDescriptor("value"))
-    with pytest.raises(StateRegistrationError,
-                       match="with serializer 'pickle', got 'pickle-immutable'"):
+    with pytest.raises(
+        StateRegistrationError, match="with serializer 'pickle', got 'pickle-immutable'"
+    ):
         backend.get_state(ValueStateDescriptor("value", serializer=ImmutableSerializer()))
     with pytest.raises(UnknownStateError, match="expected a registered state name"):
         backend.table("nope")
@@ -266,8 +268,9 @@ def test_bad_backend_arguments() -> None:
 # ---------------------------------------------------------------- snapshots
 
 
-@pytest.mark.parametrize("table", [CopyOnWriteStateTable, NestedMapsStateTable],
-                         ids=lambda t: t.__name__)
+@pytest.mark.parametrize(
+    "table", [CopyOnWriteStateTable, NestedMapsStateTable], ids=lambda t: t.__name__
+)
 def test_snapshot_writes_the_synchronous_moment(table: Any) -> None:
     with HeapKeyedStateBackend(FULL, 128, table) as b:
         fill(b)
@@ -275,7 +278,7 @@ def test_snapshot_writes_the_synchronous_moment(table: Any) -> None:
         go = threading.Event()
         future = b.snapshot(1, lambda: GatedStream(go))
         value, lst = b.get_state(VALUE), b.get_state(LIST)
-        for key in range(0, 200, 3):              # the owner keeps going
+        for key in range(0, 200, 3):  # the owner keeps going
             b.set_current_key(key)
             value.value().append("later")
             lst.add("later")
@@ -322,7 +325,7 @@ def test_snapshot_released_on_cancel_while_writing(backend: HeapKeyedStateBacken
 
     future = backend.snapshot(1, factory)
     assert started.wait(10)
-    assert future.cancel()                     # running: stops before the next key group
+    assert future.cancel()  # running: stops before the next key group
     go.set()
     with pytest.raises(SnapshotCancelledError, match="cancelled before key group"):
         future.result(10)
@@ -360,7 +363,8 @@ def test_snapshot_failure_is_reported_and_releases(backend: HeapKeyedStateBacken
 
 @pytest.mark.parametrize("outcome", ["success", "failure", "cancel"])
 def test_snapshot_released_before_its_future_resolves(
-        backend: HeapKeyedStateBackend, outcome: str) -> None:
+    backend: HeapKeyedStateBackend, outcome: str
+) -> None:
     """Regression: the writer left the pending set in a done callback, which
     runs after ``result()`` has woken its waiters, so a caller could see its
     finished snapshot still pending (the backend machine's
@@ -409,7 +413,8 @@ def test_snapshot_arguments(backend: HeapKeyedStateBackend) -> None:
 
 
 def test_state_registered_during_async_write_is_not_in_it_flink_9269(
-        backend: HeapKeyedStateBackend) -> None:
+    backend: HeapKeyedStateBackend,
+) -> None:
     """FLINK-9269: the writer uses what the synchronous part captured, so a
     state registered while it runs is neither written nor in its way."""
     fill(backend)
@@ -430,13 +435,14 @@ def test_serializer_changed_after_snapshot_is_not_used_flink_6207() -> None:
         go = threading.Event()
         future = b.snapshot(1, lambda: GatedStream(go))
         table = b.table("value")
-        table.serializer = IntSerializer()       # would fail on list states
+        table.serializer = IntSerializer()  # would fail on list states
         go.set()
         assert written(future.result(10))["value"][(5, VOID_NAMESPACE)] == [5]
 
 
 def test_get_keys_is_a_list_so_states_may_change_while_walking_flink_9060(
-        backend: HeapKeyedStateBackend) -> None:
+    backend: HeapKeyedStateBackend,
+) -> None:
     fill(backend)
     value = backend.get_state(VALUE)
     for key in backend.get_keys("value", VOID_NAMESPACE):
@@ -460,7 +466,7 @@ def test_close_cancels_and_refuses_more_work() -> None:
     assert open_versions(b) == set()
     with pytest.raises(BackendClosedError, match="expected an open backend"):
         b.snapshot(3, io.BytesIO)
-    b.close()                                   # idempotent
+    b.close()  # idempotent
 
 
 def test_owner_and_writer_race_on_a_large_backend() -> None:
@@ -472,8 +478,10 @@ def test_owner_and_writer_race_on_a_large_backend() -> None:
     try:
         with HeapKeyedStateBackend(FULL, 128) as b:
             model = ReferenceKeyedStateBackend(range(128), 128, default_namespace=VOID_NAMESPACE)
-            states = [(b.get_state(LIST), model.get_state(LIST)),
-                      (b.get_state(AGGREGATING), model.get_state(AGGREGATING))]
+            states = [
+                (b.get_state(LIST), model.get_state(LIST)),
+                (b.get_state(AGGREGATING), model.get_state(AGGREGATING)),
+            ]
             for key in range(25_000):
                 b.set_current_key(key)
                 model.set_current_key(key)
@@ -553,8 +561,11 @@ def corruptions(data: bytes) -> list[tuple[bytes, type[Exception]]]:
     block = next(iter(reader.offsets.values()))
     flipped = bytearray(data)
     flipped[block + 20] ^= 0x01
-    return [(data[:-3], SnapshotFormatError), (b"NOTSNAPS" + data[8:], SnapshotFormatError),
-            (bytes(flipped), SnapshotFormatError)]
+    return [
+        (data[:-3], SnapshotFormatError),
+        (b"NOTSNAPS" + data[8:], SnapshotFormatError),
+        (bytes(flipped), SnapshotFormatError),
+    ]
 
 
 def test_restore_refusals_leave_the_backend_as_it_was() -> None:
@@ -574,7 +585,8 @@ def test_restore_refusals_leave_the_backend_as_it_was() -> None:
         fill(b, range(100, 130))
         before = copy.deepcopy(dump(b))
         cases: list[tuple[list[Any], type[Exception]]] = [
-            ([good, data], error) for data, error in corruptions(good)]
+            ([good, data], error) for data, error in corruptions(good)
+        ]
         cases += [
             ([good, other_max_parallelism], MaxParallelismMismatchError),
             ([string_keys], SerializerMismatchError),
@@ -612,9 +624,16 @@ def test_restore_refuses_a_native_snapshot_of_another_backend() -> None:
     from cowstate.snapshot import SnapshotMetadata, SnapshotWriter
 
     out = io.BytesIO()
-    SnapshotWriter(out, SnapshotMetadata(format="rocksdb-native", max_parallelism=128,
-                                         key_group_range=(0, 127), key_serializer="pickle",
-                                         states=())).finish()
+    SnapshotWriter(
+        out,
+        SnapshotMetadata(
+            format="rocksdb-native",
+            max_parallelism=128,
+            key_group_range=(0, 127),
+            key_serializer="pickle",
+            states=(),
+        ),
+    ).finish()
     with HeapKeyedStateBackend(FULL, 128) as b:
         fill(b, range(5))
         before = dump(b)

@@ -16,12 +16,15 @@ RANGES = [KeyGroupRange(0, MAX_PARALLELISM - 1), KeyGroupRange(2, 6)]
 
 @pytest.mark.parametrize("key_group_range", RANGES, ids=repr)
 @pytest.mark.parametrize("implementation", BACKENDS, ids=repr)
-def test_backend_agrees_with_the_model(implementation: BackendImplementation,
-                                       key_group_range: KeyGroupRange,
-                                       forced_interleavings: None) -> None:
+def test_backend_agrees_with_the_model(
+    implementation: BackendImplementation,
+    key_group_range: KeyGroupRange,
+    forced_interleavings: None,
+) -> None:
     # Twice the profile's steps: a snapshot, mutations while it is written,
     # its completion and a restore from it need room in one run.
     current = settings()
     run_state_machine_as_test(
         backend_machine_for(implementation, key_group_range),
-        settings=settings(current, stateful_step_count=2 * current.stateful_step_count))
+        settings=settings(current, stateful_step_count=2 * current.stateful_step_count),
+    )

@@ -53,8 +53,13 @@ def state_of(m: Map) -> tuple[dict[tuple[Any, Any], Any], MapInternals]:
     return snapshot_contents(m), describe(m)
 
 
-def assert_refused(m: Map, model: ReferenceStateMap, call: Callable[[Any], Any],
-                   error: type[CowStateError], *fragments: str) -> CowStateError:
+def assert_refused(
+    m: Map,
+    model: ReferenceStateMap,
+    call: Callable[[Any], Any],
+    error: type[CowStateError],
+    *fragments: str,
+) -> CowStateError:
     before = state_of(m)
     with pytest.raises(error) as excinfo:
         call(m)
@@ -72,8 +77,9 @@ def assert_refused(m: Map, model: ReferenceStateMap, call: Callable[[Any], Any],
 @pytest.mark.parametrize("op", ["put", "put_and_get_old"])
 def test_none_state_is_refused(op: str) -> None:
     m, model = rehashing_pair()
-    assert_refused(m, model, lambda t: getattr(t, op)(1, "ns", None), NoneStateError,
-                   "got None", "(1, 'ns')")
+    assert_refused(
+        m, model, lambda t: getattr(t, op)(1, "ns", None), NoneStateError, "got None", "(1, 'ns')"
+    )
     assert_refused(m, model, lambda t: getattr(t, op)(99, "ns", None), NoneStateError)
     assert isinstance(NoneStateError("x"), ValueError)
 
@@ -91,13 +97,19 @@ UNHASHABLE_CALLS: dict[str, Callable[[Any, Any, Any], Any]] = {
 
 @pytest.mark.parametrize("op", sorted(UNHASHABLE_CALLS))
 @pytest.mark.parametrize("role", ["key", "namespace"])
-def test_unhashable_key_or_namespace_is_refused_before_any_rehash_step(op: str,
-                                                                       role: str) -> None:
+def test_unhashable_key_or_namespace_is_refused_before_any_rehash_step(op: str, role: str) -> None:
     m, model = rehashing_pair()
     bad: list[int] = [1, 2]
     args = (bad, "ns") if role == "key" else (1, bad)
-    error = assert_refused(m, model, lambda t: UNHASHABLE_CALLS[op](t, *args),
-                           UnhashableKeyError, f"hashable {role}", "list", "[1, 2]")
+    error = assert_refused(
+        m,
+        model,
+        lambda t: UNHASHABLE_CALLS[op](t, *args),
+        UnhashableKeyError,
+        f"hashable {role}",
+        "list",
+        "[1, 2]",
+    )
     assert isinstance(error, TypeError)
 
 
@@ -107,8 +119,15 @@ def test_transform_function_that_raises_leaves_existing_and_absent_mappings_alon
     def boom(old: Any, value: Any) -> Any:
         raise KeyError("boom")
 
-    error = assert_refused(m, model, lambda t: t.transform(2, "ns", 7, boom),
-                           TransformFunctionError, "boom", "KeyError", "(2, 'ns')")
+    error = assert_refused(
+        m,
+        model,
+        lambda t: t.transform(2, "ns", 7, boom),
+        TransformFunctionError,
+        "boom",
+        "KeyError",
+        "(2, 'ns')",
+    )
     assert isinstance(error.__cause__, KeyError)
     assert_refused(m, model, lambda t: t.transform(42, "ns", 7, boom), TransformFunctionError)
     assert not m.contains_key(42, "ns")
@@ -116,10 +135,12 @@ def test_transform_function_that_raises_leaves_existing_and_absent_mappings_alon
 
 def test_transform_function_that_returns_none_is_refused() -> None:
     m, model = rehashing_pair()
-    assert_refused(m, model, lambda t: t.transform(2, "ns", 7, lambda old, v: None),
-                   NoneStateError, "got None")
-    assert_refused(m, model, lambda t: t.transform(42, "ns", 7, lambda old, v: None),
-                   NoneStateError)
+    assert_refused(
+        m, model, lambda t: t.transform(2, "ns", 7, lambda old, v: None), NoneStateError, "got None"
+    )
+    assert_refused(
+        m, model, lambda t: t.transform(42, "ns", 7, lambda old, v: None), NoneStateError
+    )
     assert not m.contains_key(42, "ns")
 
 
@@ -186,12 +207,15 @@ def test_changing_the_map_while_iterating_raises_and_keeps_the_change() -> None:
     assert m.get(100, 0) == 100 and len(m) == 6
 
 
-@pytest.mark.parametrize("kwargs, fragment", [
-    ({"initial_capacity": -1}, "initial_capacity >= 0"),
-    ({"initial_capacity": "8"}, "int initial_capacity"),
-    ({"initial_capacity": 8.0}, "int initial_capacity"),
-    ({"serializer": object()}, "copy/serialize/deserialize"),
-])
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        ({"initial_capacity": -1}, "initial_capacity >= 0"),
+        ({"initial_capacity": "8"}, "int initial_capacity"),
+        ({"initial_capacity": 8.0}, "int initial_capacity"),
+        ({"serializer": object()}, "copy/serialize/deserialize"),
+    ],
+)
 def test_bad_constructor_arguments_are_refused(kwargs: dict[str, Any], fragment: str) -> None:
     with pytest.raises(InvalidArgumentError, match=fragment):
         CopyOnWriteStateMap(**kwargs)
@@ -257,7 +281,7 @@ def test_transform_whose_function_mutates_then_raises_keeps_the_mutation_when_un
     with pytest.raises(TransformFunctionError):
         m.transform(1, "ns", 2, mutate_then_fail)
     assert m.get(1, "ns") is state and state == [1, 2]
-    with m.snapshot() as snap:                       # shared: the function gets a copy
+    with m.snapshot() as snap:  # shared: the function gets a copy
         with pytest.raises(TransformFunctionError):
             m.transform(1, "ns", 3, mutate_then_fail)
         assert [tuple(e) for e in snap] == [(1, "ns", [1, 2])]

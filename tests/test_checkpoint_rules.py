@@ -68,41 +68,59 @@ BOTH = pytest.mark.parametrize("factory", [heap, rocksdb], ids=["heap", "rocksdb
 class Job:
     """A job's subtasks and coordinator, with helpers to change and read its state."""
 
-    def __init__(self, root: Path, job_id: str, factory: Factory, parallelism: int = 2, *,
-                 num_retained: int = 1, filesystem: FileSystem | None = None,
-                 restore: tuple[str, RestoreMode] | None = None, recover: bool = False) -> None:
+    def __init__(
+        self,
+        root: Path,
+        job_id: str,
+        factory: Factory,
+        parallelism: int = 2,
+        *,
+        num_retained: int = 1,
+        filesystem: FileSystem | None = None,
+        restore: tuple[str, RestoreMode] | None = None,
+        recover: bool = False,
+    ) -> None:
         self.storage = CheckpointStorage(str(root), job_id, filesystem)
-        self.backends = [factory(compute_key_group_range_for_operator_index(
-            MAXP, parallelism, i), MAXP) for i in range(parallelism)]
+        self.backends = [
+            factory(compute_key_group_range_for_operator_index(MAXP, parallelism, i), MAXP)
+            for i in range(parallelism)
+        ]
         for backend in self.backends:
             backend.get_state(VALUE)
             backend.get_state(LIST)
         if restore is not None:
             self.coordinator = CheckpointCoordinator.restore(
-                self.storage, self.backends, restore[0], restore[1], num_retained=num_retained)
+                self.storage, self.backends, restore[0], restore[1], num_retained=num_retained
+            )
         elif recover:
-            self.coordinator = CheckpointCoordinator.recover(self.storage, self.backends,
-                                                             num_retained=num_retained)
+            self.coordinator = CheckpointCoordinator.recover(
+                self.storage, self.backends, num_retained=num_retained
+            )
         else:
-            self.coordinator = CheckpointCoordinator(self.storage, self.backends,
-                                                     num_retained=num_retained)
+            self.coordinator = CheckpointCoordinator(
+                self.storage, self.backends, num_retained=num_retained
+            )
 
     def put(self, keys: Any, value: Any) -> None:
         for key in keys:
-            backend = next(b for b in self.backends
-                           if assign_to_key_group(key, MAXP) in b.key_group_range)
+            backend = next(
+                b for b in self.backends if assign_to_key_group(key, MAXP) in b.key_group_range
+            )
             backend.set_current_key(key)
             backend.get_state(VALUE).update(value)
             backend.get_state(LIST).add(value)
 
     def contents(self) -> dict[str, dict[Any, Any]]:
         """A deep copy of every state of every subtask, by key."""
-        return copy.deepcopy({name: {k: s for b in self.backends for k, _, s in b.entries(name)}
-                              for name in ("value", "list")})
+        return copy.deepcopy(
+            {
+                name: {k: s for b in self.backends for k, _, s in b.entries(name)}
+                for name in ("value", "list")
+            }
+        )
 
     def checkpoint(self) -> CheckpointMetadata:
-        return self.coordinator.complete_checkpoint(
-            self.coordinator.trigger_checkpoint()).metadata
+        return self.coordinator.complete_checkpoint(self.coordinator.trigger_checkpoint()).metadata
 
     def close(self) -> None:
         self.coordinator.close()
@@ -146,8 +164,9 @@ def restored_contents(factory: Factory, directory: str) -> dict[str, dict[Any, A
 
 
 @BOTH
-def test_a_checkpoint_exists_only_once_its_metadata_is_written(jobs: Any, factory: Factory,
-                                                                tmp_path: Path) -> None:
+def test_a_checkpoint_exists_only_once_its_metadata_is_written(
+    jobs: Any, factory: Factory, tmp_path: Path
+) -> None:
     job = jobs("job", factory)
     job.put(range(20), 1)
     checkpoint_id = job.coordinator.trigger_checkpoint()
@@ -161,8 +180,7 @@ def test_a_checkpoint_exists_only_once_its_metadata_is_written(jobs: Any, factor
     assert restored_contents(factory, directory) == job.contents()
 
 
-def test_metadata_is_written_only_after_every_subtask_finished(jobs: Any,
-                                                               tmp_path: Path) -> None:
+def test_metadata_is_written_only_after_every_subtask_finished(jobs: Any, tmp_path: Path) -> None:
     """complete_checkpoint waits for the slowest subtask before _metadata."""
     go = threading.Event()
 
@@ -173,8 +191,7 @@ def test_metadata_is_written_only_after_every_subtask_finished(jobs: Any,
     job = jobs("job", heap, filesystem=FileSystem(hooks=slow_writes))
     job.put(range(30), 1)
     checkpoint_id = job.coordinator.trigger_checkpoint()
-    completing = threading.Thread(target=job.coordinator.complete_checkpoint,
-                                  args=(checkpoint_id,))
+    completing = threading.Thread(target=job.coordinator.complete_checkpoint, args=(checkpoint_id,))
     completing.start()
     completing.join(0.3)
     assert completing.is_alive()
@@ -214,7 +231,8 @@ class Crash(Exception):
 
 @BOTH
 def test_a_crash_at_any_write_leaves_the_last_completed_checkpoint_restorable(
-        tmp_path: Path, factory: Factory) -> None:
+    tmp_path: Path, factory: Factory
+) -> None:
     """Crash at every file-system operation of checkpoint 2 in turn: recovery
     always restores checkpoint 1 or 2 -- 2 exactly when its _metadata landed --
     and leaves no file no retained checkpoint uses."""
@@ -249,7 +267,7 @@ def test_a_crash_at_any_write_leaves_the_last_completed_checkpoint_restorable(
         return job, first, second, finished
 
     *_, finished = run(tmp_path / "count", 0)
-    total = operation                                # file-system operations of checkpoint 2
+    total = operation  # file-system operations of checkpoint 2
     assert finished and total > 5
     for crash in range(1, total + 1):
         root = tmp_path / f"crash-at-{crash}"
@@ -260,7 +278,8 @@ def test_a_crash_at_any_write_leaves_the_last_completed_checkpoint_restorable(
         assert recovered.contents() == (second if landed else first), crash
         retained = recovered.coordinator.completed_checkpoints
         keep = {str(Path(c.directory) / METADATA_FILE) for c in retained} | {
-            f.path for c in retained for f in c.metadata.files}
+            f.path for c in retained for f in c.metadata.files
+        }
         job_dir = Path(recovered.storage.job_dir)
         on_disk = files_under(job_dir) - {str(job_dir / "_counter")}
         assert on_disk == keep, (crash, sorted(on_disk ^ keep))
@@ -287,14 +306,23 @@ def test_storage_on_an_fsspec_url() -> None:
     backends[0].get_state(VALUE).update(42)
     checkpoint = coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
     coordinator.trigger_savepoint("memory://cowstate-test/savepoints/sp", "canonical")
-    assert storage.filesystem.list_files(root) == sorted([
-        f"{root}/job/_counter", f"{root}/job/chk-1/_metadata",
-        f"{root}/job/chk-1/keyed-state-0-15", f"{root}/savepoints/sp/_metadata",
-        f"{root}/savepoints/sp/keyed-state-0-15"])
+    assert storage.filesystem.list_files(root) == sorted(
+        [
+            f"{root}/job/_counter",
+            f"{root}/job/chk-1/_metadata",
+            f"{root}/job/chk-1/keyed-state-0-15",
+            f"{root}/savepoints/sp/_metadata",
+            f"{root}/savepoints/sp/keyed-state-0-15",
+        ]
+    )
     for directory in (checkpoint.directory, f"{root}/savepoints/sp"):
         target = heap(KeyGroupRange(0, MAXP - 1), MAXP)
-        CheckpointCoordinator.restore(CheckpointStorage(root, f"new-{len(directory)}"),
-                                      [target], directory, RestoreMode.NO_CLAIM)
+        CheckpointCoordinator.restore(
+            CheckpointStorage(root, f"new-{len(directory)}"),
+            [target],
+            directory,
+            RestoreMode.NO_CLAIM,
+        )
         assert [s for _, _, s in target.entries("value")] == [42]
 
 
@@ -307,9 +335,12 @@ def test_missing_and_corrupt_snapshots_are_refused_and_change_nothing(jobs: Any)
     target.put(range(3), "mine")
     before = target.contents()
     with pytest.raises(CheckpointNotFoundError, match="the directory does not exist"):
-        CheckpointCoordinator.restore(CheckpointStorage(str(Path(directory).parent), "x"),
-                                      target.backends, directory + "-missing",
-                                      RestoreMode.CLAIM)
+        CheckpointCoordinator.restore(
+            CheckpointStorage(str(Path(directory).parent), "x"),
+            target.backends,
+            directory + "-missing",
+            RestoreMode.CLAIM,
+        )
     Path(directory, METADATA_FILE).write_text('{"not": "metadata"}')
     with pytest.raises(CorruptCheckpointError, match="expected a valid _metadata document"):
         read_metadata(FileSystem(), directory)
@@ -319,7 +350,7 @@ def test_missing_and_corrupt_snapshots_are_refused_and_change_nothing(jobs: Any)
     metadata = job.checkpoint()
     directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
     data_file = Path(metadata.files[0].path)
-    data_file.write_bytes(data_file.read_bytes()[:-10])              # truncated
+    data_file.write_bytes(data_file.read_bytes()[:-10])  # truncated
     for backend in target.backends:
         with pytest.raises(CorruptCheckpointError, match="bytes with CRC32"):
             backend.restore_from(metadata.subtasks, SnapshotSource(FileSystem(), directory))
@@ -356,34 +387,43 @@ def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(jobs: A
     job.put(range(200), "a")
     first = job.checkpoint()
     job.put(range(10), "b")
-    pending = job.coordinator.trigger_checkpoint()           # uploaded, never confirmed
+    pending = job.coordinator.trigger_checkpoint()  # uploaded, never confirmed
     job.coordinator.acknowledge(pending)
-    pending_uploads = {f.path for h in job.coordinator._pending[pending].acknowledged.values()
-                       for f in h.shared_files} - shared(first)
+    pending_uploads = {
+        f.path
+        for h in job.coordinator._pending[pending].acknowledged.values()
+        for f in h.shared_files
+    } - shared(first)
     assert pending_uploads
     job.put(range(10, 20), "c")
-    third = job.checkpoint()                                 # completes, aborting `pending`
+    third = job.checkpoint()  # completes, aborting `pending`
     assert not shared(third) & pending_uploads
-    assert shared(third) & shared(first)                     # still incremental on `first`
+    assert shared(third) & shared(first)  # still incremental on `first`
     assert not any(Path(p).exists() for p in pending_uploads)
     job.put(range(20, 30), "d")
     aborted = job.coordinator.trigger_checkpoint()
     job.coordinator.acknowledge(aborted)
-    aborted_uploads = {f.path for h in job.coordinator._pending[aborted].acknowledged.values()
-                       for f in h.shared_files} - shared(third)
+    aborted_uploads = {
+        f.path
+        for h in job.coordinator._pending[aborted].acknowledged.values()
+        for f in h.shared_files
+    } - shared(third)
     job.coordinator.abort_checkpoint(aborted)
     fourth = job.checkpoint()
     # Whatever the fourth reuses is the third's (compaction may have rewritten
     # the rest, which it then uploads anew), never an aborted upload.
     earlier = shared(first) | shared(third) | pending_uploads | aborted_uploads
     assert shared(fourth) & earlier <= shared(third)
-    assert restored_contents(rocksdb, job.storage.checkpoint_dir(fourth.checkpoint_id)
-                             ) == job.contents()
+    assert (
+        restored_contents(rocksdb, job.storage.checkpoint_dir(fourth.checkpoint_id))
+        == job.contents()
+    )
 
 
 @pytest.mark.parametrize("savepoint_format", ["native", "canonical"])
 def test_rule_2_a_savepoint_never_changes_the_incremental_base(
-        jobs: Any, tmp_path: Path, savepoint_format: str) -> None:
+    jobs: Any, tmp_path: Path, savepoint_format: str
+) -> None:
     """RocksIncrementalSnapshotStrategyTest: checkpoint 1 confirmed, a savepoint,
     checkpoint 3 is still incremental and reuses what it would have without it."""
     with_savepoint = jobs("a", rocksdb, parallelism=1)
@@ -397,10 +437,12 @@ def test_rule_2_a_savepoint_never_changes_the_incremental_base(
     after = with_savepoint.checkpoint()
     plain = without.checkpoint()
     reused = {f.local_name for f in after.files if f.scope == "shared"} & {
-        f.local_name for f in with_savepoint.coordinator.completed_checkpoints[0].metadata.files}
+        f.local_name for f in with_savepoint.coordinator.completed_checkpoints[0].metadata.files
+    }
     assert reused
     assert {f.local_name for f in after.files if f.scope == "shared"} == {
-        f.local_name for f in plain.files if f.scope == "shared"}
+        f.local_name for f in plain.files if f.scope == "shared"
+    }
     handle = after.subtasks[0]
     assert handle.checkpointed_size < handle.full_size
     assert not any(str(tmp_path / "sp") in f.path for f in after.files)
@@ -415,29 +457,32 @@ def test_rule_3_unknown_older_and_aborted_notices(tmp_path: Path) -> None:
         def checkpoint(checkpoint_id: int) -> Any:
             backend.set_current_key(checkpoint_id)
             backend.get_state(VALUE).update(checkpoint_id)
-            location = SnapshotLocation(filesystem, str(tmp_path / f"chk-{checkpoint_id}"),
-                                        str(tmp_path / "shared"), relative=False)
+            location = SnapshotLocation(
+                filesystem,
+                str(tmp_path / f"chk-{checkpoint_id}"),
+                str(tmp_path / "shared"),
+                relative=False,
+            )
             return backend.snapshot_to(checkpoint_id, location, SnapshotOptions()).result()
 
         checkpoint(1)
         backend.notify_checkpoint_complete(1)
         checkpoint(2)
-        backend.notify_checkpoint_complete(7)              # a savepoint's id: unknown
+        backend.notify_checkpoint_complete(7)  # a savepoint's id: unknown
         assert backend.last_completed_checkpoint_id == 1
         backend.notify_checkpoint_complete(2)
-        backend.notify_checkpoint_complete(1)              # older: ignored
+        backend.notify_checkpoint_complete(1)  # older: ignored
         assert backend.last_completed_checkpoint_id == 2
         checkpoint(3)
         backend.notify_checkpoint_aborted(3)
         assert 3 not in backend.recorded_checkpoints
-        backend.notify_checkpoint_complete(3)              # its record is gone: ignored
+        backend.notify_checkpoint_complete(3)  # its record is gone: ignored
         assert backend.last_completed_checkpoint_id == 2
     finally:
         backend.close()
 
 
-def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any,
-                                                                 tmp_path: Path) -> None:
+def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any, tmp_path: Path) -> None:
     job = jobs("job", rocksdb, parallelism=1)
     job.put(range(300), "a")
     first = job.checkpoint()
@@ -445,7 +490,7 @@ def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any,
     job.put(range(50), "b")
     checkpoint_id = job.coordinator.trigger_checkpoint()
     job.coordinator.acknowledge(checkpoint_id)
-    assert files_under(tmp_path / "root") > before           # it uploaded something
+    assert files_under(tmp_path / "root") > before  # it uploaded something
     job.coordinator.abort_checkpoint(checkpoint_id)
     assert files_under(tmp_path / "root") == before
     assert restored_contents(rocksdb, job.storage.checkpoint_dir(first.checkpoint_id))
@@ -465,11 +510,13 @@ def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any,
     with pytest.raises(CheckpointError, match="OSError: disk full"):
         failing.checkpoint()
     assert files_under(tmp_path / "root") == root_before | {
-        str(Path(failing.storage.job_dir) / "_counter")}
+        str(Path(failing.storage.job_dir) / "_counter")
+    }
 
 
-def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(jobs: Any,
-                                                                  tmp_path: Path) -> None:
+def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(
+    jobs: Any, tmp_path: Path
+) -> None:
     job = jobs("job", rocksdb, parallelism=1, num_retained=2)
     metadata = []
     for round_ in range(5):
@@ -479,22 +526,26 @@ def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(jobs: Any,
         after = files_under(tmp_path / "root")
         if round_ >= 2:
             subsumed = metadata[round_ - 2]
-            retained = metadata[round_ - 1:]
+            retained = metadata[round_ - 1 :]
             used = set().union(*(shared(m) for m in retained))
             exclusive = {f.path for f in subsumed.files if f.scope == "exclusive"} | {
-                str(Path(job.storage.checkpoint_dir(subsumed.checkpoint_id)) / METADATA_FILE)}
+                str(Path(job.storage.checkpoint_dir(subsumed.checkpoint_id)) / METADATA_FILE)
+            }
             expected_deleted = (shared(subsumed) - used) | exclusive
             new = {f.path for f in metadata[round_].files} | {
-                str(Path(job.storage.checkpoint_dir(metadata[round_].checkpoint_id))
-                    / METADATA_FILE)}
+                str(
+                    Path(job.storage.checkpoint_dir(metadata[round_].checkpoint_id)) / METADATA_FILE
+                )
+            }
             assert before - after == expected_deleted
             assert after - before == new - before
             assert all(Path(p).exists() for m in retained for p in shared(m))
 
 
 @BOTH
-def test_rule_6_savepoints_and_checkpoints_never_break_each_other(jobs: Any, factory: Factory,
-                                                                  tmp_path: Path) -> None:
+def test_rule_6_savepoints_and_checkpoints_never_break_each_other(
+    jobs: Any, factory: Factory, tmp_path: Path
+) -> None:
     job = jobs("job", factory)
     job.put(range(100), "a")
     job.checkpoint()
@@ -502,7 +553,7 @@ def test_rule_6_savepoints_and_checkpoints_never_break_each_other(jobs: Any, fac
     job.coordinator.trigger_savepoint(sp, "native")
     moment = job.contents()
     sp_files = files_under(Path(sp))
-    for round_ in range(3):                                  # subsume past the savepoint
+    for round_ in range(3):  # subsume past the savepoint
         job.put(range(round_ * 10, round_ * 10 + 30), round_)
         job.checkpoint()
     assert files_under(Path(sp)) == sp_files
@@ -514,8 +565,9 @@ def test_rule_6_savepoints_and_checkpoints_never_break_each_other(jobs: Any, fac
 
 
 @BOTH
-def test_rule_7_claim_owns_and_subsumes_the_restored_snapshot(jobs: Any, factory: Factory,
-                                                              tmp_path: Path) -> None:
+def test_rule_7_claim_owns_and_subsumes_the_restored_snapshot(
+    jobs: Any, factory: Factory, tmp_path: Path
+) -> None:
     old = jobs("old", factory)
     old.put(range(100), "a")
     old.checkpoint()
@@ -528,20 +580,25 @@ def test_rule_7_claim_owns_and_subsumes_the_restored_snapshot(jobs: Any, factory
     assert [c.directory for c in new.coordinator.completed_checkpoints] == [source.directory]
     new.put(range(10), "b")
     new.checkpoint()
-    assert not Path(source.directory).exists()              # subsumed and deleted
-    assert not any(Path(p).exists() for p in shared(source.metadata)
-                   if p not in shared(new.coordinator.completed_checkpoints[0].metadata))
+    assert not Path(source.directory).exists()  # subsumed and deleted
+    assert not any(
+        Path(p).exists()
+        for p in shared(source.metadata)
+        if p not in shared(new.coordinator.completed_checkpoints[0].metadata)
+    )
 
 
-def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(jobs: Any,
-                                                                    tmp_path: Path) -> None:
+def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(
+    jobs: Any, tmp_path: Path
+) -> None:
     old = jobs("old", rocksdb, parallelism=1)
     old.put(range(300), "a")
     old.checkpoint()
     source = old.coordinator.latest_checkpoint
     assert source is not None
-    source_files = files_under(Path(source.directory)) | {Path(p).as_posix()
-                                                          for p in shared(source.metadata)}
+    source_files = files_under(Path(source.directory)) | {
+        Path(p).as_posix() for p in shared(source.metadata)
+    }
     old.close()
     writes = 0
 
@@ -552,11 +609,16 @@ def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(jobs: Any,
             if writes == 2:
                 raise OSError("injected")
 
-    new = jobs("new", rocksdb, parallelism=1, restore=(source.directory, RestoreMode.NO_CLAIM),
-               filesystem=FileSystem(hooks=fail_once))
+    new = jobs(
+        "new",
+        rocksdb,
+        parallelism=1,
+        restore=(source.directory, RestoreMode.NO_CLAIM),
+        filesystem=FileSystem(hooks=fail_once),
+    )
     assert new.coordinator.force_full
     with pytest.raises(CheckpointError, match="injected"):
-        new.checkpoint()                                     # a failed one: still full next
+        new.checkpoint()  # a failed one: still full next
     assert new.coordinator.force_full
     for round_ in range(3):
         new.put(range(round_ * 5, round_ * 5 + 5), round_)
@@ -568,7 +630,7 @@ def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(jobs: Any,
             assert not new.coordinator.force_full
         else:
             assert handle.checkpointed_size < handle.full_size
-    assert all(Path(p).exists() for p in source_files)       # never deleted
+    assert all(Path(p).exists() for p in source_files)  # never deleted
 
 
 def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(jobs: Any) -> None:
@@ -582,9 +644,9 @@ def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(jobs: Any
     new.put(range(5), "b")
     first = new.checkpoint()
     reused = shared(first) & shared(source.metadata)
-    assert reused                                            # incremental on the restored files
+    assert reused  # incremental on the restored files
     assert set(first.disowned) == reused
-    for round_ in range(4):                                  # subsume it several times over
+    for round_ in range(4):  # subsume it several times over
         new.put(range(round_ * 50, round_ * 50 + 100), round_)
         new.checkpoint()
     assert all(Path(p).exists() for p in shared(source.metadata))
@@ -594,26 +656,37 @@ def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(jobs: Any
 # ------------------------------------------------------------ formats, inspect
 
 
-@pytest.mark.parametrize(("source_factory", "target_factory"),
-                         [(heap, rocksdb), (rocksdb, heap)], ids=["heap-to-rocksdb",
-                                                                  "rocksdb-to-heap"])
+@pytest.mark.parametrize(
+    ("source_factory", "target_factory"),
+    [(heap, rocksdb), (rocksdb, heap)],
+    ids=["heap-to-rocksdb", "rocksdb-to-heap"],
+)
 def test_canonical_savepoints_switch_backends_and_native_ones_are_refused(
-        jobs: Any, tmp_path: Path, source_factory: Factory, target_factory: Factory) -> None:
+    jobs: Any, tmp_path: Path, source_factory: Factory, target_factory: Factory
+) -> None:
     old = jobs("old", source_factory, parallelism=2)
     old.put(range(150), "a")
     canonical, native = str(tmp_path / "canonical"), str(tmp_path / "native")
     old.coordinator.trigger_savepoint(canonical, "canonical")
     old.coordinator.trigger_savepoint(native, "native")
     for parallelism in (1, 3):
-        new = jobs(f"new-{parallelism}", target_factory, parallelism=parallelism,
-                   restore=(canonical, RestoreMode.NO_CLAIM))
+        new = jobs(
+            f"new-{parallelism}",
+            target_factory,
+            parallelism=parallelism,
+            restore=(canonical, RestoreMode.NO_CLAIM),
+        )
         assert new.contents() == old.contents()
     target = jobs("refusing", target_factory, parallelism=1)
     target.put(range(3), "mine")
     before = target.contents()
     with pytest.raises(IncompatibleSnapshotError, match="canonical savepoint"):
-        CheckpointCoordinator.restore(CheckpointStorage(str(tmp_path / "root"), "other"),
-                                      target.backends, native, RestoreMode.NO_CLAIM)
+        CheckpointCoordinator.restore(
+            CheckpointStorage(str(tmp_path / "root"), "other"),
+            target.backends,
+            native,
+            RestoreMode.NO_CLAIM,
+        )
     assert target.contents() == before
 
 
@@ -670,19 +743,25 @@ def test_recovery_finishes_subsuming_a_claimed_snapshot(tmp_path: Path, factory:
             crashed = True
             raise Crash(path)
 
-    new = Job(tmp_path / "root", "new", factory, restore=(source.directory, RestoreMode.CLAIM),
-              filesystem=FileSystem(hooks=crash_at_its_deletion))
+    new = Job(
+        tmp_path / "root",
+        "new",
+        factory,
+        restore=(source.directory, RestoreMode.CLAIM),
+        filesystem=FileSystem(hooks=crash_at_its_deletion),
+    )
     new.put(range(10), "b")
     moment = new.contents()
     with pytest.raises(Exception) as error:
         new.checkpoint()
     assert any(isinstance(e, Crash) for e in _chain(error.value))
-    assert Path(source.directory, METADATA_FILE).exists()   # the crash kept it
+    assert Path(source.directory, METADATA_FILE).exists()  # the crash kept it
     for backend in new.backends:
         backend.close()
     recovered = Job(tmp_path / "root", "new", factory, recover=True)
     assert not Path(source.directory).exists()
     assert [c.directory for c in recovered.coordinator.completed_checkpoints] == [
-        recovered.storage.checkpoint_dir(2)]
+        recovered.storage.checkpoint_dir(2)
+    ]
     assert recovered.contents() == moment
     recovered.close()

@@ -16,14 +16,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_operations_cli_needs_nothing_of_the_spec() -> None:
-    code = ("import sys, cowstate.cli; "
-            "sys.exit(any(m.startswith(('cowstate_spec', 'hypothesis')) for m in sys.modules))")
+    code = (
+        "import sys, cowstate.cli; "
+        "sys.exit(any(m.startswith(('cowstate_spec', 'hypothesis')) for m in sys.modules))"
+    )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
 
 
-def test_inspect_of_a_directory_without_metadata_exits_2(tmp_path: Path,
-                                                         capsys: pytest.CaptureFixture[str]
-                                                         ) -> None:
+def test_inspect_of_a_directory_without_metadata_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert main(["savepoint", "inspect", str(tmp_path)]) == 2
     assert "cowstate savepoint inspect:" in capsys.readouterr().err
 
@@ -41,7 +43,12 @@ def test_a_missing_extra_is_named() -> None:
     assert MissingExtraFinder().find_spec("json") is None
     # A process without site-packages: the spec's Hypothesis modules say what to install.
     env = {**os.environ, "PYTHONPATH": str(ROOT / "spec")}
-    result = subprocess.run([sys.executable, "-S", "-c", "import cowstate_spec.profiles"],
-                            capture_output=True, text=True, env=env, check=False)
+    result = subprocess.run(
+        [sys.executable, "-S", "-c", "import cowstate_spec.profiles"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
     assert result.returncode != 0
     assert "pip install 'cowstate[dev]'" in result.stderr

@@ -37,8 +37,13 @@ def entry(m: Map, key: Any, namespace: Any = NS) -> Any:
     view = I(m)
     h = composite_hash(key, namespace)
     tables = [view._primary] if view._rehash is None else [view._primary, view._rehash]
-    found = [e for table in tables for head in table for e in chain(head)
-             if e.hash == h and e.key == key and e.namespace == namespace]
+    found = [
+        e
+        for table in tables
+        for head in table
+        for e in chain(head)
+        if e.hash == h and e.key == key and e.namespace == namespace
+    ]
     assert len(found) == 1, found
     return found[0]
 
@@ -48,7 +53,7 @@ def test_transform_gets_a_state_put_after_the_snapshot_as_it_is() -> None:
     m.put(1, NS, [1])
     snap = m.snapshot()
     fresh = [2]
-    m.put(1, NS, fresh)                          # state_version == H: no snapshot holds it
+    m.put(1, NS, fresh)  # state_version == H: no snapshot holds it
     seen: list[Any] = []
     m.transform(1, NS, 3, lambda old, v: seen.append(old) or [*old, v])
     assert seen[0] is fresh
@@ -70,7 +75,7 @@ def test_removing_behind_a_new_predecessor_does_not_copy_it() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=8)
     snap = m.snapshot()
     m.put(HashKey("a", 3), NS, 1)
-    m.put(HashKey("b", 3), NS, 2)                # head of bucket 3, made after the snapshot
+    m.put(HashKey("b", 3), NS, 2)  # head of bucket 3, made after the snapshot
     head = I(m)._primary[3]
     m.remove(HashKey("a", 3), NS)
     assert I(m)._primary[3] is head and head is not None and head.next is None
@@ -79,13 +84,13 @@ def test_removing_behind_a_new_predecessor_does_not_copy_it() -> None:
 
 def test_chain_copy_stops_at_entries_made_after_the_snapshot() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=8)
-    m.put(HashKey("x", 5), NS, [0])              # shared with the snapshot
+    m.put(HashKey("x", 5), NS, [0])  # shared with the snapshot
     snap = m.snapshot()
-    m.put(HashKey("y", 5), NS, [1])              # new
-    m.put(HashKey("z", 5), NS, [2])              # new: chain z -> y -> x
-    z, y = I(m)._primary[5], I(m)._primary[5].next     # type: ignore[union-attr]
-    m.put(HashKey("x", 5), NS, [3])              # rule E copies x only
-    assert I(m)._primary[5] is z and z.next is y    # type: ignore[union-attr]
+    m.put(HashKey("y", 5), NS, [1])  # new
+    m.put(HashKey("z", 5), NS, [2])  # new: chain z -> y -> x
+    z, y = I(m)._primary[5], I(m)._primary[5].next  # type: ignore[union-attr]
+    m.put(HashKey("x", 5), NS, [3])  # rule E copies x only
+    assert I(m)._primary[5] is z and z.next is y  # type: ignore[union-attr]
     assert y.next is not None and y.next.state == [3]
     assert [e.state for e in snap] == [[0]]
     snap.release()
@@ -94,10 +99,10 @@ def test_chain_copy_stops_at_entries_made_after_the_snapshot() -> None:
 def test_rehash_moves_entries_made_after_the_snapshot_without_copying() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=4)
     snap = m.snapshot()
-    for i in range(5):                           # the 5th insert starts the rehash
+    for i in range(5):  # the 5th insert starts the rehash
         m.put(value_key(i), NS, [i])
     before = {i: entry(m, value_key(i)) for i in range(5)}
-    m.contains_key(value_key(0), NS)             # a rehash step moves them
+    m.contains_key(value_key(0), NS)  # a rehash step moves them
     assert I(m)._rehash is None or I(m)._rehash_index > 0
     assert all(entry(m, value_key(i)) is before[i] for i in range(5))
     snap.release()
@@ -128,11 +133,11 @@ def test_removing_during_iteration_is_detected_after_one_insert() -> None:
 
 def test_every_rehash_step_during_iteration_is_detected() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=8)
-    for i in range(8):                           # the 8th insert starts the rehash
+    for i in range(8):  # the 8th insert starts the rehash
         m.put(value_key(i), NS, i)
-    m.get(value_key(0), NS)                      # first step
+    m.get(value_key(0), NS)  # first step
     it = iter(m)
-    m.get(value_key(1), NS)                      # second step (finishes the rehash)
+    m.get(value_key(1), NS)  # second step (finishes the rehash)
     with pytest.raises(ConcurrentModificationError):
         list(it)
 
@@ -146,7 +151,7 @@ def test_initial_capacity_zero_gives_the_minimum() -> None:
 
 def test_put_reports_whether_it_inserted() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=4)
-    assert [m.put(k, NS, k) for k in range(6)] == [True] * 6      # through a rehash start
+    assert [m.put(k, NS, k) for k in range(6)] == [True] * 6  # through a rehash start
     assert m.put(3, NS, 30) is False and m.get(3, NS) == 30
     with m.snapshot():
         assert m.put(3, NS, 31) is False and m.put(9, NS, 9) is True

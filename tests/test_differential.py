@@ -33,20 +33,24 @@ def test_every_preset_round_trips_through_json_and_yaml(name: str, tmp_path: Pat
         assert WorkloadSpec.load(path) == spec
 
 
-@pytest.mark.parametrize("field, value, fragment", [
-    ("workloads", 0, "greater than or equal to 1"),
-    ("mix", {"put": -1.0}, "weights >= 0"),
-    ("mix", {"frobnicate": 1.0}, "operations among"),
-    ("mix", {"snapshot": 1.0}, "at least one map operation"),
-    ("key_distribution", "gaussian", "'uniform', 'zipf' or 'hot-set'"),
-    ("collision_share", 1.5, "less than or equal to 1"),
-    ("implementations", ["no-such-map"], "no-such-map"),
-    ("release_order", "sideways", "'fifo', 'lifo' or 'random'"),
-    ("state_kinds", [], "at least 1 item"),
-    ("surprise", 1, "Extra inputs are not permitted"),
-])
-def test_invalid_specs_are_rejected_with_field_messages(field: str, value: Any,
-                                                         fragment: str) -> None:
+@pytest.mark.parametrize(
+    "field, value, fragment",
+    [
+        ("workloads", 0, "greater than or equal to 1"),
+        ("mix", {"put": -1.0}, "weights >= 0"),
+        ("mix", {"frobnicate": 1.0}, "operations among"),
+        ("mix", {"snapshot": 1.0}, "at least one map operation"),
+        ("key_distribution", "gaussian", "'uniform', 'zipf' or 'hot-set'"),
+        ("collision_share", 1.5, "less than or equal to 1"),
+        ("implementations", ["no-such-map"], "no-such-map"),
+        ("release_order", "sideways", "'fifo', 'lifo' or 'random'"),
+        ("state_kinds", [], "at least 1 item"),
+        ("surprise", 1, "Extra inputs are not permitted"),
+    ],
+)
+def test_invalid_specs_are_rejected_with_field_messages(
+    field: str, value: Any, fragment: str
+) -> None:
     with pytest.raises(ValidationError) as excinfo:
         WorkloadSpec.model_validate({field: value})
     assert field in str(excinfo.value)
@@ -62,11 +66,18 @@ def test_hot_set_must_fit_in_the_key_domain() -> None:
 
 
 def test_generation_is_identical_across_hash_seeds() -> None:
-    code = ("from cowstate_spec.workloads import preset, operations;"
-            "print(repr(operations(preset('collisions'), 5)))")
+    code = (
+        "from cowstate_spec.workloads import preset, operations;"
+        "print(repr(operations(preset('collisions'), 5)))"
+    )
     outputs = {
-        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONHASHSEED": seed}).stdout
+        subprocess.run(
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        ).stdout
         for seed in ("0", "1", "12345")
     }
     assert len(outputs) == 1
@@ -81,23 +92,32 @@ def test_same_index_same_operations_other_index_other_operations() -> None:
 
 
 def test_generator_respects_open_snapshot_limit_and_release_order() -> None:
-    spec = WorkloadSpec(max_open_snapshots=2, release_order="lifo", operations_per_workload=3000,
-                        mix={"put": 1, "snapshot": 5, "release": 1})
+    spec = WorkloadSpec(
+        max_open_snapshots=2,
+        release_order="lifo",
+        operations_per_workload=3000,
+        mix={"put": 1, "snapshot": 5, "release": 1},
+    )
     open_count = 0
     for op in operations(spec, 0):
         if op[0] == "snapshot":
             open_count += 1
             assert open_count <= 2
         elif op[0] == "release":
-            assert op[1] == open_count - 1       # lifo: the newest
+            assert op[1] == open_count - 1  # lifo: the newest
             open_count -= 1
     fifo = spec.model_copy(update={"release_order": "fifo"})
     assert all(op[1] == 0 for op in operations(fifo, 0) if op[0] == "release")
 
 
 def test_zipf_keys_are_skewed_and_collisions_are_hash_keys() -> None:
-    spec = WorkloadSpec(key_distribution="zipf", zipf_exponent=1.5, key_domain=1000,
-                        collision_share=0.0, operations_per_workload=4000)
+    spec = WorkloadSpec(
+        key_distribution="zipf",
+        zipf_exponent=1.5,
+        key_domain=1000,
+        collision_share=0.0,
+        operations_per_workload=4000,
+    )
     keys = [op[1] for op in operations(spec, 0) if op[0] == "put"]
     top = max(set(keys), key=keys.count)
     assert keys.count(top) > len(keys) * 0.1
@@ -122,9 +142,16 @@ def test_real_implementations_never_diverge(implementation: Implementation) -> N
         assert sum(result.operation_counts.values()) == result.applied
 
 
-@pytest.mark.parametrize("bug", ["get-skips-state-copy", "remove-relinks-shared-predecessor",
-                                 "rehash-relinks-shared-entries",
-                                 "put-and-get-old-returns-shared-state", "never-grows"])
+@pytest.mark.parametrize(
+    "bug",
+    [
+        "get-skips-state-copy",
+        "remove-relinks-shared-predecessor",
+        "rehash-relinks-shared-entries",
+        "put-and-get-old-returns-shared-state",
+        "never-grows",
+    ],
+)
 def test_broken_implementations_diverge(bug: str) -> None:
     result = run_workload(by_name(f"bad-{bug}"), operations(SMALL, 1), check_every=50)
     assert result.diverged
@@ -175,19 +202,21 @@ def test_minimizer_shrinks_to_a_short_locally_minimal_diverging_list(tmp_path: P
     minimal = minimize(bad, ops)
     assert 0 < len(minimal) <= 15
     assert run_workload(bad, minimal, check_every=1).diverged
-    for i in range(len(minimal)):                      # 1-minimal
-        assert not run_workload(bad, minimal[:i] + minimal[i + 1:], check_every=1).diverged
+    for i in range(len(minimal)):  # 1-minimal
+        assert not run_workload(bad, minimal[:i] + minimal[i + 1 :], check_every=1).diverged
     assert not run_workload(by_name("cow-map"), minimal, check_every=1).diverged
 
     result = run_workload(bad, minimal, check_every=1, seed="s")
-    trace, test = write_trace(tmp_path / "traces", tmp_path / "regressions", bad, minimal,
-                              result)
+    trace, test = write_trace(tmp_path / "traces", tmp_path / "regressions", bad, minimal, result)
     name, replayed, capacity = load_trace(trace)
     assert (name, replayed, capacity) == (bad.name, minimal, None)
     assert test is not None
-    outcome = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                              str(test)], capture_output=True, text=True)
-    assert outcome.returncode == 1 and "1 failed" in outcome.stdout   # the bug is still there
+    outcome = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)],
+        capture_output=True,
+        text=True,
+    )
+    assert outcome.returncode == 1 and "1 failed" in outcome.stdout  # the bug is still there
 
 
 def test_minimizer_refuses_a_workload_that_agrees() -> None:

@@ -53,44 +53,55 @@ def failing(old: Any, value: Any) -> Any:
 def test_none_state_messages() -> None:
     m: Map = CopyOnWriteStateMap()
     assert message(NoneStateError, lambda: m.put(1, "ns", None)) == (
-        "expected a state for put(1, 'ns'), got None; None means absent, use remove() to unmap")
+        "expected a state for put(1, 'ns'), got None; None means absent, use remove() to unmap"
+    )
     assert message(NoneStateError, lambda: m.put_and_get_old(1, "ns", None)) == (
         "expected a state for put_and_get_old(1, 'ns'), got None; None means absent, "
-        "use remove() to unmap")
+        "use remove() to unmap"
+    )
     assert message(NoneStateError, lambda: m.transform(1, "ns", 0, lambda o, v: None)) == (
         "expected the transform function to return a state, got None for (1, 'ns'); "
-        "the mapping is unchanged")
+        "the mapping is unchanged"
+    )
 
 
 def test_unhashable_messages() -> None:
     m: Map = CopyOnWriteStateMap()
     assert message(UnhashableKeyError, lambda: m.get([1], "ns")) == (
-        "expected a hashable key, got list [1]")
+        "expected a hashable key, got list [1]"
+    )
     assert message(UnhashableKeyError, lambda: m.put(1, {}, 1)) == (
-        "expected a hashable namespace, got dict {}")
+        "expected a hashable namespace, got dict {}"
+    )
 
 
 def test_argument_messages() -> None:
     assert message(InvalidArgumentError, lambda: CopyOnWriteStateMap(initial_capacity="x")) == (
-        "expected an int initial_capacity, got str 'x'")
+        "expected an int initial_capacity, got str 'x'"
+    )
     assert message(InvalidArgumentError, lambda: CopyOnWriteStateMap(initial_capacity=-1)) == (
-        "expected initial_capacity >= 0, got -1")
+        "expected initial_capacity >= 0, got -1"
+    )
     assert message(InvalidArgumentError, lambda: CopyOnWriteStateMap(serializer=3)) == (
-        "expected a serializer with copy/serialize/deserialize, got int")
+        "expected a serializer with copy/serialize/deserialize, got int"
+    )
     m: Map = CopyOnWriteStateMap()
     assert message(InvalidArgumentError, lambda: (1,) in m) == (
-        "expected a (key, namespace) tuple, got tuple (1,)")
+        "expected a (key, namespace) tuple, got tuple (1,)"
+    )
 
 
 def test_transform_function_messages() -> None:
     m: Map = CopyOnWriteStateMap()
     assert message(TransformFunctionError, lambda: m.transform(1, "ns", 0, failing)) == (
         "expected transform function 'failing' to return a state, got ValueError: boom; "
-        "(1, 'ns') is unchanged")
+        "(1, 'ns') is unchanged"
+    )
     nameless = functools.partial(failing)
     assert message(TransformFunctionError, lambda: m.transform(1, "ns", 0, nameless)) == (
         f"expected transform function {nameless!r} to return a state, got ValueError: boom; "
-        "(1, 'ns') is unchanged")
+        "(1, 'ns') is unchanged"
+    )
 
 
 def test_snapshot_messages() -> None:
@@ -98,18 +109,23 @@ def test_snapshot_messages() -> None:
     other: Map = CopyOnWriteStateMap()
     foreign = other.snapshot()
     assert message(ForeignSnapshotError, lambda: m.release(foreign)) == (
-        "expected a snapshot taken from this map, got one of another map (version 1)")
+        "expected a snapshot taken from this map, got one of another map (version 1)"
+    )
     assert message(ForeignSnapshotError, lambda: m.release(3)) == (  # type: ignore[arg-type]
-        "expected a snapshot taken from this map, got int")
+        "expected a snapshot taken from this map, got int"
+    )
     snap = m.snapshot()
     snap.release()
     assert message(SnapshotReleasedError, snap.release) == (
-        "expected an open snapshot, got snapshot version 1 which was already released")
+        "expected an open snapshot, got snapshot version 1 which was already released"
+    )
     assert message(SnapshotReleasedError, lambda: len(snap)) == (
-        "expected an open snapshot, got snapshot version 1 which was released")
+        "expected an open snapshot, got snapshot version 1 which was released"
+    )
     kept = m.snapshot()
     assert message(SnapshotReleasedError, lambda: m._release_version(9)) == (
-        "expected an open snapshot version of this map [2], got 9")
+        "expected an open snapshot version of this map [2], got 9"
+    )
     kept.release()
     foreign.release()
 
@@ -121,7 +137,8 @@ def test_iteration_message() -> None:
     m.put(2, "ns", 2)
     assert message(ConcurrentModificationError, lambda: list(it)) == (
         "expected no mapping added or removed and no rehash step while iterating the map; "
-        "collect what you need first, e.g. list(m.keys(ns))")
+        "collect what you need first, e.g. list(m.keys(ns))"
+    )
 
 
 def test_version_overflow_message_and_nothing_changes() -> None:
@@ -129,7 +146,8 @@ def test_version_overflow_message_and_nothing_changes() -> None:
     m._version = MAX_VERSION
     assert message(VersionOverflowError, m.snapshot) == (
         f"expected fewer than {MAX_VERSION} snapshots of one map, the next would be version "
-        f"{MAX_VERSION + 1}; restart with a fresh map")
+        f"{MAX_VERSION + 1}; restart with a fresh map"
+    )
     assert m._version == MAX_VERSION and not m._open_versions and m._highest_required == 0
 
 
@@ -139,14 +157,15 @@ def test_maximum_capacity_is_a_documented_cap(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(state_map, "MAXIMUM_CAPACITY", 8)
     m: Map = CopyOnWriteStateMap(initial_capacity=8)
     assert message(MaximumCapacityError, m._double_capacity) == (
-        f"expected at most {2 ** 31 - 9} entries at the maximum capacity 8, got 0")
+        f"expected at most {2**31 - 9} entries at the maximum capacity 8, got 0"
+    )
     assert m._rehash is None and len(m._primary) == 8
 
 
 def test_reprs() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=4)
     assert repr(m) == "<CopyOnWriteStateMap size=0 capacity=4 version=0 open=[]>"
-    for i in range(5):                           # the 5th insert starts the rehash to 8
+    for i in range(5):  # the 5th insert starts the rehash to 8
         m.put(i, "ns", i)
     snap = m.snapshot()
     assert repr(m) == "<CopyOnWriteStateMap size=5 capacity=4 rehashing version=1 open=[1]>"
@@ -162,18 +181,34 @@ def test_reprs() -> None:
 def test_describe_reports_every_field() -> None:
     m: Map = CopyOnWriteStateMap(initial_capacity=4)
     assert describe(m) == MapInternals(
-        capacity=4, rehash_capacity=0, is_rehashing=False, rehash_index=0, primary_size=0,
-        rehash_size=0, threshold=3, version=0, highest_required_version=0,
-        open_versions=frozenset())
+        capacity=4,
+        rehash_capacity=0,
+        is_rehashing=False,
+        rehash_index=0,
+        primary_size=0,
+        rehash_size=0,
+        threshold=3,
+        version=0,
+        highest_required_version=0,
+        open_versions=frozenset(),
+    )
     m = CopyOnWriteStateMap(initial_capacity=8)
-    for i in range(8):                           # the 8th insert starts the rehash to 16
+    for i in range(8):  # the 8th insert starts the rehash to 16
         m.put(value_key(i), 0, i)
-    m.get(value_key(0), 0)                       # one step: buckets 0-3, four entries
+    m.get(value_key(0), 0)  # one step: buckets 0-3, four entries
     snap = m.snapshot()
     assert describe(m) == MapInternals(
-        capacity=8, rehash_capacity=16, is_rehashing=True, rehash_index=4, primary_size=4,
-        rehash_size=4, threshold=12, version=1, highest_required_version=1,
-        open_versions=frozenset({1}))
+        capacity=8,
+        rehash_capacity=16,
+        is_rehashing=True,
+        rehash_index=4,
+        primary_size=4,
+        rehash_size=4,
+        threshold=12,
+        version=1,
+        highest_required_version=1,
+        open_versions=frozenset({1}),
+    )
     snap.release()
 
 
@@ -211,7 +246,8 @@ class FlakyHash:
 def test_unhashable_message_when_the_hash_fails_only_once() -> None:
     m: Map = CopyOnWriteStateMap()
     assert message(UnhashableKeyError, lambda: m.get(FlakyHash(), "ns")) == (
-        "expected a hashable key and namespace, got FlakyHash() and 'ns'")
+        "expected a hashable key and namespace, got FlakyHash() and 'ns'"
+    )
     assert len(m) == 0
 
 
@@ -223,4 +259,5 @@ def test_a_change_after_the_last_entry_is_detected_at_the_end() -> None:
     m.put(2, "ns", 2)
     assert message(ConcurrentModificationError, lambda: next(it)) == (
         "expected no mapping added or removed and no rehash step while iterating the map; "
-        "collect what you need first, e.g. list(m.keys(ns))")
+        "collect what you need first, e.g. list(m.keys(ns))"
+    )

@@ -179,7 +179,8 @@ def test_transform_is_atomic_when_function_raises_or_returns_none() -> None:
     assert isinstance(info.value.__cause__, KeyError)
     assert m.get(1, 1) == [41]
     assert live_entries(m) == before and all(
-        a is b for a, b in zip(live_entries(m), before, strict=True))
+        a is b for a, b in zip(live_entries(m), before, strict=True)
+    )
 
     # Flink would leave a new mapping with a null state; cowstate creates nothing.
     with pytest.raises(TransformFunctionError):
@@ -288,16 +289,18 @@ def test_default_map_rehash_starts_at_98th_insert_and_25_contains_key_calls_fini
 # --------------------------------------------------------------------------
 
 
-def _check_snapshot(snap: StateMapSnapshot[Any, Any, Any], size: int,
-                    expected: dict[tuple[int, int], list[int]]) -> None:
+def _check_snapshot(
+    snap: StateMapSnapshot[Any, Any, Any], size: int, expected: dict[tuple[int, int], list[int]]
+) -> None:
     walked = snapshot_entries(snap)
     assert len(walked) == size == len(snap)
     assert as_dict(walked) == expected
     assert {(e.key, e.namespace): e.state for e in snap} == expected
 
 
-def run_random_isolation(iterations: int, n_keys: int, n_namespaces: int,
-                         full_check_every: int) -> dict[str, int]:
+def run_random_isolation(
+    iterations: int, n_keys: int, n_namespaces: int, full_check_every: int
+) -> dict[str, int]:
     """Flink's random test against a reference dict; returns rehash statistics.
 
     Flink draws ``op = nextInt(10)``; ops 7-9 drive the StateIncrementalVisitor,
@@ -311,8 +314,12 @@ def run_random_isolation(iterations: int, n_keys: int, n_namespaces: int,
     held_reference: dict[tuple[int, int], list[int]] = {}
     snapshot_counter = 0
     mutation_counter = 0
-    stats = {"rehash_ops_under_snapshot": 0, "rehashes_started": 0,
-             "snapshots_during_rehash": 0, "max_capacity": 0}
+    stats = {
+        "rehash_ops_under_snapshot": 0,
+        "rehashes_started": 0,
+        "snapshots_during_rehash": 0,
+        "max_capacity": 0,
+    }
 
     for i in range(iterations):
         key = rng.randrange(n_keys)
@@ -493,13 +500,19 @@ def test_iterating_over_snapshot_yields_exactly_the_original_five_entries() -> N
         assert len(snap) == 5
         assert all(isinstance(e, StateEntry) for e in yielded)
         assert sorted((e.key, e.namespace, e.state) for e in yielded) == [
-            (i, 1, [i]) for i in range(1, 6)]
+            (i, 1, [i]) for i in range(1, 6)
+        ]
         for e in yielded:  # the snapshot's own (original) objects
             assert e.state is originals[e.key]
     assert snap.is_released
 
     assert as_dict(live_entries(m)) == {
-        (1, 1): [1, 99], (3, 1): [33], (4, 1): [4, 44], (5, 1): [55], (6, 1): [6]}
+        (1, 1): [1, 99],
+        (3, 1): [33],
+        (4, 1): [4, 44],
+        (5, 1): [55],
+        (6, 1): [6],
+    }
 
 
 # --------------------------------------------------------------------------
@@ -594,9 +607,10 @@ def _chain_map() -> tuple[CopyOnWriteStateMap[int, int, list[int]], list[Any]]:
     ],
 )
 def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
-        op: str, key: int, copied: set[int]) -> None:
+    op: str, key: int, copied: set[int]
+) -> None:
     m, original = _chain_map()
-    copied = {Z[k] for k in copied}           # ZeroHashInt members: they hash to 0
+    copied = {Z[k] for k in copied}  # ZeroHashInt members: they hash to 0
     by_key = {e.key: e for e in original}
     original_states = {e.key: e.state for e in original}
     snap = m.snapshot()
@@ -641,10 +655,10 @@ def test_chain_copy_on_write_copies_only_the_prefix_up_to_the_changed_entry(
 
     # the snapshot still holds the ten original entries, objects, links and states
     walked = snapshot_entries(snap)
-    assert walked == original and all(
-        a is b for a, b in zip(walked, original, strict=True))
+    assert walked == original and all(a is b for a, b in zip(walked, original, strict=True))
     assert [(e.key, e.namespace, e.state) for e in walked] == [
-        (k, k, [k]) for k in range(9, -1, -1)]
+        (k, k, [k]) for k in range(9, -1, -1)
+    ]
     for e in walked:
         assert e.state is original_states[e.key]
         assert e.entry_version == 0
@@ -703,15 +717,16 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
     data = IS(snap)._data
     assert data is not None
     assert len(data) == max(r + 128, len(m)) == 134
-    assert data[:128 - r] == primary[r:] and all(
-        a is b for a, b in zip(data[:128 - r], primary[r:], strict=True))
+    assert data[: 128 - r] == primary[r:] and all(
+        a is b for a, b in zip(data[: 128 - r], primary[r:], strict=True)
+    )
     assert all(data[128 - r + j] is rehash[j] for j in range(r))
     assert all(data[128 + j] is rehash[128 + j] for j in range(r))
-    assert [e.key.value for e in chain(data[128 - r])] == [0]      # rehash[0]
-    assert [e.key.value for e in chain(data[128])] == [128]        # rehash[128]
+    assert [e.key.value for e in chain(data[128 - r])] == [0]  # rehash[0]
+    assert [e.key.value for e in chain(data[128])] == [128]  # rehash[128]
     assert [e.key.value for e in chain(data[128 - r + 5])] == [5]  # rehash[5]
-    assert [e.key.value for e in chain(data[133])] == [133]        # rehash[133]
-    assert [e.key.value for e in chain(data[0])] == [134, 6]       # primary[6], unmoved
+    assert [e.key.value for e in chain(data[133])] == [133]  # rehash[133]
+    assert [e.key.value for e in chain(data[0])] == [134, 6]  # primary[6], unmoved
     frozen = list(data)
     frozen_entries = snapshot_entries(snap)
     assert len(frozen_entries) == len(snap) == 98
@@ -744,8 +759,10 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
     snap.release()
     assert as_dict(live_entries(m)) == {
         **{(K(k), 0): [k] for k in keys if k not in (0, 7, 50, 129)},
-        (K(0), 0): [0, -100], (K(50), 0): [50, -50],
-        **{(K(k), 0): [k] for k in range(1000, 1010)}}
+        (K(0), 0): [0, -100],
+        (K(50), 0): [50, -50],
+        **{(K(k), 0): [k] for k in range(1000, 1010)},
+    }
 
 
 # --------------------------------------------------------------------------
@@ -755,7 +772,8 @@ def test_snapshot_during_rehash_has_three_region_layout_and_stays_isolated() -> 
 
 @pytest.mark.parametrize("older_first", [True, False], ids=["older-first", "newer-first"])
 def test_overlapping_snapshots_released_in_either_order_keep_highest_required_and_copies(
-        older_first: bool) -> None:
+    older_first: bool,
+) -> None:
     m: CopyOnWriteStateMap[int, int, list[int]] = CopyOnWriteStateMap()
     o = [1]
     m.put(1, 0, o)
@@ -780,8 +798,7 @@ def test_overlapping_snapshots_released_in_either_order_keep_highest_required_an
         assert got is c1
     assert got is not None
     got.append(3)
-    assert [(e.key, e.state) for e in second] == (
-        [(1, [1, 2])] if older_first else [(1, [1])])
+    assert [(e.key, e.state) for e in second] == ([(1, [1, 2])] if older_first else [(1, [1])])
 
     m.release(second)
     assert m._highest_required == 0
@@ -923,7 +940,8 @@ def test_iterator_created_before_a_remove_raises_on_first_next() -> None:
 
 @pytest.mark.parametrize("with_snapshot", [False, True], ids=["no-snapshot", "snapshot-open"])
 def test_iterator_allows_value_updates_of_existing_keys_when_not_rehashing(
-        with_snapshot: bool) -> None:
+    with_snapshot: bool,
+) -> None:
     m = _ten()
     snap = m.snapshot() if with_snapshot else None
     seen = []

@@ -92,7 +92,8 @@ def test_serializer_after_meta_info_changed() -> None:
     """testSerializerAfterMetaInfoChanged (FLINK-26853): every map copies with the new one."""
     v1, v2 = CountingSerializer(), CountingSerializer()
     table: CopyOnWriteStateTable[int, int, list[int]] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 9), 10, meta=StateMetaInfo("s", state_serializer=v1))
+        KeyGroupRange(0, 9), 10, meta=StateMetaInfo("s", state_serializer=v1)
+    )
     for i in range(50):
         table.put(i, 0, [i])
     table.set_meta_info(StateMetaInfo("s", state_serializer=v2))
@@ -100,7 +101,7 @@ def test_serializer_after_meta_info_changed() -> None:
     assert table.serializer is v2
     with table.snapshot():
         for i in range(50):
-            table.get(i, 0)                       # rule S: copies through the serializer
+            table.get(i, 0)  # rule S: copies through the serializer
     assert (v1.copies, v2.copies) == (0, 50)
 
 
@@ -109,8 +110,11 @@ def test_serializer_duplication_in_snapshot() -> None:
     serializers it duplicated at the synchronous moment."""
     key_ser, ns_ser, state_ser = (DisableableSerializer() for _ in range(3))
     table: CopyOnWriteStateTable[int, int, int] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 0), 1, key_serializer=key_ser,
-        meta=StateMetaInfo("s", namespace_serializer=ns_ser, state_serializer=state_ser))
+        KeyGroupRange(0, 0),
+        1,
+        key_serializer=key_ser,
+        meta=StateMetaInfo("s", namespace_serializer=ns_ser, state_serializer=state_ser),
+    )
     table.put(0, 0, 0, key_group=0)
     table.put(1, 0, 1, key_group=0)
     table.put(2, 1, 2, key_group=0)
@@ -118,19 +122,25 @@ def test_serializer_duplication_in_snapshot() -> None:
     for serializer in (key_ser, ns_ser, state_ser):
         serializer.disable()
     out = io.BytesIO()
-    write_snapshot(snapshot, out)                 # would fail with the disabled originals
-    restored = read_snapshot(out.getvalue(), KeyGroupRange(0, 0),
-                             key_serializer=DisableableSerializer(),
-                             metas={"s": StateMetaInfo("s", "value", DisableableSerializer(),
-                                                       DisableableSerializer())})
+    write_snapshot(snapshot, out)  # would fail with the disabled originals
+    restored = read_snapshot(
+        out.getvalue(),
+        KeyGroupRange(0, 0),
+        key_serializer=DisableableSerializer(),
+        metas={"s": StateMetaInfo("s", "value", DisableableSerializer(), DisableableSerializer())},
+    )
     assert sorted((k, n, s) for _, k, n, s in restored.entries("s")) == [
-        (0, 0, 0), (1, 0, 1), (2, 1, 2)]
+        (0, 0, 0),
+        (1, 0, 1),
+        (2, 1, 2),
+    ]
 
 
 def float_table() -> CopyOnWriteStateTable[int, int, float]:
     rng = random.Random(42)
     table: CopyOnWriteStateTable[int, int, float] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 9), 10, meta=StateMetaInfo("floats"))
+        KeyGroupRange(0, 9), 10, meta=StateMetaInfo("floats")
+    )
     for i in range(1000):
         table.put(i, rng.randrange(1 << 31), rng.random())
     return table
@@ -145,7 +155,7 @@ def test_release_for_successful_snapshot() -> None:
     soon as that key group is written, and a final release is harmless."""
     table = float_table()
     snapshot = table.snapshot()
-    assert open_versions(table) == [frozenset({1})] * 10   # versions are per key group
+    assert open_versions(table) == [frozenset({1})] * 10  # versions are per key group
 
     seen: list[list[frozenset[int]]] = []
 
@@ -201,14 +211,16 @@ def test_check_compatible_serialization_formats() -> None:
     and read the same format, both ways."""
     rng = random.Random(42)
     cow: CopyOnWriteStateTable[int, int, list[int]] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list"))
+        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list")
+    )
     for _ in range(100):
         state = [rng.randrange(100) for _ in range(rng.randrange(5))] or [0]
         cow.put(rng.randrange(10), rng.randrange(2), state, key_group=0)
     out = io.BytesIO()
     write_snapshot(cow.snapshot(), out)
     nested: NestedMapsStateTable[int, int, list[int]] = NestedMapsStateTable(
-        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list"))
+        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list")
+    )
     restore_table(nested, [out.getvalue()])
     assert len(nested) == len(cow) and contents(nested) == contents(cow)
     for key, namespace, state in cow:
@@ -217,7 +229,8 @@ def test_check_compatible_serialization_formats() -> None:
     out = io.BytesIO()
     write_snapshot(nested.snapshot(), out)
     again: CopyOnWriteStateTable[int, int, list[int]] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list"))
+        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list")
+    )
     restore_table(again, [out.getvalue()])
     assert len(again) == len(nested) and contents(again) == contents(nested)
 
@@ -241,11 +254,13 @@ def test_iterating_over_snapshot(cls: TableClass) -> None:
 def test_iterating_over_snapshot_with_transform(cls: TableClass) -> None:
     """testIteratingOverSnapshotWithTransform: 12 is dropped, the rest written + 2;
     the live table keeps its own values."""
+
     def transformer(state: int) -> int | None:
         return None if state == 12 else state + 2
 
-    table = cls(KeyGroupRange(0, 127), 128, meta=StateMetaInfo(
-        "longs", snapshot_transformer=transformer))
+    table = cls(
+        KeyGroupRange(0, 127), 128, meta=StateMetaInfo("longs", snapshot_transformer=transformer)
+    )
     for key, value in zip(range(1, 6), range(10, 15), strict=True):
         table.put(key, 1, value)
     with table.snapshot() as snapshot:
@@ -256,11 +271,13 @@ def test_iterating_over_snapshot_with_transform(cls: TableClass) -> None:
 def test_transformer_never_touches_live_states() -> None:
     """A transformer gets the snapshot's objects and writes new ones; live states
     (and the snapshot's own objects) keep their identity and value."""
+
     def strip(state: list[int]) -> list[int] | None:
         return state[1:] or None
 
     table: CopyOnWriteStateTable[int, str, list[int]] = CopyOnWriteStateTable(
-        meta=StateMetaInfo("lists", snapshot_transformer=strip))
+        meta=StateMetaInfo("lists", snapshot_transformer=strip)
+    )
     originals = {i: [i, i + 1] for i in range(20)} | {20: [7]}
     for key, state in originals.items():
         table.put(key, "ns", state)
@@ -278,8 +295,11 @@ def test_transformer_never_touches_live_states() -> None:
 def test_routing_by_key_group(cls: TableClass) -> None:
     """Every key goes to the map of murmur(javaHash(key)) % maxP, at index kg - start."""
     table = cls(KeyGroupRange(3, 9), 16)
-    keys = [k for k in [*range(200), *map(str, range(200))]
-            if 3 <= plain_assign_to_key_group(k, 16) <= 9]
+    keys = [
+        k
+        for k in [*range(200), *map(str, range(200))]
+        if 3 <= plain_assign_to_key_group(k, 16) <= 9
+    ]
     for key in keys:
         table.put(key, "ns", key)
     for kg in table.key_group_range:
@@ -287,9 +307,11 @@ def test_routing_by_key_group(cls: TableClass) -> None:
         assert held == {k for k in keys if plain_assign_to_key_group(k, 16) == kg}
     outside = next(k for k in range(200) if not 3 <= assign_to_key_group(k, 16) <= 9)
     kg = assign_to_key_group(outside, 16)
-    with pytest.raises(KeyGroupOutOfRangeError,
-                       match=rf"expected a key group in KeyGroupRange\(3, 9\), got key group "
-                             rf"{kg}"):
+    with pytest.raises(
+        KeyGroupOutOfRangeError,
+        match=rf"expected a key group in KeyGroupRange\(3, 9\), got key group "
+        rf"{kg}",
+    ):
         table.put(outside, "ns", 1)
     assert len(table) == len(keys)
 
@@ -300,11 +322,15 @@ def test_versions_are_per_key_group() -> None:
     first = table.snapshot()
     assert [describe(table.state_map(kg)).version for kg in range(4)] == [1, 1, 1, 1]
     first.release_key_group(2)
-    table.state_map(2).snapshot().release()                # only key group 2 moves on
+    table.state_map(2).snapshot().release()  # only key group 2 moves on
     second = table.snapshot()
     assert [describe(table.state_map(kg)).version for kg in range(4)] == [2, 2, 3, 2]
     assert [describe(table.state_map(kg)).open_versions for kg in range(4)] == [
-        {1, 2}, {1, 2}, {3}, {1, 2}]
+        {1, 2},
+        {1, 2},
+        {3},
+        {1, 2},
+    ]
     first.release()
     second.release()
 
@@ -331,26 +357,46 @@ def make_table(request: pytest.FixtureRequest) -> Iterator[Callable[[KeyGroupRan
         backend.close()
 
 
-@pytest.mark.parametrize("make_table", [*TABLES, "rocksdb"], indirect=True,
-                         ids=lambda c: getattr(c, "__name__", "RocksDBStateTable"))
-@pytest.mark.parametrize(("call", "error"), [
-    (lambda t: t.put(None, "ns", 1), InvalidArgumentError),
-    (lambda t: t.get(None, "ns"), InvalidArgumentError),
-    (lambda t: t.put(1, "ns", None), NoneStateError),
-    (lambda t: t.put(1, ["ns"], 1), UnhashableKeyError),
-    (lambda t: t.put(1, "ns", 1, key_group="3"), InvalidArgumentError),
-    (lambda t: t.put(1, "ns", 1, key_group=16), KeyGroupOutOfRangeError),
-    (lambda t: t.remove(1, "ns", key_group=-1), KeyGroupOutOfRangeError),
-    (lambda t: t.put(frozenset({1}), "ns", 1), InvalidArgumentError),
-    (lambda t: t.transform(1, "ns", 1, lambda old, v: None), NoneStateError),
-    (lambda t: t.entries_in_key_group(99), KeyGroupOutOfRangeError),
-    (lambda t: t.set_meta_info("meta"), InvalidArgumentError),
-], ids=["none-key", "get-none-key", "none-state", "unhashable-ns", "str-key-group",
-        "key-group-past-end", "negative-key-group", "frozenset-key", "transform-none",
-        "entries-outside", "bad-meta"])
-def test_bad_input_changes_nothing(make_table: Callable[[KeyGroupRange, int], Any],
-                                   call: Callable[[Any], Any],
-                                   error: type[CowStateError]) -> None:
+@pytest.mark.parametrize(
+    "make_table",
+    [*TABLES, "rocksdb"],
+    indirect=True,
+    ids=lambda c: getattr(c, "__name__", "RocksDBStateTable"),
+)
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (lambda t: t.put(None, "ns", 1), InvalidArgumentError),
+        (lambda t: t.get(None, "ns"), InvalidArgumentError),
+        (lambda t: t.put(1, "ns", None), NoneStateError),
+        (lambda t: t.put(1, ["ns"], 1), UnhashableKeyError),
+        (lambda t: t.put(1, "ns", 1, key_group="3"), InvalidArgumentError),
+        (lambda t: t.put(1, "ns", 1, key_group=16), KeyGroupOutOfRangeError),
+        (lambda t: t.remove(1, "ns", key_group=-1), KeyGroupOutOfRangeError),
+        (lambda t: t.put(frozenset({1}), "ns", 1), InvalidArgumentError),
+        (lambda t: t.transform(1, "ns", 1, lambda old, v: None), NoneStateError),
+        (lambda t: t.entries_in_key_group(99), KeyGroupOutOfRangeError),
+        (lambda t: t.set_meta_info("meta"), InvalidArgumentError),
+    ],
+    ids=[
+        "none-key",
+        "get-none-key",
+        "none-state",
+        "unhashable-ns",
+        "str-key-group",
+        "key-group-past-end",
+        "negative-key-group",
+        "frozenset-key",
+        "transform-none",
+        "entries-outside",
+        "bad-meta",
+    ],
+)
+def test_bad_input_changes_nothing(
+    make_table: Callable[[KeyGroupRange, int], Any],
+    call: Callable[[Any], Any],
+    error: type[CowStateError],
+) -> None:
     table = make_table(KeyGroupRange(0, 15), 16)
     model = ReferenceStateTable(range(16), 16)
     for i in range(40):
@@ -361,12 +407,15 @@ def test_bad_input_changes_nothing(make_table: Callable[[KeyGroupRange, int], An
     assert contents(table) == contents(model) and len(table) == len(model)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    ((KeyGroupRange(0, 8), 8), r"expected a key-group range inside \[0, 7\]"),
-    (((0, 7), 8), "expected a KeyGroupRange, got tuple"),
-    ((None, 0), "expected max_parallelism in 1..32768, got 0"),
-    ((None, 40000), "expected max_parallelism in 1..32768, got 40000"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((KeyGroupRange(0, 8), 8), r"expected a key-group range inside \[0, 7\]"),
+        (((0, 7), 8), "expected a KeyGroupRange, got tuple"),
+        ((None, 0), "expected max_parallelism in 1..32768, got 0"),
+        ((None, 40000), "expected max_parallelism in 1..32768, got 40000"),
+    ],
+)
 def test_bad_table_arguments(args: tuple[Any, Any], message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         CopyOnWriteStateTable(*args)
@@ -390,7 +439,7 @@ def test_snapshot_misuse(cls: TableClass) -> None:
         other.release(snapshot)
     kg = table.key_group_of(1)
     snapshot.release_key_group(kg)
-    snapshot.release_key_group(kg)                 # idempotent
+    snapshot.release_key_group(kg)  # idempotent
     with pytest.raises(SnapshotReleasedError, match=f"got key group {kg} of snapshot #1"):
         list(snapshot.key_group_entries(kg))
     with pytest.raises(SnapshotReleasedError):
@@ -413,5 +462,5 @@ def test_iteration_is_fail_fast_across_key_groups(cls: TableClass) -> None:
         list(it)
     it = iter(table)
     next(it)
-    table.put(0, "ns", 99)                         # an update is allowed
+    table.put(0, "ns", 99)  # an update is allowed
     assert len(list(it)) == len(table) - 1

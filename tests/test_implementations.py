@@ -30,8 +30,10 @@ from cowstate_spec.invariants import InvariantViolation, chain, check_map, finge
 from cowstate_spec.keys import HashKey
 
 C_MAP = maps.c_map_class()
-needs_c = pytest.mark.skipif(C_MAP is None, reason="the C map is not built: "
-                             "test_the_c_map_is_built_and_chosen fails for that")
+needs_c = pytest.mark.skipif(
+    C_MAP is None,
+    reason="the C map is not built: test_the_c_map_is_built_and_chosen fails for that",
+)
 
 
 def test_the_c_map_is_built_and_chosen_unless_pure_python_is_forced() -> None:
@@ -43,15 +45,18 @@ def test_the_c_map_is_built_and_chosen_unless_pure_python_is_forced() -> None:
     assert maps.C_BUILD_ERROR is None, f"the C map did not build: {maps.C_BUILD_ERROR}"
     assert cowstate.IMPLEMENTATION == "c"
     assert cowstate.CopyOnWriteStateMap is C_MAP
-    assert cowstate.CopyOnWriteStateTable.map_class is C_MAP   # the tables use it too
+    assert cowstate.CopyOnWriteStateTable.map_class is C_MAP  # the tables use it too
 
 
 def test_cowstate_pure_python_forces_the_pure_map_in_a_fresh_process() -> None:
-    code = ("import cowstate; print(cowstate.IMPLEMENTATION, "
-            "cowstate.CopyOnWriteStateMap.__module__, cowstate.StateMapSnapshot.__module__)")
+    code = (
+        "import cowstate; print(cowstate.IMPLEMENTATION, "
+        "cowstate.CopyOnWriteStateMap.__module__, cowstate.StateMapSnapshot.__module__)"
+    )
     env = {**os.environ, "COWSTATE_PURE_PYTHON": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                         text=True, check=True).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    ).stdout.split()
     assert out == ["python", "cowstate.state_map", "cowstate.state_map"]
     assert state_map.CopyOnWriteStateMap.__module__ == "cowstate.state_map"
 
@@ -65,7 +70,7 @@ def test_a_state_referring_back_to_its_map_is_collected(impl: str) -> None:
     holder = Holder()
     holder.owner = m
     m.put(HashKey("k", 1), "ns", holder)
-    m.put("other", holder, [holder])              # through the namespace and a list too
+    m.put("other", holder, [holder])  # through the namespace and a list too
     ref = weakref.ref(m)
     del m, holder
     gc.collect()
@@ -84,7 +89,7 @@ def test_c_entries_are_not_garbage_collected_objects() -> None:
     pure = state_map.CopyOnWriteStateMap()
     for i in range(10_000):
         pure.put(i, "ns", i)
-    assert len(gc.get_objects()) - before >= 10_000      # each _Entry is one
+    assert len(gc.get_objects()) - before >= 10_000  # each _Entry is one
 
 
 @needs_c
@@ -98,16 +103,16 @@ def test_build_snapshot_mutate_release_drop_leaks_nothing() -> None:
             m.put(i, i % 3, s)
         first = m.snapshot()
         for i in range(0, 64, 2):
-            m.get(i, i % 3)                           # rule S copies
-            m.remove(i + 1, (i + 1) % 3)              # rule E copies
-        for i in range(64, 300):                      # a rehash while snapshots are open
+            m.get(i, i % 3)  # rule S copies
+            m.remove(i + 1, (i + 1) % 3)  # rule E copies
+        for i in range(64, 300):  # a rehash while snapshots are open
             m.put(i, 0, [i])
         second = m.snapshot()
         m.transform(3, 0, 1, lambda old, v: [v])
         first.release()
         list(second)
         second.release()
-        open_and_dropped = m.snapshot()               # released by its deallocation
+        open_and_dropped = m.snapshot()  # released by its deallocation
         del open_and_dropped
 
     cycle()
@@ -143,8 +148,9 @@ class Cycle:
     pass
 c = Cycle(); c.snap = m.snapshot(); c.m = m; m.put("c", "ns", c)
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
     assert done.returncode == 0 and done.stderr == "", done.stderr
 
 
@@ -183,7 +189,7 @@ def test_release_on_a_writer_thread_while_the_owner_mutates() -> None:
                     m.put(*key, [step])
                     expected[key] = [step]
                 else:
-                    state.append(step)                # allowed: get hands out a private copy
+                    state.append(step)  # allowed: get hands out a private copy
                     expected[key] = state
             if step % 50 == 0:
                 frozen = {k: list(v) for k, v in expected.items()}
@@ -205,11 +211,11 @@ def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
     for i in range(3000):
         m.put(i, "ns", i)
     before = MapView(m).primary_directory
-    assert before[2] == 1024 and len(before[3]) == 4          # 4096 buckets, 4 chunks
+    assert before[2] == 1024 and len(before[3]) == 4  # 4096 buckets, 4 chunks
     snap = m.snapshot()
     shared = MapView(m).primary_directory[3]
     assert all(refs == 2 for address, refs in shared if address)  # live + snapshot
-    m.put(0, "ns", -1)                                        # rule C: one chunk copied
+    m.put(0, "ns", -1)  # rule C: one chunk copied
     after = MapView(m).primary_directory[3]
     changed = [i for i, (a, b) in enumerate(zip(shared, after, strict=True)) if a[0] != b[0]]
     assert len(changed) == 1 and after[changed[0]][1] == 1
@@ -221,14 +227,14 @@ def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
 @needs_c
 def test_growth_allocates_the_new_tables_chunks_as_the_rehash_reaches_them() -> None:
     m = C_MAP(initial_capacity=8192)
-    for i in range(6146):                   # the insert that finds 6145 > 6144 starts it
+    for i in range(6146):  # the insert that finds 6145 > 6144 starts it
         m.put(HashKey(i, i), 0, i)
     view = MapView(m)
     assert view.rehash_directory is not None and view._rehash_index == 0
-    assert [a for a, _ in view.rehash_directory[3]] == [0] * 16   # nothing allocated yet
-    m.get(HashKey(0, 0), 0)                                   # one step: buckets 0..3
+    assert [a for a, _ in view.rehash_directory[3]] == [0] * 16  # nothing allocated yet
+    m.get(HashKey(0, 0), 0)  # one step: buckets 0..3
     allocated = [i for i, (a, _) in enumerate(MapView(m).rehash_directory[3]) if a]
-    assert allocated == [0, 8]                                # chunk of j and of j + L
+    assert allocated == [0, 8]  # chunk of j and of j + L
     check_map(m)
 
 
@@ -247,8 +253,7 @@ def test_equal_key_and_namespace_pairs_do_not_share_a_chain(impl: str) -> None:
 
 
 @needs_c
-def test_a_map_of_ints_and_strs_costs_the_collector_nothing_until_it_holds_a_container(
-        ) -> None:
+def test_a_map_of_ints_and_strs_costs_the_collector_nothing_until_it_holds_a_container() -> None:
     # Invariant 12: tp_traverse returns at once while no live entry holds an
     # object of a GC type, as CPython untracks a dict of such objects.
     assert C_MAP is not None
@@ -256,10 +261,10 @@ def test_a_map_of_ints_and_strs_costs_the_collector_nothing_until_it_holds_a_con
     for i in range(1000):
         m.put(i, "ns", i)
     assert MapView(m).gc_entries == 0 and gc.get_referents(m) == [m.serializer]
-    m.put(5, "ns", [5])                                # a list state: visited
+    m.put(5, "ns", [5])  # a list state: visited
     assert MapView(m).gc_entries == 1 and [5] in gc.get_referents(m)
     m.put(5, "ns", 5)
-    m.put((1, 2), "ns", 0)                             # a tuple key is of a GC type
+    m.put((1, 2), "ns", 0)  # a tuple key is of a GC type
     m.remove(3, "ns")
     assert MapView(m).gc_entries == 1
     check_map(m)
@@ -277,24 +282,28 @@ def corrupted(what: str, *, snapshot: bool = False) -> tuple[Any, list[Any]]:
 
 
 @needs_c
-@pytest.mark.parametrize(("what", "invariant", "snapshot"), [
-    ("hash", 1, False),
-    ("move", 1, False),
-    ("primary_size", 3, False),
-    ("duplicate", 4, False),
-    ("state_version", 5, False),
-    ("write_shared", 8, True),
-    ("chunk_refs", 10, False),
-    ("retire_live", 11, False),
-    ("gc_entries", 12, False),
-])
+@pytest.mark.parametrize(
+    ("what", "invariant", "snapshot"),
+    [
+        ("hash", 1, False),
+        ("move", 1, False),
+        ("primary_size", 3, False),
+        ("duplicate", 4, False),
+        ("state_version", 5, False),
+        ("write_shared", 8, True),
+        ("chunk_refs", 10, False),
+        ("retire_live", 11, False),
+        ("gc_entries", 12, False),
+    ],
+)
 def test_every_c_invariant_has_a_corruption_the_checker_names(
-        what: str, invariant: int, snapshot: bool) -> None:
+    what: str, invariant: int, snapshot: bool
+) -> None:
     m, fps = corrupted(what, snapshot=snapshot)
     with pytest.raises(InvariantViolation, match=f"invariant {invariant} violated"):
         check_map(m, fps)
     if what == "retire_live":
-        m._corrupt("unretire", 0)     # else deallocation would free the entry twice
+        m._corrupt("unretire", 0)  # else deallocation would free the entry twice
 
 
 @needs_c
@@ -318,7 +327,8 @@ def test_highest_required_below_the_open_snapshot_is_invariant_5() -> None:
 @needs_c
 @pytest.mark.parametrize("read", ["items", "iterate"])
 def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_early(
-        read: str) -> None:
+    read: str,
+) -> None:
     # Copying entries into tuples may run the GC, and the GC any finalizer: here
     # one that releases the snapshot being read. The C snapshot is pinned while
     # read, and the release finishes once the read ends.
@@ -328,7 +338,7 @@ def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_ear
         m.put(i, "ns", [i])
     snap = m.snapshot()
     for i in range(200):
-        m.remove(i, "ns")                  # every entry now lives only in the snapshot
+        m.remove(i, "ns")  # every entry now lives only in the snapshot
 
     class Releaser:
         def __init__(self) -> None:
@@ -338,7 +348,7 @@ def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_ear
             if not snap.is_released:
                 snap.release()
 
-    Releaser()                             # garbage in a cycle: the next GC releases snap
+    Releaser()  # garbage in a cycle: the next GC releases snap
     threshold = gc.get_threshold()
     gc.set_threshold(1)
     try:

@@ -38,7 +38,7 @@ def rehashing() -> CopyOnWriteStateMap[Any, Any, Any]:
     for i in range(5):
         m.put(value_key(i), 0, [i])
     assert m._rehash is not None and m._rehash_index == 0
-    m.get(value_key(0), 0)                      # one step: moves buckets 0, 1, ...
+    m.get(value_key(0), 0)  # one step: moves buckets 0, 1, ...
     assert m._rehash is not None and 0 < m._rehash_index < 4
     check_map(m)
     return m
@@ -124,14 +124,14 @@ def test_snapshot_state_changed_in_place_is_invariant_8() -> None:
     check_map(m, [fp])
     e = m._primary[4]
     assert e is not None
-    e.state.append(99)                          # what a missing rule S would allow
+    e.state.append(99)  # what a missing rule S would allow
     assert "mutated in place" in violation(m, 8, fp)
 
 
 def test_snapshot_entry_relinked_is_invariant_8() -> None:
     m: CopyOnWriteStateMap[Any, Any, Any] = CopyOnWriteStateMap(initial_capacity=8)
     for i in range(4):
-        m.put(HashKey(i, i % 2), 0, [i])        # two chains of two
+        m.put(HashKey(i, i % 2), 0, [i])  # two chains of two
     snap = m.snapshot()
     fp = fingerprint(snap)
     head = next(e for e in m._primary if e is not None and e.next is not None)
@@ -146,7 +146,7 @@ def test_shared_entry_with_a_new_version_is_invariant_6() -> None:
     fp = fingerprint(snap)
     e = m._primary[0]
     assert e is not None
-    e.entry_version = m._version                # claims it is private to the live map
+    e.entry_version = m._version  # claims it is private to the live map
     assert "an open snapshot reaches it" in violation(m, 6, fp)
 
 
@@ -176,7 +176,7 @@ def test_stalled_rehash_step_is_invariant_9() -> None:
     m = rehashing()
     after = rehash_step_check(m)
     with pytest.raises(InvariantViolation, match="did not move a bucket"):
-        after()                                 # nothing happened: the rehash stalled
+        after()  # nothing happened: the rehash stalled
     after = rehash_step_check(m)
     m.contains_key(value_key(1), 0)
     after()

@@ -43,8 +43,8 @@ VECTORS: dict[str, list[dict[str, Any]]] = json.loads(VECTORS_FILE.read_text())
 
 BOTH = pytest.mark.parametrize("kg", [fast, plain], ids=["impl", "model"])
 
-INT32 = st.integers(-(2 ** 31), 2 ** 31 - 1)
-INT64 = st.integers(-(2 ** 63), 2 ** 63 - 1)
+INT32 = st.integers(-(2**31), 2**31 - 1)
+INT64 = st.integers(-(2**63), 2**63 - 1)
 MAX_PARALLELISMS = st.integers(1, 32768)
 
 
@@ -109,32 +109,41 @@ REFERENCE_RANGES = {
     (128, 3): [(0, 42), (43, 85), (86, 127)],
     (128, 4): [(0, 31), (32, 63), (64, 95), (96, 127)],
     (10, 3): [(0, 3), (4, 6), (7, 9)],
-    (32768, 7): [(0, 4681), (4682, 9362), (9363, 14043), (14044, 18724), (18725, 23405),
-                 (23406, 28086), (28087, 32767)],
+    (32768, 7): [
+        (0, 4681),
+        (4682, 9362),
+        (9363, 14043),
+        (14044, 18724),
+        (18725, 23405),
+        (23406, 28086),
+        (28087, 32767),
+    ],
 }
 
 
 @BOTH
-@pytest.mark.parametrize(("key", "mixed", "murmur", "at128", "at10", "at32768"),
-                         REFERENCE_TABLE)
-def test_reference_int_vectors(kg: ModuleType, key: int, mixed: int, murmur: int, at128: int,
-                               at10: int, at32768: int) -> None:
+@pytest.mark.parametrize(("key", "mixed", "murmur", "at128", "at10", "at32768"), REFERENCE_TABLE)
+def test_reference_int_vectors(
+    kg: ModuleType, key: int, mixed: int, murmur: int, at128: int, at10: int, at32768: int
+) -> None:
     assert kg.java_hash(key) == key
     assert kg.bit_mix(key) == mixed
     assert kg.murmur_hash(key) == murmur
     assert [kg.assign_to_key_group(key, p) for p in (128, 10, 32768)] == [at128, at10, at32768]
 
 
-@pytest.mark.parametrize(("key", "murmur", "at128"),
-                         [(row[0], row[2], row[3]) for row in REFERENCE_TABLE])
+@pytest.mark.parametrize(
+    ("key", "murmur", "at128"), [(row[0], row[2], row[3]) for row in REFERENCE_TABLE]
+)
 def test_reference_key_group_for_key_hash(key: int, murmur: int, at128: int) -> None:
     assert fast.compute_key_group_for_key_hash(key, 128) == at128 == murmur % 128
 
 
 @BOTH
 @pytest.mark.parametrize(("s", "java_hash", "murmur", "at128"), REFERENCE_STRINGS)
-def test_reference_string_vectors(kg: ModuleType, s: str, java_hash: int, murmur: int | None,
-                                  at128: int) -> None:
+def test_reference_string_vectors(
+    kg: ModuleType, s: str, java_hash: int, murmur: int | None, at128: int
+) -> None:
     assert kg.java_string_hash(s) == kg.java_hash(s) == java_hash
     if murmur is not None:
         assert kg.murmur_hash(java_hash) == murmur
@@ -163,17 +172,25 @@ def test_reference_composite_hashes(kg: ModuleType) -> None:
 @pytest.mark.parametrize(("max_parallelism", "parallelism"), sorted(REFERENCE_RANGES))
 def test_reference_operator_ranges(max_parallelism: int, parallelism: int) -> None:
     want = REFERENCE_RANGES[max_parallelism, parallelism]
-    got = [fast.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
-           for i in range(parallelism)]
+    got = [
+        fast.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
+        for i in range(parallelism)
+    ]
     assert got == [KeyGroupRange(start, end) for start, end in want]
-    assert [plain.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
-            for i in range(parallelism)] == want
+    assert [
+        plain.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
+        for i in range(parallelism)
+    ] == want
 
 
 @BOTH
 def test_reference_operator_indices(kg: ModuleType) -> None:
     assert [kg.compute_operator_index_for_key_group(128, 3, g) for g in (42, 43, 85, 86)] == [
-        0, 1, 1, 2]
+        0,
+        1,
+        1,
+        2,
+    ]
 
 
 # ----------------------------------------------------- the vectors Java printed
@@ -190,8 +207,9 @@ def test_java_key_vectors(kg: ModuleType, vector: dict[str, Any]) -> None:
     assert got == vector["key_groups"]
 
 
-@pytest.mark.parametrize("vector", [v for v in VECTORS["keys"] if v["type"] == "string"],
-                         ids=_vector_id)
+@pytest.mark.parametrize(
+    "vector", [v for v in VECTORS["keys"] if v["type"] == "string"], ids=_vector_id
+)
 def test_java_string_encodings(vector: dict[str, Any]) -> None:
     # The JSON string Java escaped and the UTF-16 units Java listed are the same text,
     # and the model's UTF-16 split of it gives Java's units back.
@@ -204,15 +222,23 @@ def test_java_string_encodings(vector: dict[str, Any]) -> None:
 def test_java_vectors_cover_what_they_should() -> None:
     keys = [key_of(v) for v in VECTORS["keys"]]
     kinds = {v["type"] for v in VECTORS["keys"]}
-    assert kinds == {"int", "long", "string", "boolean", "double", "bytes",
-                     "tuple2_int_string"}
+    assert kinds == {"int", "long", "string", "boolean", "double", "bytes", "tuple2_int_string"}
     ints = {k for k in keys if type(k) is int}
-    assert {0, 1, -1, 2 ** 31 - 1, -(2 ** 31), 2 ** 31, -(2 ** 31) - 1, 1 << 32,
-            2 ** 63 - 1, -(2 ** 63)} <= ints
-    assert {"", "\u00e9", "\u65e5\u672c\u8a9e", "\U0001F600"} <= {k for k in keys
-                                                                    if type(k) is str}
-    assert 0 in {v["murmur"] for v in VECTORS["keys"]}          # the Integer.MIN_VALUE case
-    assert -(2 ** 31) in {v["hash"] for v in VECTORS["keys"]}
+    assert {
+        0,
+        1,
+        -1,
+        2**31 - 1,
+        -(2**31),
+        2**31,
+        -(2**31) - 1,
+        1 << 32,
+        2**63 - 1,
+        -(2**63),
+    } <= ints
+    assert {"", "\u00e9", "\u65e5\u672c\u8a9e", "\U0001f600"} <= {k for k in keys if type(k) is str}
+    assert 0 in {v["murmur"] for v in VECTORS["keys"]}  # the Integer.MIN_VALUE case
+    assert -(2**31) in {v["hash"] for v in VECTORS["keys"]}
     doubles = [k for k in keys if type(k) is float]
     assert any(d != d for d in doubles) and float("inf") in doubles
     assert any(d == 0.0 and str(d) == "-0.0" for d in doubles)
@@ -225,22 +251,28 @@ def test_java_long_hashes(vector: dict[str, Any]) -> None:
 
 
 @BOTH
-@pytest.mark.parametrize("vector", VECTORS["operator_ranges"],
-                         ids=lambda v: f"{v['max_parallelism']}-{v['parallelism']}")
+@pytest.mark.parametrize(
+    "vector", VECTORS["operator_ranges"], ids=lambda v: f"{v['max_parallelism']}-{v['parallelism']}"
+)
 def test_java_operator_ranges(kg: ModuleType, vector: dict[str, Any]) -> None:
     max_parallelism, parallelism = vector["max_parallelism"], vector["parallelism"]
     for item in vector["ranges"]:
-        got = kg.compute_key_group_range_for_operator_index(max_parallelism, parallelism,
-                                                            item["index"])
+        got = kg.compute_key_group_range_for_operator_index(
+            max_parallelism, parallelism, item["index"]
+        )
         if isinstance(got, KeyGroupRange):
             got = (got.start_key_group, got.end_key_group)
         assert got == (item["start"], item["end"]), item
         for end in ("start", "end"):
-            assert kg.compute_operator_index_for_key_group(
-                max_parallelism, parallelism, item[end]) == item[f"{end}_operator"]
+            assert (
+                kg.compute_operator_index_for_key_group(max_parallelism, parallelism, item[end])
+                == item[f"{end}_operator"]
+            )
     if "operator_of_key_group" in vector:
-        assert [kg.compute_operator_index_for_key_group(max_parallelism, parallelism, g)
-                for g in range(max_parallelism)] == vector["operator_of_key_group"]
+        assert [
+            kg.compute_operator_index_for_key_group(max_parallelism, parallelism, g)
+            for g in range(max_parallelism)
+        ] == vector["operator_of_key_group"]
 
 
 @BOTH
@@ -248,8 +280,9 @@ def test_java_default_max_parallelism(kg: ModuleType) -> None:
     vectors = VECTORS["default_max_parallelism"]
     assert len(vectors) > 10
     for vector in vectors:
-        assert kg.compute_default_max_parallelism(vector["parallelism"]) == vector[
-            "max_parallelism"], vector
+        assert (
+            kg.compute_default_max_parallelism(vector["parallelism"]) == vector["max_parallelism"]
+        ), vector
 
 
 @BOTH
@@ -257,31 +290,54 @@ def test_default_max_parallelism_by_the_formula(kg: ModuleType) -> None:
     # min(max(roundUpToPowerOfTwo(p + p / 2), 128), 32768), worked by hand:
     # 85 + 42 = 127 -> 128; 86 + 43 = 129 -> 256; 100 + 50 = 150 -> 256; 171 + 85 = 256;
     # 172 + 86 = 258 -> 512; 21845 + 10922 = 32767 -> 32768; 21846 + 10923 -> 65536 -> cap.
-    expected = {1: 128, 2: 128, 85: 128, 86: 256, 100: 256, 171: 256, 172: 512,
-                21845: 32768, 21846: 32768, 32768: 32768}
+    expected = {
+        1: 128,
+        2: 128,
+        85: 128,
+        86: 256,
+        100: 256,
+        171: 256,
+        172: 512,
+        21845: 32768,
+        21846: 32768,
+        32768: 32768,
+    }
     assert {p: kg.compute_default_max_parallelism(p) for p in expected} == expected
 
 
 def test_java_program_prints_the_committed_vectors() -> None:
     java = shutil.which("java")
     if java is None:
-        pytest.fail("expected a `java` (17 or later) on PATH: it is a declared requirement "
-                    "of the project (PySpark needs it) and proves tests/data/"
-                    "key_group_vectors.json comes from Java; got none")
-    done = subprocess.run([java, str(JAVA_PROGRAM.relative_to(ROOT))], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300, check=False)
+        pytest.fail(
+            "expected a `java` (17 or later) on PATH: it is a declared requirement "
+            "of the project (PySpark needs it) and proves tests/data/"
+            "key_group_vectors.json comes from Java; got none"
+        )
+    done = subprocess.run(
+        [java, str(JAVA_PROGRAM.relative_to(ROOT))],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == VECTORS
     assert done.stdout == VECTORS_FILE.read_text(), (
         "tests/data/key_group_vectors.json differs from the program's output: regenerate it "
-        "with `java tests/java/KeyGroupVectors.java > tests/data/key_group_vectors.json`")
+        "with `java tests/java/KeyGroupVectors.java > tests/data/key_group_vectors.json`"
+    )
 
 
 # ------------------------------------------------- implementation == model
 
 
 KEYS_WITH_A_JAVA_COUNTERPART = st.one_of(
-    INT64, st.booleans(), st.floats(), st.text(), st.binary(),
+    INT64,
+    st.booleans(),
+    st.floats(),
+    st.text(),
+    st.binary(),
     st.text(st.characters(min_codepoint=0x10000)),
     st.tuples(INT64, st.text()),
     st.tuples(st.none() | st.integers(), st.none() | st.text(), st.none() | st.floats()),
@@ -293,14 +349,14 @@ def test_bit_mix_and_murmur_hash(code: int) -> None:
     assert fast.bit_mix(code) == plain.bit_mix(code)
     murmur = fast.murmur_hash(code)
     assert murmur == plain.murmur_hash(code)
-    assert 0 <= murmur < 2 ** 31
+    assert 0 <= murmur < 2**31
 
 
 @given(KEYS_WITH_A_JAVA_COUNTERPART, MAX_PARALLELISMS)
 def test_key_groups_of_java_keys(key: Any, max_parallelism: int) -> None:
     code = fast.java_hash(key)
     assert code == plain.java_hash(key)
-    assert -(2 ** 31) <= code < 2 ** 31
+    assert -(2**31) <= code < 2**31
     group = fast.assign_to_key_group(key, max_parallelism)
     assert group == plain.assign_to_key_group(key, max_parallelism)
     assert 0 <= group < max_parallelism
@@ -312,14 +368,17 @@ def test_string_hash_with_lone_surrogates(s: str) -> None:
     # Python strings may hold lone surrogates; each is one UTF-16 unit, as in Java.
     assert fast.java_string_hash(s) == plain.java_string_hash(s)
     assert plain.utf16_code_units(s) == list(
-        struct.unpack(f">{len(s.encode('utf-16-be', 'surrogatepass')) // 2}H",
-                      s.encode("utf-16-be", "surrogatepass")))
+        struct.unpack(
+            f">{len(s.encode('utf-16-be', 'surrogatepass')) // 2}H",
+            s.encode("utf-16-be", "surrogatepass"),
+        )
+    )
 
 
 @given(st.text())
 def test_tuple_hash_is_flinks_tuple(s: str) -> None:
     # Tuple2(f0, f1).hashCode() == 31 * f0.hashCode() + f1.hashCode(), in 32 bits.
-    for f0 in (0, 1, -1, 2 ** 31 - 1):
+    for f0 in (0, 1, -1, 2**31 - 1):
         expected = plain.to_int32(31 * f0 + plain.java_string_hash(s))
         assert fast.java_hash((f0, s)) == plain.java_hash((f0, s)) == expected
     assert fast.java_hash((s,)) == fast.java_string_hash(s)
@@ -327,7 +386,8 @@ def test_tuple_hash_is_flinks_tuple(s: str) -> None:
 
 
 OTHER_KEYS = st.one_of(
-    st.integers(min_value=2 ** 63), st.integers(max_value=-(2 ** 63) - 1),
+    st.integers(min_value=2**63),
+    st.integers(max_value=-(2**63) - 1),
     st.lists(st.integers(), max_size=4),
     st.builds(HashKey, st.text(max_size=4), st.integers(-5, 5)),
     st.tuples(st.integers(), st.builds(HashKey, st.integers(), st.integers())),
@@ -342,7 +402,8 @@ def test_key_groups_of_other_keys_hash_their_pickle(key: Any, max_parallelism: i
     if type(key) is not tuple:
         assert code == plain.bytes_hash(pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL))
     assert fast.assign_to_key_group(key, max_parallelism) == plain.assign_to_key_group(
-        key, max_parallelism)
+        key, max_parallelism
+    )
 
 
 class _FixedBytes(DefaultSerializer):
@@ -364,7 +425,7 @@ def test_other_keys_hash_the_key_serializers_bytes(kg: ModuleType) -> None:
         code = kg.java_hash(key, lambda k: b"abc")
     # Arrays.hashCode(new byte[] {97, 98, 99}) = ((31 + 97) * 31 + 98) * 31 + 99
     assert code == ((31 + 97) * 31 + 98) * 31 + 99 == kg.java_hash(b"abc")
-    assert kg.java_hash(key) != code            # the default serializer is pickle
+    assert kg.java_hash(key) != code  # the default serializer is pickle
     # Keys with a Java counterpart ignore the serializer.
     serializer: Any = _FixedBytes() if kg is fast else (lambda k: b"abc")
     assert kg.java_hash("flink", serializer) == 97520992
@@ -374,14 +435,18 @@ def test_other_keys_hash_the_key_serializers_bytes(kg: ModuleType) -> None:
 
 
 @given(MAX_PARALLELISMS, st.data())
-def test_operator_ranges_partition_the_key_groups(max_parallelism: int,
-                                                  data: st.DataObject) -> None:
+def test_operator_ranges_partition_the_key_groups(
+    max_parallelism: int, data: st.DataObject
+) -> None:
     parallelism = data.draw(st.integers(1, min(max_parallelism, 200)), label="parallelism")
-    ranges = [fast.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
-              for i in range(parallelism)]
+    ranges = [
+        fast.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
+        for i in range(parallelism)
+    ]
     assert [(r.start_key_group, r.end_key_group) for r in ranges] == [
         plain.compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
-        for i in range(parallelism)]
+        for i in range(parallelism)
+    ]
     assert ranges[0].start_key_group == 0
     assert ranges[-1].end_key_group == max_parallelism - 1
     for before, after in itertools.pairwise(ranges):
@@ -390,41 +455,55 @@ def test_operator_ranges_partition_the_key_groups(max_parallelism: int,
     assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
     assert sum(sizes) == max_parallelism
     for i, r in enumerate(ranges):
-        for group in {r.start_key_group, r.end_key_group,
-                      data.draw(st.integers(r.start_key_group, r.end_key_group))}:
-            assert fast.compute_operator_index_for_key_group(
-                max_parallelism, parallelism, group) == i
-            assert plain.compute_operator_index_for_key_group(
-                max_parallelism, parallelism, group) == i
+        for group in {
+            r.start_key_group,
+            r.end_key_group,
+            data.draw(st.integers(r.start_key_group, r.end_key_group)),
+        }:
+            assert (
+                fast.compute_operator_index_for_key_group(max_parallelism, parallelism, group) == i
+            )
+            assert (
+                plain.compute_operator_index_for_key_group(max_parallelism, parallelism, group) == i
+            )
 
 
 @given(st.integers(1, 300), st.data())
-def test_every_key_group_maps_back_to_its_operator(max_parallelism: int,
-                                                   data: st.DataObject) -> None:
+def test_every_key_group_maps_back_to_its_operator(
+    max_parallelism: int, data: st.DataObject
+) -> None:
     parallelism = data.draw(st.integers(1, max_parallelism), label="parallelism")
     for i in range(parallelism):
-        for group in fast.compute_key_group_range_for_operator_index(max_parallelism,
-                                                                     parallelism, i):
-            assert fast.compute_operator_index_for_key_group(
-                max_parallelism, parallelism, group) == i
+        for group in fast.compute_key_group_range_for_operator_index(
+            max_parallelism, parallelism, i
+        ):
+            assert (
+                fast.compute_operator_index_for_key_group(max_parallelism, parallelism, group) == i
+            )
 
 
 def test_full_parallelism_gives_one_key_group_per_operator() -> None:
     n = 32768
-    assert all(fast.compute_key_group_range_for_operator_index(n, n, i) == KeyGroupRange(i, i)
-               and fast.compute_operator_index_for_key_group(n, n, i) == i for i in range(n))
+    assert all(
+        fast.compute_key_group_range_for_operator_index(n, n, i) == KeyGroupRange(i, i)
+        and fast.compute_operator_index_for_key_group(n, n, i) == i
+        for i in range(n)
+    )
 
 
 @given(KEYS_WITH_A_JAVA_COUNTERPART, MAX_PARALLELISMS, st.data())
-def test_assign_key_to_parallel_operator(key: Any, max_parallelism: int,
-                                         data: st.DataObject) -> None:
+def test_assign_key_to_parallel_operator(
+    key: Any, max_parallelism: int, data: st.DataObject
+) -> None:
     parallelism = data.draw(st.integers(1, max_parallelism), label="parallelism")
     operator = fast.assign_key_to_parallel_operator(key, max_parallelism, parallelism)
     group = plain.assign_to_key_group(key, max_parallelism)
-    assert operator == plain.compute_operator_index_for_key_group(max_parallelism, parallelism,
-                                                                  group)
-    assert group in fast.compute_key_group_range_for_operator_index(max_parallelism,
-                                                                    parallelism, operator)
+    assert operator == plain.compute_operator_index_for_key_group(
+        max_parallelism, parallelism, group
+    )
+    assert group in fast.compute_key_group_range_for_operator_index(
+        max_parallelism, parallelism, operator
+    )
 
 
 # ------------------------------------------------------------- KeyGroupRange
@@ -467,8 +546,11 @@ def test_key_group_range_value_semantics(start: int, end: int) -> None:
     r = KeyGroupRange.of(start, end)
     same = KeyGroupRange.of(start, end)
     assert r == same and hash(r) == hash(same)
-    shifted = KeyGroupRange(r.start_key_group + 1, r.end_key_group + 1) if len(r) else (
-        KeyGroupRange(0, 0))
+    shifted = (
+        KeyGroupRange(r.start_key_group + 1, r.end_key_group + 1)
+        if len(r)
+        else (KeyGroupRange(0, 0))
+    )
     assert r != shifted
     assert not r == shifted  # noqa: SIM201 (__eq__ itself, not only __ne__)
     assert r != (r.start_key_group, r.end_key_group)
@@ -509,16 +591,26 @@ def test_key_groups_are_the_same_in_every_process(seed: str) -> None:
     keys = eval(STABLE_KEYS_SOURCE, {"HashKey": HashKey})
     expected = [fast.assign_to_key_group(k, 32768) for k in keys]
     assert expected == [plain.assign_to_key_group(k, 32768) for k in keys]
-    done = subprocess.run([sys.executable, "-c", STABLE_SCRIPT], capture_output=True,
-                          text=True, timeout=120, check=False,
-                          env=dict(os.environ, PYTHONHASHSEED=seed))
+    done = subprocess.run(
+        [sys.executable, "-c", STABLE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=dict(os.environ, PYTHONHASHSEED=seed),
+    )
     assert done.returncode == 0, done.stderr
     got = json.loads(done.stdout)
     assert got["groups"] == expected
     # The seed did change Python's own string hash, so the sameness above means something.
-    other = subprocess.run([sys.executable, "-c", "print(hash('flink'))"], capture_output=True,
-                           text=True, timeout=60, check=True,
-                           env=dict(os.environ, PYTHONHASHSEED="777"))
+    other = subprocess.run(
+        [sys.executable, "-c", "print(hash('flink'))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=dict(os.environ, PYTHONHASHSEED="777"),
+    )
     assert int(other.stdout) != got["python_hash"]
 
 
@@ -527,11 +619,13 @@ def test_key_groups_are_the_same_in_every_process(seed: str) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 32769, True, 1.5, "8"], ids=repr)
 def test_bad_max_parallelism(bad: Any) -> None:
-    calls = [lambda: fast.assign_to_key_group("k", bad),
-             lambda: fast.compute_key_group_for_key_hash(0, bad),
-             lambda: fast.compute_key_group_range_for_operator_index(bad, 1, 0),
-             lambda: fast.compute_operator_index_for_key_group(bad, 1, 0),
-             lambda: fast.assign_key_to_parallel_operator("k", bad, 1)]
+    calls = [
+        lambda: fast.assign_to_key_group("k", bad),
+        lambda: fast.compute_key_group_for_key_hash(0, bad),
+        lambda: fast.compute_key_group_range_for_operator_index(bad, 1, 0),
+        lambda: fast.compute_operator_index_for_key_group(bad, 1, 0),
+        lambda: fast.assign_key_to_parallel_operator("k", bad, 1),
+    ]
     for call in calls:
         with pytest.raises(InvalidArgumentError) as caught:
             call()
@@ -542,9 +636,11 @@ def test_bad_max_parallelism(bad: Any) -> None:
 
 
 def test_parallelism_above_max_parallelism() -> None:
-    for call in (lambda: fast.compute_key_group_range_for_operator_index(4, 5, 0),
-                 lambda: fast.compute_operator_index_for_key_group(4, 5, 0),
-                 lambda: fast.assign_key_to_parallel_operator("k", 4, 5)):
+    for call in (
+        lambda: fast.compute_key_group_range_for_operator_index(4, 5, 0),
+        lambda: fast.compute_operator_index_for_key_group(4, 5, 0),
+        lambda: fast.assign_key_to_parallel_operator("k", 4, 5),
+    ):
         with pytest.raises(InvalidArgumentError) as caught:
             call()
         message = str(caught.value)
@@ -554,9 +650,11 @@ def test_parallelism_above_max_parallelism() -> None:
 
 @pytest.mark.parametrize("bad", [0, -3, 32769, 2.0], ids=repr)
 def test_bad_parallelism(bad: Any) -> None:
-    for call in (lambda: fast.compute_key_group_range_for_operator_index(128, bad, 0),
-                 lambda: fast.compute_operator_index_for_key_group(128, bad, 0),
-                 lambda: fast.compute_default_max_parallelism(bad)):
+    for call in (
+        lambda: fast.compute_key_group_range_for_operator_index(128, bad, 0),
+        lambda: fast.compute_operator_index_for_key_group(128, bad, 0),
+        lambda: fast.compute_default_max_parallelism(bad),
+    ):
         with pytest.raises(InvalidArgumentError) as caught:
             call()
         assert str(caught.value) == f"expected parallelism in 1..32768, got {bad!r}"
@@ -577,16 +675,19 @@ def test_bad_key_group(group: Any) -> None:
 
 
 def test_none_key() -> None:
-    for call in (lambda: fast.assign_to_key_group(None, 128),
-                 lambda: fast.assign_key_to_parallel_operator(None, 128, 2)):
+    for call in (
+        lambda: fast.assign_to_key_group(None, 128),
+        lambda: fast.assign_key_to_parallel_operator(None, 128, 2),
+    ):
         with pytest.raises(InvalidArgumentError, match="expected a key, got None"):
             call()
     with pytest.raises(ValueError, match="got None"):
         plain.assign_to_key_group(None, 128)
 
 
-@pytest.mark.parametrize("key", [frozenset({1, 2}), {1, 2}, {"a": 1}, (1, frozenset({2}))],
-                         ids=repr)
+@pytest.mark.parametrize(
+    "key", [frozenset({1, 2}), {1, 2}, {"a": 1}, (1, frozenset({2}))], ids=repr
+)
 def test_keys_whose_bytes_follow_the_salted_hash_are_refused(key: Any) -> None:
     kind = type(key[1] if type(key) is tuple else key).__name__
     with pytest.raises(InvalidArgumentError) as caught:
@@ -598,13 +699,17 @@ def test_keys_whose_bytes_follow_the_salted_hash_are_refused(key: Any) -> None:
         plain.assign_to_key_group(key, 128)
 
 
-@pytest.mark.parametrize(("start", "end", "message"), [
-    (-1, 3, "expected start_key_group >= 0, got -1"),
-    (5, 2, "expected start_key_group <= end_key_group, got [5, 2]"),
-    (1.0, 2, "expected an int start_key_group, got float 1.0"),
-    (0, "3", "expected an int end_key_group, got str '3'"),
-    (True, 2, "expected an int start_key_group, got bool True"),
-], ids=repr)
+@pytest.mark.parametrize(
+    ("start", "end", "message"),
+    [
+        (-1, 3, "expected start_key_group >= 0, got -1"),
+        (5, 2, "expected start_key_group <= end_key_group, got [5, 2]"),
+        (1.0, 2, "expected an int start_key_group, got float 1.0"),
+        (0, "3", "expected an int end_key_group, got str '3'"),
+        (True, 2, "expected an int start_key_group, got bool True"),
+    ],
+    ids=repr,
+)
 def test_bad_key_group_range(start: Any, end: Any, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as caught:
         KeyGroupRange(start, end)
@@ -630,7 +735,7 @@ def test_none_key_and_unchecked_key_hash_are_refused() -> None:
         fast.java_hash(None)
     with pytest.raises(InvalidArgumentError, match=r"expected a Java hashCode in \[-2\*\*31"):
         fast.compute_key_group_for_key_hash(1 << 31, 128)
-    assert fast.compute_key_group_for_key_hash(0, 128) == 94     # the reference's vector
+    assert fast.compute_key_group_for_key_hash(0, 128) == 94  # the reference's vector
 
 
 def test_contains_takes_only_ints() -> None:

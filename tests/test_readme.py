@@ -33,6 +33,8 @@ def test_readme_checkpoint_example_prints_what_its_comments_say() -> None:
 
 
 def test_readme_backend_example_prints_what_its_comments_say() -> None:
-    assert run_block(1) == ["0 KeyGroupRange(0, 63) ['carol']",
-                            "1 KeyGroupRange(64, 127) ['alice', 'bob']",
-                            "['alice:home', 'alice:cart']"]
+    assert run_block(1) == [
+        "0 KeyGroupRange(0, 63) ['carol']",
+        "1 KeyGroupRange(64, 127) ['alice', 'bob']",
+        "['alice:home', 'alice:cart']",
+    ]

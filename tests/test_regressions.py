@@ -37,12 +37,10 @@ def replay_remove_and_get_old_of_a_snapshotted_state(state: StateMapMachine) -> 
 
 
 def test_remove_and_get_old_copies_a_state_a_snapshot_still_holds() -> None:
-    replay_remove_and_get_old_of_a_snapshotted_state(
-        machine_for(by_name("cow-map"))())
+    replay_remove_and_get_old_of_a_snapshotted_state(machine_for(by_name("cow-map"))())
     bug = next(b for b in BUGS if b.name == "remove-and-get-old-returns-shared-state")
     with pytest.raises(AssertionError, match="snapshot 1 changed"):
-        replay_remove_and_get_old_of_a_snapshotted_state(
-            machine_for(bad_implementation(bug))())
+        replay_remove_and_get_old_of_a_snapshotted_state(machine_for(bad_implementation(bug))())
 
 
 def test_iterator_detects_a_change_made_before_its_first_next() -> None:

@@ -69,8 +69,9 @@ FULL = KeyGroupRange(0, MAX_P - 1)
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value", default=[])
 LIST = ListStateDescriptor("list")
 MAP = MapStateDescriptor("map")
-REDUCING: ReducingStateDescriptor[int] = ReducingStateDescriptor("reducing",
-                                                                 reduce_function=add_ints)
+REDUCING: ReducingStateDescriptor[int] = ReducingStateDescriptor(
+    "reducing", reduce_function=add_ints
+)
 AGGREGATING = AggregatingStateDescriptor("aggregating", aggregate_function=SumCount())
 ALL = (VALUE, LIST, MAP, REDUCING, AGGREGATING)
 
@@ -84,8 +85,9 @@ def make(tmp_path: Path) -> Iterator[Factory]:
     """Makes backends under ``tmp_path``; closes them all at the end."""
     made: list[RocksDBKeyedStateBackend] = []
 
-    def factory(key_group_range: KeyGroupRange = FULL, max_parallelism: int = MAX_P,
-                **kwargs: Any) -> RocksDBKeyedStateBackend:
+    def factory(
+        key_group_range: KeyGroupRange = FULL, max_parallelism: int = MAX_P, **kwargs: Any
+    ) -> RocksDBKeyedStateBackend:
         kwargs.setdefault("local_dir", tmp_path / "local")
         backend = RocksDBKeyedStateBackend(key_group_range, max_parallelism, **kwargs)
         made.append(backend)
@@ -101,10 +103,12 @@ def backend(make: Factory) -> RocksDBKeyedStateBackend:
     return make()
 
 
-def checkpoint_location(root: Path, checkpoint_id: int,
-                        filesystem: FileSystem = FS) -> SnapshotLocation:
-    return SnapshotLocation(filesystem, str(root / f"chk-{checkpoint_id}"), str(root / "shared"),
-                            relative=False)
+def checkpoint_location(
+    root: Path, checkpoint_id: int, filesystem: FileSystem = FS
+) -> SnapshotLocation:
+    return SnapshotLocation(
+        filesystem, str(root / f"chk-{checkpoint_id}"), str(root / "shared"), relative=False
+    )
 
 
 def savepoint_location(directory: Path) -> SnapshotLocation:
@@ -115,19 +119,24 @@ def source(directory: Path) -> SnapshotSource:
     return SnapshotSource(FS, str(directory))
 
 
-def checkpoint(b: RocksDBKeyedStateBackend, root: Path, checkpoint_id: int, *,
-               full: bool = False) -> KeyedStateHandle:
+def checkpoint(
+    b: RocksDBKeyedStateBackend, root: Path, checkpoint_id: int, *, full: bool = False
+) -> KeyedStateHandle:
     options = SnapshotOptions(kind="checkpoint", full=full)
-    return b.snapshot_to(checkpoint_id, checkpoint_location(root, checkpoint_id),
-                         options).result(timeout=30)
+    return b.snapshot_to(checkpoint_id, checkpoint_location(root, checkpoint_id), options).result(
+        timeout=30
+    )
 
 
-def savepoint(b: AbstractKeyedStateBackend, directory: Path, checkpoint_id: int,
-              savepoint_format: Any = "native") -> KeyedStateHandle:
+def savepoint(
+    b: AbstractKeyedStateBackend,
+    directory: Path,
+    checkpoint_id: int,
+    savepoint_format: Any = "native",
+) -> KeyedStateHandle:
     options = SnapshotOptions(kind="savepoint", format=savepoint_format)
     assert isinstance(b, CheckpointingBackend)
-    return b.snapshot_to(checkpoint_id, savepoint_location(directory),
-                         options).result(timeout=30)
+    return b.snapshot_to(checkpoint_id, savepoint_location(directory), options).result(timeout=30)
 
 
 def dump(b: AbstractKeyedStateBackend) -> Contents:
@@ -161,14 +170,22 @@ def change_a_few(b: AbstractKeyedStateBackend, keys: range = range(5)) -> None:
 
 
 def ssts(handle: KeyedStateHandle) -> dict[str, FileHandle]:
-    return {f.local_name: f for f in handle.files
-            if f.local_name is not None and f.local_name.endswith(".sst")}
+    return {
+        f.local_name: f
+        for f in handle.files
+        if f.local_name is not None and f.local_name.endswith(".sst")
+    }
 
 
 def owned(contents: Contents, key_group_range: KeyGroupRange) -> Contents:
-    return {name: {kn: s for kn, s in states.items()
-                   if assign_to_key_group(kn[0], MAX_P) in key_group_range}
-            for name, states in contents.items()}
+    return {
+        name: {
+            kn: s
+            for kn, s in states.items()
+            if assign_to_key_group(kn[0], MAX_P) in key_group_range
+        }
+        for name, states in contents.items()
+    }
 
 
 def snapshot_files(root: Path) -> list[str]:
@@ -232,7 +249,7 @@ def test_returned_states_are_copies(backend: RocksDBKeyedStateBackend) -> None:
     assert stored == [3, 1]
     stored[0] = 99
     assert aggregating.get() == (3, 1)
-    assert VALUE.default == []                  # the default is copied too
+    assert VALUE.default == []  # the default is copied too
 
 
 def test_registration_conflicts(backend: RocksDBKeyedStateBackend) -> None:
@@ -241,7 +258,7 @@ def test_registration_conflicts(backend: RocksDBKeyedStateBackend) -> None:
         backend.get_state(ListStateDescriptor("value"))
     with pytest.raises(StateRegistrationError, match="serializer 'pickle', got 'utf8'"):
         backend.get_state(ValueStateDescriptor("value", serializer=StringSerializer()))
-    backend.get_state(ValueStateDescriptor("value"))        # same kind and serializer
+    backend.get_state(ValueStateDescriptor("value"))  # same kind and serializer
     assert backend.state_names == ["value"]
 
 
@@ -252,8 +269,10 @@ def test_one_column_family_per_state(backend: RocksDBKeyedStateBackend) -> None:
     from rocksdict import Rdict
 
     families = set(Rdict.list_cf(str(backend.db_path), Options(raw_mode=True)))
-    expected = {column_family_name(d.name) for d in ALL} | {"default",
-                                                            column_family_name("odd name/é")}
+    expected = {column_family_name(d.name) for d in ALL} | {
+        "default",
+        column_family_name("odd name/é"),
+    }
     assert families == expected
     assert column_family_name("value") == "state.value"
     assert column_family_name("odd name/é").startswith("state-hex.")
@@ -261,8 +280,10 @@ def test_one_column_family_per_state(backend: RocksDBKeyedStateBackend) -> None:
 
 
 def test_key_layout_makes_key_groups_contiguous() -> None:
-    keys = [encode_rocks_key(kg, key, ns) for kg, key, ns in
-            [(3, b"zz", b""), (1, b"\xff" * 9, b"n"), (2, b"", b"x"), (1, b"a", b"")]]
+    keys = [
+        encode_rocks_key(kg, key, ns)
+        for kg, key, ns in [(3, b"zz", b""), (1, b"\xff" * 9, b"n"), (2, b"", b"x"), (1, b"a", b"")]
+    ]
     assert [decode_rocks_key(k)[0] for k in sorted(keys)] == [1, 1, 2, 3]
     assert decode_rocks_key(encode_rocks_key(7, b"key", b"ns")) == (7, b"key", b"ns")
     assert decode_rocks_key(encode_rocks_key(7, b"", b"key")) == (7, b"", b"key")
@@ -283,10 +304,11 @@ def test_table_api_and_its_refusals(backend: RocksDBKeyedStateBackend) -> None:
     assert len(table) == 3 and table.size_of_namespace("ns") == 2
     assert sorted(table.keys("ns")) == ["a", "b"]
     groups = [table.key_group_of(e.key) for e in table]
-    assert groups == sorted(groups)             # key-group order
+    assert groups == sorted(groups)  # key-group order
     assert table.remove_and_get_old("b", "ns") == 3
     assert table.remove_and_get_old("b", "ns") is None
     table.remove("nothing", "ns")
+
     def plus(old: Any, value: int) -> Any:
         return old + value
 
@@ -350,12 +372,12 @@ def test_close_releases_everything_and_refuses_more_work(tmp_path: Path) -> None
     local = b.instance_path.parent
     fill(b, range(20))
     table = b.table("value")
-    entries = iter(table)                       # an unfinished iteration holds nothing
+    entries = iter(table)  # an unfinished iteration holds nothing
     next(entries)
     assert local.exists()
     b.close()
-    b.close()                                   # idempotent
-    assert not local.exists()                   # the backend's own temp dir is gone
+    b.close()  # idempotent
+    assert not local.exists()  # the backend's own temp dir is gone
     with pytest.raises(BackendClosedError, match="replaced by a restore"):
         table.get(1, VOID_NAMESPACE)
     with pytest.raises(BackendClosedError):
@@ -376,14 +398,14 @@ def test_close_and_restore_release_every_file(make: Factory, tmp_path: Path) -> 
     handle = checkpoint(b, tmp_path, 1)
     old_table = b.table("value")
     entries = iter(old_table)
-    next(entries)                               # an unfinished iteration
+    next(entries)  # an unfinished iteration
     old = b.db_path
     assert open_files_under(old)
     b.restore_from([handle], source(tmp_path / "chk-1"))
     assert open_files_under(old) == [] and not old.exists()
     with pytest.raises(BackendClosedError, match="replaced by a restore"):
-        iter(old_table)                         # the restore replaced it
-    assert len(list(entries)) == 199            # the chunk it had read stays readable
+        iter(old_table)  # the restore replaced it
+    assert len(list(entries)) == 199  # the chunk it had read stays readable
     assert b.table("value") is not old_table and open_files_under(b.db_path)
     instance = b.instance_path
     b.close()
@@ -391,7 +413,7 @@ def test_close_and_restore_release_every_file(make: Factory, tmp_path: Path) -> 
     dropped = RocksDBKeyedStateBackend(FULL, MAX_P)
     fill(dropped, range(10))
     directory = dropped.instance_path.parent
-    del dropped                                  # never closed: the finalizer cleans up
+    del dropped  # never closed: the finalizer cleans up
     gc.collect()
     assert not directory.exists()
 
@@ -405,8 +427,9 @@ def test_custom_serializers_round_trip(make: Factory, tmp_path: Path) -> None:
         value.update(f"s{key}")
     handle = savepoint(b, tmp_path / "sp", 1, "canonical")
     assert handle.key_serializer == "int32" and handle.states[0].state_serializer == "utf8"
-    heap = HeapKeyedStateBackend(FULL, MAX_P, key_serializer=IntSerializer(),
-                                 namespace_serializer=StringSerializer())
+    heap = HeapKeyedStateBackend(
+        FULL, MAX_P, key_serializer=IntSerializer(), namespace_serializer=StringSerializer()
+    )
     heap.get_state(ValueStateDescriptor("v", serializer=StringSerializer()))
     heap.restore_from([handle], source(tmp_path / "sp"))
     assert dump(heap) == dump(b) and len(dump(b)["v"]) == 50
@@ -418,8 +441,9 @@ def test_custom_serializers_round_trip(make: Factory, tmp_path: Path) -> None:
 # ---------------------------------------------------- incremental checkpoints
 
 
-def test_first_checkpoint_full_then_only_new_ssts(backend: RocksDBKeyedStateBackend,
-                                                  tmp_path: Path) -> None:
+def test_first_checkpoint_full_then_only_new_ssts(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     fill(backend, range(2000))
     first = checkpoint(backend, tmp_path, 1)
     assert first.backend == "rocksdb" and first.format == "rocksdb-native"
@@ -427,13 +451,15 @@ def test_first_checkpoint_full_then_only_new_ssts(backend: RocksDBKeyedStateBack
     assert first.backend_uid == backend.backend_uid
     assert [s.name for s in first.states] == [d.name for d in ALL]
     first_ssts = ssts(first)
-    assert len(first_ssts) == 5                 # one flushed SST per column family
+    assert len(first_ssts) == 5  # one flushed SST per column family
     assert all(f.scope == "shared" and not f.relative for f in first_ssts.values())
     private = [f for f in first.files if f not in first_ssts.values()]
     assert {f.local_name for f in private} >= {"CURRENT"}
     assert any((f.local_name or "").startswith("MANIFEST-") for f in private)
-    assert all(f.scope == "exclusive" and f.path.startswith(str(tmp_path / "chk-1/rocksdb-0-127/"))
-               for f in private)
+    assert all(
+        f.scope == "exclusive" and f.path.startswith(str(tmp_path / "chk-1/rocksdb-0-127/"))
+        for f in private
+    )
     assert os.listdir(backend.local_checkpoints_path) == []
     backend.notify_checkpoint_complete(1)
     assert backend.incremental_base == first_ssts
@@ -442,12 +468,11 @@ def test_first_checkpoint_full_then_only_new_ssts(backend: RocksDBKeyedStateBack
     second = checkpoint(backend, tmp_path, 2)
     second_ssts = ssts(second)
     reused = {n: f for n, f in second_ssts.items() if n in first_ssts}
-    assert reused == first_ssts                 # nothing compacted: all five reused
-    assert all(second_ssts[n] is first_ssts[n] for n in reused)   # the base's own handles
+    assert reused == first_ssts  # nothing compacted: all five reused
+    assert all(second_ssts[n] is first_ssts[n] for n in reused)  # the base's own handles
     new = set(second_ssts) - set(first_ssts)
-    assert len(new) == 1                        # only the value state's flush
-    uploaded = sum(f.size for f in second.files
-                   if f.local_name not in first_ssts)
+    assert len(new) == 1  # only the value state's flush
+    uploaded = sum(f.size for f in second.files if f.local_name not in first_ssts)
     assert second.checkpointed_size == uploaded < second.full_size
     assert second.full_size == sum(f.size for f in second.files)
     assert second.checkpointed_size < first.checkpointed_size
@@ -459,10 +484,11 @@ def test_first_checkpoint_full_then_only_new_ssts(backend: RocksDBKeyedStateBack
         restored.close()
 
 
-def test_pending_checkpoint_is_never_a_base(backend: RocksDBKeyedStateBackend,
-                                            tmp_path: Path) -> None:
+def test_pending_checkpoint_is_never_a_base(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     fill(backend, range(200))
-    first = checkpoint(backend, tmp_path, 1)      # never confirmed
+    first = checkpoint(backend, tmp_path, 1)  # never confirmed
     change_a_few(backend)
     second = checkpoint(backend, tmp_path, 2)
     assert backend.incremental_base == {}
@@ -471,8 +497,9 @@ def test_pending_checkpoint_is_never_a_base(backend: RocksDBKeyedStateBackend,
     assert backend.recorded_checkpoints == [1, 2]
 
 
-def test_aborted_checkpoint_is_dropped_and_never_a_base(backend: RocksDBKeyedStateBackend,
-                                                        tmp_path: Path) -> None:
+def test_aborted_checkpoint_is_dropped_and_never_a_base(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     fill(backend, range(200))
     first = checkpoint(backend, tmp_path, 1)
     backend.notify_checkpoint_complete(1)
@@ -480,24 +507,24 @@ def test_aborted_checkpoint_is_dropped_and_never_a_base(backend: RocksDBKeyedSta
     second = checkpoint(backend, tmp_path, 2)
     backend.notify_checkpoint_aborted(2)
     assert backend.recorded_checkpoints == [1]
-    backend.notify_checkpoint_complete(2)                  # unknown now: ignored
+    backend.notify_checkpoint_complete(2)  # unknown now: ignored
     assert backend.last_completed_checkpoint_id == 1
     change_a_few(backend, range(5, 8))
     third = checkpoint(backend, tmp_path, 3)
     second_only = set(ssts(second)) - set(ssts(first))
     assert second_only and all(ssts(third)[n] is not ssts(second)[n] for n in second_only)
     assert {n: f for n, f in ssts(third).items() if f in ssts(first).values()} == ssts(first)
-    backend.notify_checkpoint_aborted(1)                   # a confirmed one cannot abort
+    backend.notify_checkpoint_aborted(1)  # a confirmed one cannot abort
     assert backend.incremental_base == ssts(first)
 
 
-def test_abort_before_the_writer_finishes_drops_the_record(make: Factory,
-                                                           tmp_path: Path) -> None:
+def test_abort_before_the_writer_finishes_drops_the_record(make: Factory, tmp_path: Path) -> None:
     b = make()
     fill(b, range(50))
     blocker = Blocker()
-    future = b.snapshot_to(1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)),
-                           SnapshotOptions())
+    future = b.snapshot_to(
+        1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)), SnapshotOptions()
+    )
     assert blocker.entered.wait(10)
     b.notify_checkpoint_aborted(1)
     blocker.release.set()
@@ -506,8 +533,9 @@ def test_abort_before_the_writer_finishes_drops_the_record(make: Factory,
     assert b.recorded_checkpoints == [] and b.incremental_base == {}
 
 
-def test_savepoint_never_changes_the_base(backend: RocksDBKeyedStateBackend,
-                                          tmp_path: Path) -> None:
+def test_savepoint_never_changes_the_base(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     """Flink's RocksIncrementalSnapshotStrategyTest: checkpoint, savepoint,
     checkpoint -- the last reuses what it would have without the savepoint."""
     fill(backend, range(300))
@@ -516,7 +544,7 @@ def test_savepoint_never_changes_the_base(backend: RocksDBKeyedStateBackend,
     change_a_few(backend)
     native = savepoint(backend, tmp_path / "sp-2", 2)
     canonical = savepoint(backend, tmp_path / "sp-3", 3, "canonical")
-    backend.notify_checkpoint_complete(2)                  # stop-with-savepoint: ignored
+    backend.notify_checkpoint_complete(2)  # stop-with-savepoint: ignored
     backend.notify_checkpoint_complete(3)
     assert backend.last_completed_checkpoint_id == 1
     assert backend.recorded_checkpoints == [1]
@@ -531,8 +559,9 @@ def test_savepoint_never_changes_the_base(backend: RocksDBKeyedStateBackend,
     assert fourth.checkpointed_size < fourth.full_size
 
 
-def test_older_completion_notice_is_ignored(backend: RocksDBKeyedStateBackend,
-                                            tmp_path: Path) -> None:
+def test_older_completion_notice_is_ignored(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     fill(backend, range(100))
     checkpoint(backend, tmp_path, 1)
     change_a_few(backend)
@@ -545,7 +574,8 @@ def test_older_completion_notice_is_ignored(backend: RocksDBKeyedStateBackend,
 
 
 def test_full_checkpoint_uploads_everything_and_becomes_a_base(
-        backend: RocksDBKeyedStateBackend, tmp_path: Path) -> None:
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     fill(backend, range(200))
     first = checkpoint(backend, tmp_path, 1)
     backend.notify_checkpoint_complete(1)
@@ -553,8 +583,8 @@ def test_full_checkpoint_uploads_everything_and_becomes_a_base(
     full = checkpoint(backend, tmp_path, 2, full=True)
     assert full.checkpointed_size == full.full_size
     assert not {f.path for f in full.files} & {f.path for f in first.files}
-    assert set(ssts(first)) < set(ssts(full))              # same local files, uploaded again
-    assert backend.incremental_base == ssts(first)         # not a base until confirmed
+    assert set(ssts(first)) < set(ssts(full))  # same local files, uploaded again
+    assert backend.incremental_base == ssts(first)  # not a base until confirmed
     backend.notify_checkpoint_complete(2)
     assert backend.incremental_base == ssts(full)
     change_a_few(backend, range(5, 7))
@@ -567,7 +597,8 @@ def test_full_checkpoint_uploads_everything_and_becomes_a_base(
 
 
 def test_native_savepoint_is_exclusive_relative_and_movable(
-        backend: RocksDBKeyedStateBackend, make: Factory, tmp_path: Path) -> None:
+    backend: RocksDBKeyedStateBackend, make: Factory, tmp_path: Path
+) -> None:
     fill(backend, range(300))
     handle = savepoint(backend, tmp_path / "sp", 7)
     assert handle.format == "rocksdb-native" and handle.shared_files == ()
@@ -580,8 +611,8 @@ def test_native_savepoint_is_exclusive_relative_and_movable(
     restored = make()
     restored.restore_from([handle], source(tmp_path / "moved"), incremental_base=True)
     assert dump(restored) == dump(backend)
-    assert restored.incremental_base == {}                 # no shared files: no base
-    half = make(KeyGroupRange(64, 127))                    # rescaling from a savepoint
+    assert restored.incremental_base == {}  # no shared files: no base
+    half = make(KeyGroupRange(64, 127))  # rescaling from a savepoint
     half.restore_from([handle], source(tmp_path / "moved"))
     assert dump(half) == owned(dump(backend), KeyGroupRange(64, 127))
     again = checkpoint(restored, tmp_path, 8)
@@ -592,8 +623,9 @@ def test_native_savepoint_is_exclusive_relative_and_movable(
 # ---------------------------------------------------- canonical savepoints
 
 
-def rocksdb_savepoints(make: Factory, tmp_path: Path, parallelism: int,
-                       keys: range) -> tuple[list[KeyedStateHandle], Contents]:
+def rocksdb_savepoints(
+    make: Factory, tmp_path: Path, parallelism: int, keys: range
+) -> tuple[list[KeyedStateHandle], Contents]:
     handles: list[KeyedStateHandle] = []
     contents: Contents = {}
     for index in range(parallelism):
@@ -606,8 +638,9 @@ def rocksdb_savepoints(make: Factory, tmp_path: Path, parallelism: int,
     return handles, contents
 
 
-def heap_savepoints(tmp_path: Path, parallelism: int,
-                    keys: range) -> tuple[list[KeyedStateHandle], Contents]:
+def heap_savepoints(
+    tmp_path: Path, parallelism: int, keys: range
+) -> tuple[list[KeyedStateHandle], Contents]:
     handles: list[KeyedStateHandle] = []
     contents: Contents = {}
     for index in range(parallelism):
@@ -625,7 +658,8 @@ RESCALINGS = [(1, 2), (2, 1), (2, 3)]
 
 @pytest.mark.parametrize(("old", "new"), RESCALINGS, ids=lambda p: str(p))
 def test_canonical_rocksdb_savepoint_into_heap_with_rescaling(
-        make: Factory, tmp_path: Path, old: int, new: int) -> None:
+    make: Factory, tmp_path: Path, old: int, new: int
+) -> None:
     handles, contents = rocksdb_savepoints(make, tmp_path, old, range(400))
     assert all(h.backend == "rocksdb" and h.format == "canonical" for h in handles)
     assert len(contents["value"]) == 800
@@ -640,22 +674,22 @@ def test_canonical_rocksdb_savepoint_into_heap_with_rescaling(
 
 @pytest.mark.parametrize(("old", "new"), RESCALINGS, ids=lambda p: str(p))
 def test_canonical_heap_savepoint_into_rocksdb_with_rescaling(
-        make: Factory, tmp_path: Path, old: int, new: int) -> None:
+    make: Factory, tmp_path: Path, old: int, new: int
+) -> None:
     handles, contents = heap_savepoints(tmp_path, old, range(400))
     seen: Contents = {}
     for index in range(new):
         kgs = compute_key_group_range_for_operator_index(MAX_P, new, index)
         b = make(kgs)
-        b.get_state(VALUE)                                 # registered before the restore
+        b.get_state(VALUE)  # registered before the restore
         b.restore_from(handles, source(tmp_path / "sp"), incremental_base=True)
         assert dump(b) == owned(contents, kgs)
         assert b.incremental_base == {}
         for name, states in dump(b).items():
-            assert not set(states) & set(seen.get(name, {}))   # each key in one backend
+            assert not set(states) & set(seen.get(name, {}))  # each key in one backend
             seen.setdefault(name, {}).update(states)
-        reducing = b.get_state(REDUCING)                   # restored states work as before
-        key = next(k for k, _ in contents["reducing"]
-                   if assign_to_key_group(k, MAX_P) in kgs)
+        reducing = b.get_state(REDUCING)  # restored states work as before
+        key = next(k for k, _ in contents["reducing"] if assign_to_key_group(k, MAX_P) in kgs)
         b.set_current_key(key)
         reducing.add(1000)
         assert reducing.get() == contents["reducing"][(key, VOID_NAMESPACE)] + 1000
@@ -675,30 +709,36 @@ def test_canonical_round_trip_between_rocksdb_backends(make: Factory, tmp_path: 
 # ------------------------------------------------------ incompatible formats
 
 
-def test_native_rocksdb_handle_is_refused_by_the_heap(backend: RocksDBKeyedStateBackend,
-                                                      tmp_path: Path) -> None:
+def test_native_rocksdb_handle_is_refused_by_the_heap(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     fill(backend, range(50))
     handle = savepoint(backend, tmp_path / "sp", 1)
     with HeapKeyedStateBackend(FULL, MAX_P) as heap:
         fill(heap, range(10), tag=1)
         before = dump(heap)
-        with pytest.raises(IncompatibleSnapshotError,
-                           match=r"rocksdb-native snapshot of the rocksdb backend.*canonical"):
+        with pytest.raises(
+            IncompatibleSnapshotError,
+            match=r"rocksdb-native snapshot of the rocksdb backend.*canonical",
+        ):
             heap.restore_from([handle], source(tmp_path / "sp"))
         assert dump(heap) == before
 
 
-def test_heap_handle_is_refused_by_rocksdb(backend: RocksDBKeyedStateBackend,
-                                           tmp_path: Path) -> None:
+def test_heap_handle_is_refused_by_rocksdb(
+    backend: RocksDBKeyedStateBackend, tmp_path: Path
+) -> None:
     with HeapKeyedStateBackend(FULL, MAX_P) as heap:
         fill(heap, range(50))
-        handle = heap.snapshot_to(1, checkpoint_location(tmp_path, 1),
-                                  SnapshotOptions()).result(timeout=10)
+        handle = heap.snapshot_to(1, checkpoint_location(tmp_path, 1), SnapshotOptions()).result(
+            timeout=10
+        )
     fill(backend, range(10), tag=1)
     before = dump(backend)
     db_path = backend.db_path
-    with pytest.raises(IncompatibleSnapshotError,
-                       match=r"heap snapshot of the heap backend.*canonical savepoint"):
+    with pytest.raises(
+        IncompatibleSnapshotError, match=r"heap snapshot of the heap backend.*canonical savepoint"
+    ):
         backend.restore_from([handle], source(tmp_path / "chk-1"))
     assert dump(backend) == before and backend.db_path == db_path
 
@@ -706,8 +746,9 @@ def test_heap_handle_is_refused_by_rocksdb(backend: RocksDBKeyedStateBackend,
 # --------------------------------------------------- restores and rescaling
 
 
-def checkpoints_of(make: Factory, tmp_path: Path, parallelism: int,
-                   keys: range) -> tuple[list[KeyedStateHandle], Contents]:
+def checkpoints_of(
+    make: Factory, tmp_path: Path, parallelism: int, keys: range
+) -> tuple[list[KeyedStateHandle], Contents]:
     handles: list[KeyedStateHandle] = []
     contents: Contents = {}
     for index in range(parallelism):
@@ -721,8 +762,9 @@ def checkpoints_of(make: Factory, tmp_path: Path, parallelism: int,
 
 
 @pytest.mark.parametrize(("old", "new"), [(1, 2), (3, 2)], ids=lambda p: str(p))
-def test_rescaling_restore_from_checkpoints(make: Factory, tmp_path: Path, old: int,
-                                            new: int) -> None:
+def test_rescaling_restore_from_checkpoints(
+    make: Factory, tmp_path: Path, old: int, new: int
+) -> None:
     handles, contents = checkpoints_of(make, tmp_path, old, range(600))
     seen: Contents = {}
     for index in range(new):
@@ -735,18 +777,20 @@ def test_rescaling_restore_from_checkpoints(make: Factory, tmp_path: Path, old: 
             assert all(assign_to_key_group(k, MAX_P) in kgs for k, _ in states)
             assert not set(states) & set(seen.get(name, {}))
             seen.setdefault(name, {}).update(states)
-        assert b.incremental_base == {}                    # rescaled: no base
+        assert b.incremental_base == {}  # rescaled: no base
         assert b.backend_uid not in {h.backend_uid for h in handles}
         first = checkpoint(b, tmp_path / f"after-{index}", 2)
         assert first.checkpointed_size == first.full_size
-        for table_name in b.state_names:                   # the dropped ranges stay dropped
+        for table_name in b.state_names:  # the dropped ranges stay dropped
             assert {k for k, _, _ in b.entries(table_name)} == {
-                k for k, _ in owned(contents, kgs)[table_name]}
+                k for k, _ in owned(contents, kgs)[table_name]
+            }
     assert seen == contents
 
 
 def test_rescaling_drops_the_other_key_groups_so_nothing_comes_back(
-        make: Factory, tmp_path: Path) -> None:
+    make: Factory, tmp_path: Path
+) -> None:
     """Keys outside a rescaled backend's range must leave its database: else a
     later merge (2 -> 1) takes them from its files after their owner removed them."""
     whole = make()
@@ -763,10 +807,13 @@ def test_rescaling_drops_the_other_key_groups_so_nothing_comes_back(
     high.set_current_namespace("w")
     high.get_state(VALUE).clear()
     merged = make()
-    merged.restore_from([checkpoint(low, tmp_path / "b", 2), checkpoint(high, tmp_path / "c", 2)],
-                        source(tmp_path))
-    expected = {name: {kn: s for kn, s in states.items() if kn[0] != gone}
-                for name, states in dump(whole).items()}
+    merged.restore_from(
+        [checkpoint(low, tmp_path / "b", 2), checkpoint(high, tmp_path / "c", 2)], source(tmp_path)
+    )
+    expected = {
+        name: {kn: s for kn, s in states.items() if kn[0] != gone}
+        for name, states in dump(whole).items()
+    }
     assert dump(merged) == expected
 
 
@@ -793,8 +840,7 @@ def test_restore_with_the_same_range_seeds_the_base(make: Factory, tmp_path: Pat
     assert fresh.checkpointed_size == fresh.full_size
 
 
-def test_restore_replaces_states_and_keeps_registered_ones(make: Factory,
-                                                           tmp_path: Path) -> None:
+def test_restore_replaces_states_and_keeps_registered_ones(make: Factory, tmp_path: Path) -> None:
     original = make()
     original.get_state(VALUE)
     original.set_current_key(1)
@@ -805,21 +851,23 @@ def test_restore_replaces_states_and_keeps_registered_ones(make: Factory,
     target.set_current_key(2)
     other.update("gone")
     value = target.get_state(VALUE)
-    target.restore([handle])                               # absolute paths: no source needed
+    target.restore([handle])  # absolute paths: no source needed
     assert target.state_names == ["other", "value"]
     assert dump(target) == {"other": {}, "value": {(1, VOID_NAMESPACE): [1]}}
     target.set_current_key(1)
-    assert value.value() == [1]                            # a handle taken before still works
+    assert value.value() == [1]  # a handle taken before still works
 
 
 def test_pending_snapshot_of_a_replaced_database_never_becomes_a_base(
-        make: Factory, tmp_path: Path) -> None:
+    make: Factory, tmp_path: Path
+) -> None:
     b = make()
     fill(b, range(50))
     handle = checkpoint(b, tmp_path, 1)
     blocker = Blocker()
-    future = b.snapshot_to(2, checkpoint_location(tmp_path, 2, FileSystem(hooks=blocker)),
-                           SnapshotOptions())
+    future = b.snapshot_to(
+        2, checkpoint_location(tmp_path, 2, FileSystem(hooks=blocker)), SnapshotOptions()
+    )
     assert blocker.entered.wait(10)
     b.restore_from([handle], source(tmp_path / "chk-1"), incremental_base=True)
     blocker.release.set()
@@ -845,34 +893,35 @@ def test_truncated_file_is_corrupt_and_changes_nothing(make: Factory, tmp_path: 
         target.restore_from([handle], source(tmp_path / "chk-1"), incremental_base=True)
     assert dump(target) == before and target.db_path == db_path
     assert sorted(p.name for p in target.instance_path.iterdir()) == [
-        "checkpoints", db_path.name]                       # the restore's scratch is gone
+        "checkpoints",
+        db_path.name,
+    ]  # the restore's scratch is gone
     assert target.incremental_base == {}
 
 
-def test_files_that_do_not_open_as_a_database_are_corrupt(make: Factory,
-                                                          tmp_path: Path) -> None:
+def test_files_that_do_not_open_as_a_database_are_corrupt(make: Factory, tmp_path: Path) -> None:
     original = make()
     fill(original, range(100))
     handle = checkpoint(original, tmp_path, 1)
     without_current = handle.model_copy(
-        update={"files": tuple(f for f in handle.files if f.local_name != "CURRENT")})
+        update={"files": tuple(f for f in handle.files if f.local_name != "CURRENT")}
+    )
     target = make()
     fill(target, range(10))
     before = dump(target)
     with pytest.raises(CorruptCheckpointError, match="CURRENT"):
         target.restore_from([without_current], source(tmp_path / "chk-1"))
     assert dump(target) == before
-    for f in ssts(handle).values():                        # RocksDB deleted nothing
+    for f in ssts(handle).values():  # RocksDB deleted nothing
         assert Path(f.path).stat().st_size == f.size
 
 
-def test_mismatches_are_refused_before_anything_changes(make: Factory,
-                                                        tmp_path: Path) -> None:
+def test_mismatches_are_refused_before_anything_changes(make: Factory, tmp_path: Path) -> None:
     original = make()
     fill(original, range(100))
     handle = checkpoint(original, tmp_path, 1)
     target = make()
-    target.get_state(ValueStateDescriptor("list"))         # registered as another kind
+    target.get_state(ValueStateDescriptor("list"))  # registered as another kind
     fill_value = target.get_state(VALUE)
     target.set_current_key(3)
     fill_value.update(["mine"])
@@ -886,9 +935,20 @@ def test_mismatches_are_refused_before_anything_changes(make: Factory,
     strings = make(namespace_serializer=StringSerializer())
     with pytest.raises(SerializerMismatchError, match="namespace serializer 'utf8'"):
         strings.restore_from([handle], source(tmp_path / "chk-1"))
-    fake = handle.model_copy(update={"states": (*handle.states, StateInfo(
-        id=len(handle.states), name="custom", kind="value", namespace_serializer="pickle",
-        state_serializer="my.Serializer"))})
+    fake = handle.model_copy(
+        update={
+            "states": (
+                *handle.states,
+                StateInfo(
+                    id=len(handle.states),
+                    name="custom",
+                    kind="value",
+                    namespace_serializer="pickle",
+                    state_serializer="my.Serializer",
+                ),
+            )
+        }
+    )
     plain = make()
     fill(plain, range(10))
     plain_before = dump(plain)
@@ -902,11 +962,12 @@ def test_mismatches_are_refused_before_anything_changes(make: Factory,
 
 
 def test_cancel_before_the_writer_starts_releases_the_local_checkpoint(
-        make: Factory, tmp_path: Path) -> None:
+    make: Factory, tmp_path: Path
+) -> None:
     busy = threading.Event()
     executor = ThreadPoolExecutor(max_workers=1)
     try:
-        executor.submit(busy.wait, 10)                     # the writer is busy elsewhere
+        executor.submit(busy.wait, 10)  # the writer is busy elsewhere
         b = make(executor=executor)
         fill(b, range(50))
         future = b.snapshot_to(1, checkpoint_location(tmp_path, 1), SnapshotOptions())
@@ -916,7 +977,7 @@ def test_cancel_before_the_writer_starts_releases_the_local_checkpoint(
         assert os.listdir(b.local_checkpoints_path) == []
         assert b.pending_snapshots == 0
         busy.set()
-        executor.submit(lambda: None).result(timeout=10)   # the writer saw the cancel
+        executor.submit(lambda: None).result(timeout=10)  # the writer saw the cancel
         assert b.recorded_checkpoints == []
         assert not (tmp_path / "chk-1").exists() and not (tmp_path / "shared").exists()
     finally:
@@ -925,8 +986,7 @@ def test_cancel_before_the_writer_starts_releases_the_local_checkpoint(
 
 
 @pytest.mark.parametrize("kind", ["checkpoint", "native", "canonical"])
-def test_cancel_while_writing_releases_everything(make: Factory, tmp_path: Path,
-                                                  kind: str) -> None:
+def test_cancel_while_writing_releases_everything(make: Factory, tmp_path: Path, kind: str) -> None:
     b = make()
     fill(b, range(200))
     blocker = Blocker(at=2)
@@ -945,14 +1005,15 @@ def test_cancel_while_writing_releases_everything(make: Factory, tmp_path: Path,
         future.result(timeout=10)
     assert os.listdir(b.local_checkpoints_path) == []
     assert b.pending_snapshots == 0 and b.recorded_checkpoints == []
-    assert location.written                                 # partial uploads: the caller's
+    assert location.written  # partial uploads: the caller's
     location.discard()
     assert snapshot_files(tmp_path) == []
 
 
 @pytest.mark.parametrize("kind", ["checkpoint", "canonical"])
-def test_write_failure_is_reported_and_releases_everything(make: Factory, tmp_path: Path,
-                                                           kind: str) -> None:
+def test_write_failure_is_reported_and_releases_everything(
+    make: Factory, tmp_path: Path, kind: str
+) -> None:
     b = make()
     fill(b, range(200))
     blocker = Blocker(at=3, fail=True)
@@ -980,7 +1041,8 @@ def test_close_cancels_a_running_snapshot(tmp_path: Path) -> None:
     fill(b, range(100))
     blocker = Blocker()
     future: Future[KeyedStateHandle] = b.snapshot_to(
-        1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)), SnapshotOptions())
+        1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)), SnapshotOptions()
+    )
     assert blocker.entered.wait(10)
     threading.Timer(0.2, blocker.release.set).start()
     b.close()
@@ -994,12 +1056,13 @@ def test_snapshot_is_the_synchronous_moment(make: Factory, tmp_path: Path) -> No
     fill(b, range(100))
     expected = dump(b)
     blocker = Blocker()
-    future = b.snapshot_to(1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)),
-                           SnapshotOptions())
+    future = b.snapshot_to(
+        1, checkpoint_location(tmp_path, 1, FileSystem(hooks=blocker)), SnapshotOptions()
+    )
     assert blocker.entered.wait(10)
-    fill(b, range(100, 200), tag=5)                        # the owner keeps writing
+    fill(b, range(100, 200), tag=5)  # the owner keeps writing
     change_a_few(b)
-    b.get_state(ValueStateDescriptor("late"))              # and registers a state
+    b.get_state(ValueStateDescriptor("late"))  # and registers a state
     blocker.release.set()
     handle = future.result(timeout=10)
     assert [s.name for s in handle.states] == [d.name for d in ALL]
@@ -1008,8 +1071,7 @@ def test_snapshot_is_the_synchronous_moment(make: Factory, tmp_path: Path) -> No
     assert dump(restored) == expected
 
 
-def test_snapshot_arguments_are_checked(backend: RocksDBKeyedStateBackend,
-                                        tmp_path: Path) -> None:
+def test_snapshot_arguments_are_checked(backend: RocksDBKeyedStateBackend, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="checkpoint id >= 0"):
         backend.snapshot_to(-1, checkpoint_location(tmp_path, 1), SnapshotOptions())
     with pytest.raises(InvalidArgumentError, match="SnapshotLocation"):

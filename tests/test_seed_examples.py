@@ -113,7 +113,8 @@ def view(snap: StateMapSnapshot[Any, Any, Any]) -> dict[int, Box]:
 def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> None:
     ser = BoxSerializer()
     m: CopyOnWriteStateMap[HashKey, int, Box] = CopyOnWriteStateMap(
-        serializer=ser, initial_capacity=4)
+        serializer=ser, initial_capacity=4
+    )
     s3, s7 = Box(3), Box(7)
     m.put(K23, NS, s3)
     m.put(K42, NS, s7)  # inserted second: the head of the chain
@@ -273,8 +274,9 @@ def locate(m: CopyOnWriteStateMap[HashKey, int, int], key: int) -> tuple[str, in
     """``(table, bucket)`` of ``key``, by scanning every chain of both tables. While
     rehashing, "primary" is the seed's old table and "rehash" its new table."""
     found = []
-    tables = [(P, I(m)._primary)] if I(m)._rehash is None else [
-        (P, I(m)._primary), (R, I(m)._rehash)]
+    tables = (
+        [(P, I(m)._primary)] if I(m)._rehash is None else [(P, I(m)._primary), (R, I(m)._rehash)]
+    )
     for name, table in tables:
         for index, head in enumerate(table):
             found += [(name, index) for e in chain(head) if e.key.value == key]
@@ -308,8 +310,7 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     assert info.is_rehashing
     assert (info.rehash_capacity, info.threshold, info.rehash_index) == (8, 6, 0)
     assert (info.primary_size, info.rehash_size) == (5, 0)
-    assert layout(m) == {0: (P, 0), 1: (P, 1), 2: (P, 2), 3: (P, 3),
-                         5: (P, 1)}
+    assert layout(m) == {0: (P, 0), 1: (P, 1), 2: (P, 2), 3: (P, 3), 5: (P, 1)}
     assert I(m)._rehash == [None] * 8
 
     # remove(1). Seed: moves bucket 2, rehashIdx 3, 1 % 4 < 3 so K1 is looked up
@@ -333,7 +334,15 @@ def test_seed_rehash_sequence_in_seed_order_ends_with_the_pictured_new_table() -
     assert (info.primary_size, info.rehash_size) == (4, 0)
     # the pictured final table: K0 -> 0, K2 -> 2, K3 -> 3, K5 -> 5 (K1 removed)
     assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [
-        [0], [], [2], [3], [], [5], [], []]
+        [0],
+        [],
+        [2],
+        [3],
+        [],
+        [5],
+        [],
+        [],
+    ]
     assert {(e.key.value, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}
     assert not m.contains_key(K(1), NS)
 
@@ -357,11 +366,18 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
     info = describe(m)
     assert info.is_rehashing and info.rehash_index == 3
     assert (info.primary_size, info.rehash_size) == (1, 4)
-    assert layout(m) == {0: (R, 0), 1: (R, 1), 2: (R, 2), 3: (P, 3),
-                         5: (R, 5)}
+    assert layout(m) == {0: (R, 0), 1: (R, 1), 2: (R, 2), 3: (P, 3), 5: (R, 5)}
     assert I(m)._rehash is not None
     assert [[e.key.value for e in chain(h)] for h in I(m)._rehash] == [
-        [0], [1], [2], [], [], [5], [], []]
+        [0],
+        [1],
+        [2],
+        [],
+        [],
+        [5],
+        [],
+        [],
+    ]
 
     # put(3, 5). Seed: moves bucket 1 (rehashIdx 2) and inserts K3 into the old
     # table. Here the step moves bucket 3 (K3), reaches index 4 and completes the
@@ -372,7 +388,15 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
     assert (info.capacity, info.rehash_index, len(m)) == (8, 0, 5)
     # the new table as the pictures place it: K0 -> 0, K1 -> 1, K2 -> 2, K3 -> 3, K5 -> 5
     assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [
-        [0], [1], [2], [3], [], [5], [], []]
+        [0],
+        [1],
+        [2],
+        [3],
+        [],
+        [5],
+        [],
+        [],
+    ]
 
     # remove(1): no rehash left to run; K1 leaves bucket 1
     m.remove(K(1), NS)
@@ -382,5 +406,13 @@ def test_seed_rehash_sequence_from_the_closest_reachable_initial_picture() -> No
     assert m.get(K(5), NS) == 7
     assert I(m)._rehash is None
     assert [[e.key.value for e in chain(h)] for h in I(m)._primary] == [
-        [0], [], [2], [3], [], [5], [], []]
+        [0],
+        [],
+        [2],
+        [3],
+        [],
+        [5],
+        [],
+        [],
+    ]
     assert {(e.key.value, e.state) for e in m} == {(0, 2), (2, 4), (3, 5), (5, 7)}

@@ -26,35 +26,47 @@ from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable
 
 
-@pytest.mark.parametrize(("serializer", "value", "encoded"), [
-    (IntSerializer(), -1, b"\xff\xff\xff\xff"),
-    (IntSerializer(), 2**31 - 1, b"\x7f\xff\xff\xff"),
-    (LongSerializer(), 1 << 32, b"\x00\x00\x00\x01\x00\x00\x00\x00"),
-    (StringSerializer(), "é\U0001F600", "é\U0001F600".encode()),
-    (StringSerializer(), "\ud800", b"\xed\xa0\x80"),          # a lone surrogate survives
-    (BytesSerializer(), b"\x00raw", b"\x00raw"),
-])
+@pytest.mark.parametrize(
+    ("serializer", "value", "encoded"),
+    [
+        (IntSerializer(), -1, b"\xff\xff\xff\xff"),
+        (IntSerializer(), 2**31 - 1, b"\x7f\xff\xff\xff"),
+        (LongSerializer(), 1 << 32, b"\x00\x00\x00\x01\x00\x00\x00\x00"),
+        (StringSerializer(), "é\U0001f600", "é\U0001f600".encode()),
+        (StringSerializer(), "\ud800", b"\xed\xa0\x80"),  # a lone surrogate survives
+        (BytesSerializer(), b"\x00raw", b"\x00raw"),
+    ],
+)
 def test_java_encodings_round_trip(serializer: Any, value: Any, encoded: bytes) -> None:
     assert serializer.serialize(value) == encoded
     assert serializer.deserialize(encoded) == value
     assert serializer.copy(value) is value
 
 
-@pytest.mark.parametrize(("serializer", "value", "message"), [
-    (IntSerializer(), 2**31, r"expected an int in \[-2\*\*31, 2\*\*31 - 1\] for int32, got "),
-    (LongSerializer(), -(2**63) - 1, r"expected an int in \[-2\*\*63, 2\*\*63 - 1\] for int64"),
-    (IntSerializer(), "1", "expected a int for int32, got str '1'"),
-    (StringSerializer(), b"x", "expected a str for utf8, got bytes"),
-    (BytesSerializer(), "x", "expected a bytes for bytes, got str"),
-])
+@pytest.mark.parametrize(
+    ("serializer", "value", "message"),
+    [
+        (IntSerializer(), 2**31, r"expected an int in \[-2\*\*31, 2\*\*31 - 1\] for int32, got "),
+        (LongSerializer(), -(2**63) - 1, r"expected an int in \[-2\*\*63, 2\*\*63 - 1\] for int64"),
+        (IntSerializer(), "1", "expected a int for int32, got str '1'"),
+        (StringSerializer(), b"x", "expected a str for utf8, got bytes"),
+        (BytesSerializer(), "x", "expected a bytes for bytes, got str"),
+    ],
+)
 def test_wrong_values_are_refused(serializer: Any, value: Any, message: str) -> None:
     with pytest.raises(InvalidArgumentError, match=message):
         serializer.serialize(value)
 
 
 def test_identifiers_and_lookup() -> None:
-    for cls in (DefaultSerializer, ImmutableSerializer, IntSerializer, LongSerializer,
-                StringSerializer, BytesSerializer):
+    for cls in (
+        DefaultSerializer,
+        ImmutableSerializer,
+        IntSerializer,
+        LongSerializer,
+        StringSerializer,
+        BytesSerializer,
+    ):
         serializer = cls()
         assert type(serializer_for(serializer_identifier(serializer))) is cls
 
@@ -79,11 +91,13 @@ def test_duplicate_uses_duplicate_when_there_is_one() -> None:
     assert type(copy) is Stateful and copy is not original
 
 
-mutable = st.recursive(st.one_of(st.integers(), st.text(max_size=3), st.none(), st.booleans()),
-                       lambda inner: st.one_of(st.lists(inner, max_size=3),
-                                               st.dictionaries(st.text(max_size=2), inner,
-                                                               max_size=3)),
-                       max_leaves=8)
+mutable = st.recursive(
+    st.one_of(st.integers(), st.text(max_size=3), st.none(), st.booleans()),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3), st.dictionaries(st.text(max_size=2), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
 
 
 def containers(value: Any) -> list[Any]:
@@ -104,10 +118,12 @@ def test_default_copy_shares_nothing_mutable(state: Any) -> None:
     assert not originals & {id(c) for c in containers(copy)}
 
 
-@pytest.mark.parametrize("cls", [CopyOnWriteStateTable, NestedMapsStateTable],
-                         ids=lambda c: c.__name__)
+@pytest.mark.parametrize(
+    "cls", [CopyOnWriteStateTable, NestedMapsStateTable], ids=lambda c: c.__name__
+)
 def test_key_group_items_are_the_entries(cls: Any) -> None:
     """The writer's fast path yields exactly what iteration yields, transformer included."""
+
     def halve(state: int) -> int | None:
         return None if state % 3 == 0 else state // 2
 
@@ -118,4 +134,5 @@ def test_key_group_items_are_the_entries(cls: Any) -> None:
         with table.snapshot() as snapshot:
             for kg in snapshot.key_group_range:
                 assert sorted(snapshot.key_group_items(kg)) == sorted(
-                    tuple(e) for e in snapshot.key_group_entries(kg))
+                    tuple(e) for e in snapshot.key_group_entries(kg)
+                )

@@ -86,8 +86,8 @@ Contents = dict[tuple[Any, Any], Any]
 
 DOC_MAGIC = b"\x89CWSNAP\n"
 DOC_END_MAGIC = b"CWSNAPIX"
-Row = tuple[bytes, bytes, bytes]                      # (namespace, key, state) bytes
-Section = tuple[int, list[Row]]                       # (state id, entries)
+Row = tuple[bytes, bytes, bytes]  # (namespace, key, state) bytes
+Section = tuple[int, list[Row]]  # (state id, entries)
 
 
 @dataclass
@@ -139,7 +139,7 @@ def parse_payload(payload: bytes) -> list[Section]:
             for _field in range(3):
                 (length,) = struct.unpack_from(">I", payload, position)
                 position += 4
-                fields.append(payload[position:position + length])
+                fields.append(payload[position : position + length])
                 position += length
                 assert position <= len(payload), "an entry runs past its payload"
             rows.append((fields[0], fields[1], fields[2]))
@@ -152,20 +152,22 @@ def decode_layout(data: bytes) -> Layout:
     """Parse a snapshot file exactly as the docstring's table lays it out."""
     assert data[:8] == DOC_MAGIC
     version, flags, metadata_length = struct.unpack_from(">HHI", data, 8)
-    metadata_raw = data[16:16 + metadata_length]
+    metadata_raw = data[16 : 16 + metadata_length]
     (metadata_crc,) = struct.unpack_from(">I", data, 16 + metadata_length)
-    assert metadata_crc == zlib.crc32(data[:16 + metadata_length]), \
+    assert metadata_crc == zlib.crc32(data[: 16 + metadata_length]), (
         "the metadata CRC is not the CRC32 of bytes [0, 16+M)"
+    )
     index_offset, end_magic = struct.unpack(">Q8s", data[-16:])
     assert end_magic == DOC_END_MAGIC
     blocks: list[Block] = []
     position = 16 + metadata_length + 4
     while position < index_offset:
         key_group, count, length = struct.unpack_from(">iII", data, position)
-        payload = data[position + 12:position + 12 + length]
+        payload = data[position + 12 : position + 12 + length]
         (crc,) = struct.unpack_from(">I", data, position + 12 + length)
-        assert crc == zlib.crc32(data[position:position + 12 + length]), \
+        assert crc == zlib.crc32(data[position : position + 12 + length]), (
             "a block CRC is not the CRC32 of its 12 header bytes and payload"
+        )
         blocks.append(Block(position, key_group, count, payload, crc, parse_payload(payload)))
         position += 12 + length + 4
     assert position == index_offset, "the index does not follow the last block"
@@ -175,8 +177,16 @@ def decode_layout(data: bytes) -> Layout:
     (index_crc,) = struct.unpack_from(">I", data, index_end)
     assert index_crc == zlib.crc32(data[index_offset:index_end])
     assert index_end + 4 == len(data) - 16, "the footer does not follow the index CRC"
-    return Layout(version, flags, metadata_raw, json.loads(metadata_raw.decode("utf-8")),
-                  blocks, index_offset, [(kg, off) for kg, off in index], len(data))
+    return Layout(
+        version,
+        flags,
+        metadata_raw,
+        json.loads(metadata_raw.decode("utf-8")),
+        blocks,
+        index_offset,
+        [(kg, off) for kg, off in index],
+        len(data),
+    )
 
 
 def encode_payload(sections: Sequence[Section]) -> bytes:
@@ -189,10 +199,16 @@ def encode_payload(sections: Sequence[Section]) -> bytes:
     return b"".join(parts)
 
 
-def encode_file(metadata_raw: bytes, blocks: Sequence[tuple[int, int, bytes]], *,
-                index: Sequence[tuple[int, int]] | None = None, version: int = 1,
-                flags: int = 0, magic: bytes = DOC_MAGIC,
-                end_magic: bytes = DOC_END_MAGIC) -> bytes:
+def encode_file(
+    metadata_raw: bytes,
+    blocks: Sequence[tuple[int, int, bytes]],
+    *,
+    index: Sequence[tuple[int, int]] | None = None,
+    version: int = 1,
+    flags: int = 0,
+    magic: bytes = DOC_MAGIC,
+    end_magic: bytes = DOC_END_MAGIC,
+) -> bytes:
     """A file from its parts, every CRC correct; ``index`` defaults to the real offsets."""
     head = magic + struct.pack(">HHI", version, flags, len(metadata_raw)) + metadata_raw
     out = bytearray(head + struct.pack(">I", zlib.crc32(head)))
@@ -204,7 +220,8 @@ def encode_file(metadata_raw: bytes, blocks: Sequence[tuple[int, int, bytes]], *
     index_offset = len(out)
     entries = offsets if index is None else index
     raw = struct.pack(">I", len(entries)) + b"".join(
-        struct.pack(">iQ", kg, offset) for kg, offset in entries)
+        struct.pack(">iQ", kg, offset) for kg, offset in entries
+    )
     out += raw + struct.pack(">I", zlib.crc32(raw)) + struct.pack(">Q", index_offset) + end_magic
     return bytes(out)
 
@@ -243,23 +260,26 @@ def restored_contents(restored: RestoredSnapshot, name: str = "state") -> Conten
     return result
 
 
-def make_pair(cls: TableClass, key_group_range: KeyGroupRange, max_parallelism: int,
-              **kwargs: Any) -> tuple[Table, ReferenceStateTable]:
+def make_pair(
+    cls: TableClass, key_group_range: KeyGroupRange, max_parallelism: int, **kwargs: Any
+) -> tuple[Table, ReferenceStateTable]:
     table = cls(key_group_range, max_parallelism, **kwargs)
     model = ReferenceStateTable(list(key_group_range), max_parallelism)
     return table, model
 
 
-def fill(table: Table, model: ReferenceStateTable | None,
-         entries: Iterable[tuple[Any, Any, Any]]) -> None:
+def fill(
+    table: Table, model: ReferenceStateTable | None, entries: Iterable[tuple[Any, Any, Any]]
+) -> None:
     for key, namespace, state in entries:
         table.put(key, namespace, state)
         if model is not None:
             model.put(key, namespace, copy.deepcopy(state))
 
 
-def written(snapshots: StateTableSnapshot[Any, Any, Any]
-            | Sequence[StateTableSnapshot[Any, Any, Any]]) -> bytes:
+def written(
+    snapshots: StateTableSnapshot[Any, Any, Any] | Sequence[StateTableSnapshot[Any, Any, Any]],
+) -> bytes:
     stream = io.BytesIO()
     info = write_snapshot(snapshots, stream)
     data = stream.getvalue()
@@ -288,12 +308,19 @@ STANDARD = small_file()
 class Prefilled:
     """A table that already holds mappings, beside a model with the same ones."""
 
-    def __init__(self, cls: TableClass = CopyOnWriteStateTable,
-                 max_parallelism: int = SMALL_MAXP, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        cls: TableClass = CopyOnWriteStateTable,
+        max_parallelism: int = SMALL_MAXP,
+        **kwargs: Any,
+    ) -> None:
         key_group_range = KeyGroupRange(0, max_parallelism - 1)
         self.table, self.model = make_pair(cls, key_group_range, max_parallelism, **kwargs)
-        fill(self.table, self.model,
-             [(1000 + i, "pre", [i, "old"]) for i in range(12)] + [(5, "ns", ["mine"])])
+        fill(
+            self.table,
+            self.model,
+            [(1000 + i, "pre", [i, "old"]) for i in range(12)] + [(5, "ns", ["mine"])],
+        )
         self.objects = {(k, n): s for k, n, s in self.table}
 
     def assert_unchanged(self) -> None:
@@ -303,8 +330,12 @@ class Prefilled:
             assert self.table.get(key, namespace) is state
 
 
-def assert_restores_nothing(files: Sequence[Any], error: type[CowStateError],
-                            *fragments: str, target: Prefilled | None = None) -> CowStateError:
+def assert_restores_nothing(
+    files: Sequence[Any],
+    error: type[CowStateError],
+    *fragments: str,
+    target: Prefilled | None = None,
+) -> CowStateError:
     """``restore_table`` raises exactly ``error`` (message with ``fragments``) and
     leaves a table that already held mappings as it was."""
     target = Prefilled() if target is None else target
@@ -319,8 +350,9 @@ def assert_restores_nothing(files: Sequence[Any], error: type[CowStateError],
     return excinfo.value
 
 
-def read_error(data: Any, key_group_range: KeyGroupRange = SMALL_RANGE,
-               **kwargs: Any) -> BaseException:
+def read_error(
+    data: Any, key_group_range: KeyGroupRange = SMALL_RANGE, **kwargs: Any
+) -> BaseException:
     with pytest.raises(Exception) as excinfo:  # the class is checked by callers
         read_snapshot(data, key_group_range, **kwargs)
     return excinfo.value
@@ -359,23 +391,27 @@ class NonSeekableStream(io.BytesIO):
 
 # ================================================================ 1. round trip
 
-KEYS = st.one_of(st.integers(-(2 ** 40), 2 ** 40), st.text(max_size=5))
+KEYS = st.one_of(st.integers(-(2**40), 2**40), st.text(max_size=5))
 NAMESPACES = st.sampled_from(["ns", "window-1", 0, 7, ("w", 3)])
 STATES = st.one_of(
-    st.integers(-(2 ** 70), 2 ** 70),
+    st.integers(-(2**70), 2**70),
     st.lists(st.integers(-9, 9), max_size=4),
     st.dictionaries(st.text(max_size=2), st.integers(-9, 9), max_size=3),
 )
 ENTRIES = st.lists(st.tuples(KEYS, NAMESPACES, STATES), max_size=30)
-MUTATIONS = st.lists(st.one_of(
-    st.tuples(st.just("mutate"), st.integers(0, 10 ** 6)),
-    st.tuples(st.just("put"), KEYS, NAMESPACES, STATES),
-    st.tuples(st.just("remove"), st.integers(0, 10 ** 6)),
-), max_size=12)
+MUTATIONS = st.lists(
+    st.one_of(
+        st.tuples(st.just("mutate"), st.integers(0, 10**6)),
+        st.tuples(st.just("put"), KEYS, NAMESPACES, STATES),
+        st.tuples(st.just("remove"), st.integers(0, 10**6)),
+    ),
+    max_size=12,
+)
 
 
-def apply_mutation(table: Table, model: ReferenceStateTable, op: tuple[Any, ...],
-                   item: int) -> None:
+def apply_mutation(
+    table: Table, model: ReferenceStateTable, op: tuple[Any, ...], item: int
+) -> None:
     """One change to the live table and the model: in place via get(), put, remove."""
     if op[0] == "put":
         _, key, namespace, state = op
@@ -398,16 +434,25 @@ def apply_mutation(table: Table, model: ReferenceStateTable, op: tuple[Any, ...]
         model.put(key, namespace, model.get(key, namespace) + 1)
 
 
-@given(cls=st.sampled_from(TABLES), max_parallelism=st.sampled_from([1, 3, 16, 128]),
-       entries=ENTRIES, mutations=MUTATIONS, data=st.data())
+@given(
+    cls=st.sampled_from(TABLES),
+    max_parallelism=st.sampled_from([1, 3, 16, 128]),
+    entries=ENTRIES,
+    mutations=MUTATIONS,
+    data=st.data(),
+)
 def test_round_trip_file_holds_the_snapshot_time_contents(
-        cls: TableClass, max_parallelism: int, entries: list[tuple[Any, Any, Any]],
-        mutations: list[tuple[Any, ...]], data: st.DataObject) -> None:
+    cls: TableClass,
+    max_parallelism: int,
+    entries: list[tuple[Any, Any, Any]],
+    mutations: list[tuple[Any, ...]],
+    data: st.DataObject,
+) -> None:
     full = KeyGroupRange(0, max_parallelism - 1)
     table, model = make_pair(cls, full, max_parallelism)
     fill(table, model, entries)
     snapshot = table.snapshot()
-    expected = dict(model.snapshot().contents)          # the same moment
+    expected = dict(model.snapshot().contents)  # the same moment
     for item, op in enumerate(mutations):
         apply_mutation(table, model, op, item)
     data_bytes = written(snapshot)
@@ -421,8 +466,8 @@ def test_round_trip_file_holds_the_snapshot_time_contents(
     part = KeyGroupRange.of(start, end)
     partial = read_snapshot(data_bytes, part)
     assert restored_contents(partial) == {
-        (k, n): s for (k, n), s in expected.items()
-        if model_key_group(k, max_parallelism) in part}
+        (k, n): s for (k, n), s in expected.items() if model_key_group(k, max_parallelism) in part
+    }
 
     other = NestedMapsStateTable if cls is CopyOnWriteStateTable else CopyOnWriteStateTable
     fresh = other(full, max_parallelism)
@@ -437,7 +482,7 @@ def test_changes_after_snapshot_never_reach_the_file(cls: TableClass) -> None:
     snapshot = table.snapshot()
     expected = dict(model.snapshot().contents)
     for key in range(0, 30, 3):
-        table.get(key, "other").append("changed")       # in place, through get()
+        table.get(key, "other").append("changed")  # in place, through get()
     for key in range(1, 30, 3):
         table.put(key, "ns", ["replaced"])
     for key in range(2, 30, 3):
@@ -536,12 +581,12 @@ def multi_state_tables() -> tuple[list[Table], list[ReferenceStateTable]]:
     models: list[ReferenceStateTable] = []
     for number, meta in enumerate(metas):
         cls = TABLES[number % 2]
-        table, model = make_pair(cls, key_group_range, SMALL_MAXP, meta=meta,
-                                 key_serializer=IntSerializer())
+        table, model = make_pair(
+            cls, key_group_range, SMALL_MAXP, meta=meta, key_serializer=IntSerializer()
+        )
         tables.append(table)
         models.append(model)
-    keys = [k for k in range(-60, 60)
-            if assign_to_key_group(k, SMALL_MAXP) in key_group_range]
+    keys = [k for k in range(-60, 60) if assign_to_key_group(k, SMALL_MAXP) in key_group_range]
     fill(tables[0], models[0], [(k, f"w{k % 2}", k * 7) for k in keys])
     fill(tables[1], models[1], [(k, "w0", [k, -k]) for k in keys[::3]])
     return tables, models
@@ -561,12 +606,27 @@ def test_independent_decoder_agrees_with_the_docstring() -> None:
         "key_group_range": [2, 7],
         "key_serializer": "int32",
         "states": [
-            {"id": 0, "name": "counts", "kind": "value",
-             "namespace_serializer": "utf8", "state_serializer": "int32"},
-            {"id": 1, "name": "lists", "kind": "list",
-             "namespace_serializer": "utf8", "state_serializer": "pickle"},
-            {"id": 2, "name": "empty", "kind": "map",
-             "namespace_serializer": "utf8", "state_serializer": "pickle"},
+            {
+                "id": 0,
+                "name": "counts",
+                "kind": "value",
+                "namespace_serializer": "utf8",
+                "state_serializer": "int32",
+            },
+            {
+                "id": 1,
+                "name": "lists",
+                "kind": "list",
+                "namespace_serializer": "utf8",
+                "state_serializer": "pickle",
+            },
+            {
+                "id": 2,
+                "name": "empty",
+                "kind": "map",
+                "namespace_serializer": "utf8",
+                "state_serializer": "pickle",
+            },
         ],
     }
     # one block per key group of the range, ascending, index pointing at each
@@ -591,7 +651,7 @@ def test_independent_decoder_agrees_with_the_docstring() -> None:
         total += block.count
         for state_id, rows in block.sections:
             namespace_of, state_of = decoders[state_id]
-            for namespace, key, state in rows:            # namespace first, as in Flink
+            for namespace, key, state in rows:  # namespace first, as in Flink
                 assert len(key) == 4
                 (k,) = struct.unpack(">i", key)
                 assert assign_to_key_group(k, SMALL_MAXP) == block.key_group
@@ -609,29 +669,54 @@ def test_independent_encoder_rebuilds_the_file_byte_for_byte() -> None:
     rebuilt_blocks = [(b.key_group, b.count, encode_payload(b.sections)) for b in layout.blocks]
     assert encode_file(layout.metadata_raw, rebuilt_blocks) == data
     assert decode_layout(STANDARD).size == len(STANDARD)
-    assert encode_file(decode_layout(STANDARD).metadata_raw,
-                       decode_layout(STANDARD).raw_blocks()) == STANDARD
+    assert (
+        encode_file(decode_layout(STANDARD).metadata_raw, decode_layout(STANDARD).raw_blocks())
+        == STANDARD
+    )
 
 
 def test_a_crafted_file_in_the_documented_layout_is_read() -> None:
     """A file written only by this test's encoder restores: the doc is enough to write one."""
-    metadata = {"format": "heap", "max_parallelism": 4, "key_group_range": [1, 2],
-                "key_serializer": "utf8",
-                "states": [{"id": 7, "name": "s", "kind": "value",
-                            "namespace_serializer": "utf8", "state_serializer": "int32"}]}
-    keys = {kg: [k for k in ("a", "b", "c", "d", "e", "f", "g", "h")
-                 if assign_to_key_group(k, 4) == kg] for kg in (1, 2)}
-    blocks = [(kg, len(ks), encode_payload([(7, [(b"n", k.encode(), struct.pack(">i", i))
-                                                  for i, k in enumerate(ks)])]))
-              for kg, ks in keys.items()]
+    metadata = {
+        "format": "heap",
+        "max_parallelism": 4,
+        "key_group_range": [1, 2],
+        "key_serializer": "utf8",
+        "states": [
+            {
+                "id": 7,
+                "name": "s",
+                "kind": "value",
+                "namespace_serializer": "utf8",
+                "state_serializer": "int32",
+            }
+        ],
+    }
+    keys = {
+        kg: [k for k in ("a", "b", "c", "d", "e", "f", "g", "h") if assign_to_key_group(k, 4) == kg]
+        for kg in (1, 2)
+    }
+    blocks = [
+        (
+            kg,
+            len(ks),
+            encode_payload(
+                [(7, [(b"n", k.encode(), struct.pack(">i", i)) for i, k in enumerate(ks)])]
+            ),
+        )
+        for kg, ks in keys.items()
+    ]
     data = encode_file(json.dumps(metadata).encode(), blocks)
     restored = read_snapshot(data, KeyGroupRange(0, 3))
     assert restored_contents(restored, "s") == {
-        (k, "n"): i for ks in keys.values() for i, k in enumerate(ks)}
-    table = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4,
-                                  meta=StateMetaInfo("s", "value", StringSerializer(),
-                                                     IntSerializer()),
-                                  key_serializer=StringSerializer())
+        (k, "n"): i for ks in keys.values() for i, k in enumerate(ks)
+    }
+    table = CopyOnWriteStateTable(
+        KeyGroupRange(0, 3),
+        4,
+        meta=StateMetaInfo("s", "value", StringSerializer(), IntSerializer()),
+        key_serializer=StringSerializer(),
+    )
     assert restore_table(table, [data]) == sum(len(ks) for ks in keys.values())
 
 
@@ -655,21 +740,29 @@ def test_restoring_one_key_group_reads_only_header_index_and_its_block() -> None
     restored = restore_table(table, [stream])
     assert restored == block.count > 0
     assert contents(table) == {
-        kn: s for kn, s in everything.items() if assign_to_key_group(kn[0], 1000) == key_group}
+        kn: s for kn, s in everything.items() if assign_to_key_group(kn[0], 1000) == key_group
+    }
 
-    allowed = [(0, layout.data_start), (layout.index_offset, len(data)),
-               (block.offset, block.offset + block.size)]
+    allowed = [
+        (0, layout.data_start),
+        (layout.index_offset, len(data)),
+        (block.offset, block.offset + block.size),
+    ]
     for at, length in stream.reads:
-        assert any(lo <= at and at + length <= hi for lo, hi in allowed), \
+        assert any(lo <= at and at + length <= hi for lo, hi in allowed), (
             f"read of {length} bytes at {at} is outside header, index and block"
+        )
     assert any(at == block.offset for at, _ in stream.reads)
     assert stream.bytes_read < len(data) / 10, (stream.bytes_read, len(data))
 
 
 def test_a_non_seekable_stream_is_read_correctly() -> None:
     restored = read_snapshot(NonSeekableStream(STANDARD), KeyGroupRange(3, 6))
-    expected = {kn: s for kn, s in contents(small_entries()).items()
-                if 3 <= assign_to_key_group(kn[0], SMALL_MAXP) <= 6}
+    expected = {
+        kn: s
+        for kn, s in contents(small_entries()).items()
+        if 3 <= assign_to_key_group(kn[0], SMALL_MAXP) <= 6
+    }
     assert expected and restored_contents(restored) == expected
     table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
     assert restore_table(table, [NonSeekableStream(STANDARD)]) == 20
@@ -691,17 +784,21 @@ RESCALINGS = [(2, 5), (4, 3), (1, 3), (3, 1), (3, 7), (7, 2), (5, 5), (6, 4)]
 
 @pytest.mark.parametrize("max_parallelism", [10, 128])
 @pytest.mark.parametrize(("p_old", "p_new"), RESCALINGS)
-def test_key_group_snapshot_restore_across_parallelism(max_parallelism: int, p_old: int,
-                                                       p_new: int) -> None:
+def test_key_group_snapshot_restore_across_parallelism(
+    max_parallelism: int, p_old: int, p_new: int
+) -> None:
     keys: list[Any] = list(range(300)) + [f"key-{i}" for i in range(100)]
     everything: Contents = {}
     files: list[bytes] = []
     for index in range(p_old):
-        key_group_range = compute_key_group_range_for_operator_index(max_parallelism, p_old,
-                                                                     index)
+        key_group_range = compute_key_group_range_for_operator_index(max_parallelism, p_old, index)
         old = TABLES[index % 2](key_group_range, max_parallelism)
-        mine = [(k, ns, [k, ns]) for k in keys for ns in ("a", "b")
-                if assign_to_key_group(k, max_parallelism) in key_group_range]
+        mine = [
+            (k, ns, [k, ns])
+            for k in keys
+            for ns in ("a", "b")
+            if assign_to_key_group(k, max_parallelism) in key_group_range
+        ]
         fill(old, None, mine)
         everything.update(contents(mine))
         files.append(written(old.snapshot()))
@@ -710,8 +807,7 @@ def test_key_group_snapshot_restore_across_parallelism(max_parallelism: int, p_o
 
     seen: Contents = {}
     for index in range(p_new):
-        key_group_range = compute_key_group_range_for_operator_index(max_parallelism, p_new,
-                                                                     index)
+        key_group_range = compute_key_group_range_for_operator_index(max_parallelism, p_new, index)
         new = TABLES[(index + 1) % 2](key_group_range, max_parallelism)
         streams = [RecordingStream(f) for f in files]
         count = restore_table(new, streams)
@@ -725,8 +821,9 @@ def test_key_group_snapshot_restore_across_parallelism(max_parallelism: int, p_o
         # every file was read only where it meets the new range, each block once
         for data, stream, file_range in zip(files, streams, file_ranges, strict=True):
             layout = decode_layout(data)
-            blocks_read = [b.key_group for b in layout.blocks
-                           for at, _ in stream.reads if at == b.offset]
+            blocks_read = [
+                b.key_group for b in layout.blocks for at, _ in stream.reads if at == b.offset
+            ]
             assert blocks_read == list(file_range.intersection(key_group_range))
     assert seen == everything
 
@@ -737,8 +834,9 @@ def test_scale_down_accumulates_several_files_with_into() -> None:
     for index in range(3):
         key_group_range = compute_key_group_range_for_operator_index(SMALL_MAXP, 3, index)
         table = CopyOnWriteStateTable(key_group_range, SMALL_MAXP)
-        mine = [e for e in small_entries(40)
-                if assign_to_key_group(e[0], SMALL_MAXP) in key_group_range]
+        mine = [
+            e for e in small_entries(40) if assign_to_key_group(e[0], SMALL_MAXP) in key_group_range
+        ]
         fill(table, None, mine)
         everything.update(contents(mine))
         files.append(written(table.snapshot()))
@@ -766,7 +864,8 @@ def ttl(state: list[Any]) -> Any:
 
 @pytest.mark.parametrize("cls", TABLES)
 def test_snapshot_transformer_writes_transformed_entries_and_leaves_the_table(
-        cls: TableClass) -> None:
+    cls: TableClass,
+) -> None:
     meta = StateMetaInfo("ttl", "value", snapshot_transformer=ttl)
     table, model = make_pair(cls, SMALL_RANGE, SMALL_MAXP, meta=meta)
     entries: list[tuple[Any, Any, Any]] = []
@@ -778,8 +877,7 @@ def test_snapshot_transformer_writes_transformed_entries_and_leaves_the_table(
     before = copy.deepcopy(contents(table))
 
     snapshot = table.snapshot()
-    expected = {kn: ttl(s) for kn, s in model.snapshot().contents.items()
-                if ttl(s) is not None}
+    expected = {kn: ttl(s) for kn, s in model.snapshot().contents.items() if ttl(s) is not None}
     # renewing an expired entry after the snapshot does not resurrect it in the file
     table.get(1, "ns")[1] = NOW + 1000
     model.get(1, "ns")[1] = NOW + 1000
@@ -792,17 +890,18 @@ def test_snapshot_transformer_writes_transformed_entries_and_leaves_the_table(
     assert info.entries == len(expected) == len(before) - dropped
     restored = read_snapshot(stream.getvalue(), SMALL_RANGE)
     assert restored_contents(restored, "ttl") == expected
-    assert restored_contents(restored, "ttl")[(2, "ns")] == {"v": 2}      # stripped
-    assert restored_contents(restored, "ttl")[(5, "ns")] == [{"v": 5}, None]   # as is
+    assert restored_contents(restored, "ttl")[(2, "ns")] == {"v": 2}  # stripped
+    assert restored_contents(restored, "ttl")[(5, "ns")] == [{"v": 5}, None]  # as is
     for block in decode_layout(stream.getvalue()).blocks:
-        assert block.count == sum(1 for kn in expected
-                                  if assign_to_key_group(kn[0], SMALL_MAXP) == block.key_group)
+        assert block.count == sum(
+            1 for kn in expected if assign_to_key_group(kn[0], SMALL_MAXP) == block.key_group
+        )
 
     # the live table: same objects, same contents (bar the renewal above)
     before[(1, "ns")][1] = NOW + 1000
     assert contents(table) == before == contents(model)
     for (key, namespace), state in objects.items():
-        if (key, namespace) != (1, "ns"):      # renewed through get(): a copy-on-write copy
+        if (key, namespace) != (1, "ns"):  # renewed through get(): a copy-on-write copy
             assert table.get(key, namespace) is state
 
 
@@ -833,11 +932,15 @@ class ReleaseWatchingStream(io.BytesIO):
         self.seen: list[tuple[int, ...]] = []
 
     def write(self, data: Any, /) -> int:
-        released = tuple(kg for kg in self.table.key_group_range
-                         if self.snapshot.is_key_group_released(kg))
+        released = tuple(
+            kg for kg in self.table.key_group_range if self.snapshot.is_key_group_released(kg)
+        )
         if isinstance(self.table, CopyOnWriteStateTable):
-            versions = tuple(kg for kg in self.table.key_group_range
-                             if not describe(self.table.state_map(kg)).open_versions)
+            versions = tuple(
+                kg
+                for kg in self.table.key_group_range
+                if not describe(self.table.state_map(kg)).open_versions
+            )
             assert versions == released
         self.seen.append(released)
         return super().write(data)
@@ -851,7 +954,7 @@ def test_every_key_group_is_released_as_soon_as_it_is_written(cls: TableClass) -
     write_snapshot(snapshot, stream)
     n = len(table.key_group_range)
     expected = [()] + [tuple(range(j)) for j in range(n) for _ in range(3)]
-    expected += [tuple(range(n))] * 2                   # index, footer
+    expected += [tuple(range(n))] * 2  # index, footer
     assert stream.seen == expected
     assert_all_released(table, snapshot)
 
@@ -866,14 +969,13 @@ class FailingStream(io.BytesIO):
 
     def write(self, data: Any, /) -> int:
         if self.tell() + len(data) > self.limit:
-            super().write(bytes(data)[:self.limit - self.tell()])
+            super().write(bytes(data)[: self.limit - self.tell()])
             raise self.error
         return super().write(data)
 
 
 @pytest.mark.parametrize("cls", TABLES)
-def test_a_failing_stream_releases_everything_and_the_error_propagates(
-        cls: TableClass) -> None:
+def test_a_failing_stream_releases_everything_and_the_error_propagates(cls: TableClass) -> None:
     size = len(small_file(40, cls))
     for limit in [0, 5, 16, 100, size // 2, size - 30, size - 10, size - 1]:
         table = filled_table(cls)
@@ -981,39 +1083,49 @@ def test_truncations_of_a_multi_state_file_never_succeed() -> None:
 def test_messages_of_truncated_files_say_what_was_expected() -> None:
     error = assert_restores_nothing([STANDARD[:10]], TruncatedSnapshotError, "got 10")
     assert isinstance(error, SnapshotFormatError)
-    assert_restores_nothing([STANDARD[:-1]], TruncatedSnapshotError,
-                            "expected the end magic b'CWSNAPIX'", "truncated")
+    assert_restores_nothing(
+        [STANDARD[:-1]], TruncatedSnapshotError, "expected the end magic b'CWSNAPIX'", "truncated"
+    )
     # the footer is intact but a block was cut out of the middle
     layout = decode_layout(STANDARD)
     block = layout.block(4)
-    gutted = STANDARD[:block.offset + 20] + STANDARD[block.offset + block.size:]
+    gutted = STANDARD[: block.offset + 20] + STANDARD[block.offset + block.size :]
     assert_restores_nothing([gutted], TruncatedSnapshotError)
 
 
 def test_wrong_magic_raises_bad_magic() -> None:
-    assert_restores_nothing([b"X" + STANDARD[1:]], BadMagicError,
-                            "expected the magic bytes", "not a cowstate snapshot file")
+    assert_restores_nothing(
+        [b"X" + STANDARD[1:]],
+        BadMagicError,
+        "expected the magic bytes",
+        "not a cowstate snapshot file",
+    )
     assert_restores_nothing([b"PK\x03\x04" + b"\x00" * 200], BadMagicError, "got b'PK")
     text = b"just some text file, certainly not a snapshot of keyed state\n"
     assert type(read_error(text)) is BadMagicError
 
 
 def test_wrong_end_magic_is_refused() -> None:
-    bad = encode_file(decode_layout(STANDARD).metadata_raw,
-                      decode_layout(STANDARD).raw_blocks(), end_magic=b"CWSNAPXX")
+    bad = encode_file(
+        decode_layout(STANDARD).metadata_raw,
+        decode_layout(STANDARD).raw_blocks(),
+        end_magic=b"CWSNAPXX",
+    )
     # Behaviour: a file whose last 8 bytes are not the end magic is reported as
     # truncated (a cut file ends in arbitrary bytes), not as BadMagicError.
-    assert_restores_nothing([bad], TruncatedSnapshotError, "expected the end magic",
-                            "got b'CWSNAPXX'")
+    assert_restores_nothing(
+        [bad], TruncatedSnapshotError, "expected the end magic", "got b'CWSNAPXX'"
+    )
 
 
 @pytest.mark.parametrize("version", [0, 2, 65535])
 def test_unknown_version_raises_unsupported_version(version: int) -> None:
     layout = decode_layout(STANDARD)
     bad = encode_file(layout.metadata_raw, layout.raw_blocks(), version=version)
-    assert_restores_nothing([bad], UnsupportedVersionError,
-                            "expected snapshot format version 1", f"got {version}")
-    patched = STANDARD[:8] + struct.pack(">H", version) + STANDARD[10:]      # CRC not fixed
+    assert_restores_nothing(
+        [bad], UnsupportedVersionError, "expected snapshot format version 1", f"got {version}"
+    )
+    patched = STANDARD[:8] + struct.pack(">H", version) + STANDARD[10:]  # CRC not fixed
     assert type(read_error(patched)) is UnsupportedVersionError
 
 
@@ -1033,9 +1145,17 @@ def region_of(layout: Layout, offset: int) -> str:
     for block in layout.blocks:
         relative = offset - block.offset
         if 0 <= relative < block.size:
-            return ("block key group" if relative < 4 else "block count" if relative < 8
-                    else "block length" if relative < 12
-                    else "block crc" if relative >= block.size - 4 else "block payload")
+            return (
+                "block key group"
+                if relative < 4
+                else "block count"
+                if relative < 8
+                else "block length"
+                if relative < 12
+                else "block crc"
+                if relative >= block.size - 4
+                else "block payload"
+            )
     if offset < layout.index_offset + 4:
         return "index count"
     if offset < layout.size - 20:
@@ -1074,38 +1194,49 @@ def test_every_single_bit_flip_is_detected() -> None:
             assert isinstance(error, SnapshotFormatError), (offset, bit, region, error)
             wanted = EXPECTED_BY_REGION.get(region, SnapshotFormatError)
             assert isinstance(error, wanted), (offset, bit, region, error)
-    assert regions == set(EXPECTED_BY_REGION) | {"metadata length", "block length",
-                                                 "footer offset"}
+    assert regions == set(EXPECTED_BY_REGION) | {"metadata length", "block length", "footer offset"}
 
 
 def test_checksum_mismatches_name_the_corrupt_part() -> None:
     layout = decode_layout(STANDARD)
-    assert_restores_nothing([flip_bit(STANDARD, 16 + 5)], ChecksumMismatchError,
-                            "metadata CRC32", "corrupt")
+    assert_restores_nothing(
+        [flip_bit(STANDARD, 16 + 5)], ChecksumMismatchError, "metadata CRC32", "corrupt"
+    )
     block = layout.block(6)
     assert block.count > 0
-    error = assert_restores_nothing([flip_bit(STANDARD, block.offset + 12 + 9, 3)],
-                                    ChecksumMismatchError, "for key group 6",
-                                    f"at offset {block.offset}", "the block is corrupt")
+    error = assert_restores_nothing(
+        [flip_bit(STANDARD, block.offset + 12 + 9, 3)],
+        ChecksumMismatchError,
+        "for key group 6",
+        f"at offset {block.offset}",
+        "the block is corrupt",
+    )
     assert isinstance(error, ValueError)
-    assert_restores_nothing([flip_bit(STANDARD, layout.index_offset + 4 + 12 * 3 + 11)],
-                            ChecksumMismatchError, "index CRC32", "the index is corrupt")
+    assert_restores_nothing(
+        [flip_bit(STANDARD, layout.index_offset + 4 + 12 * 3 + 11)],
+        ChecksumMismatchError,
+        "index CRC32",
+        "the index is corrupt",
+    )
     # a payload flip is found only by a reader of that key group
     flipped = flip_bit(STANDARD, block.offset + 12 + 9, 3)
     assert read_snapshot(flipped, KeyGroupRange(0, 5)).size("state") == sum(
-        b.count for b in layout.blocks if b.key_group <= 5)
+        b.count for b in layout.blocks if b.key_group <= 5
+    )
 
 
 def test_index_entry_outside_the_file_range_raises_key_group_mismatch() -> None:
     table = CopyOnWriteStateTable(KeyGroupRange(2, 5), SMALL_MAXP)
-    fill(table, None, [e for e in small_entries()
-                       if 2 <= assign_to_key_group(e[0], SMALL_MAXP) <= 5])
+    fill(
+        table, None, [e for e in small_entries() if 2 <= assign_to_key_group(e[0], SMALL_MAXP) <= 5]
+    )
     layout = decode_layout(written(table.snapshot()))
     for bad_group in (6, 1, -1, 9):
         index = [*layout.index, (bad_group, layout.index[1][1])]
         crafted = encode_file(layout.metadata_raw, layout.raw_blocks(), index=index)
-        assert_restores_nothing([crafted], KeyGroupMismatchError,
-                                "KeyGroupRange(2, 5)", f"key group {bad_group}")
+        assert_restores_nothing(
+            [crafted], KeyGroupMismatchError, "KeyGroupRange(2, 5)", f"key group {bad_group}"
+        )
         # refused even by a reader of a range that does not need the bad entry
         assert type(read_error(crafted, KeyGroupRange(2, 2))) is KeyGroupMismatchError
 
@@ -1116,34 +1247,47 @@ def test_index_offset_outside_the_blocks_is_refused() -> None:
         index = list(layout.index)
         index[4] = (4, offset)
         crafted = encode_file(layout.metadata_raw, layout.raw_blocks(), index=index)
-        assert_restores_nothing([crafted], TruncatedSnapshotError,
-                                f"expected key group 4's block between offsets "
-                                f"{layout.data_start} and {layout.index_offset}",
-                                f"the index says {offset}")
+        assert_restores_nothing(
+            [crafted],
+            TruncatedSnapshotError,
+            f"expected key group 4's block between offsets "
+            f"{layout.data_start} and {layout.index_offset}",
+            f"the index says {offset}",
+        )
 
 
 def test_block_holding_another_key_group_raises_key_group_mismatch() -> None:
     layout = decode_layout(STANDARD)
     index = list(layout.index)
-    index[2] = (2, layout.index[3][1])                   # key group 2 -> block of 3
+    index[2] = (2, layout.index[3][1])  # key group 2 -> block of 3
     crafted = encode_file(layout.metadata_raw, layout.raw_blocks(), index=index)
-    assert_restores_nothing([crafted], KeyGroupMismatchError, "to hold key group 2",
-                            "got key group 3", f"offset {layout.index[3][1]}")
+    assert_restores_nothing(
+        [crafted],
+        KeyGroupMismatchError,
+        "to hold key group 2",
+        "got key group 3",
+        f"offset {layout.index[3][1]}",
+    )
     # the block itself says 3 where the index says 2 (CRC correct)
     blocks = layout.raw_blocks()
     blocks[2] = (3, blocks[2][1], blocks[2][2])
     crafted = encode_file(layout.metadata_raw, blocks, index=layout.index)
-    assert_restores_nothing([crafted], KeyGroupMismatchError, "to hold key group 2",
-                            "got key group 3")
+    assert_restores_nothing(
+        [crafted], KeyGroupMismatchError, "to hold key group 2", "got key group 3"
+    )
 
 
 def test_other_max_parallelism_raises_max_parallelism_mismatch() -> None:
     error = read_error(STANDARD, max_parallelism=128)
     assert type(error) is MaxParallelismMismatchError
     assert "expected a snapshot of max parallelism 128, got one of 10" in str(error)
-    assert_restores_nothing([STANDARD], MaxParallelismMismatchError,
-                            "max parallelism 128", "got one of 10",
-                            target=Prefilled(max_parallelism=128))
+    assert_restores_nothing(
+        [STANDARD],
+        MaxParallelismMismatchError,
+        "max parallelism 128",
+        "got one of 10",
+        target=Prefilled(max_parallelism=128),
+    )
     other = small_file_of_max_parallelism(16)
     restored = read_snapshot(STANDARD, SMALL_RANGE)
     before = copy.deepcopy(restored.states)
@@ -1184,38 +1328,75 @@ BAD_METADATA: list[tuple[str, Any, type[SnapshotFormatError], str]] = [
     ("not JSON", b"{heap: 1", SnapshotFormatError, "Invalid JSON"),
     ("not UTF-8", b"\xff\xfe{}", SnapshotFormatError, "Invalid JSON"),
     ("extra field", patched_metadata(compression="zstd"), SnapshotFormatError, "compression"),
-    ("missing states", {k: v for k, v in metadata_of(STANDARD).items() if k != "states"},
-     SnapshotFormatError, "states"),
-    ("max parallelism 0", patched_metadata(max_parallelism=0), SnapshotFormatError,
-     "max_parallelism"),
-    ("max parallelism too big", patched_metadata(max_parallelism=1 << 16),
-     SnapshotFormatError, "max_parallelism"),
-    ("range of three", patched_metadata(key_group_range=[0, 4, 9]), SnapshotFormatError,
-     "key_group_range"),
+    (
+        "missing states",
+        {k: v for k, v in metadata_of(STANDARD).items() if k != "states"},
+        SnapshotFormatError,
+        "states",
+    ),
+    (
+        "max parallelism 0",
+        patched_metadata(max_parallelism=0),
+        SnapshotFormatError,
+        "max_parallelism",
+    ),
+    (
+        "max parallelism too big",
+        patched_metadata(max_parallelism=1 << 16),
+        SnapshotFormatError,
+        "max_parallelism",
+    ),
+    (
+        "range of three",
+        patched_metadata(key_group_range=[0, 4, 9]),
+        SnapshotFormatError,
+        "key_group_range",
+    ),
     ("format not a string", patched_metadata(format=7), SnapshotFormatError, "format"),
     ("state id negative", patched_state(id=-1), SnapshotFormatError, "id"),
     ("state id too big", patched_state(id=1 << 15), SnapshotFormatError, "id"),
     ("empty state name", patched_state(name=""), SnapshotFormatError, "name"),
     ("unknown state field", patched_state(ttl=3), SnapshotFormatError, "ttl"),
-    ("duplicate state names",
-     patched_metadata(states=[metadata_of(STANDARD)["states"][0],
-                              dict(metadata_of(STANDARD)["states"][0], id=1)]),
-     SnapshotFormatError, "distinct state ids and names"),
-    ("range beyond max parallelism", patched_metadata(key_group_range=[0, 10]),
-     KeyGroupMismatchError, "expected a key-group range inside [0, 9], got [0, 10]"),
-    ("reversed range", patched_metadata(key_group_range=[6, 2]), KeyGroupMismatchError,
-     "got [6, 2]"),
-    ("no states but entries", patched_metadata(states=[]), SnapshotFormatError,
-     "expected one section per state id of [] in key group"),
+    (
+        "duplicate state names",
+        patched_metadata(
+            states=[
+                metadata_of(STANDARD)["states"][0],
+                dict(metadata_of(STANDARD)["states"][0], id=1),
+            ]
+        ),
+        SnapshotFormatError,
+        "distinct state ids and names",
+    ),
+    (
+        "range beyond max parallelism",
+        patched_metadata(key_group_range=[0, 10]),
+        KeyGroupMismatchError,
+        "expected a key-group range inside [0, 9], got [0, 10]",
+    ),
+    (
+        "reversed range",
+        patched_metadata(key_group_range=[6, 2]),
+        KeyGroupMismatchError,
+        "got [6, 2]",
+    ),
+    (
+        "no states but entries",
+        patched_metadata(states=[]),
+        SnapshotFormatError,
+        "expected one section per state id of [] in key group",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("metadata", "error", "fragment"),
-                         [case[1:] for case in BAD_METADATA],
-                         ids=[case[0] for case in BAD_METADATA])
-def test_valid_json_that_is_not_valid_metadata(metadata: Any,
-                                               error: type[SnapshotFormatError],
-                                               fragment: str) -> None:
+@pytest.mark.parametrize(
+    ("metadata", "error", "fragment"),
+    [case[1:] for case in BAD_METADATA],
+    ids=[case[0] for case in BAD_METADATA],
+)
+def test_valid_json_that_is_not_valid_metadata(
+    metadata: Any, error: type[SnapshotFormatError], fragment: str
+) -> None:
     crafted = with_metadata(STANDARD, metadata)
     got = read_error(crafted)
     assert type(got) is error, repr(got)
@@ -1236,9 +1417,10 @@ def test_unknown_state_kind_in_metadata_is_a_format_error() -> None:
     data = written([t.snapshot() for t in tables])
     metadata = metadata_of(data)
     metadata["states"][2]["kind"] = "bogus"
-    target = Prefilled(key_serializer=IntSerializer(),
-                       meta=StateMetaInfo("counts", "value", StringSerializer(),
-                                          IntSerializer()))
+    target = Prefilled(
+        key_serializer=IntSerializer(),
+        meta=StateMetaInfo("counts", "value", StringSerializer(), IntSerializer()),
+    )
     with pytest.raises(CowStateError) as excinfo:
         restore_table(target.table, [with_metadata(data, metadata)])
     assert isinstance(excinfo.value, SnapshotFormatError), repr(excinfo.value)
@@ -1255,8 +1437,9 @@ def test_undecodable_entries_raise_format_error() -> None:
     rows[0] = (rows[0][0], rows[0][1], b"\x80\x05 not a pickle")
     blocks[4] = (kg, count, encode_payload([(state_id, rows), *sections[1:]]))
     crafted = encode_file(layout.metadata_raw, blocks)
-    assert_restores_nothing([crafted], SnapshotFormatError, "key group 4",
-                            "that its serializers can decode")
+    assert_restores_nothing(
+        [crafted], SnapshotFormatError, "key group 4", "that its serializers can decode"
+    )
 
 
 def test_entry_count_that_disagrees_with_the_payload() -> None:
@@ -1264,11 +1447,19 @@ def test_entry_count_that_disagrees_with_the_payload() -> None:
     blocks = layout.raw_blocks()
     kg, count, payload = blocks[4]
     blocks[4] = (kg, count + 1, payload)
-    assert_restores_nothing([encode_file(layout.metadata_raw, blocks)], SnapshotFormatError,
-                            f"expected {count + 1} entries in key group 4", f"got {count}")
-    blocks[4] = (kg, count, payload[:-3])                 # an entry runs past the block
-    assert_restores_nothing([encode_file(layout.metadata_raw, blocks)],
-                            TruncatedSnapshotError, "key group 4", "ends early")
+    assert_restores_nothing(
+        [encode_file(layout.metadata_raw, blocks)],
+        SnapshotFormatError,
+        f"expected {count + 1} entries in key group 4",
+        f"got {count}",
+    )
+    blocks[4] = (kg, count, payload[:-3])  # an entry runs past the block
+    assert_restores_nothing(
+        [encode_file(layout.metadata_raw, blocks)],
+        TruncatedSnapshotError,
+        "key group 4",
+        "ends early",
+    )
 
 
 def test_a_state_split_over_two_sections_of_one_block_loses_nothing() -> None:
@@ -1281,33 +1472,44 @@ def test_a_state_split_over_two_sections_of_one_block_loses_nothing() -> None:
     assert block.count >= 2
     [(state_id, rows)] = block.sections
     split = encode_payload([(state_id, rows[:1]), (state_id, rows[1:])])
-    blocks = [(b.key_group, b.count, split if b is block else b.payload)
-              for b in layout.blocks]
+    blocks = [(b.key_group, b.count, split if b is block else b.payload) for b in layout.blocks]
     crafted = encode_file(layout.metadata_raw, blocks)
     try:
         restored = read_snapshot(crafted, SMALL_RANGE)
     except SnapshotFormatError:
         return
-    assert len(restored.states["state"][block.key_group]) == block.count, \
+    assert len(restored.states["state"][block.key_group]) == block.count, (
         "entries of the block were silently dropped"
+    )
 
 
 def test_serializer_mismatch_is_refused() -> None:
-    assert_restores_nothing([STANDARD], SerializerMismatchError,
-                            "expected the key serializer to be 'int32'",
-                            "written with 'pickle'",
-                            target=Prefilled(key_serializer=IntSerializer()))
-    assert_restores_nothing([STANDARD], SerializerMismatchError,
-                            "namespace serializer of 'state' to be 'utf8'",
-                            target=Prefilled(meta=StateMetaInfo(
-                                namespace_serializer=StringSerializer())))
-    assert_restores_nothing([STANDARD], SerializerMismatchError,
-                            "state serializer of 'state' to be 'int32'",
-                            target=Prefilled(meta=StateMetaInfo(
-                                state_serializer=IntSerializer())))
-    assert_restores_nothing([STANDARD], SerializerMismatchError,
-                            "of kind 'list'", "holds kind 'value'",
-                            target=Prefilled(meta=StateMetaInfo(kind="list")))
+    assert_restores_nothing(
+        [STANDARD],
+        SerializerMismatchError,
+        "expected the key serializer to be 'int32'",
+        "written with 'pickle'",
+        target=Prefilled(key_serializer=IntSerializer()),
+    )
+    assert_restores_nothing(
+        [STANDARD],
+        SerializerMismatchError,
+        "namespace serializer of 'state' to be 'utf8'",
+        target=Prefilled(meta=StateMetaInfo(namespace_serializer=StringSerializer())),
+    )
+    assert_restores_nothing(
+        [STANDARD],
+        SerializerMismatchError,
+        "state serializer of 'state' to be 'int32'",
+        target=Prefilled(meta=StateMetaInfo(state_serializer=IntSerializer())),
+    )
+    assert_restores_nothing(
+        [STANDARD],
+        SerializerMismatchError,
+        "of kind 'list'",
+        "holds kind 'value'",
+        target=Prefilled(meta=StateMetaInfo(kind="list")),
+    )
     # a serializer the reader does not know, named in the file
     unknown = with_metadata(STANDARD, patched_state(state_serializer="my.Serializer"))
     error = read_error(unknown)
@@ -1316,10 +1518,10 @@ def test_serializer_mismatch_is_refused() -> None:
 
 
 def test_files_with_different_key_serializers_are_refused_together() -> None:
-    int_keys = CopyOnWriteStateTable(KeyGroupRange(0, 4), SMALL_MAXP,
-                                     key_serializer=IntSerializer())
-    fill(int_keys, None, [e for e in small_entries()
-                          if assign_to_key_group(e[0], SMALL_MAXP) <= 4])
+    int_keys = CopyOnWriteStateTable(
+        KeyGroupRange(0, 4), SMALL_MAXP, key_serializer=IntSerializer()
+    )
+    fill(int_keys, None, [e for e in small_entries() if assign_to_key_group(e[0], SMALL_MAXP) <= 4])
     restored = read_snapshot(STANDARD, KeyGroupRange(5, 9))
     before = copy.deepcopy(restored.states)
     error = read_error(written(int_keys.snapshot()), SMALL_RANGE, into=restored)
@@ -1331,9 +1533,10 @@ def test_files_with_different_key_serializers_are_refused_together() -> None:
 def test_a_multi_state_file_restores_an_unknown_name_nowhere() -> None:
     tables, _ = multi_state_tables()
     data = written([t.snapshot() for t in tables])
-    target = Prefilled(key_serializer=IntSerializer(),
-                       meta=StateMetaInfo("absent", "value", StringSerializer(),
-                                          IntSerializer()))
+    target = Prefilled(
+        key_serializer=IntSerializer(),
+        meta=StateMetaInfo("absent", "value", StringSerializer(), IntSerializer()),
+    )
     with pytest.raises(UnknownStateError) as excinfo:
         restore_table(target.table, [data])
     assert "expected state 'absent'" in str(excinfo.value)
@@ -1344,11 +1547,19 @@ def test_a_multi_state_file_restores_an_unknown_name_nowhere() -> None:
 def operator_files(max_parallelism: int, parallelism: int) -> list[bytes]:
     files = []
     for index in range(parallelism):
-        key_group_range = compute_key_group_range_for_operator_index(max_parallelism,
-                                                                     parallelism, index)
+        key_group_range = compute_key_group_range_for_operator_index(
+            max_parallelism, parallelism, index
+        )
         table = CopyOnWriteStateTable(key_group_range, max_parallelism)
-        fill(table, None, [e for e in small_entries(60)
-                           if assign_to_key_group(e[0], max_parallelism) in key_group_range])
+        fill(
+            table,
+            None,
+            [
+                e
+                for e in small_entries(60)
+                if assign_to_key_group(e[0], max_parallelism) in key_group_range
+            ],
+        )
         files.append(written(table.snapshot()))
     return files
 
@@ -1356,8 +1567,9 @@ def operator_files(max_parallelism: int, parallelism: int) -> list[bytes]:
 def corrupt_last(data: bytes) -> dict[str, tuple[bytes, type[CowStateError]]]:
     layout = decode_layout(data)
     block = next(b for b in reversed(layout.blocks) if b.count)
-    int_keys = CopyOnWriteStateTable(KeyGroupRange(7, 9), SMALL_MAXP,
-                                     key_serializer=IntSerializer())
+    int_keys = CopyOnWriteStateTable(
+        KeyGroupRange(7, 9), SMALL_MAXP, key_serializer=IntSerializer()
+    )
     return {
         "payload bit": (flip_bit(data, block.offset + 14), ChecksumMismatchError),
         "truncated": (data[:-20], TruncatedSnapshotError),
@@ -1368,8 +1580,10 @@ def corrupt_last(data: bytes) -> dict[str, tuple[bytes, type[CowStateError]]]:
     }
 
 
-@pytest.mark.parametrize("corruption", ["payload bit", "truncated", "bad magic", "version",
-                                        "max parallelism", "key serializer"])
+@pytest.mark.parametrize(
+    "corruption",
+    ["payload bit", "truncated", "bad magic", "version", "max parallelism", "key serializer"],
+)
 def test_only_the_last_of_several_files_is_corrupt(corruption: str) -> None:
     good = operator_files(SMALL_MAXP, 3)
     bad, error = corrupt_last(good[2])[corruption]
@@ -1392,8 +1606,11 @@ def test_read_snapshot_of_something_that_is_not_a_file(thing: Any) -> None:
     assert "expected" in str(error) and type(thing).__name__ in str(error)
 
 
-@pytest.mark.parametrize("streams", [5, None, [5], [None], [STANDARD, "file.bin"]],
-                         ids=["int", "None", "[int]", "[None]", "[file, str]"])
+@pytest.mark.parametrize(
+    "streams",
+    [5, None, [5], [None], [STANDARD, "file.bin"]],
+    ids=["int", "None", "[int]", "[None]", "[file, str]"],
+)
 def test_restore_table_from_something_that_is_not_files(streams: Any) -> None:
     """BUG (today): ``restore_table(t, 5)`` raises a bare TypeError ('int' object is
     not iterable) and ``restore_table(t, [None])`` a bare AttributeError."""
@@ -1426,8 +1643,7 @@ def test_restore_table_given_one_file_instead_of_a_list() -> None:
 
 
 @pytest.mark.parametrize("cls", TABLES)
-def test_a_table_without_entries_writes_a_valid_file_that_restores_nothing(
-        cls: TableClass) -> None:
+def test_a_table_without_entries_writes_a_valid_file_that_restores_nothing(cls: TableClass) -> None:
     table = cls(SMALL_RANGE, SMALL_MAXP)
     stream = io.BytesIO()
     info = write_snapshot(table.snapshot(), stream)
@@ -1435,7 +1651,8 @@ def test_a_table_without_entries_writes_a_valid_file_that_restores_nothing(
     layout = decode_layout(data)
     assert info.entries == 0
     assert [(b.key_group, b.count, b.payload) for b in layout.blocks] == [
-        (kg, 0, b"") for kg in SMALL_RANGE]
+        (kg, 0, b"") for kg in SMALL_RANGE
+    ]
     assert read_snapshot(data, SMALL_RANGE).states == {"state": {}}
     target = Prefilled()
     assert restore_table(target.table, [data]) == 0
@@ -1471,8 +1688,7 @@ def test_several_states_in_one_file_restore_each_by_name() -> None:
         name = table.meta.name
         assert restored_contents(restored, name) == contents(model)
         assert restored.metas[name].kind == table.meta.kind
-        fresh = TABLES[1](SMALL_RANGE, SMALL_MAXP, meta=table.meta,
-                          key_serializer=IntSerializer())
+        fresh = TABLES[1](SMALL_RANGE, SMALL_MAXP, meta=table.meta, key_serializer=IntSerializer())
         assert restore_table(fresh, [data]) == len(model)
         assert contents(fresh) == contents(model)
     assert restored.states["empty"] == {}
@@ -1493,10 +1709,12 @@ def test_a_multi_state_file_must_share_one_key_serializer() -> None:
     with utf8 keys is then decoded as int32: the key 'abcd' comes back as
     1633837924, silently. Expected: InvalidArgumentError when writing (as for
     differing ranges), or keys that read back as written."""
-    a = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP, meta=StateMetaInfo("a"),
-                              key_serializer=IntSerializer())
-    b = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP, meta=StateMetaInfo("b"),
-                              key_serializer=StringSerializer())
+    a = CopyOnWriteStateTable(
+        SMALL_RANGE, SMALL_MAXP, meta=StateMetaInfo("a"), key_serializer=IntSerializer()
+    )
+    b = CopyOnWriteStateTable(
+        SMALL_RANGE, SMALL_MAXP, meta=StateMetaInfo("b"), key_serializer=StringSerializer()
+    )
     a.put(1, "ns", 1)
     b.put("abcd", "ns", 2)
     stream = io.BytesIO()

@@ -17,24 +17,33 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("java") is None, reason="Spark needs Java (17)"),
 ]
 
-SUMMARY_KEYS = {"workloads", "operations_checked", "ops_per_second", "ops_per_second_per_core",
-                "operation_counts", "divergences"}
+SUMMARY_KEYS = {
+    "workloads",
+    "operations_checked",
+    "ops_per_second",
+    "ops_per_second_per_core",
+    "operation_counts",
+    "divergences",
+}
 
 
 def write_spec(tmp_path: Path, implementations: list[str]) -> Path:
-    spec = WorkloadSpec(name="spark-test", workloads=6, operations_per_workload=600,
-                        implementations=implementations)
+    spec = WorkloadSpec(
+        name="spark-test", workloads=6, operations_per_workload=600, implementations=implementations
+    )
     path = tmp_path / "spec.yaml"
     spec.save(path)
     return path
 
 
-def test_real_implementation_reports_no_divergence(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_real_implementation_reports_no_divergence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = write_spec(tmp_path, ["cow-map", "cow-map-128"])
     out = tmp_path / "out"
-    code = main(["check", "--spec", str(spec), "--master", "local[2]", "--out", str(out),
-                 "--no-progress"])
+    code = main(
+        ["check", "--spec", str(spec), "--master", "local[2]", "--out", str(out), "--no-progress"]
+    )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary) >= SUMMARY_KEYS
@@ -48,17 +57,31 @@ def test_real_implementation_reports_no_divergence(tmp_path: Path,
     records = pq.read_table(out / "records.parquet").to_pylist()
     assert len(records) == 12
     assert {(r["implementation"], r["workload"]) for r in records} == {
-        (i, w) for i in ("cow-map", "cow-map-128") for w in range(6)}
+        (i, w) for i in ("cow-map", "cow-map-128") for w in range(6)
+    }
     assert "divergences        : 0" in capsys.readouterr().out
 
 
-def test_broken_implementation_is_caught_and_minimized(tmp_path: Path,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_broken_implementation_is_caught_and_minimized(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = write_spec(tmp_path, ["cow-map", "bad-get-skips-state-copy"])
     out = tmp_path / "out"
     regressions = tmp_path / "regressions"
-    code = main(["check", "--spec", str(spec), "--master", "local[2]", "--out", str(out),
-                 "--regressions-dir", str(regressions), "--no-progress"])
+    code = main(
+        [
+            "check",
+            "--spec",
+            str(spec),
+            "--master",
+            "local[2]",
+            "--out",
+            str(out),
+            "--regressions-dir",
+            str(regressions),
+            "--no-progress",
+        ]
+    )
     assert code == 1
     summary = json.loads((out / "summary.json").read_text())
     divergences = summary["divergences"]

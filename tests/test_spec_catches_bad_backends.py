@@ -25,17 +25,20 @@ HUNT = hunt_settings(max_examples=500, stateful_step_count=60)
 
 
 @pytest.mark.parametrize("implementation", bad_backends(), ids=repr)
-def test_backend_machine_catches(implementation: BackendImplementation,
-                                 forced_interleavings: None) -> None:
+def test_backend_machine_catches(
+    implementation: BackendImplementation, forced_interleavings: None
+) -> None:
     machine = backend_machine_for(implementation, KeyGroupRange(0, MAX_PARALLELISM - 1))
     with pytest.raises((AssertionError, Flaky)):
         run_state_machine_as_test(machine, settings=HUNT)
 
 
-@pytest.mark.parametrize("implementation", [b for b in BACKENDS if b.name.startswith("heap")],
-                         ids=repr)
-def test_the_real_heap_backends_pass_the_same_hunt(implementation: BackendImplementation,
-                                                   forced_interleavings: None) -> None:
+@pytest.mark.parametrize(
+    "implementation", [b for b in BACKENDS if b.name.startswith("heap")], ids=repr
+)
+def test_the_real_heap_backends_pass_the_same_hunt(
+    implementation: BackendImplementation, forced_interleavings: None
+) -> None:
     """Control: with the same settings and interleavings, the real heap backends
     pass, so neither an AssertionError nor a Flaky above is the machine's own."""
     machine = backend_machine_for(implementation, KeyGroupRange(0, MAX_PARALLELISM - 1))

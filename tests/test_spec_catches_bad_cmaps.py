@@ -16,8 +16,10 @@ from cowstate_spec.implementations import by_name
 from cowstate_spec.machine import machine_for
 from cowstate_spec.profiles import hunt_settings
 
-pytestmark = pytest.mark.skipif(c_map_class() is None, reason="the C map is not built "
-                                "(tests/test_implementations.py fails for that)")
+pytestmark = pytest.mark.skipif(
+    c_map_class() is None,
+    reason="the C map is not built (tests/test_implementations.py fails for that)",
+)
 
 HUNT = hunt_settings(max_examples=800, stateful_step_count=50)
 

@@ -30,9 +30,19 @@ def test_state_machine_catches(bug: Bug) -> None:
 #: One control per rewritten method: the same rewrite mechanism, with the line
 #: replaced by itself. The machine must pass it, so a catch above comes from
 #: the bug and not from a class the rewriting broke.
-CONTROLS = list({(bug.cls, bug.method): Bug(f"identity-{bug.cls.__name__}-{bug.method}",
-                                            bug.method, bug.old, bug.old, "control", bug.cls)
-                 for bug in BUGS}.values())
+CONTROLS = list(
+    {
+        (bug.cls, bug.method): Bug(
+            f"identity-{bug.cls.__name__}-{bug.method}",
+            bug.method,
+            bug.old,
+            bug.old,
+            "control",
+            bug.cls,
+        )
+        for bug in BUGS
+    }.values()
+)
 
 
 @pytest.mark.parametrize("control", CONTROLS, ids=lambda bug: bug.name)

@@ -42,12 +42,24 @@ def load(keys: range, value: int) -> list[Step]:
 def restart(mode: str, checkpoints: int) -> list[Step]:
     """Checkpoint, restart from that checkpoint in ``mode``, then ``checkpoints``
     rounds of changing some keys and checkpointing."""
-    steps = [*load(range(16), 1), ("trigger_checkpoint", {"complete_now": True}),
-             ("restore", {"source": "the latest checkpoint", "index": 0, "mode": mode,
-                          "parallelism": "the same"})]
+    steps = [
+        *load(range(16), 1),
+        ("trigger_checkpoint", {"complete_now": True}),
+        (
+            "restore",
+            {
+                "source": "the latest checkpoint",
+                "index": 0,
+                "mode": mode,
+                "parallelism": "the same",
+            },
+        ),
+    ]
     for round_ in range(checkpoints):
-        steps += [*load(range(round_ * 4, round_ * 4 + 4), round_ + 2),
-                  ("trigger_checkpoint", {"complete_now": True})]
+        steps += [
+            *load(range(round_ * 4, round_ * 4 + 4), round_ + 2),
+            ("trigger_checkpoint", {"complete_now": True}),
+        ]
     return steps
 
 
@@ -60,12 +72,17 @@ REPLAYS: dict[str, list[Step]] = {
 def machine_with(bug: Bug) -> type[StorageMachine]:
     broken: Any = broken_class(bug)
     if issubclass(broken, SharedStateRegistry):
-        broken = type("CoordinatorWithBrokenRegistry", (CheckpointCoordinator,),
-                      {"registry_class": broken})
-    classes = ({"coordinator_class": broken} if issubclass(broken, CheckpointCoordinator)
-               else {"storage_class": broken})
-    return storage_machine_for(STORAGE_BUGS_BACKEND[bug.name],
-                               STORAGE_BUGS_RETAINED[bug.name], **classes)
+        broken = type(
+            "CoordinatorWithBrokenRegistry", (CheckpointCoordinator,), {"registry_class": broken}
+        )
+    classes = (
+        {"coordinator_class": broken}
+        if issubclass(broken, CheckpointCoordinator)
+        else {"storage_class": broken}
+    )
+    return storage_machine_for(
+        STORAGE_BUGS_BACKEND[bug.name], STORAGE_BUGS_RETAINED[bug.name], **classes
+    )
 
 
 def replay(machine_class: type[StorageMachine], steps: list[Step]) -> None:
@@ -81,15 +98,17 @@ def replay(machine_class: type[StorageMachine], steps: list[Step]) -> None:
         machine.teardown()
 
 
-@pytest.mark.parametrize("bug", [b for b in STORAGE_BUGS if b.name not in REPLAYS],
-                         ids=lambda bug: bug.name)
+@pytest.mark.parametrize(
+    "bug", [b for b in STORAGE_BUGS if b.name not in REPLAYS], ids=lambda bug: bug.name
+)
 def test_storage_machine_catches(bug: Bug) -> None:
     with pytest.raises((AssertionError, Flaky)):
         run_state_machine_as_test(machine_with(bug), settings=HUNT)
 
 
-@pytest.mark.parametrize("bug", [b for b in STORAGE_BUGS if b.name in REPLAYS],
-                         ids=lambda bug: bug.name)
+@pytest.mark.parametrize(
+    "bug", [b for b in STORAGE_BUGS if b.name in REPLAYS], ids=lambda bug: bug.name
+)
 def test_storage_machine_catches_in_replay(bug: Bug) -> None:
     with pytest.raises(AssertionError):
         replay(machine_with(bug), REPLAYS[bug.name])
@@ -97,5 +116,6 @@ def test_storage_machine_catches_in_replay(bug: Bug) -> None:
 
 @pytest.mark.parametrize("name", sorted(REPLAYS))
 def test_replays_pass_with_the_real_classes(name: str) -> None:
-    replay(storage_machine_for(STORAGE_BUGS_BACKEND[name], STORAGE_BUGS_RETAINED[name]),
-           REPLAYS[name])
+    replay(
+        storage_machine_for(STORAGE_BUGS_BACKEND[name], STORAGE_BUGS_RETAINED[name]), REPLAYS[name]
+    )

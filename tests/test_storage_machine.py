@@ -18,4 +18,5 @@ def test_storage_agrees_with_the_model(kind: str, num_retained: int) -> None:
     current = settings()
     run_state_machine_as_test(
         storage_machine_for(kind, num_retained),
-        settings=settings(current, max_examples=max(10, current.max_examples // 4)))
+        settings=settings(current, max_examples=max(10, current.max_examples // 4)),
+    )

@@ -26,40 +26,61 @@ def test_crosshair_check_refutes_every_broken_helper(tmp_path: Path) -> None:
         module = tmp_path / f"broken_{bug.function}.py"
         module.write_text(source)
         lines = source.splitlines()
-        line = lines.index(next(text for text in lines
-                                if text.startswith(f"def {bug.function}(")))
-        jobs += jobs_for(LIMITS, [f"{module}:{line + 2}"], [])   # a line of its body
+        line = lines.index(next(text for text in lines if text.startswith(f"def {bug.function}(")))
+        jobs += jobs_for(LIMITS, [f"{module}:{line + 2}"], [])  # a line of its body
     run_jobs(jobs, LIMITS.deadline, workers=2)
-    missed = [(bug, job.output) for bug, job in zip(BUGS, jobs, strict=True)
-              if job.passed or not any(": error:" in line for line in job.findings)]
+    missed = [
+        (bug, job.output)
+        for bug, job in zip(BUGS, jobs, strict=True)
+        if job.passed or not any(": error:" in line for line in job.findings)
+    ]
     assert not missed, f"CrossHair found no counterexample for: {missed}"
 
 
 def test_crosshair_diffbehavior_tells_a_broken_layout_from_the_plain_one() -> None:
     limits = Limits(per_condition=30, per_path=2, deadline=300)
-    pair = ("snapshot_layout", "cowstate_spec.bad_arithmetic.bad_snapshot_layout",
-            "cowstate_spec.equivalences.plain_snapshot_layout")
+    pair = (
+        "snapshot_layout",
+        "cowstate_spec.bad_arithmetic.bad_snapshot_layout",
+        "cowstate_spec.equivalences.plain_snapshot_layout",
+    )
     [job] = jobs_for(limits, [], [pair])
     run_jobs([job], limits.deadline, workers=1)
     assert not job.passed and "No differences found" not in job.output, job.output
 
 
 def test_crosshair_diffbehavior_tells_a_broken_key_group_helper_from_the_plain_one(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     limits = Limits(per_condition=5, per_path=2, deadline=300)
     jobs = []
     for i, bug in enumerate(KEY_GROUP_BUGS):
         module = f"broken_key_groups_{i}"
         (tmp_path / f"{module}.py").write_text(broken_source(bug, cowstate.key_groups))
         # Unguarded on both sides: the two functions agree on every int, not only int32.
-        jobs += jobs_for(limits, [], [(bug.function, f"{module}.{bug.function}",
-                                       f"cowstate_model.key_groups.{bug.function}")])
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]))
+        jobs += jobs_for(
+            limits,
+            [],
+            [
+                (
+                    bug.function,
+                    f"{module}.{bug.function}",
+                    f"cowstate_model.key_groups.{bug.function}",
+                )
+            ],
+        )
+    monkeypatch.setenv(
+        "PYTHONPATH",
+        os.pathsep.join([str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     run_jobs(jobs, limits.deadline, workers=2)
-    missed = [(bug, job.output) for bug, job in zip(KEY_GROUP_BUGS, jobs, strict=True)
-              if job.passed or "No differences found" in job.output
-              or not any(line.startswith("Given:") for line in job.findings)]
+    missed = [
+        (bug, job.output)
+        for bug, job in zip(KEY_GROUP_BUGS, jobs, strict=True)
+        if job.passed
+        or "No differences found" in job.output
+        or not any(line.startswith("Given:") for line in job.findings)
+    ]
     assert not missed, f"CrossHair told no difference for: {missed}"
 
 

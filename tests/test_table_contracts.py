@@ -86,9 +86,12 @@ class Point:
 
 def keys_told_apart(max_parallelism: int) -> list[Point]:
     """Keys that the two serializers put in different key groups."""
-    return [key for key in (Point(i, i + 1) for i in range(50))
-            if assign_to_key_group(key, max_parallelism, ReprSerializer())
-            != assign_to_key_group(key, max_parallelism)]
+    return [
+        key
+        for key in (Point(i, i + 1) for i in range(50))
+        if assign_to_key_group(key, max_parallelism, ReprSerializer())
+        != assign_to_key_group(key, max_parallelism)
+    ]
 
 
 def kg(key: Any) -> int:
@@ -118,8 +121,9 @@ def test_a_table_hashes_keys_with_its_key_serializer(table_type: Any) -> None:
         assert table.key_group_of(key) == group
         table.put(key, "ns", 1)
         assert [e.key for e in table.entries_in_key_group(group)].count(key) == 1
-    assert assign_key_to_parallel_operator(told_apart[0], MAXP, MAXP, ReprSerializer()) == \
-        assign_to_key_group(told_apart[0], MAXP, ReprSerializer())
+    assert assign_key_to_parallel_operator(
+        told_apart[0], MAXP, MAXP, ReprSerializer()
+    ) == assign_to_key_group(told_apart[0], MAXP, ReprSerializer())
 
 
 @pytest.mark.parametrize("table_type", TABLES, ids=lambda t: t.__name__)
@@ -130,10 +134,10 @@ def test_an_explicit_key_group_is_obeyed_by_every_operation(table_type: Any) -> 
     group = key_in_other_group(key)
     assert table.put_and_get_old(key, "ns", "a", key_group=group) is None
     assert table.contains_key(key, "ns", key_group=group)
-    assert not table.contains_key(key, "ns")                   # not in its own group
+    assert not table.contains_key(key, "ns")  # not in its own group
     assert table.put_and_get_old(key, "ns", "b", key_group=group) == "a"
     assert table.get(key, "ns", key_group=group) == "b"
-    assert table.remove_and_get_old(key, "ns") is None         # its own group is empty
+    assert table.remove_and_get_old(key, "ns") is None  # its own group is empty
     assert table.remove_and_get_old(key, "ns", key_group=group) == "b"
     assert len(table) == 0
 
@@ -144,25 +148,32 @@ def test_membership_takes_a_key_namespace_pair(table_type: Any) -> None:
     table.put(3, "ns", 1)
     assert (3, "ns") in table and (3, "other") not in table and (4, "ns") not in table
     assert message(InvalidArgumentError, lambda: 3 in table) == (
-        "expected a (key, namespace) tuple, got int 3")
+        "expected a (key, namespace) tuple, got int 3"
+    )
     assert message(InvalidArgumentError, lambda: (1, 2, 3) in table) == (
-        "expected a (key, namespace) tuple, got tuple (1, 2, 3)")
+        "expected a (key, namespace) tuple, got tuple (1, 2, 3)"
+    )
 
 
 # ------------------------------------------------------------ fail-fast
 
 
-INSERTS = {"put": lambda t, k: t.put(k, "ns", 1),
-           "put_and_get_old": lambda t, k: t.put_and_get_old(k, "ns", 1),
-           "transform": lambda t, k: t.transform(k, "ns", 1, lambda old, v: v)}
-REMOVALS = {"remove": lambda t, k: t.remove(k, "ns"),
-            "remove_and_get_old": lambda t, k: t.remove_and_get_old(k, "ns")}
+INSERTS = {
+    "put": lambda t, k: t.put(k, "ns", 1),
+    "put_and_get_old": lambda t, k: t.put_and_get_old(k, "ns", 1),
+    "transform": lambda t, k: t.transform(k, "ns", 1, lambda old, v: v),
+}
+REMOVALS = {
+    "remove": lambda t, k: t.remove(k, "ns"),
+    "remove_and_get_old": lambda t, k: t.remove_and_get_old(k, "ns"),
+}
 
 
 @pytest.mark.parametrize("table_type", TABLES, ids=lambda t: t.__name__)
 @pytest.mark.parametrize("change", [*INSERTS, *REMOVALS])
 def test_iteration_fails_fast_on_a_change_in_a_later_key_group(
-        table_type: Any, change: str) -> None:
+    table_type: Any, change: str
+) -> None:
     """The per-key-group map cannot see a change to a group it has not reached;
     the table's own counter must. The same operation runs once before the
     walk, so an operation that set the counter instead of advancing it would
@@ -172,7 +183,7 @@ def test_iteration_fails_fast_on_a_change_in_a_later_key_group(
     table.put(first, "ns", 1)
     table.put(later, "ns", 1)
     if change in INSERTS:
-        INSERTS[change](table, spare)              # the same operation, before the walk
+        INSERTS[change](table, spare)  # the same operation, before the walk
     else:
         table.put(spare, "ns", 1)
         REMOVALS[change](table, spare)
@@ -221,9 +232,11 @@ def test_release_refuses_what_is_not_its_own_snapshot(table_type: Any) -> None:
     table, other = table_type(None, MAXP), table_type(None, MAXP)
     snap = other.snapshot()
     assert message(ForeignSnapshotError, lambda: table.release(snap)) == (
-        "expected a snapshot taken from this table, got one of another table")
+        "expected a snapshot taken from this table, got one of another table"
+    )
     assert message(ForeignSnapshotError, lambda: table.release("snap")) == (
-        "expected a snapshot taken from this table, got str")
+        "expected a snapshot taken from this table, got str"
+    )
     assert not snap.is_released
     other.release(snap)
     assert snap.is_released
@@ -236,13 +249,17 @@ def test_nested_map_names_the_unhashable_part() -> None:
     table = NestedMapsStateTable(None, MAXP)
     m = table.state_map(kg(1))
     assert message(UnhashableKeyError, lambda: m.contains_key([1], "ns")) == (
-        "expected a hashable key, got list [1]")
+        "expected a hashable key, got list [1]"
+    )
     assert message(UnhashableKeyError, lambda: m.contains_key(1, {"n": 1})) == (
-        "expected a hashable namespace, got dict {'n': 1}")
+        "expected a hashable namespace, got dict {'n': 1}"
+    )
     assert message(UnhashableKeyError, lambda: m.remove_and_get_old([1], "ns")) == (
-        "expected a hashable key, got list [1]")
+        "expected a hashable key, got list [1]"
+    )
     assert message(UnhashableKeyError, lambda: m.remove_and_get_old(1, ["n"])) == (
-        "expected a hashable namespace, got list ['n']")
+        "expected a hashable namespace, got list ['n']"
+    )
 
 
 def test_nested_map_transform_errors_name_the_function_and_the_mapping() -> None:
@@ -254,10 +271,12 @@ def test_nested_map_transform_errors_name_the_function_and_the_mapping() -> None
 
     assert message(TransformFunctionError, lambda: table.transform(5, "ns", 0, explode)) == (
         "expected transform function 'explode' to return a state, got ValueError: boom; "
-        "(5, 'ns') is unchanged")
+        "(5, 'ns') is unchanged"
+    )
     assert message(NoneStateError, lambda: table.transform(5, "ns", 0, lambda o, v: None)) == (
         "expected the transform function to return a state, got None for (5, 'ns'); "
-        "the mapping is unchanged")
+        "the mapping is unchanged"
+    )
     assert table.get(5, "ns") == 1
 
 
@@ -301,20 +320,26 @@ def test_restore_table_decodes_only_its_own_state() -> None:
 @pytest.mark.parametrize("form", ["bytes", "bytearray", "stream", "list", "generator"])
 def test_restore_table_takes_one_file_or_many(form: str) -> None:
     data, expected = two_state_file()
-    given: Any = {"bytes": data, "bytearray": bytearray(data), "stream": io.BytesIO(data),
-                  "list": [data], "generator": (d for d in [data])}[form]
+    given: Any = {
+        "bytes": data,
+        "bytearray": bytearray(data),
+        "stream": io.BytesIO(data),
+        "list": [data],
+        "generator": (d for d in [data]),
+    }[form]
     table = CopyOnWriteStateTable(KeyGroupRange(0, 7), MAXP, meta=StateMetaInfo("a"))
     mine = {kn: s for kn, s in expected.items() if kg(kn[0]) <= 7}
     assert restore_table(table, given) == len(mine)
     assert {(e.key, e.namespace): e.state for e in table} == mine
-    for entry in table:                      # each entry in its own key group
+    for entry in table:  # each entry in its own key group
         assert table.contains_key(entry.key, entry.namespace, key_group=kg(entry.key))
 
 
 def test_restore_table_refuses_what_is_not_a_file() -> None:
     table = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("a"))
     assert message(InvalidArgumentError, lambda: restore_table(table, 42)) == (
-        "expected snapshot files (bytes or binary streams, or an iterable of them), got int")
+        "expected snapshot files (bytes or binary streams, or an iterable of them), got int"
+    )
     assert len(table) == 0
 
 
@@ -353,7 +378,8 @@ def test_empty_map_state_views_are_empty_lists() -> None:
         state.put_all({"u": 1, "v": 2})
         assert state.keys() == ["u", "v"] and state.values() == [1, 2]
         assert message(InvalidArgumentError, lambda: state.put_all([("w", 3)])) == (  # type: ignore[arg-type]
-            "expected a mapping of user keys to values, got list")
+            "expected a mapping of user keys to values, got list"
+        )
         assert state.items() == [("u", 1), ("v", 2)]
 
 
@@ -368,21 +394,29 @@ def test_void_namespace_is_one_named_value() -> None:
 
 def test_descriptor_messages() -> None:
     assert message(InvalidArgumentError, lambda: ValueStateDescriptor("")) == (
-        "expected a non-empty str state name, got ''")
+        "expected a non-empty str state name, got ''"
+    )
     assert message(InvalidArgumentError, lambda: ListStateDescriptor(3)) == (  # type: ignore[arg-type]
-        "expected a non-empty str state name, got 3")
+        "expected a non-empty str state name, got 3"
+    )
     assert message(InvalidArgumentError, lambda: ValueStateDescriptor("v", serializer=1)) == (  # type: ignore[arg-type]
-        "expected a serializer with copy/serialize/deserialize for state 'v', got int")
-    assert message(InvalidArgumentError,
-                   lambda: ReducingStateDescriptor("r", reduce_function=5)) == (  # type: ignore[arg-type]
-        "expected a callable reduce_function for reducing state 'r', got int")
+        "expected a serializer with copy/serialize/deserialize for state 'v', got int"
+    )
+    assert message(
+        InvalidArgumentError, lambda: ReducingStateDescriptor("r", reduce_function=5)
+    ) == (  # type: ignore[arg-type]
+        "expected a callable reduce_function for reducing state 'r', got int"
+    )
     assert message(InvalidArgumentError, lambda: AggregatingStateDescriptor("g")) == (
         "expected an aggregate_function with create_accumulator/add/get_result/merge for "
-        "aggregating state 'g', got NoneType")
-    assert message(InvalidArgumentError,
-                   lambda: AggregatingStateDescriptor("g", aggregate_function=max)) == (  # type: ignore[arg-type]
+        "aggregating state 'g', got NoneType"
+    )
+    assert message(
+        InvalidArgumentError, lambda: AggregatingStateDescriptor("g", aggregate_function=max)
+    ) == (  # type: ignore[arg-type]
         "expected an aggregate_function with create_accumulator/add/get_result/merge for "
-        "aggregating state 'g', got builtin_function_or_method")
+        "aggregating state 'g', got builtin_function_or_method"
+    )
     good = AggregatingStateDescriptor("g", aggregate_function=SumCount())
     assert good.name == "g" and good.kind == "aggregating"
     assert ReducingStateDescriptor("r", reduce_function=max).kind == "reducing"
@@ -390,9 +424,11 @@ def test_descriptor_messages() -> None:
 
 def test_state_meta_info_messages() -> None:
     assert message(InvalidArgumentError, lambda: StateMetaInfo("")) == (
-        "expected a non-empty str state name, got ''")
+        "expected a non-empty str state name, got ''"
+    )
     assert message(InvalidArgumentError, lambda: StateMetaInfo(None)) == (  # type: ignore[arg-type]
-        "expected a non-empty str state name, got None")
+        "expected a non-empty str state name, got None"
+    )
 
 
 # ------------------------------------------ nested maps: serializers, fail-fast
@@ -402,16 +438,19 @@ def test_nested_table_copies_at_snapshot_with_its_state_serializer() -> None:
     """A deep copy by default; none under ``ImmutableSerializer`` (the caller's
     promise), so the table must hand its meta's serializer to each map."""
     copying = NestedMapsStateTable(None, MAXP)
-    trusting = NestedMapsStateTable(None, MAXP,
-                                    meta=StateMetaInfo(state_serializer=ImmutableSerializer()))
+    trusting = NestedMapsStateTable(
+        None, MAXP, meta=StateMetaInfo(state_serializer=ImmutableSerializer())
+    )
     for table in (copying, trusting):
         table.put(1, "ns", [1])
     with copying.snapshot() as a, trusting.snapshot() as b:
         copied, shared = next(iter(a)).state, next(iter(b)).state
     assert copied == [1] and copied is not copying.get(1, "ns")
     assert shared is trusting.get(1, "ns")
-    plain, immutable = NestedStateMap[Any, Any, Any](), NestedStateMap[Any, Any, Any](
-        ImmutableSerializer())
+    plain, immutable = (
+        NestedStateMap[Any, Any, Any](),
+        NestedStateMap[Any, Any, Any](ImmutableSerializer()),
+    )
     for m in (plain, immutable):
         m.put(1, "ns", [1])
     assert plain.copy_entries()[0].state is not plain.get(1, "ns")
@@ -422,13 +461,15 @@ def test_nested_table_copies_at_snapshot_with_its_state_serializer() -> None:
 def test_set_meta_info_message() -> None:
     table = NestedMapsStateTable(None, MAXP)
     assert message(InvalidArgumentError, lambda: table.set_meta_info("meta")) == (  # type: ignore[arg-type]
-        "expected a StateMetaInfo, got str")
+        "expected a StateMetaInfo, got str"
+    )
 
 
 def test_nested_map_refuses_none_word_for_word() -> None:
     m = NestedStateMap[Any, Any, Any]()
     assert message(NoneStateError, lambda: m.put(1, "ns", None)) == (
-        "expected a state for put(1, 'ns'), got None; None means absent, use remove() to unmap")
+        "expected a state for put(1, 'ns'), got None; None means absent, use remove() to unmap"
+    )
     assert len(m) == 0
 
 
@@ -436,23 +477,26 @@ def test_nested_map_iteration_fails_fast_word_for_word() -> None:
     m = NestedStateMap[Any, Any, Any]()
     m.put(1, "ns", 1)
     m.put(0, "ns", 0)
-    m.remove(0, "ns")                          # a removal just before the walk
+    m.remove(0, "ns")  # a removal just before the walk
     it = iter(m)
     next(it)
-    m.remove(1, "ns")                          # the walk's only entry, removed
+    m.remove(1, "ns")  # the walk's only entry, removed
     assert message(ConcurrentModificationError, lambda: next(it)) == (
-        "expected no mapping added or removed while iterating the map")
+        "expected no mapping added or removed while iterating the map"
+    )
     m.put(1, "ns", 1)
     m.put(2, "ns", 2)
     it = iter(m)
-    m.put(3, "ns", 3)                          # before the first step
+    m.put(3, "ns", 3)  # before the first step
     assert message(ConcurrentModificationError, lambda: next(it)) == (
-        "expected no mapping added or removed while iterating the map")
+        "expected no mapping added or removed while iterating the map"
+    )
     it = iter(m)
     next(it)
-    m.remove(3, "ns")                          # during the walk
+    m.remove(3, "ns")  # during the walk
     assert message(ConcurrentModificationError, lambda: next(it)) == (
-        "expected no mapping added or removed while iterating the map")
+        "expected no mapping added or removed while iterating the map"
+    )
 
 
 # ------------------------------------------------------------ what they print
@@ -463,8 +507,9 @@ def test_reprs_name_what_they_hold() -> None:
     table.put(keys_in(3)[0], "ns", 1)
     assert repr(table) == "<CopyOnWriteStateTable 'counts' KeyGroupRange(2, 5) of 16 size=1>"
     snap = table.snapshot()
-    assert repr(snap) == ("<CopyOnWriteStateTableSnapshot 'counts' #1 KeyGroupRange(2, 5), "
-                          "4 key groups open>")
+    assert repr(snap) == (
+        "<CopyOnWriteStateTableSnapshot 'counts' #1 KeyGroupRange(2, 5), 4 key groups open>"
+    )
     snap.release_key_group(2)
     assert repr(snap).endswith("3 key groups open>")
     snap.release()
@@ -490,16 +535,18 @@ def test_snapshot_metadata_finds_a_state_by_name() -> None:
 
 
 @pytest.mark.parametrize("implementation", BACKENDS, ids=repr)
-def test_every_table_refuses_an_unhashable_key_alike(implementation: BackendImplementation
-                                                     ) -> None:
+def test_every_table_refuses_an_unhashable_key_alike(implementation: BackendImplementation) -> None:
     """The heap tables and the RocksDB table raise the same error for a set key
     (the heap tables used to let the key-group assignment refuse it first)."""
     backend = implementation.factory(KeyGroupRange(0, MAXP - 1), MAXP)
     try:
         backend.get_state(ValueStateDescriptor("v"))
         table = backend.table("v")
-        for call in (lambda: table.put({1}, "n", 1), lambda: table.get({1}, "n"),
-                     lambda: table.remove([1], "n")):
+        for call in (
+            lambda: table.put({1}, "n", 1),
+            lambda: table.get({1}, "n"),
+            lambda: table.remove([1], "n"),
+        ):
             with pytest.raises(UnhashableKeyError, match="expected a hashable key, got"):
                 call()
         assert len(table) == 0

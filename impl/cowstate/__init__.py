@@ -86,9 +86,9 @@ from cowstate.state_map import StateEntry
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 
-try:                                   # one source: the version in pyproject.toml
+try:  # one source: the version in pyproject.toml
     __version__ = _distribution_version("cowstate")
-except PackageNotFoundError:           # a source tree on sys.path, not installed
+except PackageNotFoundError:  # a source tree on sys.path, not installed
     __version__ = "0+unknown"
 
 __all__ = [

@@ -60,6 +60,7 @@ HASH_MASK = (1 << 64) - 1
 
 # ----------------------------------------------------------------- hashing
 
+
 def spread_hash(h: int) -> int:
     """Spread the high bits of ``h`` into the low ones, like ``java.util.HashMap``.
 
@@ -100,6 +101,7 @@ def bucket_index(h: int, capacity: int) -> int:
 
 # ----------------------------------------------------------------- rehash
 
+
 def in_rehash_table(h: int, capacity: int, rehash_index: int) -> bool:
     """Active-table selection while rehashing at ``rehash_index`` (invariant 2).
 
@@ -127,6 +129,7 @@ def rehash_destination(h: int, capacity: int) -> int:
 
 
 # ----------------------------------------------------------------- sizing
+
 
 def clamp_capacity(requested: int) -> int:
     """The capacity a map asked for ``requested`` buckets gets (invariant 9):
@@ -162,6 +165,7 @@ def threshold_for(capacity: int) -> int:
 
 # ----------------------------------------------------------------- versions
 
+
 def highest_required_version(open_versions: frozenset[int] | set[int]) -> int:
     """``H``: the highest open snapshot version, 0 when none is open (invariant 5).
 
@@ -173,8 +177,9 @@ def highest_required_version(open_versions: frozenset[int] | set[int]) -> int:
     return max(open_versions) if open_versions else 0
 
 
-def open_snapshot_version(version: int,
-                          open_versions: frozenset[int]) -> tuple[int, frozenset[int]]:
+def open_snapshot_version(
+    version: int, open_versions: frozenset[int]
+) -> tuple[int, frozenset[int]]:
     """The map version and open set after ``snapshot()`` (invariant 5): the new
     snapshot gets ``version + 1``, which becomes the highest required version.
 
@@ -201,8 +206,10 @@ def release_snapshot_version(open_versions: frozenset[int], version: int) -> fro
 
 # ----------------------------------------------------------------- snapshots
 
-def snapshot_layout(primary: Sequence[V | None], rehash: Sequence[V | None] | None,
-                    r: int, size: int) -> list[V | None]:
+
+def snapshot_layout(
+    primary: Sequence[V | None], rehash: Sequence[V | None] | None, r: int, size: int
+) -> list[V | None]:
     """The snapshot's copy of the bucket list(s), in Flink's compact layout.
 
     Not rehashing: a copy of ``primary`` padded with ``None`` to ``size``.
@@ -226,7 +233,7 @@ def snapshot_layout(primary: Sequence[V | None], rehash: Sequence[V | None] | No
     if rehash is None:
         out: list[V | None] = list(primary)
     else:
-        out = [*primary[r:], *rehash[:r], *rehash[capacity:capacity + r]]
+        out = [*primary[r:], *rehash[:r], *rehash[capacity : capacity + r]]
     missing = size - len(out)
     if missing > 0:
         out.extend([None] * missing)

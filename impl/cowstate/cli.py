@@ -26,21 +26,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             from cowstate_spec.cli import main as spec_main
         except ImportError as exc:
-            print(f"cowstate check: the differential run needs the specification package "
-                  f"and its extras ({exc}); install them with: pip install "
-                  "'cowstate[dev,spark]'", file=sys.stderr)
+            print(
+                f"cowstate check: the differential run needs the specification package "
+                f"and its extras ({exc}); install them with: pip install "
+                "'cowstate[dev,spark]'",
+                file=sys.stderr,
+            )
             return 2
         return int(spec_main(args))
-    parser = argparse.ArgumentParser(prog="cowstate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="cowstate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("check", add_help=False,
-                        help="differential run: implementations vs the model "
-                             "(see cowstate check --help)")
+    commands.add_parser(
+        "check",
+        add_help=False,
+        help="differential run: implementations vs the model (see cowstate check --help)",
+    )
     savepoint = commands.add_parser("savepoint", help="checkpoints and savepoints")
     savepoint_commands = savepoint.add_subparsers(dest="savepoint_command", required=True)
     inspect = savepoint_commands.add_parser(
-        "inspect", help="print what a checkpoint or savepoint directory holds")
+        "inspect", help="print what a checkpoint or savepoint directory holds"
+    )
     inspect.add_argument("directory", help="a chk-<id> or savepoint directory (path or URL)")
     parsed = parser.parse_args(args)
     return inspect_command(parsed.directory)

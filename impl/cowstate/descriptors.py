@@ -64,7 +64,8 @@ class StateDescriptor:
         if not isinstance(self.serializer, StateSerializer):
             raise InvalidArgumentError(
                 f"expected a serializer with copy/serialize/deserialize for state "
-                f"{self.name!r}, got {type(self.serializer).__name__}")
+                f"{self.name!r}, got {type(self.serializer).__name__}"
+            )
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,8 @@ class ReducingStateDescriptor(StateDescriptor, Generic[T]):
         if not callable(self.reduce_function):
             raise InvalidArgumentError(
                 f"expected a callable reduce_function for reducing state {self.name!r}, got "
-                f"{type(self.reduce_function).__name__}")
+                f"{type(self.reduce_function).__name__}"
+            )
 
 
 @dataclass(frozen=True)
@@ -117,4 +119,5 @@ class AggregatingStateDescriptor(StateDescriptor):
             raise InvalidArgumentError(
                 f"expected an aggregate_function with create_accumulator/add/get_result/merge "
                 f"for aggregating state {self.name!r}, got "
-                f"{type(self.aggregate_function).__name__}")
+                f"{type(self.aggregate_function).__name__}"
+            )

@@ -65,8 +65,10 @@ class NoneStateError(CowStateError, ValueError):
     @classmethod
     def from_transform(cls, key: object, namespace: object) -> NoneStateError:
         """A transform function returned ``None`` for ``(key, namespace)``."""
-        return cls(f"expected the transform function to return a state, got None for "
-                   f"({key!r}, {namespace!r}); the mapping is unchanged")
+        return cls(
+            f"expected the transform function to return a state, got None for "
+            f"({key!r}, {namespace!r}); the mapping is unchanged"
+        )
 
 
 class UnhashableKeyError(CowStateError, TypeError):
@@ -78,9 +80,7 @@ class UnhashableKeyError(CowStateError, TypeError):
             try:
                 hash(value)
             except TypeError:
-                return cls(
-                    f"expected a hashable {role}, got {type(value).__name__} {value!r}"
-                )
+                return cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}")
         return cls(f"expected a hashable key and namespace, got {key!r} and {namespace!r}")
 
     @classmethod
@@ -89,20 +89,22 @@ class UnhashableKeyError(CowStateError, TypeError):
         try:
             hash(value)
         except TypeError:
-            raise cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}"
-                      ) from None
+            raise cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}") from None
 
 
 class TransformFunctionError(CowStateError):
     """The function given to ``transform`` raised; the mapping was not changed."""
 
     @classmethod
-    def of(cls, fn: object, exc: BaseException, key: object,
-           namespace: object) -> TransformFunctionError:
+    def of(
+        cls, fn: object, exc: BaseException, key: object, namespace: object
+    ) -> TransformFunctionError:
         """``fn`` raised ``exc`` while transforming ``(key, namespace)``."""
-        return cls(f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
-                   f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
-                   "unchanged")
+        return cls(
+            f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
+            f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
+            "unchanged"
+        )
 
 
 class SnapshotReleasedError(CowStateError, RuntimeError):
@@ -188,7 +190,7 @@ class StateRegistrationError(CowStateError, ValueError):
 class UnknownStateError(CowStateError, KeyError):
     """A state name that no descriptor registered."""
 
-    def __str__(self) -> str:      # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
 
 
@@ -227,5 +229,5 @@ class CorruptCheckpointError(CheckpointError, ValueError):
 class UnknownCheckpointError(CheckpointError, KeyError):
     """A checkpoint id the coordinator has no pending checkpoint of."""
 
-    def __str__(self) -> str:      # KeyError would quote the message
+    def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""

@@ -111,24 +111,39 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
     backend_name = "heap"
     native_format = HEAP_FORMAT
 
-    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int,
-                 table_factory: TableFactory = CopyOnWriteStateTable, *,
-                 key_serializer: StateSerializer | None = None,
-                 namespace_serializer: StateSerializer | None = None,
-                 executor: Executor | None = None) -> None:
-        super().__init__(key_group_range, max_parallelism, key_serializer=key_serializer,
-                         namespace_serializer=namespace_serializer, executor=executor,
-                         writer_thread_name="cowstate-snapshot")
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        table_factory: TableFactory = CopyOnWriteStateTable,
+        *,
+        key_serializer: StateSerializer | None = None,
+        namespace_serializer: StateSerializer | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        super().__init__(
+            key_group_range,
+            max_parallelism,
+            key_serializer=key_serializer,
+            namespace_serializer=namespace_serializer,
+            executor=executor,
+            writer_thread_name="cowstate-snapshot",
+        )
         if not callable(table_factory):
             raise InvalidArgumentError(
-                f"expected a table factory, got {type(table_factory).__name__}")
+                f"expected a table factory, got {type(table_factory).__name__}"
+            )
         self._table_factory = table_factory
 
     # -------------------------------------------------------------- snapshots
 
-    def snapshot(self, checkpoint_id: int, stream_factory: StreamFactory, *,
-                 snapshot_format: SnapshotFormat = HEAP_FORMAT
-                 ) -> SnapshotFuture[KeyedStateSnapshotResult]:
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        stream_factory: StreamFactory,
+        *,
+        snapshot_format: SnapshotFormat = HEAP_FORMAT,
+    ) -> SnapshotFuture[KeyedStateSnapshotResult]:
         """Take the synchronous part now; the returned future writes the rest.
 
         ``stream_factory()`` is called on the writer thread. The result's
@@ -141,13 +156,14 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         if snapshot_format not in RESTORABLE_FORMATS:
             raise InvalidArgumentError(
                 f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got "
-                f"{snapshot_format!r}")
+                f"{snapshot_format!r}"
+            )
         if type(checkpoint_id) is not int or checkpoint_id < 0:
-            raise InvalidArgumentError(
-                f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
+            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
         if not callable(stream_factory):
             raise InvalidArgumentError(
-                f"expected a callable stream factory, got {type(stream_factory).__name__}")
+                f"expected a callable stream factory, got {type(stream_factory).__name__}"
+            )
         taken: list[StateTableSnapshot[Any, Any, Any]] = []
         try:
             for holder in self._holders.values():
@@ -161,29 +177,41 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             for snap in taken:
                 snap.release()
 
-        if not taken:                                  # an empty backend writes nothing
+        if not taken:  # an empty backend writes nothing
             future: SnapshotFuture[KeyedStateSnapshotResult] = SnapshotFuture(
-                checkpoint_id, release)
+                checkpoint_id, release
+            )
             future.set_running_or_notify_cancel()
-            future.set_result(KeyedStateSnapshotResult(checkpoint_id, self.key_group_range,
-                                                       None, None))
+            future.set_result(
+                KeyedStateSnapshotResult(checkpoint_id, self.key_group_range, None, None)
+            )
             return future
         return self._start_async(
-            checkpoint_id, functools.partial(self._write, taken, stream_factory, snapshot_format),
-            cleanup=release, failure="its resources were released")
+            checkpoint_id,
+            functools.partial(self._write, taken, stream_factory, snapshot_format),
+            cleanup=release,
+            failure="its resources were released",
+        )
 
     # ------------------------------------------------ checkpoints and savepoints
 
-    def snapshot_to(self, checkpoint_id: int, location: SnapshotLocation,
-                    options: SnapshotOptions) -> Future[KeyedStateHandle]:
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
         """A snapshot file in ``location`` (always full: the heap shares nothing
         between checkpoints); canonical for a canonical savepoint, else heap."""
-        snapshot_format = SnapshotFormat.CANONICAL if options.is_savepoint \
-            and options.format == "canonical" else HEAP_FORMAT
+        snapshot_format = (
+            SnapshotFormat.CANONICAL
+            if options.is_savepoint and options.format == "canonical"
+            else HEAP_FORMAT
+        )
         r = self.key_group_range
         name = f"keyed-state-{r.start_key_group}-{r.end_key_group}"
-        inner = self.snapshot(checkpoint_id, functools.partial(location.exclusive_stream, name),
-                              snapshot_format=snapshot_format)
+        inner = self.snapshot(
+            checkpoint_id,
+            functools.partial(location.exclusive_stream, name),
+            snapshot_format=snapshot_format,
+        )
         return map_future(inner, functools.partial(self._handle_of, snapshot_format))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
@@ -192,8 +220,13 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Nothing to do: heap snapshots never build on earlier ones."""
 
-    def restore_from(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource, *,
-                     incremental_base: bool = False) -> None:
+    def restore_from(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        *,
+        incremental_base: bool = False,
+    ) -> None:
         """Restore from the heap or canonical handles of one snapshot (only those
         meeting this backend's key groups are read; each file is checked
         against its size and CRC32 first)."""
@@ -203,18 +236,25 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         self._check_handles(mine)
         self.restore([source.read(f) for handle in mine for f in handle.files])
 
-    def _handle_of(self, snapshot_format: SnapshotFormat,
-                   result: KeyedStateSnapshotResult) -> KeyedStateHandle:
+    def _handle_of(
+        self, snapshot_format: SnapshotFormat, result: KeyedStateSnapshotResult
+    ) -> KeyedStateHandle:
         r = self.key_group_range
         files: tuple[FileHandle, ...] = () if result.handle is None else (result.handle,)
         size = sum(f.size for f in files)
         states = () if result.info is None else result.info.metadata.states
         return KeyedStateHandle(
-            backend="heap", format=snapshot_format,
+            backend="heap",
+            format=snapshot_format,
             key_group_range=(r.start_key_group, r.end_key_group),
-            max_parallelism=self.max_parallelism, checkpoint_id=result.checkpoint_id,
-            key_serializer=serializer_identifier(self._key_serializer), states=states,
-            files=files, checkpointed_size=size, full_size=size)
+            max_parallelism=self.max_parallelism,
+            checkpoint_id=result.checkpoint_id,
+            key_serializer=serializer_identifier(self._key_serializer),
+            states=states,
+            files=files,
+            checkpointed_size=size,
+            full_size=size,
+        )
 
     def restore(self, snapshot_streams: Iterable[Any]) -> None:
         """Rebuild every state for this backend's key groups from snapshot files.
@@ -230,53 +270,69 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         metas = self._registered_metas()
         restored = RestoredSnapshot(self.key_group_range, self.max_parallelism)
         for item in snapshot_streams:
-            read_snapshot(_open_snapshot(item), self.key_group_range,
-                          max_parallelism=self.max_parallelism, metas=metas,
-                          key_serializer=self._key_serializer, into=restored)
+            read_snapshot(
+                _open_snapshot(item),
+                self.key_group_range,
+                max_parallelism=self.max_parallelism,
+                metas=metas,
+                key_serializer=self._key_serializer,
+                into=restored,
+            )
         foreign = restored.formats - RESTORABLE_FORMATS
         if foreign:
             raise IncompatibleSnapshotError(
                 f"expected a heap or canonical snapshot, got format {sorted(foreign)}: a "
-                "native snapshot of another backend; restore from a canonical savepoint")
+                "native snapshot of another backend; restore from a canonical savepoint"
+            )
         for name, meta in restored.metas.items():
             self._check_namespace_serializer(
-                name, serializer_identifier(meta.namespace_serializer), "file")
+                name, serializer_identifier(meta.namespace_serializer), "file"
+            )
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             table = self._new_table(metas.get(name, meta))
             for key_group, key, namespace, state in restored.entries(name):
                 table.put(key, namespace, state, key_group=key_group)
             tables[name] = table
-        self._install_tables(tables, metas)        # every file decoded: swap them in
+        self._install_tables(tables, metas)  # every file decoded: swap them in
 
     def __enter__(self) -> HeapKeyedStateBackend:
         return self
 
     # -------------------------------------------------------- private helpers
 
-    def _write(self, snapshots: list[StateTableSnapshot[Any, Any, Any]],
-               stream_factory: StreamFactory, snapshot_format: SnapshotFormat,
-               future: SnapshotFuture[KeyedStateSnapshotResult]) -> KeyedStateSnapshotResult:
+    def _write(
+        self,
+        snapshots: list[StateTableSnapshot[Any, Any, Any]],
+        stream_factory: StreamFactory,
+        snapshot_format: SnapshotFormat,
+        future: SnapshotFuture[KeyedStateSnapshotResult],
+    ) -> KeyedStateSnapshotResult:
         """The asynchronous part (writer thread; see ``_start_async``)."""
         stream: BinaryWriter | None = None
         try:
             stream = stream_factory()
-            info = write_snapshot(snapshots, stream, snapshot_format=snapshot_format,
-                                  cancel=future.cancel_requested)
+            info = write_snapshot(
+                snapshots, stream, snapshot_format=snapshot_format, cancel=future.cancel_requested
+            )
             close = getattr(stream, "close_and_get_handle", None)
             handle = close() if close is not None else stream
             if isinstance(handle, io.BytesIO):
                 handle.seek(0)
-            return KeyedStateSnapshotResult(future.checkpoint_id, self.key_group_range, info,
-                                            handle)
+            return KeyedStateSnapshotResult(
+                future.checkpoint_id, self.key_group_range, info, handle
+            )
         except BaseException:
             _discard(stream)
             raise
 
     def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
-        return self._table_factory(self.key_group_range, self.max_parallelism, meta=meta,
-                                   key_serializer=self._key_serializer)
-
+        return self._table_factory(
+            self.key_group_range,
+            self.max_parallelism,
+            meta=meta,
+            key_serializer=self._key_serializer,
+        )
 
 
 def _open_snapshot(item: Any) -> IO[bytes] | bytes:
@@ -294,11 +350,12 @@ def _open_snapshot(item: Any) -> IO[bytes] | bytes:
         return item  # type: ignore[no-any-return]
     raise InvalidArgumentError(
         f"expected snapshot bytes, a binary stream, a snapshot result or a handle with "
-        f"open(), got {type(item).__name__}")
+        f"open(), got {type(item).__name__}"
+    )
 
 
 def _discard(stream: BinaryWriter | None) -> None:
     discard = getattr(stream, "discard", None)
     if discard is not None:
-        with contextlib.suppress(Exception):   # the write's own error is the one to report
+        with contextlib.suppress(Exception):  # the write's own error is the one to report
             discard()

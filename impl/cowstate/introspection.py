@@ -33,7 +33,7 @@ class MapInternals:
 def describe(m: Any) -> MapInternals:
     """The bookkeeping of ``m``, a pure or C map (see the invariants in
     :mod:`cowstate.state_map`)."""
-    if not isinstance(m, CopyOnWriteStateMap):            # the C map: its structure export
+    if not isinstance(m, CopyOnWriteStateMap):  # the C map: its structure export
         st = m._structure()
         primary, rehash_table = st["primary"], st["rehash"]
         return MapInternals(

@@ -106,18 +106,18 @@ class KeyGroupRange:
     EMPTY: KeyGroupRange
 
     def __init__(self, start_key_group: int, end_key_group: int) -> None:
-        for name, value in (("start_key_group", start_key_group),
-                            ("end_key_group", end_key_group)):
+        for name, value in (("start_key_group", start_key_group), ("end_key_group", end_key_group)):
             if type(value) is not int:
                 raise InvalidArgumentError(
-                    f"expected an int {name}, got {type(value).__name__} {value!r}")
+                    f"expected an int {name}, got {type(value).__name__} {value!r}"
+                )
         if start_key_group < 0:
-            raise InvalidArgumentError(
-                f"expected start_key_group >= 0, got {start_key_group}")
+            raise InvalidArgumentError(f"expected start_key_group >= 0, got {start_key_group}")
         if end_key_group < start_key_group and (start_key_group, end_key_group) != (0, -1):
             raise InvalidArgumentError(
                 f"expected start_key_group <= end_key_group, got [{start_key_group}, "
-                f"{end_key_group}]; KeyGroupRange.of(start, end) gives the empty range")
+                f"{end_key_group}]; KeyGroupRange.of(start, end) gives the empty range"
+            )
         self._start = start_key_group
         self._end = end_key_group
 
@@ -168,7 +168,8 @@ class KeyGroupRange:
             raise KeyGroupOutOfRangeError(
                 f"expected a key group in {self!r}, got key group {key_group}; unless you "
                 "pass key groups yourself, this is most likely a key whose hash or equality "
-                "is not deterministic")
+                "is not deterministic"
+            )
         return key_group - self._start
 
     def __eq__(self, other: object) -> bool:
@@ -191,8 +192,9 @@ class KeyGroupRange:
 KeyGroupRange.EMPTY = KeyGroupRange(0, -1)
 
 
-def assign_to_key_group(key: Any, max_parallelism: int,
-                        key_serializer: StateSerializer | None = None) -> int:
+def assign_to_key_group(
+    key: Any, max_parallelism: int, key_serializer: StateSerializer | None = None
+) -> int:
     """The key group of ``key``: ``murmur_hash(java_hash(key)) % max_parallelism``.
 
     ``key_serializer`` supplies the bytes of keys without a Java counterpart
@@ -210,12 +212,14 @@ def compute_key_group_for_key_hash(key_hash: int, max_parallelism: int) -> int:
     _check_max_parallelism(max_parallelism)
     if type(key_hash) is not int or not _INT_MIN <= key_hash <= _INT_MAX:
         raise InvalidArgumentError(
-            f"expected a Java hashCode in [-2**31, 2**31 - 1], got {key_hash!r}")
+            f"expected a Java hashCode in [-2**31, 2**31 - 1], got {key_hash!r}"
+        )
     return murmur_hash(key_hash) % max_parallelism
 
 
-def compute_key_group_range_for_operator_index(max_parallelism: int, parallelism: int,
-                                               operator_index: int) -> KeyGroupRange:
+def compute_key_group_range_for_operator_index(
+    max_parallelism: int, parallelism: int, operator_index: int
+) -> KeyGroupRange:
     """The key groups of operator ``operator_index`` of ``parallelism`` instances.
 
     The ranges of indices ``0 .. parallelism - 1`` partition
@@ -229,8 +233,9 @@ def compute_key_group_range_for_operator_index(max_parallelism: int, parallelism
     return KeyGroupRange(start, end)
 
 
-def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
-                                         key_group: int) -> int:
+def compute_operator_index_for_key_group(
+    max_parallelism: int, parallelism: int, key_group: int
+) -> int:
     """The operator index that holds ``key_group``:
     ``key_group * parallelism // max_parallelism``."""
     _check_parallelism(max_parallelism, parallelism)
@@ -238,12 +243,14 @@ def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
     return key_group * parallelism // max_parallelism
 
 
-def assign_key_to_parallel_operator(key: Any, max_parallelism: int, parallelism: int,
-                                    key_serializer: StateSerializer | None = None) -> int:
+def assign_key_to_parallel_operator(
+    key: Any, max_parallelism: int, parallelism: int, key_serializer: StateSerializer | None = None
+) -> int:
     """The operator index that holds ``key``."""
     _check_parallelism(max_parallelism, parallelism)
     return compute_operator_index_for_key_group(
-        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism, key_serializer))
+        max_parallelism, parallelism, assign_to_key_group(key, max_parallelism, key_serializer)
+    )
 
 
 def compute_default_max_parallelism(parallelism: int) -> int:
@@ -270,8 +277,7 @@ def java_hash(key: Any, key_serializer: StateSerializer | None = None) -> int:
     elif kind is bool:
         return 1231 if key else 1237
     elif kind is float:
-        bits = (_CANONICAL_NAN_BITS if key != key
-                else struct.unpack(">q", struct.pack(">d", key))[0])
+        bits = _CANONICAL_NAN_BITS if key != key else struct.unpack(">q", struct.pack(">d", key))[0]
         return _long_hash(bits)
     elif kind is tuple:
         if not key:
@@ -288,7 +294,8 @@ def java_hash(key: Any, key_serializer: StateSerializer | None = None) -> int:
     elif kind is frozenset or kind is set or kind is dict:
         raise InvalidArgumentError(
             f"expected a key with a stable hash, got a {kind.__name__}: its bytes follow "
-            "Python's salted hash order; use a sorted tuple instead")
+            "Python's salted hash order; use a sorted tuple instead"
+        )
     serializer = _DEFAULT_KEY_SERIALIZER if key_serializer is None else key_serializer
     return _bytes_hash(serializer.serialize(key))
 
@@ -385,31 +392,34 @@ def check_key_group_range(key_group_range: object, max_parallelism: int) -> KeyG
     _check_max_parallelism(max_parallelism)
     if not isinstance(key_group_range, KeyGroupRange):
         raise InvalidArgumentError(
-            f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+            f"expected a KeyGroupRange, got {type(key_group_range).__name__}"
+        )
     if key_group_range.end_key_group >= max_parallelism:
         raise InvalidArgumentError(
             f"expected a key-group range inside [0, {max_parallelism - 1}] for max "
-            f"parallelism {max_parallelism}, got {key_group_range!r}")
+            f"parallelism {max_parallelism}, got {key_group_range!r}"
+        )
     return key_group_range
 
 
 def _check_max_parallelism(max_parallelism: int) -> None:
-    if type(max_parallelism) is not int or not (
-            0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
+    if type(max_parallelism) is not int or not (0 < max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
         raise InvalidArgumentError(
-            f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got "
-            f"{max_parallelism!r}")
+            f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got {max_parallelism!r}"
+        )
 
 
 def _check_parallelism(max_parallelism: int, parallelism: int) -> None:
     _check_max_parallelism(max_parallelism)
     if type(parallelism) is not int or not 0 < parallelism <= UPPER_BOUND_MAX_PARALLELISM:
         raise InvalidArgumentError(
-            f"expected parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got {parallelism!r}")
+            f"expected parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got {parallelism!r}"
+        )
     if parallelism > max_parallelism:
         raise InvalidArgumentError(
             f"expected parallelism <= max_parallelism {max_parallelism}, got parallelism "
-            f"{parallelism}: the maximum parallelism must not be smaller than the parallelism")
+            f"{parallelism}: the maximum parallelism must not be smaller than the parallelism"
+        )
 
 
 def _check_index(name: str, value: int, bound: int) -> None:

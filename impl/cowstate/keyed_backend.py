@@ -99,15 +99,21 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     backend_name: ClassVar[BackendName]
     native_format: ClassVar[SnapshotFormat]
 
-    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
-                 key_serializer: StateSerializer | None = None,
-                 namespace_serializer: StateSerializer | None = None,
-                 executor: Executor | None = None,
-                 writer_thread_name: str = "cowstate-snapshot") -> None:
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        key_serializer: StateSerializer | None = None,
+        namespace_serializer: StateSerializer | None = None,
+        executor: Executor | None = None,
+        writer_thread_name: str = "cowstate-snapshot",
+    ) -> None:
         check_key_group_range(key_group_range, max_parallelism)
         if executor is not None and not isinstance(executor, Executor):
             raise InvalidArgumentError(
-                f"expected a concurrent.futures.Executor or None, got {type(executor).__name__}")
+                f"expected a concurrent.futures.Executor or None, got {type(executor).__name__}"
+            )
         self._key_serializer: StateSerializer = key_serializer or DefaultSerializer()
         self._namespace_serializer: StateSerializer = namespace_serializer or DefaultSerializer()
         self._context = KeyContext(key_group_range, max_parallelism, self._key_serializer)
@@ -119,7 +125,8 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         self._pending: set[SnapshotFuture[Any]] = set()
         self._own_executor = executor is None
         self._executor: Executor = executor or ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=writer_thread_name)
+            max_workers=1, thread_name_prefix=writer_thread_name
+        )
 
     # ------------------------------------------------------------ key context
 
@@ -149,7 +156,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
 
     @property
     def current_key_group(self) -> int:
-        _ = self._context.key                         # NoCurrentKeyError before a key
+        _ = self._context.key  # NoCurrentKeyError before a key
         return self._context.key_group
 
     def set_current_namespace(self, namespace: Any) -> None:
@@ -180,7 +187,8 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         """
         if not isinstance(descriptor, StateDescriptor) or descriptor.kind not in HANDLES:
             raise InvalidArgumentError(
-                f"expected a state descriptor, got {type(descriptor).__name__}")
+                f"expected a state descriptor, got {type(descriptor).__name__}"
+            )
         holder = self._holders.get(descriptor.name)
         if holder is None:
             meta = self._meta_for(descriptor)
@@ -188,7 +196,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
             self._holders[descriptor.name] = holder
         else:
             self._check_same_state(holder, descriptor)
-            if holder.descriptor is None:             # restored, registered only now
+            if holder.descriptor is None:  # restored, registered only now
                 holder.table.set_meta_info(self._meta_for(descriptor))
             holder.descriptor = descriptor
         return HANDLES[descriptor.kind](self._context, holder)
@@ -244,8 +252,10 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         self.close()
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} {self.key_group_range!r} of {self.max_parallelism}, "
-                f"states {self.state_names}>")
+        return (
+            f"<{type(self).__name__} {self.key_group_range!r} of {self.max_parallelism}, "
+            f"states {self.state_names}>"
+        )
 
     # -------------------------------------------------------- for subclasses
 
@@ -256,7 +266,8 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         for handle in handles:
             if not isinstance(handle, KeyedStateHandle):
                 raise InvalidArgumentError(
-                    f"expected KeyedStateHandles, got {type(handle).__name__}")
+                    f"expected KeyedStateHandles, got {type(handle).__name__}"
+                )
             if handle.format is SnapshotFormat.CANONICAL:
                 continue
             if handle.format != self.native_format or handle.backend != self.backend_name:
@@ -264,7 +275,8 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
                     f"expected a {self.backend_name} snapshot or a canonical savepoint, got a "
                     f"{handle.format} snapshot of the {handle.backend} backend: the "
                     f"{self.backend_name} backend cannot read the {handle.backend} backend's "
-                    "own format; take a canonical savepoint of it to change backends")
+                    "own format; take a canonical savepoint of it to change backends"
+                )
 
     def _check_handles(self, handles: Sequence[KeyedStateHandle]) -> dict[str, StateMetaInfo]:
         """The meta info of every state of ``handles``, checked against this backend."""
@@ -281,12 +293,14 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         if max_parallelism != self.max_parallelism:
             raise MaxParallelismMismatchError(
                 f"expected a snapshot of max parallelism {self.max_parallelism}, got one "
-                f"of {max_parallelism}: the number of key groups cannot change on restore")
+                f"of {max_parallelism}: the number of key groups cannot change on restore"
+            )
         key_id = serializer_identifier(self._key_serializer)
         if key_serializer != key_id:
             raise SerializerMismatchError(
                 f"expected the key serializer {key_id!r}, the {what} was written with "
-                f"{key_serializer!r}")
+                f"{key_serializer!r}"
+            )
 
     def _check_namespace_serializer(self, name: str, identifier: str, what: str) -> None:
         """State ``name`` restored with this backend's namespace serializer, or a refusal."""
@@ -294,10 +308,12 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         if identifier != namespace:
             raise SerializerMismatchError(
                 f"expected state {name!r} with the backend's namespace serializer "
-                f"{namespace!r}, the {what} uses {identifier!r}")
+                f"{namespace!r}, the {what} uses {identifier!r}"
+            )
 
-    def _restored_meta(self, state: StateMetadata,
-                       metas: dict[str, StateMetaInfo]) -> StateMetaInfo:
+    def _restored_meta(
+        self, state: StateMetadata, metas: dict[str, StateMetaInfo]
+    ) -> StateMetaInfo:
         """The meta info of one restored state (added to ``metas``), or a refusal:
         the namespace serializer must be the backend's; a registered (or already
         restored) state must have the same kind and state serializer."""
@@ -311,15 +327,16 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
             if known.kind != kind:
                 raise SerializerMismatchError(
                     f"expected state {name!r} of kind {known.kind!r}, the snapshot holds kind "
-                    f"{kind!r}")
+                    f"{kind!r}"
+                )
             ours = serializer_identifier(known.state_serializer)
             if ours != state_id:
                 raise SerializerMismatchError(
                     f"expected the state serializer of {name!r} to be {ours!r}, the snapshot "
-                    f"was written with {state_id!r}")
+                    f"was written with {state_id!r}"
+                )
         else:
-            known = StateMetaInfo(name, kind, self._namespace_serializer,
-                                  serializer_for(state_id))
+            known = StateMetaInfo(name, kind, self._namespace_serializer, serializer_for(state_id))
         metas.setdefault(name, known)
         return known
 
@@ -328,9 +345,15 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     def _release_resources(self) -> None:
         """What ``close()`` releases once no writer runs (nothing by default)."""
 
-    def _start_async(self, checkpoint_id: int, write: Callable[[SnapshotFuture[R]], R], *,
-                     cleanup: Callable[[], None], failure: str,
-                     commit: Callable[[R], None] | None = None) -> SnapshotFuture[R]:
+    def _start_async(
+        self,
+        checkpoint_id: int,
+        write: Callable[[SnapshotFuture[R]], R],
+        *,
+        cleanup: Callable[[], None],
+        failure: str,
+        commit: Callable[[R], None] | None = None,
+    ) -> SnapshotFuture[R]:
         """Run the asynchronous part of a snapshot on the writer thread.
 
         ``write(future)`` makes the result (it checks ``future.cancel_requested``
@@ -345,25 +368,31 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         future: SnapshotFuture[R] = SnapshotFuture(checkpoint_id, cleanup)
         with self._lock:
             self._pending.add(future)
-        future.add_done_callback(self._forget)      # cancelled before it started
+        future.add_done_callback(self._forget)  # cancelled before it started
         self._executor.submit(self._run_async, future, write, cleanup, failure, commit)
         return future
 
-    def _run_async(self, future: SnapshotFuture[R], write: Callable[[SnapshotFuture[R]], R],
-                   cleanup: Callable[[], None], failure: str,
-                   commit: Callable[[R], None] | None) -> None:
+    def _run_async(
+        self,
+        future: SnapshotFuture[R],
+        write: Callable[[SnapshotFuture[R]], R],
+        cleanup: Callable[[], None],
+        failure: str,
+        commit: Callable[[R], None] | None,
+    ) -> None:
         """The writer thread's side of :meth:`_start_async`."""
         if not future.set_running_or_notify_cancel():
-            return                                    # cancelled before it started
+            return  # cancelled before it started
         outcome: R | BaseException
         try:
             outcome = write(future)
         except SnapshotCancelledError as exc:
             outcome = exc
-        except BaseException as exc:                  # anything fails the snapshot
+        except BaseException as exc:  # anything fails the snapshot
             outcome = SnapshotWriteError(
                 f"expected snapshot {future.checkpoint_id} to be written, got "
-                f"{type(exc).__name__}: {exc}; {failure}")
+                f"{type(exc).__name__}: {exc}; {failure}"
+            )
             outcome.__cause__ = exc
         finally:
             cleanup()
@@ -384,47 +413,58 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     def _new_table(self, meta: StateMetaInfo) -> TableT:
         """A fresh, empty table for the state ``meta`` describes."""
 
-    def _install_tables(self, tables: dict[str, TableT],
-                        metas: dict[str, StateMetaInfo]) -> None:
+    def _install_tables(self, tables: dict[str, TableT], metas: dict[str, StateMetaInfo]) -> None:
         """Swap restored tables in: registered states absent from ``tables`` become
         empty, restored states not registered yet keep their restored meta info."""
         for name, holder in self._holders.items():
             new = tables.pop(name, None)
-            holder.table = new if new is not None else self._new_table(
-                metas.get(name, holder.table.meta))
+            holder.table = (
+                new if new is not None else self._new_table(metas.get(name, holder.table.meta))
+            )
         for name, table in tables.items():
             self._holders[name] = StateHolder(None, table)
 
     def _registered_metas(self) -> dict[str, StateMetaInfo]:
         """The meta info of every state registered by a descriptor."""
-        return {name: self._meta_for(h.descriptor) for name, h in self._holders.items()
-                if h.descriptor is not None}
+        return {
+            name: self._meta_for(h.descriptor)
+            for name, h in self._holders.items()
+            if h.descriptor is not None
+        }
 
     def _meta_for(self, descriptor: StateDescriptor | None) -> StateMetaInfo:
         assert descriptor is not None
-        return StateMetaInfo(descriptor.name, StateKind(descriptor.kind),
-                             self._namespace_serializer, descriptor.serializer)
+        return StateMetaInfo(
+            descriptor.name,
+            StateKind(descriptor.kind),
+            self._namespace_serializer,
+            descriptor.serializer,
+        )
 
     def _holder(self, name: str) -> StateHolder[TableT]:
         holder = self._holders.get(name)
         if holder is None:
             raise UnknownStateError(
                 f"expected a registered state name ({', '.join(self._holders) or 'none'}), "
-                f"got {name!r}")
+                f"got {name!r}"
+            )
         return holder
 
-    def _check_same_state(self, holder: StateHolder[TableT],
-                          descriptor: StateDescriptor) -> None:
+    def _check_same_state(self, holder: StateHolder[TableT], descriptor: StateDescriptor) -> None:
         meta = holder.table.meta
         if meta.kind != descriptor.kind:
             raise StateRegistrationError(
                 f"expected state {descriptor.name!r} to be registered again as a {meta.kind} "
-                f"state, got a {descriptor.kind} state descriptor")
-        ours, theirs = (serializer_identifier(meta.state_serializer),
-                        serializer_identifier(descriptor.serializer))
+                f"state, got a {descriptor.kind} state descriptor"
+            )
+        ours, theirs = (
+            serializer_identifier(meta.state_serializer),
+            serializer_identifier(descriptor.serializer),
+        )
         if ours != theirs:
             raise StateRegistrationError(
-                f"expected state {descriptor.name!r} with serializer {ours!r}, got {theirs!r}")
+                f"expected state {descriptor.name!r} with serializer {ours!r}, got {theirs!r}"
+            )
 
     def _check_open(self) -> None:
         if self._closed:

@@ -68,7 +68,7 @@ class VoidNamespace:
         return cls._instance
 
     def __hash__(self) -> int:
-        return 99                              # VoidNamespace.hashCode() in Flink
+        return 99  # VoidNamespace.hashCode() in Flink
 
     def __eq__(self, other: object) -> bool:
         return other is self
@@ -77,7 +77,7 @@ class VoidNamespace:
         return "VOID_NAMESPACE"
 
     def __reduce__(self) -> str:
-        return "VOID_NAMESPACE"                 # pickles by reference: one instance
+        return "VOID_NAMESPACE"  # pickles by reference: one instance
 
 
 VOID_NAMESPACE = VoidNamespace()
@@ -88,11 +88,18 @@ _NO_KEY: Any = object()
 class KeyContext:
     """The current key, its key group, and the current namespace of a backend."""
 
-    __slots__ = ("key_group", "key_group_range", "key_serializer", "max_parallelism",
-                 "namespace", "raw_key")
+    __slots__ = (
+        "key_group",
+        "key_group_range",
+        "key_serializer",
+        "max_parallelism",
+        "namespace",
+        "raw_key",
+    )
 
-    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int,
-                 key_serializer: StateSerializer) -> None:
+    def __init__(
+        self, key_group_range: KeyGroupRange, max_parallelism: int, key_serializer: StateSerializer
+    ) -> None:
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.key_serializer = key_serializer
@@ -106,21 +113,23 @@ class KeyContext:
         if self.raw_key is _NO_KEY:
             raise NoCurrentKeyError(
                 "expected a current key, got none: call set_current_key(key) before "
-                "using keyed state")
+                "using keyed state"
+            )
         return self.raw_key
 
     def set_key(self, key: Any) -> None:
         """Make ``key`` current; it must belong to this backend's key groups."""
         UnhashableKeyError.check(key)
         key_group = assign_to_key_group(key, self.max_parallelism, self.key_serializer)
-        self.key_group_range.index_of(key_group)      # KeyGroupOutOfRangeError outside
+        self.key_group_range.index_of(key_group)  # KeyGroupOutOfRangeError outside
         self.raw_key = key
         self.key_group = key_group
 
     def set_namespace(self, namespace: Any) -> None:
         if namespace is None:
             raise InvalidArgumentError(
-                "expected a namespace, got None; use VOID_NAMESPACE for state without one")
+                "expected a namespace, got None; use VOID_NAMESPACE for state without one"
+            )
         UnhashableKeyError.check(namespace, "namespace")
         self.namespace = namespace
 
@@ -141,8 +150,7 @@ class StateHolder(Generic[T_co]):
 
     __slots__ = ("descriptor", "table")
 
-    def __init__(self, descriptor: StateDescriptor | None,
-                 table: T_co) -> None:
+    def __init__(self, descriptor: StateDescriptor | None, table: T_co) -> None:
         self.descriptor = descriptor
         self.table = table
 
@@ -152,8 +160,7 @@ class KeyedState:
 
     __slots__ = ("_context", "_holder")
 
-    def __init__(self, context: KeyContext,
-                 holder: StateHolder[KeyedTable[Any, Any, Any]]) -> None:
+    def __init__(self, context: KeyContext, holder: StateHolder[KeyedTable[Any, Any, Any]]) -> None:
         self._context = context
         self._holder = holder
 
@@ -218,8 +225,9 @@ class ListState(KeyedState):
     def add(self, value: Any) -> None:
         """Append ``value`` (never ``None``)."""
         if value is None:
-            raise NoneStateError(f"expected an element to add to list state {self.name!r}, "
-                                 "got None")
+            raise NoneStateError(
+                f"expected an element to add to list state {self.name!r}, got None"
+            )
         self._transform([value], _extend)
 
     def add_all(self, values: Iterable[Any]) -> None:
@@ -241,7 +249,8 @@ class ListState(KeyedState):
         if any(v is None for v in new):
             raise NoneStateError(
                 f"expected elements for list state {self.name!r}, got None in {new!r}; "
-                "nothing was added")
+                "nothing was added"
+            )
         return new
 
 
@@ -260,9 +269,10 @@ class MapState(KeyedState):
         self._transform({user_key: value}, _update)
 
     def put_all(self, mapping: Mapping[Any, Any]) -> None:
-        if not isinstance(mapping, Mapping):      # a mapping's keys are hashable already
+        if not isinstance(mapping, Mapping):  # a mapping's keys are hashable already
             raise InvalidArgumentError(
-                f"expected a mapping of user keys to values, got {type(mapping).__name__}")
+                f"expected a mapping of user keys to values, got {type(mapping).__name__}"
+            )
         if mapping:
             self._transform(dict(mapping), _update)
 
@@ -308,8 +318,9 @@ class ReducingState(KeyedState):
 
     def add(self, value: Any) -> None:
         if value is None:
-            raise NoneStateError(f"expected a value to add to reducing state {self.name!r}, "
-                                 "got None")
+            raise NoneStateError(
+                f"expected a value to add to reducing state {self.name!r}, got None"
+            )
         self._transform(value, self._reduce)
 
     def _reduce(self, old: Any, value: Any) -> Any:

@@ -20,8 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 from cowstate import state_map
 
-__all__ = ["C_BUILD_ERROR", "FORCED_PURE", "IMPLEMENTATION", "CopyOnWriteStateMap",
-           "StateMapSnapshot", "c_map_class"]
+__all__ = [
+    "C_BUILD_ERROR",
+    "FORCED_PURE",
+    "IMPLEMENTATION",
+    "CopyOnWriteStateMap",
+    "StateMapSnapshot",
+    "c_map_class",
+]
 
 #: True when ``COWSTATE_PURE_PYTHON`` is set to anything but "" or "0".
 FORCED_PURE = os.environ.get("COWSTATE_PURE_PYTHON", "") not in ("", "0")
@@ -29,7 +35,7 @@ FORCED_PURE = os.environ.get("COWSTATE_PURE_PYTHON", "") not in ("", "0")
 C_BUILD_ERROR: str | None
 try:
     from cowstate import _cmap
-except ImportError as exc:          # no compiler at install time: the pure map
+except ImportError as exc:  # no compiler at install time: the pure map
     _cmap = None  # type: ignore[assignment]
     C_BUILD_ERROR = f"{type(exc).__name__}: {exc}"
 else:
@@ -37,6 +43,7 @@ else:
 
 #: "c" or "python": the class behind ``cowstate.CopyOnWriteStateMap``.
 IMPLEMENTATION = "c" if _cmap is not None and not FORCED_PURE else "python"
+
 
 def c_map_class() -> type[Any] | None:
     """The C map's class whether or not it is the default, or None if not built."""

@@ -50,8 +50,9 @@ class NestedMapsStateTable(StateTable[K, N, S]):
 class NestedMapsStateTableSnapshot(StateTableSnapshot[K, N, S]):
     """Deep copies of every key group's mappings, made at the synchronous moment."""
 
-    def __init__(self, owner: NestedMapsStateTable[K, N, S],
-                 copies: list[list[StateEntry[K, N, S]]]) -> None:
+    def __init__(
+        self, owner: NestedMapsStateTable[K, N, S], copies: list[list[StateEntry[K, N, S]]]
+    ) -> None:
         super().__init__(owner, len(copies))
         self._copies: list[list[StateEntry[K, N, S]] | None] = list(copies)
 
@@ -85,7 +86,8 @@ class NestedStateMap(Generic[K, N, S]):
 
     def __init__(self, serializer: StateSerializer | None = None) -> None:
         self._serializer: StateSerializer = (
-            serializer if serializer is not None else DefaultSerializer())
+            serializer if serializer is not None else DefaultSerializer()
+        )
         self._namespaces: dict[N, dict[K, S]] = {}
         self._size = 0
         self._mod_count = 0
@@ -99,7 +101,8 @@ class NestedStateMap(Generic[K, N, S]):
         if not isinstance(serializer, StateSerializer):
             raise InvalidArgumentError(
                 "expected a serializer with copy/serialize/deserialize, got "
-                f"{type(serializer).__name__}")
+                f"{type(serializer).__name__}"
+            )
         self._serializer = serializer
 
     def get(self, key: K, namespace: N) -> S | None:
@@ -128,13 +131,15 @@ class NestedStateMap(Generic[K, N, S]):
     def _iterate(self, expected: int) -> Iterator[StateEntry[K, N, S]]:
         if self._mod_count != expected:
             raise ConcurrentModificationError(
-                "expected no mapping added or removed while iterating the map")
+                "expected no mapping added or removed while iterating the map"
+            )
         for namespace, inner in self._namespaces.items():
             for key, state in inner.items():
                 yield StateEntry(key, namespace, state)
                 if self._mod_count != expected:
                     raise ConcurrentModificationError(
-                        "expected no mapping added or removed while iterating the map")
+                        "expected no mapping added or removed while iterating the map"
+                    )
 
     def put(self, key: K, namespace: N, state: S) -> bool:
         return self.put_and_get_old(key, namespace, state) is None
@@ -143,7 +148,8 @@ class NestedStateMap(Generic[K, N, S]):
         if state is None:
             raise NoneStateError(
                 f"expected a state for put({key!r}, {namespace!r}), got None; None means "
-                "absent, use remove() to unmap")
+                "absent, use remove() to unmap"
+            )
         _check_hashable(key, namespace)
         inner = self._namespaces.get(namespace)
         if inner is None:
@@ -177,9 +183,11 @@ class NestedStateMap(Generic[K, N, S]):
     def copy_entries(self) -> list[StateEntry[K, N, S]]:
         """Every mapping with a deep copy of its state (the synchronous snapshot)."""
         copy = self._serializer.copy
-        return [StateEntry(key, namespace, copy(state))
-                for namespace, inner in self._namespaces.items()
-                for key, state in inner.items()]
+        return [
+            StateEntry(key, namespace, copy(state))
+            for namespace, inner in self._namespaces.items()
+            for key, state in inner.items()
+        ]
 
     def __repr__(self) -> str:
         return f"<NestedStateMap size={self._size}>"
@@ -191,4 +199,3 @@ def _check_hashable(key: object, namespace: object) -> None:
         hash(namespace)
     except TypeError:
         raise UnhashableKeyError.of(key, namespace) from None
-

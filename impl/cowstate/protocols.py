@@ -60,8 +60,7 @@ class StateMap(Protocol[K, N, S]):
 
     def remove_and_get_old(self, key: K, namespace: N) -> S | None: ...
 
-    def transform(self, key: K, namespace: N, value: V,
-                  fn: Callable[[S | None, V], S]) -> None: ...
+    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None: ...
 
     def __len__(self) -> int: ...
 
@@ -125,22 +124,30 @@ class KeyedTable(Protocol[K, N, S]):
 
     def contains_key(self, key: K, namespace: N, *, key_group: int | None = None) -> bool: ...
 
-    def put(self, key: K, namespace: N, state: S, *, key_group: int | None = None
-            ) -> bool | None:
+    def put(self, key: K, namespace: N, state: S, *, key_group: int | None = None) -> bool | None:
         """Map (key, namespace) to state. Heap tables return True if the mapping is
         new; the RocksDB table returns None (knowing would cost a read)."""
         ...
 
-    def put_and_get_old(self, key: K, namespace: N, state: S, *,
-                        key_group: int | None = None) -> S | None: ...
+    def put_and_get_old(
+        self, key: K, namespace: N, state: S, *, key_group: int | None = None
+    ) -> S | None: ...
 
     def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None: ...
 
-    def remove_and_get_old(self, key: K, namespace: N, *,
-                           key_group: int | None = None) -> S | None: ...
+    def remove_and_get_old(
+        self, key: K, namespace: N, *, key_group: int | None = None
+    ) -> S | None: ...
 
-    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S], *,
-                  key_group: int | None = None) -> None: ...
+    def transform(
+        self,
+        key: K,
+        namespace: N,
+        value: V,
+        fn: Callable[[S | None, V], S],
+        *,
+        key_group: int | None = None,
+    ) -> None: ...
 
     def __contains__(self, item: object) -> bool: ...
 

@@ -93,8 +93,11 @@ class DefaultSerializer:
         # Flat lists and dicts of immutable scalars: what deepcopy would build, 10x faster.
         if kind is list and _IMMUTABLE_SCALARS.issuperset(map(type, state)):
             return list(state)
-        if kind is dict and _IMMUTABLE_SCALARS.issuperset(map(type, state)) \
-                and _IMMUTABLE_SCALARS.issuperset(map(type, state.values())):
+        if (
+            kind is dict
+            and _IMMUTABLE_SCALARS.issuperset(map(type, state))
+            and _IMMUTABLE_SCALARS.issuperset(map(type, state.values()))
+        ):
             return dict(state)
         if is_known_immutable(state):
             return state
@@ -137,7 +140,8 @@ class _FixedSerializer:
         if type(value) is not self.kind:
             raise InvalidArgumentError(
                 f"expected a {self.kind.__name__} for {self.identifier}, got "
-                f"{type(value).__name__} {value!r}")
+                f"{type(value).__name__} {value!r}"
+            )
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -159,7 +163,8 @@ class IntSerializer(_FixedSerializer):
         except struct.error:
             raise InvalidArgumentError(
                 f"expected an int in [-2**{self._bits - 1}, 2**{self._bits - 1} - 1] for "
-                f"{self.identifier}, got {state}") from None
+                f"{self.identifier}, got {state}"
+            ) from None
 
     def deserialize(self, data: bytes) -> Any:
         return self._struct.unpack(data)[0]
@@ -206,8 +211,14 @@ class BytesSerializer(_FixedSerializer):
 
 _BY_IDENTIFIER: dict[str, type[Any]] = {
     cls.identifier: cls
-    for cls in (DefaultSerializer, ImmutableSerializer, IntSerializer, LongSerializer,
-                StringSerializer, BytesSerializer)
+    for cls in (
+        DefaultSerializer,
+        ImmutableSerializer,
+        IntSerializer,
+        LongSerializer,
+        StringSerializer,
+        BytesSerializer,
+    )
 }
 
 

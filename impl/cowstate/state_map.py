@@ -160,6 +160,7 @@ N = TypeVar("N", bound=Hashable)
 S = TypeVar("S")
 V = TypeVar("V")
 
+
 class StateEntry(NamedTuple, Generic[K, N, S]):
     """One mapping as iteration yields it."""
 
@@ -199,8 +200,9 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         "_version",
     )
 
-    def __init__(self, serializer: StateSerializer | None = None,
-                 initial_capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self, serializer: StateSerializer | None = None, initial_capacity: int = DEFAULT_CAPACITY
+    ) -> None:
         self._serializer, capacity = _constructor_arguments(serializer, initial_capacity)
         self._primary: list[_Entry | None] = [None] * capacity
         self._mask = capacity - 1
@@ -229,7 +231,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
-        h ^= h >> 16                                   # composite_hash (inv. 1)
+        h ^= h >> 16  # composite_hash (inv. 1)
         if self._rehash is None:
             tab = self._primary
             index = h & self._mask
@@ -238,9 +240,12 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             tab, index = self._select(h)
         e = tab[index]
         while e is not None:
-            if e.hash == h and (e.key is key or e.key == key) and (
-                    e.namespace is namespace or e.namespace == namespace):
-                if e.state_version < self._highest_required:   # rule S
+            if (
+                e.hash == h
+                and (e.key is key or e.key == key)
+                and (e.namespace is namespace or e.namespace == namespace)
+            ):
+                if e.state_version < self._highest_required:  # rule S
                     return self._copy_state_for_caller(tab, index, e)  # type: ignore[no-any-return]
                 return e.state  # type: ignore[no-any-return]
             e = e.next
@@ -257,7 +262,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         return self.contains_key(item[0], item[1])
 
     def __len__(self) -> int:
-        return self._primary_size + self._rehash_size           # inv. 3
+        return self._primary_size + self._rehash_size  # inv. 3
 
     def size_of_namespace(self, namespace: N) -> int:
         """Number of mappings whose namespace equals ``namespace``."""
@@ -275,8 +280,9 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         tables = [self._primary] if self._rehash is None else [self._primary, self._rehash]
         return self._iterate(tables, expected)
 
-    def _iterate(self, tables: list[list[_Entry | None]],
-                 expected: tuple[int, int]) -> Iterator[StateEntry[K, N, S]]:
+    def _iterate(
+        self, tables: list[list[_Entry | None]], expected: tuple[int, int]
+    ) -> Iterator[StateEntry[K, N, S]]:
         if (self._mod_count, self._structure_count) != expected:
             raise ConcurrentModificationError(_modified_message())
         for tab in tables:
@@ -301,10 +307,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
-        h ^= h >> 16                                   # composite_hash (inv. 1)
+        h ^= h >> 16  # composite_hash (inv. 1)
         if self._rehash is not None:
             self._incremental_rehash()
-        count = self._mod_count                      # _put_entry counts an insertion
+        count = self._mod_count  # _put_entry counts an insertion
         e = self._put_entry(h, key, namespace)
         e.state = state
         e.state_version = self._version
@@ -317,7 +323,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         h = self._hash_and_step(key, namespace)
         e = self._put_entry(h, key, namespace)
         old = e.state
-        if old is not None and e.state_version < self._highest_required:   # rule S
+        if old is not None and e.state_version < self._highest_required:  # rule S
             old = self._serializer.copy(old)
         e.state = state
         e.state_version = self._version
@@ -335,13 +341,12 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         if e is None:
             return None
         old = e.state
-        if e.state_version < self._highest_required:               # rule S, before unmapping:
-            old = self._serializer.copy(old)                         # a raising copy loses nothing
+        if e.state_version < self._highest_required:  # rule S, before unmapping:
+            old = self._serializer.copy(old)  # a raising copy loses nothing
         self._remove_entry(h, key, namespace)
         return old  # type: ignore[no-any-return]
 
-    def transform(self, key: K, namespace: N, value: V,
-                  fn: Callable[[S | None, V], S]) -> None:
+    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
 
         Atomic: if ``fn`` raises (:class:`TransformFunctionError`) or returns
@@ -356,7 +361,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         old = None
         if e is not None:
             old = e.state
-            if e.state_version < self._highest_required:           # rule S
+            if e.state_version < self._highest_required:  # rule S
                 old = self._serializer.copy(old)
         try:
             new = fn(old, value)
@@ -364,7 +369,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise TransformFunctionError.of(fn, exc, key, namespace) from exc
         if new is None:
             raise NoneStateError.from_transform(key, namespace)
-        if self._rehash is not None:     # this operation's rehash step, once fn succeeded
+        if self._rehash is not None:  # this operation's rehash step, once fn succeeded
             self._incremental_rehash()
         e = self._put_entry(h, key, namespace)
         e.state = new
@@ -384,7 +389,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                 raise VersionOverflowError(_overflow_message(version))
             self._version = version
             self._open_versions = open_versions
-            self._highest_required = version    # inv. 5: the newest is the highest open
+            self._highest_required = version  # inv. 5: the newest is the highest open
         return StateMapSnapshot(self, version, self._snapshot_arrays(), len(self))
 
     def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:
@@ -403,9 +408,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         self._serializer = _checked_serializer(serializer)
 
     def __repr__(self) -> str:
-        return (f"<CopyOnWriteStateMap size={len(self)} capacity={len(self._primary)}"
-                f"{' rehashing' if self._rehash is not None else ''} version={self._version}"
-                f" open={sorted(self._open_versions)}>")
+        return (
+            f"<CopyOnWriteStateMap size={len(self)} capacity={len(self._primary)}"
+            f"{' rehashing' if self._rehash is not None else ''} version={self._version}"
+            f" open={sorted(self._open_versions)}>"
+        )
 
     # ------------------------------------------------------ private helpers
 
@@ -417,7 +424,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise UnhashableKeyError.of(key, namespace) from None
         if self._rehash is not None:
             self._incremental_rehash()
-        return h ^ (h >> 16)                                   # composite_hash (inv. 1)
+        return h ^ (h >> 16)  # composite_hash (inv. 1)
 
     def _select(self, h: int) -> tuple[list[_Entry | None], int]:
         """The table and bucket that hold hash ``h`` (invariant 2)."""
@@ -430,15 +437,18 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def _find(self, h: int, key: K, namespace: N) -> _Entry | None:
         """The entry of ``(key, namespace)``; changes nothing."""
-        if self._rehash is None:                    # _select, inlined for the common case
+        if self._rehash is None:  # _select, inlined for the common case
             tab = self._primary
             index = h & self._mask
         else:
             tab, index = self._select(h)
         e = tab[index]
         while e is not None:
-            if e.hash == h and (e.key is key or e.key == key) and (
-                    e.namespace is namespace or e.namespace == namespace):
+            if (
+                e.hash == h
+                and (e.key is key or e.key == key)
+                and (e.namespace is namespace or e.namespace == namespace)
+            ):
                 return e
             e = e.next
         return None
@@ -446,16 +456,19 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def _put_entry(self, h: int, key: K, namespace: N) -> _Entry:
         """The entry of ``(key, namespace)``, private to the live map (rule E),
         added at its chain's head when absent."""
-        if self._rehash is None:                    # _select, inlined for the common case
+        if self._rehash is None:  # _select, inlined for the common case
             tab = self._primary
             index = h & self._mask
         else:
             tab, index = self._select(h)
         e = tab[index]
         while e is not None:
-            if e.hash == h and (e.key is key or e.key == key) and (
-                    e.namespace is namespace or e.namespace == namespace):
-                if e.entry_version < self._highest_required:       # rule E
+            if (
+                e.hash == h
+                and (e.key is key or e.key == key)
+                and (e.namespace is namespace or e.namespace == namespace)
+            ):
+                if e.entry_version < self._highest_required:  # rule E
                     e = self._copy_chain(tab, index, e)
                 return e
             e = e.next
@@ -473,7 +486,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         return e
 
     def _remove_entry(self, h: int, key: K, namespace: N) -> _Entry | None:
-        if self._rehash is None:                    # _select, inlined for the common case
+        if self._rehash is None:  # _select, inlined for the common case
             tab = self._primary
             index = h & self._mask
         else:
@@ -481,12 +494,15 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e = tab[index]
         prev: _Entry | None = None
         while e is not None:
-            if e.hash == h and (e.key is key or e.key == key) and (
-                    e.namespace is namespace or e.namespace == namespace):
+            if (
+                e.hash == h
+                and (e.key is key or e.key == key)
+                and (e.namespace is namespace or e.namespace == namespace)
+            ):
                 if prev is None:
-                    tab[index] = e.next          # the live bucket list is never shared
+                    tab[index] = e.next  # the live bucket list is never shared
                 else:
-                    if prev.entry_version < self._highest_required:   # rule E
+                    if prev.entry_version < self._highest_required:  # rule E
                         prev = self._copy_chain(tab, index, prev)
                     prev.next = e.next
                 self._mod_count += 1
@@ -502,7 +518,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def _copy_state_for_caller(self, tab: list[_Entry | None], index: int, e: _Entry) -> Any:
         """Rule S: replace a shared state by a deep copy and return the copy."""
         state = self._serializer.copy(e.state)
-        if e.entry_version < self._highest_required:                # rule E
+        if e.entry_version < self._highest_required:  # rule E
             e = self._copy_chain(tab, index, e)
         e.state = state
         e.state_version = self._version
@@ -515,7 +531,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         version = self._version
         current = tab[index]
         assert current is not None
-        if current is until:                         # the common case: a chain head
+        if current is until:  # the common case: a chain head
             copy = until.copy(version)
             tab[index] = copy
             return copy
@@ -558,17 +574,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         while moved < MIN_TRANSFERRED_PER_INCREMENTAL_REHASH:
             e = old[r]
             while e is not None:
-                if e.entry_version < required:                   # rule E: relinking
+                if e.entry_version < required:  # rule E: relinking
                     e = e.copy(version)
                 successor = e.next
-                pos = rehash_destination(e.hash, capacity)        # r or r + capacity
+                pos = rehash_destination(e.hash, capacity)  # r or r + capacity
                 e.next = new[pos]
                 new[pos] = e
                 e = successor
                 moved += 1
             old[r] = None
             r += 1
-            if r == capacity:                                     # rehash complete
+            if r == capacity:  # rehash complete
                 self._primary = new
                 self._mask = len(new) - 1
                 self._rehash = None
@@ -588,7 +604,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         with self._lock:
             if version not in self._open_versions:
                 raise SnapshotReleasedError(
-                    _open_versions_message(tuple(self._open_versions), version))
+                    _open_versions_message(tuple(self._open_versions), version)
+                )
             self._open_versions = release_snapshot_version(self._open_versions, version)
             self._highest_required = highest_required_version(self._open_versions)  # inv. 5
 
@@ -596,11 +613,18 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 class _Entry:
     """A chain link. Never handed out: iteration yields :class:`StateEntry`."""
 
-    __slots__ = ("entry_version", "hash", "key", "namespace", "next", "state",
-                 "state_version")
+    __slots__ = ("entry_version", "hash", "key", "namespace", "next", "state", "state_version")
 
-    def __init__(self, key: Any, namespace: Any, state: Any, h: int,
-                 next_: _Entry | None, entry_version: int, state_version: int) -> None:
+    def __init__(
+        self,
+        key: Any,
+        namespace: Any,
+        state: Any,
+        h: int,
+        next_: _Entry | None,
+        entry_version: int,
+        state_version: int,
+    ) -> None:
         self.key = key
         self.namespace = namespace
         self.state = state
@@ -611,12 +635,21 @@ class _Entry:
 
     def copy(self, entry_version: int) -> _Entry:
         """A shallow copy (same state object, same successor) with a new entry version."""
-        return _Entry(self.key, self.namespace, self.state, self.hash, self.next,
-                      entry_version, self.state_version)
+        return _Entry(
+            self.key,
+            self.namespace,
+            self.state,
+            self.hash,
+            self.next,
+            entry_version,
+            self.state_version,
+        )
 
     def __repr__(self) -> str:
-        return (f"_Entry({self.key!r}, {self.namespace!r}, {self.state!r}, "
-                f"ev={self.entry_version}, sv={self.state_version})")
+        return (
+            f"_Entry({self.key!r}, {self.namespace!r}, {self.state!r}, "
+            f"ev={self.entry_version}, sv={self.state_version})"
+        )
 
 
 class StateMapSnapshot(Generic[K, N, S]):
@@ -629,8 +662,13 @@ class StateMapSnapshot(Generic[K, N, S]):
 
     __slots__ = ("_data", "_owner", "_released", "_size", "version")
 
-    def __init__(self, owner: CopyOnWriteStateMap[K, N, S], version: int,
-                 data: list[_Entry | None], size: int) -> None:
+    def __init__(
+        self,
+        owner: CopyOnWriteStateMap[K, N, S],
+        version: int,
+        data: list[_Entry | None],
+        size: int,
+    ) -> None:
         self._owner = owner
         self.version = version
         self._data: list[_Entry | None] | None = data
@@ -651,8 +689,7 @@ class StateMapSnapshot(Generic[K, N, S]):
             e = head
             while e is not None:
                 if self._released:
-                    raise SnapshotReleasedError(
-                        _released_message(self.version, "while being read"))
+                    raise SnapshotReleasedError(_released_message(self.version, "while being read"))
                 yield StateEntry(e.key, e.namespace, e.state)
                 e = e.next
 
@@ -702,15 +739,16 @@ class StateMapSnapshot(Generic[K, N, S]):
 # --------------------------------------------------------------------------
 
 
-def _constructor_arguments(serializer: object,
-                           initial_capacity: object = DEFAULT_CAPACITY
-                           ) -> tuple[StateSerializer, int]:
+def _constructor_arguments(
+    serializer: object, initial_capacity: object = DEFAULT_CAPACITY
+) -> tuple[StateSerializer, int]:
     """The checked serializer (default: :class:`DefaultSerializer`) and the
     clamped capacity of a new map; bad arguments raise InvalidArgumentError."""
     if type(initial_capacity) is not int:
         raise InvalidArgumentError(
             f"expected an int initial_capacity, got {type(initial_capacity).__name__} "
-            f"{initial_capacity!r}")
+            f"{initial_capacity!r}"
+        )
     if initial_capacity < 0:
         raise InvalidArgumentError(f"expected initial_capacity >= 0, got {initial_capacity}")
     checked = DefaultSerializer() if serializer is None else _checked_serializer(serializer)
@@ -721,18 +759,23 @@ def _checked_serializer(serializer: object) -> StateSerializer:
     if not isinstance(serializer, StateSerializer):
         raise InvalidArgumentError(
             "expected a serializer with copy/serialize/deserialize, got "
-            f"{type(serializer).__name__}")
+            f"{type(serializer).__name__}"
+        )
     return serializer
 
 
 def _none_message(key: object, namespace: object, op: str) -> str:
-    return (f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
-            "absent, use remove() to unmap")
+    return (
+        f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
+        "absent, use remove() to unmap"
+    )
 
 
 def _modified_message() -> str:
-    return ("expected no mapping added or removed and no rehash step while iterating "
-            "the map; collect what you need first, e.g. list(m.keys(ns))")
+    return (
+        "expected no mapping added or removed and no rehash step while iterating "
+        "the map; collect what you need first, e.g. list(m.keys(ns))"
+    )
 
 
 def _pair_message(item: object) -> str:
@@ -743,19 +786,24 @@ def _foreign_message(snapshot: object) -> str:
     # Both maps' snapshot classes are called StateMapSnapshot and have a version.
     if type(snapshot).__name__ == "StateMapSnapshot":
         version = getattr(snapshot, "version", "?")
-        return ("expected a snapshot taken from this map, got one of another map "
-                f"(version {version})")
+        return (
+            f"expected a snapshot taken from this map, got one of another map (version {version})"
+        )
     return f"expected a snapshot taken from this map, got {type(snapshot).__name__}"
 
 
 def _overflow_message(version: int) -> str:
-    return (f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
-            f"would be version {version}; restart with a fresh map")
+    return (
+        f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
+        f"would be version {version}; restart with a fresh map"
+    )
 
 
 def _capacity_message(size: int) -> str:
-    return (f"expected at most {MAX_ARRAY_SIZE} entries at the maximum capacity "
-            f"{MAXIMUM_CAPACITY}, got {size}")
+    return (
+        f"expected at most {MAX_ARRAY_SIZE} entries at the maximum capacity "
+        f"{MAXIMUM_CAPACITY}, got {size}"
+    )
 
 
 def _released_message(version: int, how: str) -> str:
@@ -764,8 +812,9 @@ def _released_message(version: int, how: str) -> str:
     if how == "while being read":
         return f"snapshot version {version} was released while being read"
     if how == "already":
-        return (f"expected an open snapshot, got snapshot version {version} "
-                "which was already released")
+        return (
+            f"expected an open snapshot, got snapshot version {version} which was already released"
+        )
     return f"expected an open snapshot, got snapshot version {version} which was released"
 
 
@@ -774,5 +823,7 @@ def _open_versions_message(open_versions: tuple[int, ...], version: int) -> str:
 
 
 def _reentrant_message(what: str) -> str:
-    return (f"expected {what} not to change the map it was called from, but the map "
-            "changed; nothing was written")
+    return (
+        f"expected {what} not to change the map it was called from, but the map "
+        "changed; nothing was written"
+    )

@@ -66,7 +66,7 @@ class StateKind(StrEnum):
     AGGREGATING = "aggregating"
 
     def __repr__(self) -> str:
-        return repr(self.value)      # messages and lists show 'value', as plain strings did
+        return repr(self.value)  # messages and lists show 'value', as plain strings did
 
 
 #: The kinds' names, in declaration order (for messages).
@@ -92,8 +92,9 @@ class SnapshotFormat(StrEnum):
 SnapshotTransformer = Callable[[Any], Any]
 
 
-def apply_transform(fn: Callable[[Any, Any], Any], old: Any, value: Any, key: object,
-                    namespace: object) -> Any:
+def apply_transform(
+    fn: Callable[[Any, Any], Any], old: Any, value: Any, key: object, namespace: object
+) -> Any:
     """``fn(old, value)``, the new state of a ``transform``, with the contract's
     errors: :class:`TransformFunctionError` if ``fn`` raises,
     :class:`NoneStateError` if it returns ``None`` (the caller then writes
@@ -123,34 +124,39 @@ class StateMetaInfo:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise InvalidArgumentError(
-                f"expected a non-empty str state name, got {self.name!r}")
+            raise InvalidArgumentError(f"expected a non-empty str state name, got {self.name!r}")
         if self.kind not in STATE_KINDS:
-            raise InvalidArgumentError(
-                f"expected a state kind in {STATE_KINDS}, got {self.kind!r}")
+            raise InvalidArgumentError(f"expected a state kind in {STATE_KINDS}, got {self.kind!r}")
         object.__setattr__(self, "kind", StateKind(self.kind))
         for role in ("namespace_serializer", "state_serializer"):
             if not isinstance(getattr(self, role), StateSerializer):
                 raise InvalidArgumentError(
                     f"expected a {role} with copy/serialize/deserialize, got "
-                    f"{type(getattr(self, role)).__name__}")
+                    f"{type(getattr(self, role)).__name__}"
+                )
         if self.snapshot_transformer is not None and not callable(self.snapshot_transformer):
             raise InvalidArgumentError(
                 "expected a callable snapshot_transformer or None, got "
-                f"{type(self.snapshot_transformer).__name__}")
+                f"{type(self.snapshot_transformer).__name__}"
+            )
 
     def duplicated(self) -> StateMetaInfo:
         """The same meta info with serializers a background writer may own."""
-        return replace(self,
-                       namespace_serializer=duplicate_serializer(self.namespace_serializer),
-                       state_serializer=duplicate_serializer(self.state_serializer))
+        return replace(
+            self,
+            namespace_serializer=duplicate_serializer(self.namespace_serializer),
+            state_serializer=duplicate_serializer(self.state_serializer),
+        )
 
     def metadata(self, state_id: int) -> StateMetadata:
         """This state as a snapshot records it, with id ``state_id``."""
         return StateMetadata(
-            id=state_id, name=self.name, kind=self.kind,
+            id=state_id,
+            name=self.name,
+            kind=self.kind,
             namespace_serializer=serializer_identifier(self.namespace_serializer),
-            state_serializer=serializer_identifier(self.state_serializer))
+            state_serializer=serializer_identifier(self.state_serializer),
+        )
 
 
 class StateMetadata(BaseModel):

@@ -91,13 +91,16 @@ V = TypeVar("V")
 class StateTable(TableBase[K, N, S]):
     """Routing by key group over one map per key group (see the module doc)."""
 
-    def __init__(self, key_group_range: KeyGroupRange | None = None,
-                 max_parallelism: int = DEFAULT_LOWER_BOUND_MAX_PARALLELISM, *,
-                 meta: StateMetaInfo | None = None,
-                 key_serializer: StateSerializer | None = None,
-                 initial_capacity: int = DEFAULT_CAPACITY) -> None:
-        super().__init__(key_group_range, max_parallelism, meta=meta,
-                         key_serializer=key_serializer)
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange | None = None,
+        max_parallelism: int = DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
+        *,
+        meta: StateMetaInfo | None = None,
+        key_serializer: StateSerializer | None = None,
+        initial_capacity: int = DEFAULT_CAPACITY,
+    ) -> None:
+        super().__init__(key_group_range, max_parallelism, meta=meta, key_serializer=key_serializer)
         self._start = self._range.start_key_group
         self._initial_capacity = initial_capacity
         self._maps: Sequence[StateMap[K, N, S]] = [self._create_map() for _ in self._range]
@@ -146,12 +149,13 @@ class StateTable(TableBase[K, N, S]):
         """Map ``(key, namespace)`` to ``state``; True if the mapping is new."""
         m = self._route(key, key_group)
         inserted = m.put(key, namespace, state)
-        if inserted:                                  # a new mapping: iterators fail fast
+        if inserted:  # a new mapping: iterators fail fast
             self._mod_count += 1
         return inserted
 
-    def put_and_get_old(self, key: K, namespace: N, state: S, *,
-                        key_group: int | None = None) -> S | None:
+    def put_and_get_old(
+        self, key: K, namespace: N, state: S, *, key_group: int | None = None
+    ) -> S | None:
         m = self._route(key, key_group)
         old = m.put_and_get_old(key, namespace, state)
         if old is None:
@@ -165,15 +169,21 @@ class StateTable(TableBase[K, N, S]):
         if len(m) != size:
             self._mod_count += 1
 
-    def remove_and_get_old(self, key: K, namespace: N, *,
-                           key_group: int | None = None) -> S | None:
+    def remove_and_get_old(self, key: K, namespace: N, *, key_group: int | None = None) -> S | None:
         old = self._route(key, key_group).remove_and_get_old(key, namespace)
         if old is not None:
             self._mod_count += 1
         return old
 
-    def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S], *,
-                  key_group: int | None = None) -> None:
+    def transform(
+        self,
+        key: K,
+        namespace: N,
+        value: V,
+        fn: Callable[[S | None, V], S],
+        *,
+        key_group: int | None = None,
+    ) -> None:
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``, atomically."""
         m = self._route(key, key_group)
         size = len(m)
@@ -192,13 +202,19 @@ class StateTable(TableBase[K, N, S]):
         if not isinstance(snapshot, StateTableSnapshot) or snapshot._owner is not self:
             raise ForeignSnapshotError(
                 "expected a snapshot taken from this table, got "
-                + ("one of another table" if isinstance(snapshot, StateTableSnapshot)
-                   else type(snapshot).__name__))
+                + (
+                    "one of another table"
+                    if isinstance(snapshot, StateTableSnapshot)
+                    else type(snapshot).__name__
+                )
+            )
         snapshot.release()
 
     def __repr__(self) -> str:
-        return (f"<{type(self).__name__} {self._meta.name!r} {self._range!r} of "
-                f"{self._max_parallelism} size={len(self)}>")
+        return (
+            f"<{type(self).__name__} {self._meta.name!r} {self._range!r} of "
+            f"{self._max_parallelism} size={len(self)}>"
+        )
 
     # ------------------------------------------------------ private helpers
 
@@ -210,33 +226,38 @@ class StateTable(TableBase[K, N, S]):
         """The map of ``key``'s key group (``key_group`` if given)."""
         if key is None:
             raise InvalidArgumentError(
-                "expected a key, got None; keyed state needs a key (no key set?)")
+                "expected a key, got None; keyed state needs a key (no key set?)"
+            )
         if key_group is None:
             try:
                 key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
             except InvalidArgumentError:
-                UnhashableKeyError.check(key)     # the same error as every table's
+                UnhashableKeyError.check(key)  # the same error as every table's
                 raise
         elif type(key_group) is not int:
             raise InvalidArgumentError(
-                f"expected an int key_group, got {type(key_group).__name__} {key_group!r}")
+                f"expected an int key_group, got {type(key_group).__name__} {key_group!r}"
+            )
         index = key_group - self._start
         if 0 <= index < len(self._maps):
             return self._maps[index]
-        return self._maps[self._range.index_of(key_group)]   # raises KeyGroupOutOfRangeError
+        return self._maps[self._range.index_of(key_group)]  # raises KeyGroupOutOfRangeError
 
-    def _iterate(self, maps: Sequence[StateMap[K, N, S]],
-                 expected: int) -> Iterator[StateEntry[K, N, S]]:
+    def _iterate(
+        self, maps: Sequence[StateMap[K, N, S]], expected: int
+    ) -> Iterator[StateEntry[K, N, S]]:
         for m in maps:
             for entry in m:
                 if self._mod_count != expected:
                     raise ConcurrentModificationError(
                         "expected no mapping added or removed while iterating the table; "
-                        "collect what you need first, e.g. list(table.keys(ns))")
+                        "collect what you need first, e.g. list(table.keys(ns))"
+                    )
                 yield entry
         if self._mod_count != expected:
             raise ConcurrentModificationError(
-                "expected no mapping added or removed while iterating the table")
+                "expected no mapping added or removed while iterating the table"
+            )
 
     def _next_snapshot_number(self) -> int:
         self._snapshot_count += 1
@@ -247,8 +268,9 @@ class MapFactory(Protocol):
     """What makes a table's per-key-group map: a map class, called with the
     state serializer and the initial capacity."""
 
-    def __call__(self, serializer: StateSerializer, initial_capacity: int, /
-                 ) -> SnapshottingStateMap[Any, Any, Any]: ...
+    def __call__(
+        self, serializer: StateSerializer, initial_capacity: int, /
+    ) -> SnapshottingStateMap[Any, Any, Any]: ...
 
 
 class CopyOnWriteStateTable(StateTable[K, N, S]):
@@ -298,7 +320,7 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
         self.version = owner._next_snapshot_number()
         self.key_group_range = owner.key_group_range
         self.max_parallelism = owner.max_parallelism
-        self.meta = owner.meta.duplicated()                       # FLINK-6207
+        self.meta = owner.meta.duplicated()  # FLINK-6207
         self.key_serializer = duplicate_serializer(owner.key_serializer)
         self._open = [True] * count
         self._lock = threading.Lock()
@@ -364,8 +386,10 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
 
     def __repr__(self) -> str:
         open_count = sum(self._open)
-        return (f"<{type(self).__name__} {self.meta.name!r} #{self.version} "
-                f"{self.key_group_range!r}, {open_count} key groups open>")
+        return (
+            f"<{type(self).__name__} {self.meta.name!r} #{self.version} "
+            f"{self.key_group_range!r}, {open_count} key groups open>"
+        )
 
     # ------------------------------------------------------ private helpers
 
@@ -374,7 +398,8 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
         if not self._open[index]:
             raise SnapshotReleasedError(
                 f"expected an open key group, got key group {key_group} of snapshot "
-                f"#{self.version} of {self.meta.name!r}, which was released")
+                f"#{self.version} of {self.meta.name!r}, which was released"
+            )
         return index
 
     @abstractmethod
@@ -393,8 +418,9 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
 class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
     """One map snapshot (:class:`~cowstate.StateMapSnapshot`) per key group."""
 
-    def __init__(self, owner: CopyOnWriteStateTable[K, N, S],
-                 snapshots: list[MapSnapshot[K, N, S]]) -> None:
+    def __init__(
+        self, owner: CopyOnWriteStateTable[K, N, S], snapshots: list[MapSnapshot[K, N, S]]
+    ) -> None:
         super().__init__(owner, len(snapshots))
         self._snapshots = snapshots
 
@@ -415,8 +441,9 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         self._snapshots[index].release()
 
 
-def _transformed(entries: Iterator[StateEntry[K, N, S]],
-                 transformer: SnapshotTransformer) -> Iterator[StateEntry[K, N, S]]:
+def _transformed(
+    entries: Iterator[StateEntry[K, N, S]], transformer: SnapshotTransformer
+) -> Iterator[StateEntry[K, N, S]]:
     for key, namespace, state in entries:
         new = transformer(state)
         if new is not None:
@@ -427,5 +454,6 @@ def __getattr__(name: str) -> Any:
     """The nested table's names, which lived here before :mod:`cowstate.nested_table`."""
     if name in ("NestedMapsStateTable", "NestedMapsStateTableSnapshot", "NestedStateMap"):
         from cowstate import nested_table
+
         return getattr(nested_table, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,23 +30,30 @@ S = TypeVar("S")
 class TableBase(ABC, Generic[K, N, S]):
     """The key groups, meta info and key serializer of one state's table."""
 
-    def __init__(self, key_group_range: KeyGroupRange | None, max_parallelism: int, *,
-                 meta: StateMetaInfo | None, key_serializer: StateSerializer | None) -> None:
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange | None,
+        max_parallelism: int,
+        *,
+        meta: StateMetaInfo | None,
+        key_serializer: StateSerializer | None,
+    ) -> None:
         if key_group_range is None and type(max_parallelism) is int and max_parallelism > 0:
             key_group_range = KeyGroupRange(0, max_parallelism - 1)
         key_group_range = check_key_group_range(key_group_range, max_parallelism)
         if meta is not None and not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(
-                f"expected a StateMetaInfo, got {type(meta).__name__}")
+            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
         if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
             raise InvalidArgumentError(
                 "expected a key_serializer with copy/serialize/deserialize, got "
-                f"{type(key_serializer).__name__}")
+                f"{type(key_serializer).__name__}"
+            )
         self._range = key_group_range
         self._max_parallelism = max_parallelism
         self._meta = meta if meta is not None else StateMetaInfo()
         self._key_serializer: StateSerializer = (
-            key_serializer if key_serializer is not None else DefaultSerializer())
+            key_serializer if key_serializer is not None else DefaultSerializer()
+        )
 
     # ----------------------------------------------------------- properties
 
@@ -94,7 +101,8 @@ class TableBase(ABC, Generic[K, N, S]):
     def __contains__(self, item: object) -> bool:
         if not isinstance(item, tuple) or len(item) != 2:
             raise InvalidArgumentError(
-                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}")
+                f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}"
+            )
         return self.contains_key(item[0], item[1])
 
     # -------------------------------------------------------- for subclasses

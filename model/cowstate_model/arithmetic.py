@@ -36,8 +36,8 @@ V = TypeVar("V")
 MINIMUM_CAPACITY = 4
 #: The golden-ratio multiplier of composite hashes: the closest odd number to 2**64 / phi.
 HASH_MIX = 11400714819323198485
-MAXIMUM_CAPACITY = 2 ** 30
-MAX_ARRAY_SIZE = 2 ** 31 - 1 - 8
+MAXIMUM_CAPACITY = 2**30
+MAX_ARRAY_SIZE = 2**31 - 1 - 8
 
 
 def spread_hash(h: int) -> int:
@@ -48,7 +48,7 @@ def spread_hash(h: int) -> int:
 def composite_hash(key: Hashable, namespace: Hashable) -> int:
     """The key's hash times the golden-ratio constant plus the namespace's hash,
     as an unsigned 64-bit number (the remainder modulo 2**64), spread."""
-    return spread_hash((hash(key) * HASH_MIX + hash(namespace)) % 2 ** 64)
+    return spread_hash((hash(key) * HASH_MIX + hash(namespace)) % 2**64)
 
 
 def bucket_index(h: int, capacity: int) -> int:
@@ -90,8 +90,9 @@ def highest_required_version(open_versions: frozenset[int] | set[int]) -> int:
     return highest
 
 
-def open_snapshot_version(version: int,
-                          open_versions: frozenset[int]) -> tuple[int, frozenset[int]]:
+def open_snapshot_version(
+    version: int, open_versions: frozenset[int]
+) -> tuple[int, frozenset[int]]:
     """The next version, added to the open ones."""
     return version + 1, frozenset([*open_versions, version + 1])
 
@@ -101,8 +102,9 @@ def release_snapshot_version(open_versions: frozenset[int], version: int) -> fro
     return frozenset(v for v in open_versions if v != version)
 
 
-def snapshot_layout(primary: Sequence[V | None], rehash: Sequence[V | None] | None,
-                    r: int, size: int) -> list[V | None]:
+def snapshot_layout(
+    primary: Sequence[V | None], rehash: Sequence[V | None] | None, r: int, size: int
+) -> list[V | None]:
     """Collect the buckets that can hold entries, one by one, then pad with None."""
     out: list[V | None] = []
     if rehash is None:
@@ -110,11 +112,11 @@ def snapshot_layout(primary: Sequence[V | None], rehash: Sequence[V | None] | No
             out.append(bucket)
     else:
         capacity = len(primary)
-        for j in range(r, capacity):             # old buckets not yet moved
+        for j in range(r, capacity):  # old buckets not yet moved
             out.append(primary[j])
-        for j in range(r):                       # moved: the low half of their destinations
+        for j in range(r):  # moved: the low half of their destinations
             out.append(rehash[j])
-        for j in range(r):                       # moved: the high half
+        for j in range(r):  # moved: the high half
             out.append(rehash[capacity + j])
     while len(out) < size:
         out.append(None)

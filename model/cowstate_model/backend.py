@@ -45,8 +45,13 @@ class ReferenceKeyedStateBackend:
 
     Error = (ValueError, TypeError, RuntimeError, KeyError)
 
-    def __init__(self, key_group_range: Collection[int], max_parallelism: int, *,
-                 default_namespace: Any = None) -> None:
+    def __init__(
+        self,
+        key_group_range: Collection[int],
+        max_parallelism: int,
+        *,
+        default_namespace: Any = None,
+    ) -> None:
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self._key: Any = _NO_KEY
@@ -107,13 +112,21 @@ class ReferenceKeyedStateBackend:
 
     # ----------------------------------------------------------- snapshots
 
-    def snapshot(self, checkpoint_id: int, stream_factory: Any = None
-                 ) -> Future[ReferenceBackendSnapshot]:
+    def snapshot(
+        self, checkpoint_id: int, stream_factory: Any = None
+    ) -> Future[ReferenceBackendSnapshot]:
         snapshot = ReferenceBackendSnapshot(
-            checkpoint_id, self.max_parallelism, MappingProxyType(dict(self._kinds)),
+            checkpoint_id,
+            self.max_parallelism,
+            MappingProxyType(dict(self._kinds)),
             MappingProxyType(dict(self._serializers)),
-            MappingProxyType({name: MappingProxyType({kn: deep_copy(s) for kn, s in d.items()})
-                              for name, d in self._data.items()}))
+            MappingProxyType(
+                {
+                    name: MappingProxyType({kn: deep_copy(s) for kn, s in d.items()})
+                    for name, d in self._data.items()
+                }
+            ),
+        )
         future: Future[ReferenceBackendSnapshot] = Future()
         future.set_result(snapshot)
         return future
@@ -126,9 +139,11 @@ class ReferenceKeyedStateBackend:
             if snapshot.max_parallelism != self.max_parallelism:
                 raise ValueError("the max parallelism cannot change")
             for name, contents in snapshot.states.items():
-                if (kinds.setdefault(name, snapshot.kinds[name]) != snapshot.kinds[name]
-                        or serializers.setdefault(name, snapshot.serializers[name])
-                        != snapshot.serializers[name]):
+                if (
+                    kinds.setdefault(name, snapshot.kinds[name]) != snapshot.kinds[name]
+                    or serializers.setdefault(name, snapshot.serializers[name])
+                    != snapshot.serializers[name]
+                ):
                     raise ValueError(f"state {name!r} is another state in the snapshot")
                 target = data.setdefault(name, {})
                 for (key, namespace), state in contents.items():
@@ -282,7 +297,10 @@ class _Aggregating(_State):
 
 
 _HANDLES: dict[str, type[_State]] = {
-    "value": _Value, "list": _List, "map": _Map, "reducing": _Reducing,
+    "value": _Value,
+    "list": _List,
+    "map": _Map,
+    "reducing": _Reducing,
     "aggregating": _Aggregating,
 }
 

@@ -43,14 +43,14 @@ __all__ = [
     "utf16_code_units",
 ]
 
-INT_MIN = -(2 ** 31)
-INT_MAX = 2 ** 31 - 1
-LONG_MIN = -(2 ** 63)
-LONG_MAX = 2 ** 63 - 1
-UPPER_BOUND_MAX_PARALLELISM = 2 ** 15
+INT_MIN = -(2**31)
+INT_MAX = 2**31 - 1
+LONG_MIN = -(2**63)
+LONG_MAX = 2**63 - 1
+UPPER_BOUND_MAX_PARALLELISM = 2**15
 DEFAULT_LOWER_BOUND_MAX_PARALLELISM = 128
 
-_TWO_32 = 2 ** 32
+_TWO_32 = 2**32
 
 
 def to_int32(x: int) -> int:
@@ -67,13 +67,13 @@ def _unsigned32(x: int) -> int:
 def _rotate_left_15(x: int) -> int:
     """``Integer.rotateLeft(x, 15)`` on an unsigned 32-bit ``x``: the low 17 bits
     move up by 15, the high 15 bits come round to the bottom."""
-    return (x % 2 ** 17) * 2 ** 15 + x // 2 ** 17
+    return (x % 2**17) * 2**15 + x // 2**17
 
 
 def _rotate_left_13(x: int) -> int:
     """``Integer.rotateLeft(x, 13)``: the low 19 bits move up by 13, the high 13
     bits come round to the bottom."""
-    return (x % 2 ** 19) * 2 ** 13 + x // 2 ** 19
+    return (x % 2**19) * 2**13 + x // 2**19
 
 
 # ------------------------------------------------------------- Java hashing
@@ -82,7 +82,7 @@ def _rotate_left_13(x: int) -> int:
 def long_hash(v: int) -> int:
     """``Long.hashCode(v)``: the high 32 bits XOR the low 32 bits of the
     64-bit two's complement of ``v``."""
-    bits = v % 2 ** 64
+    bits = v % 2**64
     high, low = divmod(bits, _TWO_32)
     return to_int32(high ^ low)
 
@@ -157,8 +157,11 @@ def java_hash(key: Any, serialize: Callable[[Any], bytes] | None = None) -> int:
         return to_int32(_polynomial_31(codes))
     if kind in (set, frozenset, dict):
         raise ValueError(f"expected a key with a stable hash, got a {kind.__name__}")
-    data = (serialize(key) if serialize is not None
-            else pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL))
+    data = (
+        serialize(key)
+        if serialize is not None
+        else pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL)
+    )
     return bytes_hash(data)
 
 
@@ -169,11 +172,11 @@ def bit_mix(x: int) -> int:
     """Murmur3's 32-bit finalizer (``MathUtils.bitMix``) of the int32 ``x``."""
     # On the unsigned value, Java's x >>> n is the quotient by 2**n.
     h = _unsigned32(x)
-    h = h ^ h // 2 ** 16
+    h = h ^ h // 2**16
     h = _unsigned32(h * 0x85EBCA6B)
-    h = h ^ h // 2 ** 13
+    h = h ^ h // 2**13
     h = _unsigned32(h * 0xC2B2AE35)
-    h = h ^ h // 2 ** 16
+    h = h ^ h // 2**16
     return to_int32(h)
 
 
@@ -197,9 +200,11 @@ def murmur_hash(code: int) -> int:
 
 def _require_max_parallelism(max_parallelism: int) -> None:
     if type(max_parallelism) is not int or not (
-            1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM):
-        raise ValueError(f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, "
-                         f"got {max_parallelism!r}")
+        1 <= max_parallelism <= UPPER_BOUND_MAX_PARALLELISM
+    ):
+        raise ValueError(
+            f"expected max_parallelism in 1..{UPPER_BOUND_MAX_PARALLELISM}, got {max_parallelism!r}"
+        )
 
 
 def _require_parallelism(max_parallelism: int, parallelism: int) -> None:
@@ -216,15 +221,15 @@ def assign_to_key_group(key: Any, max_parallelism: int) -> int:
     return murmur_hash(java_hash(key)) % max_parallelism
 
 
-def compute_key_group_range_for_operator_index(max_parallelism: int, parallelism: int,
-                                               operator_index: int) -> tuple[int, int]:
+def compute_key_group_range_for_operator_index(
+    max_parallelism: int, parallelism: int, operator_index: int
+) -> tuple[int, int]:
     """``(first, last)`` key group of operator ``operator_index``: operator ``i``
     owns the key groups from ``ceil(i * maxP / p)`` up to, not including,
     ``ceil((i + 1) * maxP / p)`` (where operator ``i + 1`` starts)."""
     _require_parallelism(max_parallelism, parallelism)
     if type(operator_index) is not int or not 0 <= operator_index < parallelism:
-        raise ValueError(f"expected operator_index in 0..{parallelism - 1}, "
-                         f"got {operator_index!r}")
+        raise ValueError(f"expected operator_index in 0..{parallelism - 1}, got {operator_index!r}")
     # Exact: the quotients are at most 2**15 and a non-integer one is at least
     # 1 / parallelism >= 2**-15 away from an integer, far above a double's rounding.
     first = math.ceil(operator_index * max_parallelism / parallelism)
@@ -232,8 +237,9 @@ def compute_key_group_range_for_operator_index(max_parallelism: int, parallelism
     return first, next_first - 1
 
 
-def compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
-                                         key_group: int) -> int:
+def compute_operator_index_for_key_group(
+    max_parallelism: int, parallelism: int, key_group: int
+) -> int:
     """``floor(key_group * p / maxP)``: the operator whose share of
     ``[0, maxP)`` the key group falls in."""
     _require_parallelism(max_parallelism, parallelism)

@@ -23,8 +23,9 @@ class StateEntry(NamedTuple):
 class ReferenceSnapshot:
     """An immutable deep copy of the map's dict, tagged with its version."""
 
-    def __init__(self, owner: ReferenceStateMap, version: int,
-                 contents: dict[tuple[Any, Any], Any]) -> None:
+    def __init__(
+        self, owner: ReferenceStateMap, version: int, contents: dict[tuple[Any, Any], Any]
+    ) -> None:
         self.owner = owner
         self.version = version
         self._contents: Mapping[tuple[Any, Any], Any] | None = MappingProxyType(contents)
@@ -105,16 +106,18 @@ class ReferenceStateMap:
     def remove_and_get_old(self, key: Hashable, namespace: Hashable) -> Any:
         return self._data.pop((key, namespace), None)
 
-    def transform(self, key: Hashable, namespace: Hashable, value: Any,
-                  fn: Callable[[Any, Any], Any]) -> None:
+    def transform(
+        self, key: Hashable, namespace: Hashable, value: Any, fn: Callable[[Any, Any], Any]
+    ) -> None:
         new = fn(self.get(key, namespace), value)
         self.put(key, namespace, new)
 
     def snapshot(self) -> ReferenceSnapshot:
         # Keys are immutable (hashable) by contract; every state is deep-copied.
         self._version += 1
-        return ReferenceSnapshot(self, self._version,
-                                 {k: deep_copy(s) for k, s in self._data.items()})
+        return ReferenceSnapshot(
+            self, self._version, {k: deep_copy(s) for k, s in self._data.items()}
+        )
 
     def release(self, snapshot: ReferenceSnapshot) -> None:
         if snapshot.owner is not self:
@@ -133,7 +136,10 @@ def deep_copy(state: Any) -> Any:
         return state
     if kind is list and _ATOMS.issuperset(map(type, state)):
         return list(state)
-    if kind is dict and _ATOMS.issuperset(map(type, state)) and _ATOMS.issuperset(
-            map(type, state.values())):
+    if (
+        kind is dict
+        and _ATOMS.issuperset(map(type, state))
+        and _ATOMS.issuperset(map(type, state.values()))
+    ):
         return dict(state)
     return copy.deepcopy(state)

@@ -22,12 +22,17 @@ __all__ = ["ReferenceStateTable", "ReferenceTableSnapshot"]
 class ReferenceTableSnapshot:
     """Deep copies of a table's mappings, one dict per key group."""
 
-    def __init__(self, owner: ReferenceStateTable, version: int,
-                 by_key_group: dict[int, dict[tuple[Any, Any], Any]]) -> None:
+    def __init__(
+        self,
+        owner: ReferenceStateTable,
+        version: int,
+        by_key_group: dict[int, dict[tuple[Any, Any], Any]],
+    ) -> None:
         self.owner = owner
         self.version = version
         self._groups: dict[int, Mapping[tuple[Any, Any], Any]] = {
-            kg: MappingProxyType(contents) for kg, contents in by_key_group.items()}
+            kg: MappingProxyType(contents) for kg, contents in by_key_group.items()
+        }
         self._released: set[int] = set()
 
     @property
@@ -74,13 +79,18 @@ class ReferenceTableSnapshot:
 class ReferenceStateTable(ReferenceStateMap):
     """A dict of the mappings whose key's key group is in ``key_group_range``."""
 
-    def __init__(self, key_group_range: Collection[int] | None = None,
-                 max_parallelism: int = 128, serializer: object = None,
-                 initial_capacity: int = 128) -> None:
+    def __init__(
+        self,
+        key_group_range: Collection[int] | None = None,
+        max_parallelism: int = 128,
+        serializer: object = None,
+        initial_capacity: int = 128,
+    ) -> None:
         super().__init__()
         self.max_parallelism = max_parallelism
         self.key_groups: Collection[int] = (
-            range(max_parallelism) if key_group_range is None else key_group_range)
+            range(max_parallelism) if key_group_range is None else key_group_range
+        )
 
     def key_group_of(self, key: Any) -> int:
         return assign_to_key_group(key, self.max_parallelism)
@@ -99,41 +109,56 @@ class ReferenceStateTable(ReferenceStateMap):
         self._owned(key, key_group)
         return super().get(key, namespace)
 
-    def contains_key(self, key: Hashable, namespace: Hashable, *,
-                     key_group: int | None = None) -> bool:
+    def contains_key(
+        self, key: Hashable, namespace: Hashable, *, key_group: int | None = None
+    ) -> bool:
         self._owned(key, key_group)
         return super().contains_key(key, namespace)
 
-    def put(self, key: Hashable, namespace: Hashable, state: Any, *,
-            key_group: int | None = None) -> bool:
+    def put(
+        self, key: Hashable, namespace: Hashable, state: Any, *, key_group: int | None = None
+    ) -> bool:
         self._owned(key, key_group)
         return super().put(key, namespace, state)
 
-    def put_and_get_old(self, key: Hashable, namespace: Hashable, state: Any, *,
-                        key_group: int | None = None) -> Any:
+    def put_and_get_old(
+        self, key: Hashable, namespace: Hashable, state: Any, *, key_group: int | None = None
+    ) -> Any:
         self._owned(key, key_group)
         return super().put_and_get_old(key, namespace, state)
 
-    def remove(self, key: Hashable, namespace: Hashable, *,
-               key_group: int | None = None) -> None:
+    def remove(self, key: Hashable, namespace: Hashable, *, key_group: int | None = None) -> None:
         self._owned(key, key_group)
         super().remove(key, namespace)
 
-    def remove_and_get_old(self, key: Hashable, namespace: Hashable, *,
-                           key_group: int | None = None) -> Any:
+    def remove_and_get_old(
+        self, key: Hashable, namespace: Hashable, *, key_group: int | None = None
+    ) -> Any:
         self._owned(key, key_group)
         return super().remove_and_get_old(key, namespace)
 
-    def transform(self, key: Hashable, namespace: Hashable, value: Any,
-                  fn: Callable[[Any, Any], Any], *, key_group: int | None = None) -> None:
+    def transform(
+        self,
+        key: Hashable,
+        namespace: Hashable,
+        value: Any,
+        fn: Callable[[Any, Any], Any],
+        *,
+        key_group: int | None = None,
+    ) -> None:
         self._owned(key, key_group)
         super().transform(key, namespace, value, fn)
 
     def entries_in_key_group(self, key_group: int) -> Iterator[StateEntry]:
         if key_group not in self.key_groups:
             raise ValueError(f"key group {key_group} is outside the table")
-        return iter([StateEntry(k, n, s) for (k, n), s in self._data.items()
-                     if self.key_group_of(k) == key_group])
+        return iter(
+            [
+                StateEntry(k, n, s)
+                for (k, n), s in self._data.items()
+                if self.key_group_of(k) == key_group
+            ]
+        )
 
     def snapshot(self) -> ReferenceTableSnapshot:  # type: ignore[override]
         self._version += 1

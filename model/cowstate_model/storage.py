@@ -38,7 +38,7 @@ class Snapshot:
     checkpoint_id: int
     directory: str
     contents: Contents
-    kind: str = "checkpoint"           # or "savepoint"
+    kind: str = "checkpoint"  # or "savepoint"
 
 
 @dataclass

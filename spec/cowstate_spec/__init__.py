@@ -50,23 +50,32 @@ __all__ = ["EXTRAS", "MissingExtraFinder"]
 
 #: Third-party packages some modules of the specification need, by the extra
 #: of the ``cowstate`` distribution that installs them.
-EXTRAS = {"hypothesis": "dev", "hypothesis_crosshair": "dev", "crosshair": "dev",
-          "pyspark": "spark", "pyarrow": "spark", "pandas": "spark"}
+EXTRAS = {
+    "hypothesis": "dev",
+    "hypothesis_crosshair": "dev",
+    "crosshair": "dev",
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "pandas": "spark",
+}
 
 
 class MissingExtraFinder:
     """The last import finder: a missing package of :data:`EXTRAS` fails with a
     message naming the extra, instead of a bare ``No module named ...``."""
 
-    def find_spec(self, name: str, path: Sequence[str] | None = None,
-                  target: ModuleType | None = None) -> ModuleSpec | None:
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
         top = name.partition(".")[0]
         extra = EXTRAS.get(top)
         if extra is None:
             return None
         raise ModuleNotFoundError(
             f"No module named {top!r}: this part of cowstate_spec needs the {extra!r} extra; "
-            f"install it with: pip install 'cowstate[{extra}]'", name=name)
+            f"install it with: pip install 'cowstate[{extra}]'",
+            name=name,
+        )
 
 
 if not any(isinstance(finder, MissingExtraFinder) for finder in sys.meta_path):

@@ -54,7 +54,7 @@ from cowstate_spec.machine import Outcome
 __all__ = ["BackendMachine", "backend_machine_for"]
 
 MAX_PARALLELISM = 8
-WAIT = 60.0                                      # seconds a writer may take at most
+WAIT = 60.0  # seconds a writer may take at most
 
 keys = st.one_of(st.integers(0, 11), st.sampled_from(["a", "b", "é"]))
 namespaces = st.sampled_from([VOID_NAMESPACE, "w1", 2])
@@ -73,17 +73,20 @@ class BackendMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.backend = self.implementation.factory(self.key_group_range, MAX_PARALLELISM)
-        self.model = ReferenceKeyedStateBackend(self.key_group_range, MAX_PARALLELISM,
-                                                default_namespace=VOID_NAMESPACE)
+        self.model = ReferenceKeyedStateBackend(
+            self.key_group_range, MAX_PARALLELISM, default_namespace=VOID_NAMESPACE
+        )
         self.register()
         self.gate = WriteGate(timeout=WAIT)
-        self.pending: list[tuple[Any, Any]] = []      # (future, model snapshot)
-        self.completed: list[tuple[Any, Any]] = []    # (result, model snapshot)
+        self.pending: list[tuple[Any, Any]] = []  # (future, model snapshot)
+        self.completed: list[tuple[Any, Any]] = []  # (result, model snapshot)
         self.next_id = 1
 
     def register(self) -> None:
-        self.states = {name: (self.backend.get_state(d), self.model.get_state(d))
-                       for name, d in DESCRIPTORS.items()}
+        self.states = {
+            name: (self.backend.get_state(d), self.model.get_state(d))
+            for name, d in DESCRIPTORS.items()
+        }
 
     # ------------------------------------------------------------- helpers
 
@@ -93,10 +96,12 @@ class BackendMachine(RuleBasedStateMachine):
         impl = Outcome(lambda: call(self.backend))
         model = Outcome(lambda: call(self.model))
         assert (impl.error is None) == (model.error is None), (
-            f"implementation {impl}, model {model}")
+            f"implementation {impl}, model {model}"
+        )
         if impl.error is not None:
             assert isinstance(impl.error, CowStateError), (
-                f"raised {impl.error!r}, expected a cowstate.errors exception")
+                f"raised {impl.error!r}, expected a cowstate.errors exception"
+            )
         return impl.value, model.value
 
     def on_state(self, name: str, operation: str, *args: Any) -> tuple[Any, Any]:
@@ -106,13 +111,16 @@ class BackendMachine(RuleBasedStateMachine):
         impl = Outcome(lambda: getattr(impl_state, operation)(*args))
         model = Outcome(lambda: getattr(model_state, operation)(*model_args))
         assert (impl.error is None) == (model.error is None), (
-            f"{name}.{operation}{args!r}: implementation {impl}, model {model}")
+            f"{name}.{operation}{args!r}: implementation {impl}, model {model}"
+        )
         if impl.error is not None:
             assert isinstance(impl.error, CowStateError), (
                 f"{name}.{operation}{args!r} raised {impl.error!r}, expected a cowstate.errors "
-                "exception")
+                "exception"
+            )
         assert impl.value == model.value, (
-            f"{name}.{operation}{args!r}: implementation {impl.value!r}, model {model.value!r}")
+            f"{name}.{operation}{args!r}: implementation {impl.value!r}, model {model.value!r}"
+        )
         return impl.value, model.value
 
     def mutate(self, pair: tuple[Any, Any], item: int) -> None:
@@ -125,8 +133,11 @@ class BackendMachine(RuleBasedStateMachine):
     @initialize(count=st.integers(0, 12))
     def load(self, count: int) -> None:
         """Start with state for the first ``count`` keys the backend holds."""
-        owned = [k for k in [*range(12), "a", "b", "é"]
-                 if assign_to_key_group(k, MAX_PARALLELISM) in self.key_group_range]
+        owned = [
+            k
+            for k in [*range(12), "a", "b", "é"]
+            if assign_to_key_group(k, MAX_PARALLELISM) in self.key_group_range
+        ]
         for key in owned[:count]:
             self.both(operator.methodcaller("set_current_key", key))
             self.on_state("value", "update", [key])
@@ -224,8 +235,7 @@ class BackendMachine(RuleBasedStateMachine):
     def clear(self, name: str) -> None:
         self.on_state(name, "clear")
 
-    @rule(name=st.sampled_from(sorted(DESCRIPTORS)),
-          other=st.sampled_from(sorted(DESCRIPTORS)))
+    @rule(name=st.sampled_from(sorted(DESCRIPTORS)), other=st.sampled_from(sorted(DESCRIPTORS)))
     def register_as_another_kind(self, name: str, other: str) -> None:
         descriptor = DESCRIPTORS[other]
         if descriptor.kind == DESCRIPTORS[name].kind:
@@ -262,10 +272,10 @@ class BackendMachine(RuleBasedStateMachine):
             result = self.wait(future)
         except SnapshotCancelledError:
             return
-        except Exception as exc:            # concurrent.futures.CancelledError
+        except Exception as exc:  # concurrent.futures.CancelledError
             assert future.cancelled(), f"a cancelled snapshot failed with {exc!r}"
             return
-        self.check_written(result, model)   # it finished before the cancel was seen
+        self.check_written(result, model)  # it finished before the cancel was seen
 
     def wait(self, future: Any) -> Any:
         """Let the writers run to the end of ``future``, then gate them again."""
@@ -280,7 +290,8 @@ class BackendMachine(RuleBasedStateMachine):
         expected = {name: dict(contents) for name, contents in model.states.items()}
         assert written == expected, (
             f"snapshot {model.checkpoint_id} wrote {written!r}, the model's snapshot at the "
-            f"synchronous moment is {expected!r}")
+            f"synchronous moment is {expected!r}"
+        )
 
     @precondition(lambda self: bool(self.completed))
     @rule(index=st.integers(0, 2))
@@ -288,8 +299,9 @@ class BackendMachine(RuleBasedStateMachine):
         result, model = self.completed[index % len(self.completed)]
         backend = self.implementation.factory(self.key_group_range, MAX_PARALLELISM)
         backend.restore([result])
-        reference = ReferenceKeyedStateBackend(self.key_group_range, MAX_PARALLELISM,
-                                               default_namespace=VOID_NAMESPACE)
+        reference = ReferenceKeyedStateBackend(
+            self.key_group_range, MAX_PARALLELISM, default_namespace=VOID_NAMESPACE
+        )
         reference.restore([model])
         self.finish_pending()
         self.backend.close()
@@ -302,17 +314,22 @@ class BackendMachine(RuleBasedStateMachine):
         result, model = self.completed[index % len(self.completed)]
         for index_ in range(parallelism):
             key_groups = compute_key_group_range_for_operator_index(
-                MAX_PARALLELISM, parallelism, index_)
+                MAX_PARALLELISM, parallelism, index_
+            )
             backend = self.implementation.factory(key_groups, MAX_PARALLELISM)
             try:
                 backend.restore([result])
                 for name, contents in model.states.items():
-                    mine = {kn: s for kn, s in contents.items()
-                            if assign_to_key_group(kn[0], MAX_PARALLELISM) in key_groups}
+                    mine = {
+                        kn: s
+                        for kn, s in contents.items()
+                        if assign_to_key_group(kn[0], MAX_PARALLELISM) in key_groups
+                    }
                     held = {(k, n): s for k, n, s in backend.entries(name)}
                     assert held == mine, (
                         f"operator {index_} of {parallelism} ({key_groups!r}) restored "
-                        f"{name} = {held!r}, expected {mine!r}")
+                        f"{name} = {held!r}, expected {mine!r}"
+                    )
             finally:
                 backend.close()
 
@@ -338,13 +355,14 @@ class BackendMachine(RuleBasedStateMachine):
         for name in DESCRIPTORS:
             table = self.backend.table(name)
             if not isinstance(table, StateTable):
-                continue                          # no copy-on-write maps to release
+                continue  # no copy-on-write maps to release
             for key_group in table.key_group_range:
                 m = table.state_map(key_group)
                 if isinstance(m, MAP_CLASSES):
                     assert not m._open_versions, (
                         f"{name}, key group {key_group}: snapshot versions "
-                        f"{sorted(m._open_versions)} still open with no writer pending")
+                        f"{sorted(m._open_versions)} still open with no writer pending"
+                    )
 
     def teardown(self) -> None:
         try:
@@ -354,9 +372,12 @@ class BackendMachine(RuleBasedStateMachine):
             self.backend.close()
 
 
-def backend_machine_for(implementation: BackendImplementation,
-                        key_group_range: KeyGroupRange) -> type[BackendMachine]:
+def backend_machine_for(
+    implementation: BackendImplementation, key_group_range: KeyGroupRange
+) -> type[BackendMachine]:
     """The backend machine class for ``implementation`` over ``key_group_range``."""
-    return type(f"BackendMachine[{implementation.name}, {key_group_range!r}]",
-                (BackendMachine,),
-                {"implementation": implementation, "key_group_range": key_group_range})
+    return type(
+        f"BackendMachine[{implementation.name}, {key_group_range!r}]",
+        (BackendMachine,),
+        {"implementation": implementation, "key_group_range": key_group_range},
+    )

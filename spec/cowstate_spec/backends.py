@@ -135,8 +135,9 @@ class WriteGate:
 
     def pass_through(self) -> None:
         with self._condition:
-            if not self._condition.wait_for(lambda: self._open or self._credits > 0,
-                                            timeout=self._timeout):
+            if not self._condition.wait_for(
+                lambda: self._open or self._credits > 0, timeout=self._timeout
+            ):
                 raise TimeoutError("the writer waited for the owner for too long")
             if not self._open:
                 self._credits -= 1
@@ -165,11 +166,15 @@ def read_heap_snapshot(result: KeyedStateSnapshotResult, backend: Any) -> Conten
     """The contents of a heap snapshot file, decoded for the full key-group range."""
     if result.handle is None:
         return {}
-    restored = read_snapshot(result.handle.getvalue(),
-                             KeyGroupRange(0, backend.max_parallelism - 1),
-                             max_parallelism=backend.max_parallelism)
-    return {name: {(key, namespace): state for _, key, namespace, state in restored.entries(name)}
-            for name in restored.metas}
+    restored = read_snapshot(
+        result.handle.getvalue(),
+        KeyGroupRange(0, backend.max_parallelism - 1),
+        max_parallelism=backend.max_parallelism,
+    )
+    return {
+        name: {(key, namespace): state for _, key, namespace, state in restored.entries(name)}
+        for name in restored.metas
+    }
 
 
 @dataclass(frozen=True)
@@ -194,12 +199,14 @@ class BackendImplementation:
         return self.name
 
 
-def heap_backend(table: TableFactory, key_groups: KeyGroupRange,
-                 max_parallelism: int) -> HeapKeyedStateBackend:
+def heap_backend(
+    table: TableFactory, key_groups: KeyGroupRange, max_parallelism: int
+) -> HeapKeyedStateBackend:
     """A heap backend whose tables start with 4 buckets per key group (the test
     knob that makes chains and incremental rehashes common)."""
-    return HeapKeyedStateBackend(key_groups, max_parallelism,
-                                 functools.partial(table, initial_capacity=4))
+    return HeapKeyedStateBackend(
+        key_groups, max_parallelism, functools.partial(table, initial_capacity=4)
+    )
 
 
 # ------------------------------------------------------------------- RocksDB
@@ -219,16 +226,20 @@ def heap_backend(table: TableFactory, key_groups: KeyGroupRange,
 
 _ROCKSDB_ROOT: list[str] = []
 _TMPFS = "/dev/shm"
-_TMPFS_NEEDED = 256 << 20                 # a container's 64 MB /dev/shm is not enough room
+_TMPFS_NEEDED = 256 << 20  # a container's 64 MB /dev/shm is not enough room
 
 
 def _rocksdb_snapshot_root() -> str:
     """The per-process root of the machine's RocksDB directories (made on first use)."""
     if not _ROCKSDB_ROOT:
-        on_tmpfs = (os.path.isdir(_TMPFS) and os.access(_TMPFS, os.W_OK)
-                    and shutil.disk_usage(_TMPFS).free >= _TMPFS_NEEDED)
-        root = tempfile.mkdtemp(prefix="cowstate-machine-rocksdb-",
-                                dir=_TMPFS if on_tmpfs else None)
+        on_tmpfs = (
+            os.path.isdir(_TMPFS)
+            and os.access(_TMPFS, os.W_OK)
+            and shutil.disk_usage(_TMPFS).free >= _TMPFS_NEEDED
+        )
+        root = tempfile.mkdtemp(
+            prefix="cowstate-machine-rocksdb-", dir=_TMPFS if on_tmpfs else None
+        )
         _ROCKSDB_ROOT.append(root)
         atexit.register(shutil.rmtree, root, True)
     return _ROCKSDB_ROOT[0]
@@ -241,8 +252,12 @@ def cleanup_rocksdb_snapshots() -> None:
         shutil.rmtree(_ROCKSDB_ROOT.pop(), ignore_errors=True)
 
 
-def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int, *,
-                    level_zero_compaction_trigger: int | None = None) -> Any:
+def rocksdb_backend(
+    key_groups: KeyGroupRange,
+    max_parallelism: int,
+    *,
+    level_zero_compaction_trigger: int | None = None,
+) -> Any:
     """A RocksDB backend with its instance directory under the root (removed on close).
 
     ``level_zero_compaction_trigger`` (RocksDB's default: 4 files) is the
@@ -262,8 +277,12 @@ def rocksdb_backend(key_groups: KeyGroupRange, max_parallelism: int, *,
         options = Options(raw_mode=True)
         options.set_keep_log_file_num(1)
         options.set_level_zero_file_num_compaction_trigger(level_zero_compaction_trigger)
-    return RocksDBKeyedStateBackend(key_groups, max_parallelism, options=options,
-                                    local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"))
+    return RocksDBKeyedStateBackend(
+        key_groups,
+        max_parallelism,
+        options=options,
+        local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"),
+    )
 
 
 def backend_named(name: str) -> BackendImplementation:
@@ -283,12 +302,18 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
             gate.pass_through()
             time.sleep(0)
 
-    directory = os.path.join(_rocksdb_snapshot_root(), "snapshots",
-                             f"{checkpoint_id}-{uuid.uuid4().hex}")
-    location = SnapshotLocation(FileSystem(hooks=hook), os.path.join(directory, "chk"),
-                                os.path.join(directory, "shared"), relative=False)
+    directory = os.path.join(
+        _rocksdb_snapshot_root(), "snapshots", f"{checkpoint_id}-{uuid.uuid4().hex}"
+    )
+    location = SnapshotLocation(
+        FileSystem(hooks=hook),
+        os.path.join(directory, "chk"),
+        os.path.join(directory, "shared"),
+        relative=False,
+    )
     future: Future[Any] = backend.snapshot_to(
-        checkpoint_id, location, SnapshotOptions(kind="checkpoint", full=True))
+        checkpoint_id, location, SnapshotOptions(kind="checkpoint", full=True)
+    )
 
     def done(finished: Future[Any]) -> None:
         if finished.cancelled() or finished.exception() is not None:
@@ -305,17 +330,27 @@ def read_rocksdb_snapshot(result: Any, backend: Any) -> Contents:
     ``backend``'s key-group range and max parallelism."""
     with rocksdb_backend(backend.key_group_range, backend.max_parallelism) as fresh:
         fresh.restore_from([result], SnapshotSource(FileSystem(), "/"))
-        return {name: {(key, namespace): state for key, namespace, state in fresh.entries(name)}
-                for name in fresh.state_names}
+        return {
+            name: {(key, namespace): state for key, namespace, state in fresh.entries(name)}
+            for name in fresh.state_names
+        }
 
 
 BACKENDS: list[BackendImplementation] = [
-    BackendImplementation("heap-cow",          # over cowstate.CopyOnWriteStateMap: the C map
-                          functools.partial(heap_backend, CopyOnWriteStateTable)),
-    BackendImplementation("heap-cow-pure",     # over the pure-Python map
-                          functools.partial(heap_backend, PureMapsTable)),
-    BackendImplementation("heap-nested",
-                          functools.partial(heap_backend, NestedMapsStateTable)),
-    BackendImplementation("rocksdb", rocksdb_backend, read=read_rocksdb_snapshot,
-                          snapshot=snapshot_rocksdb, mutations_persist=False),
+    BackendImplementation(
+        "heap-cow",  # over cowstate.CopyOnWriteStateMap: the C map
+        functools.partial(heap_backend, CopyOnWriteStateTable),
+    ),
+    BackendImplementation(
+        "heap-cow-pure",  # over the pure-Python map
+        functools.partial(heap_backend, PureMapsTable),
+    ),
+    BackendImplementation("heap-nested", functools.partial(heap_backend, NestedMapsStateTable)),
+    BackendImplementation(
+        "rocksdb",
+        rocksdb_backend,
+        read=read_rocksdb_snapshot,
+        snapshot=snapshot_rocksdb,
+        mutations_persist=False,
+    ),
 ]

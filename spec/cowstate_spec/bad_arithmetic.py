@@ -40,25 +40,38 @@ class ArithmeticBug:
 
 
 BUGS = [
-    ArithmeticBug("in_rehash_table", "return bucket_index(h, capacity) < rehash_index",
-                  "return bucket_index(h, capacity) <= rehash_index"),
-    ArithmeticBug("rehash_destination", "return h & (2 * capacity - 1)",
-                  "return h & (capacity - 1)"),
-    ArithmeticBug("clamp_capacity", "return 1 << (requested - 1).bit_length()",
-                  "return 1 << requested.bit_length()"),
-    ArithmeticBug("threshold_for", "return (capacity >> 1) + (capacity >> 2)",
-                  "return (capacity >> 1) + (capacity >> 3)"),
-    ArithmeticBug("highest_required_version",
-                  "return max(open_versions) if open_versions else 0",
-                  "return min(open_versions) if open_versions else 0"),
+    ArithmeticBug(
+        "in_rehash_table",
+        "return bucket_index(h, capacity) < rehash_index",
+        "return bucket_index(h, capacity) <= rehash_index",
+    ),
+    ArithmeticBug(
+        "rehash_destination", "return h & (2 * capacity - 1)", "return h & (capacity - 1)"
+    ),
+    ArithmeticBug(
+        "clamp_capacity",
+        "return 1 << (requested - 1).bit_length()",
+        "return 1 << requested.bit_length()",
+    ),
+    ArithmeticBug(
+        "threshold_for",
+        "return (capacity >> 1) + (capacity >> 2)",
+        "return (capacity >> 1) + (capacity >> 3)",
+    ),
+    ArithmeticBug(
+        "highest_required_version",
+        "return max(open_versions) if open_versions else 0",
+        "return min(open_versions) if open_versions else 0",
+    ),
 ]
 
 
 #: Bugs of ``cowstate.key_groups`` that ``crosshair diffbehavior`` must tell from
 #: the plain function of the same name in ``cowstate_model.key_groups``.
 KEY_GROUP_BUGS = [
-    ArithmeticBug("murmur_hash", "c = (c << 15 | c >> 17) & _MASK32",
-                  "c = (c << 16 | c >> 16) & _MASK32"),
+    ArithmeticBug(
+        "murmur_hash", "c = (c << 15 | c >> 17) & _MASK32", "c = (c << 16 | c >> 16) & _MASK32"
+    ),
     ArithmeticBug("bit_mix", "x ^= x >> 13", "x ^= x >> 12"),
 ]
 
@@ -67,17 +80,20 @@ def broken_source(bug: ArithmeticBug, module: ModuleType = real) -> str:
     """The source of ``module`` (default ``cowstate.arithmetic``) with ``bug`` applied."""
     source = inspect.getsource(module)
     if source.count(bug.old) != 1:
-        raise ValueError(f"bug in {bug.function}: expected exactly one {bug.old!r} in "
-                         f"{module.__name__}, found {source.count(bug.old)}")
+        raise ValueError(
+            f"bug in {bug.function}: expected exactly one {bug.old!r} in "
+            f"{module.__name__}, found {source.count(bug.old)}"
+        )
     return source.replace(bug.old, bug.new)
 
 
-def bad_snapshot_layout(primary: list[int], rehash: list[int] | None, r: int,
-                        size: int) -> list[int | None] | None:
+def bad_snapshot_layout(
+    primary: list[int], rehash: list[int] | None, r: int, size: int
+) -> list[int | None] | None:
     """The compact layout without ``rehash[L:L+r]``, guarded like the real pair."""
     if not _layout_domain(primary, rehash, r, size):
         return None
     if rehash is not None:
-        rehash = rehash[:len(primary)] + [0] * len(primary)
+        rehash = rehash[: len(primary)] + [0] * len(primary)
     out: list[int | None] = plain.snapshot_layout(primary, rehash, r, size)
     return out

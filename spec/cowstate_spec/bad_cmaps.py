@@ -42,16 +42,27 @@ class CBug:
 
 #: The defects of the C map the spec must each catch (numbers as in _cmap.c).
 C_BUGS = [
-    CBug("c-get-skips-state-copy", 1,
-         "rule S: get hands out a state a snapshot still holds"),
-    CBug("c-relinks-shared-predecessor", 2,
-         "rule E: remove rewrites a shared predecessor's next in place"),
-    CBug("c-writes-shared-chunk", 3,
-         "rule C: a bucket slot of a chunk a snapshot holds is written in place"),
-    CBug("c-directory-copy-misses-a-chunk", 4,
-         "snapshot: the directory copy leaves out its last chunk"),
-    CBug("c-release-forgets-open-snapshot", 5,
-         "release: H drops to 0 although older snapshots are still open"),
+    CBug("c-get-skips-state-copy", 1, "rule S: get hands out a state a snapshot still holds"),
+    CBug(
+        "c-relinks-shared-predecessor",
+        2,
+        "rule E: remove rewrites a shared predecessor's next in place",
+    ),
+    CBug(
+        "c-writes-shared-chunk",
+        3,
+        "rule C: a bucket slot of a chunk a snapshot holds is written in place",
+    ),
+    CBug(
+        "c-directory-copy-misses-a-chunk",
+        4,
+        "snapshot: the directory copy leaves out its last chunk",
+    ),
+    CBug(
+        "c-release-forgets-open-snapshot",
+        5,
+        "release: H drops to 0 although older snapshots are still open",
+    ),
 ]
 
 _LOADED: dict[int, ModuleType] = {}
@@ -68,13 +79,22 @@ def build_bad_cmap(bug: CBug) -> ModuleType:
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
         include = sysconfig.get_paths()["include"]
-        command = ["cc", "-shared", "-fPIC", "-O1", "-std=c11", f"-I{include}",
-                   f"-DCOWSTATE_BUG={bug.number}", f"-DCOWSTATE_MODULE={name}",
-                   str(SOURCE), "-o", str(target)]
+        command = [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-std=c11",
+            f"-I{include}",
+            f"-DCOWSTATE_BUG={bug.number}",
+            f"-DCOWSTATE_MODULE={name}",
+            str(SOURCE),
+            "-o",
+            str(target),
+        ]
         done = subprocess.run(command, capture_output=True, text=True, check=False)
         if done.returncode != 0:
-            raise RuntimeError(f"building {bug.name} failed: {' '.join(command)}\n"
-                               f"{done.stderr}")
+            raise RuntimeError(f"building {bug.name} failed: {' '.join(command)}\n{done.stderr}")
     spec = importlib.util.spec_from_file_location(f"cowstate.{name}", target)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

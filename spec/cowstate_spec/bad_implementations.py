@@ -51,82 +51,159 @@ class Bug:
 
 
 BUGS: list[Bug] = [
-    Bug("get-skips-state-copy", "_copy_state_for_caller",
-        "state = self._serializer.copy(e.state)", "state = e.state",
-        "rule S: a caller mutates a state an open snapshot still holds"),
-    Bug("get-fast-path-ignores-versions", "get",
-        "if e.state_version < self._highest_required:", "if False:",
-        "rule S on the hot path of get"),
-    Bug("chain-copy-mutates-shared-predecessor", "_copy_chain",
+    Bug(
+        "get-skips-state-copy",
+        "_copy_state_for_caller",
+        "state = self._serializer.copy(e.state)",
+        "state = e.state",
+        "rule S: a caller mutates a state an open snapshot still holds",
+    ),
+    Bug(
+        "get-fast-path-ignores-versions",
+        "get",
+        "if e.state_version < self._highest_required:",
+        "if False:",
+        "rule S on the hot path of get",
+    ),
+    Bug(
+        "chain-copy-mutates-shared-predecessor",
+        "_copy_chain",
         "if current.entry_version < required:\n            copy.next",
         "if current is until:\n            copy.next",
-        "rule E: a shared predecessor is relinked instead of copied"),
-    Bug("chain-copy-keeps-shared-head", "_copy_chain",
+        "rule E: a shared predecessor is relinked instead of copied",
+    ),
+    Bug(
+        "chain-copy-keeps-shared-head",
+        "_copy_chain",
         "copy = current.copy(version)\n        tab[index] = copy",
         "copy = current",
-        "rule E: the shared chain head is changed in place"),
-    Bug("put-changes-shared-entry", "_put_entry",
-        "if e.entry_version < self._highest_required:", "if False:",
-        "rule E on put: a snapshot's entry gets the new state"),
-    Bug("remove-relinks-shared-predecessor", "_remove_entry",
-        "if prev.entry_version < self._highest_required:", "if False:",
-        "rule E on remove: the snapshot loses the removed entry's successors"),
-    Bug("put-and-get-old-returns-shared-state", "put_and_get_old",
-        "old = self._serializer.copy(old)", "pass",
-        "rule S: the old state handed out is still in a snapshot"),
-    Bug("remove-and-get-old-returns-shared-state", "remove_and_get_old",
-        "old = self._serializer.copy(old)", "pass",
-        "rule S: the removed state handed out is still in a snapshot"),
-    Bug("transform-mutates-shared-state", "transform",
-        "old = self._serializer.copy(old)", "pass",
-        "rule S: transform's function mutates a snapshot's state"),
-    Bug("rehash-relinks-shared-entries", "_incremental_rehash",
-        "if e.entry_version < required:", "if False:",
-        "rule E in the rehash: moving an entry rewrites a snapshot's chain"),
-    Bug("snapshot-omits-moved-high-half", "_snapshot_arrays",
+        "rule E: the shared chain head is changed in place",
+    ),
+    Bug(
+        "put-changes-shared-entry",
+        "_put_entry",
+        "if e.entry_version < self._highest_required:",
+        "if False:",
+        "rule E on put: a snapshot's entry gets the new state",
+    ),
+    Bug(
+        "remove-relinks-shared-predecessor",
+        "_remove_entry",
+        "if prev.entry_version < self._highest_required:",
+        "if False:",
+        "rule E on remove: the snapshot loses the removed entry's successors",
+    ),
+    Bug(
+        "put-and-get-old-returns-shared-state",
+        "put_and_get_old",
+        "old = self._serializer.copy(old)",
+        "pass",
+        "rule S: the old state handed out is still in a snapshot",
+    ),
+    Bug(
+        "remove-and-get-old-returns-shared-state",
+        "remove_and_get_old",
+        "old = self._serializer.copy(old)",
+        "pass",
+        "rule S: the removed state handed out is still in a snapshot",
+    ),
+    Bug(
+        "transform-mutates-shared-state",
+        "transform",
+        "old = self._serializer.copy(old)",
+        "pass",
+        "rule S: transform's function mutates a snapshot's state",
+    ),
+    Bug(
+        "rehash-relinks-shared-entries",
+        "_incremental_rehash",
+        "if e.entry_version < required:",
+        "if False:",
+        "rule E in the rehash: moving an entry rewrites a snapshot's chain",
+    ),
+    Bug(
+        "snapshot-omits-moved-high-half",
+        "_snapshot_arrays",
         "self._rehash, self._rehash_index",
-        "None if self._rehash is None else self._rehash[:len(self._primary)], "
-        "self._rehash_index",
-        "the snapshot layout drops buckets j + L of the rehash table"),
-    Bug("release-keeps-lowest-version", "_release_version",
+        "None if self._rehash is None else self._rehash[:len(self._primary)], self._rehash_index",
+        "the snapshot layout drops buckets j + L of the rehash table",
+    ),
+    Bug(
+        "release-keeps-lowest-version",
+        "_release_version",
         "highest_required_version(self._open_versions)",
         "min(self._open_versions, default=0)",
-        "H must be the highest open version, not the lowest"),
-    Bug("select-active-table-off-by-one", "_select",
+        "H must be the highest open version, not the lowest",
+    ),
+    Bug(
+        "select-active-table-off-by-one",
+        "_select",
         "in_rehash_table(h, capacity, self._rehash_index)",
         "in_rehash_table(h, capacity, self._rehash_index + 1)",
-        "a bucket is looked up in the rehash table before it moved"),
-    Bug("rehash-forgets-moved-count", "_incremental_rehash",
-        "self._rehash_size += moved", "self._rehash_size += moved - 1",
-        "per-table counters drift (invariant 3)"),
-    Bug("never-grows", "_put_entry", "self._double_capacity()", "pass",
-        "the table never grows: invisible to the model, caught by invariant 9"),
-    Bug("new-entry-not-at-head", "_put_entry",
-        "e = _Entry(key, namespace, None, h, tab[index], version, version)\n"
-        "    tab[index] = e",
-        "e = _Entry(key, namespace, None, h, None, version, version)\n"
-        "    tab[index] = e",
-        "a new entry replaces the chain it heads"),
+        "a bucket is looked up in the rehash table before it moved",
+    ),
+    Bug(
+        "rehash-forgets-moved-count",
+        "_incremental_rehash",
+        "self._rehash_size += moved",
+        "self._rehash_size += moved - 1",
+        "per-table counters drift (invariant 3)",
+    ),
+    Bug(
+        "never-grows",
+        "_put_entry",
+        "self._double_capacity()",
+        "pass",
+        "the table never grows: invisible to the model, caught by invariant 9",
+    ),
+    Bug(
+        "new-entry-not-at-head",
+        "_put_entry",
+        "e = _Entry(key, namespace, None, h, tab[index], version, version)\n    tab[index] = e",
+        "e = _Entry(key, namespace, None, h, None, version, version)\n    tab[index] = e",
+        "a new entry replaces the chain it heads",
+    ),
     # ------------------------------------------------------------ state tables
-    Bug("table-routes-by-python-hash", "_route",
+    Bug(
+        "table-routes-by-python-hash",
+        "_route",
         "key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)",
         "key_group = hash(key) % self._max_parallelism",
         "key groups must be Flink's murmur of the Java hash, never Python's hash()",
-        CopyOnWriteStateTable),
-    Bug("table-index-ignores-range-start", "_route",
-        "index = key_group - self._start", "index = key_group",
-        "the map of key group kg is maps[kg - start], not maps[kg]", CopyOnWriteStateTable),
-    Bug("table-snapshot-misorders-key-groups", "snapshot",
+        CopyOnWriteStateTable,
+    ),
+    Bug(
+        "table-index-ignores-range-start",
+        "_route",
+        "index = key_group - self._start",
+        "index = key_group",
+        "the map of key group kg is maps[kg - start], not maps[kg]",
+        CopyOnWriteStateTable,
+    ),
+    Bug(
+        "table-snapshot-misorders-key-groups",
+        "snapshot",
         "CopyOnWriteStateTableSnapshot(self, taken)",
         "CopyOnWriteStateTableSnapshot(self, taken[::-1])",
-        "the map snapshot of key group kg must stand at kg - start", CopyOnWriteStateTable),
-    Bug("nested-snapshot-shares-states", "snapshot",
-        "[m.copy_entries() for m in self._maps]", "[list(m) for m in self._maps]",
+        "the map snapshot of key group kg must stand at kg - start",
+        CopyOnWriteStateTable,
+    ),
+    Bug(
+        "nested-snapshot-shares-states",
+        "snapshot",
+        "[m.copy_entries() for m in self._maps]",
+        "[list(m) for m in self._maps]",
         "a synchronous snapshot must deep-copy, or in-place mutations reach it",
-        NestedMapsStateTable),
-    Bug("table-size-counts-one-map", "__len__",
-        "sum(len(m) for m in self._maps)", "sum(len(m) for m in self._maps[:1])",
-        "the size of a table is the sum over all its key groups", NestedMapsStateTable),
+        NestedMapsStateTable,
+    ),
+    Bug(
+        "table-size-counts-one-map",
+        "__len__",
+        "sum(len(m) for m in self._maps)",
+        "sum(len(m) for m in self._maps[:1])",
+        "the size of a table is the sum over all its key groups",
+        NestedMapsStateTable,
+    ),
 ]
 
 
@@ -136,11 +213,15 @@ def broken_class(bug: Bug) -> type[Any]:
     if source.count(bug.old) != 1:
         raise ValueError(
             f"bug {bug.name}: expected exactly one {bug.old!r} in {bug.method}, "
-            f"found {source.count(bug.old)}")
+            f"found {source.count(bug.old)}"
+        )
     namespace = dict(vars(sys.modules[bug.cls.__module__]))
     exec(compile(source.replace(bug.old, bug.new), f"<bug {bug.name}>", "exec"), namespace)
-    return type(f"Broken_{bug.name.replace('-', '_')}", (bug.cls,),
-                {bug.method: namespace[bug.method], "__slots__": ()})
+    return type(
+        f"Broken_{bug.name.replace('-', '_')}",
+        (bug.cls,),
+        {bug.method: namespace[bug.method], "__slots__": ()},
+    )
 
 
 def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
@@ -148,6 +229,7 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
     cls = broken_class(bug)
     name = f"bad-{bug.name}"
     if bug.cls is CopyOnWriteStateMap:
+
         def factory(initial_capacity: int = capacity) -> Any:
             return cls(initial_capacity=initial_capacity)
 
@@ -160,8 +242,14 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
         return ReferenceStateTable(SUB_RANGE, TABLE_MAX_PARALLELISM)
 
     copy_on_write = issubclass(bug.cls, CopyOnWriteStateTable)
-    return Implementation(name, table_factory, check_table,
-                          table_fingerprint if copy_on_write else None, model=model, table=True)
+    return Implementation(
+        name,
+        table_factory,
+        check_table,
+        table_fingerprint if copy_on_write else None,
+        model=model,
+        table=True,
+    )
 
 
 # ----------------------------------------------------------------- backends
@@ -181,18 +269,23 @@ def _cow_table_with(map_bug: str) -> type[Any]:
 def bad_backends() -> list[BackendImplementation]:
     """Heap backends over broken tables: the backend machine must catch each."""
     nested_shallow = broken_class(
-        next(b for b in BUGS if b.name == "nested-snapshot-shares-states"))
+        next(b for b in BUGS if b.name == "nested-snapshot-shares-states")
+    )
     tables = {
         "heap-nested-snapshot-shares-states": nested_shallow,
         "heap-cow-get-skips-state-copy": _cow_table_with("get-skips-state-copy"),
         "heap-cow-put-changes-shared-entry": _cow_table_with("put-changes-shared-entry"),
-        "heap-cow-transform-mutates-shared-state":
-            _cow_table_with("transform-mutates-shared-state"),
-        "heap-cow-remove-relinks-shared-predecessor":
-            _cow_table_with("remove-relinks-shared-predecessor"),
+        "heap-cow-transform-mutates-shared-state": _cow_table_with(
+            "transform-mutates-shared-state"
+        ),
+        "heap-cow-remove-relinks-shared-predecessor": _cow_table_with(
+            "remove-relinks-shared-predecessor"
+        ),
     }
-    return [BackendImplementation(name, functools.partial(heap_backend, table))
-            for name, table in tables.items()]
+    return [
+        BackendImplementation(name, functools.partial(heap_backend, table))
+        for name, table in tables.items()
+    ]
 
 
 # ----------------------------------------------------------- checkpoint storage
@@ -201,36 +294,73 @@ def bad_backends() -> list[BackendImplementation]:
 #: catch each. ``STORAGE_BUGS_BACKEND`` names the backend kind that can show
 #: it (bugs about shared files need RocksDB, whose checkpoints share files).
 STORAGE_BUGS: list[Bug] = [
-    Bug("subsume-keeps-exclusive-files", "_subsume",
-        "filesystem.delete_dir(oldest.directory)", "pass",
-        "rule 5: a subsumed checkpoint's directory leaks", CheckpointCoordinator),
-    Bug("abort-leaves-its-uploads", "abort_checkpoint",
+    Bug(
+        "subsume-keeps-exclusive-files",
+        "_subsume",
+        "filesystem.delete_dir(oldest.directory)",
+        "pass",
+        "rule 5: a subsumed checkpoint's directory leaks",
+        CheckpointCoordinator,
+    ),
+    Bug(
+        "abort-leaves-its-uploads",
+        "abort_checkpoint",
         "pending.location.discard()\n    self.storage.filesystem.delete_dir("
-        "pending.location.directory)", "pass",
-        "rule 4: an aborted checkpoint's files leak", CheckpointCoordinator),
-    Bug("recovery-keeps-garbage", "_delete_garbage", "filesystem.delete(path)", "pass",
-        "recovery must delete what no retained checkpoint uses", CheckpointCoordinator),
-    Bug("claim-does-not-own", "_start_from", "self._completed.append(completed)", "pass",
+        "pending.location.directory)",
+        "pass",
+        "rule 4: an aborted checkpoint's files leak",
+        CheckpointCoordinator,
+    ),
+    Bug(
+        "recovery-keeps-garbage",
+        "_delete_garbage",
+        "filesystem.delete(path)",
+        "pass",
+        "recovery must delete what no retained checkpoint uses",
+        CheckpointCoordinator,
+    ),
+    Bug(
+        "claim-does-not-own",
+        "_start_from",
+        "self._completed.append(completed)",
+        "pass",
         "rule 7: a CLAIMed snapshot is subsumed and deleted like a checkpoint",
-        CheckpointCoordinator),
-    Bug("savepoint-paths-absolute", "savepoint_location",
+        CheckpointCoordinator,
+    ),
+    Bug(
+        "savepoint-paths-absolute",
+        "savepoint_location",
         "return SnapshotLocation(self.filesystem, directory, None, relative=True)",
         "return SnapshotLocation(self.filesystem, directory, None, relative=False)",
-        "a savepoint must be relocatable: relative paths", CheckpointStorage),
+        "a savepoint must be relocatable: relative paths",
+        CheckpointStorage,
+    ),
 ]
 STORAGE_BUGS += [
-    Bug("registry-deletes-disowned-files", "unregister",
-        "if path not in self._not_owned:", "if True:",
+    Bug(
+        "registry-deletes-disowned-files",
+        "unregister",
+        "if path not in self._not_owned:",
+        "if True:",
         "rule 7: files of a LEGACY or NO_CLAIM snapshot are never deleted",
-        SharedStateRegistry),
-    Bug("registry-deletes-files-still-used", "unregister", "if not users:",
+        SharedStateRegistry,
+    ),
+    Bug(
+        "registry-deletes-files-still-used",
+        "unregister",
+        "if not users:",
         "if len(users) <= 1:",
         "rule 5: a shared file goes only when no retained checkpoint uses it",
-        SharedStateRegistry),
-    Bug("no-claim-does-not-force-full", "_start_from",
-        "self.force_full = mode is RestoreMode.NO_CLAIM", "self.force_full = False",
+        SharedStateRegistry,
+    ),
+    Bug(
+        "no-claim-does-not-force-full",
+        "_start_from",
+        "self.force_full = mode is RestoreMode.NO_CLAIM",
+        "self.force_full = False",
         "rule 7: the first checkpoint after a NO_CLAIM restore must be full",
-        CheckpointCoordinator),
+        CheckpointCoordinator,
+    ),
 ]
 #: Which backend shows each storage bug, and how many checkpoints the job keeps.
 STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
@@ -239,4 +369,5 @@ STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
     "no-claim-does-not-force-full": "rocksdb",
 }
 STORAGE_BUGS_RETAINED = {bug.name: 1 for bug in STORAGE_BUGS} | {
-    "registry-deletes-files-still-used": 2}
+    "registry-deletes-files-still-used": 2
+}

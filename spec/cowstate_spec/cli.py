@@ -25,8 +25,9 @@ from cowstate_spec.workloads import PRESETS, WorkloadSpec, preset
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="cowstate", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="cowstate", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     check = commands.add_parser("check", help="differential run: implementations vs the model")
     source = check.add_mutually_exclusive_group(required=True)
@@ -35,21 +36,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--workloads", type=int, help="override the number of workloads")
     check.add_argument("--ops", type=int, help="override the operations per workload")
     check.add_argument("--seed", type=int, help="override the base seed")
-    check.add_argument("--implementation", action="append", dest="implementations",
-                       help="implementation to check (repeatable; overrides the spec's)")
-    check.add_argument("--master", default="local[*]",
-                       help="Spark master URL, or 'in-process' (default: local[*])")
+    check.add_argument(
+        "--implementation",
+        action="append",
+        dest="implementations",
+        help="implementation to check (repeatable; overrides the spec's)",
+    )
+    check.add_argument(
+        "--master", default="local[*]", help="Spark master URL, or 'in-process' (default: local[*])"
+    )
     check.add_argument("--partitions", type=int, help="Spark partitions (default: 4 per core)")
-    check.add_argument("--out", type=Path, default=Path("out/check"),
-                       help="output directory (default: out/check)")
-    check.add_argument("--regressions-dir", type=Path,
-                       help="where minimized pytest regressions go "
-                            "(default: tests/regressions if it exists, else OUT/regressions)")
+    check.add_argument(
+        "--out", type=Path, default=Path("out/check"), help="output directory (default: out/check)"
+    )
+    check.add_argument(
+        "--regressions-dir",
+        type=Path,
+        help="where minimized pytest regressions go "
+        "(default: tests/regressions if it exists, else OUT/regressions)",
+    )
     check.add_argument("--no-progress", action="store_true", help="no progress bar")
     savepoint = commands.add_parser("savepoint", help="checkpoints and savepoints")
     savepoint_commands = savepoint.add_subparsers(dest="savepoint_command", required=True)
     inspect = savepoint_commands.add_parser(
-        "inspect", help="print what a checkpoint or savepoint directory holds")
+        "inspect", help="print what a checkpoint or savepoint directory holds"
+    )
     inspect.add_argument("directory", help="a chk-<id> or savepoint directory (path or URL)")
     args = parser.parse_args(argv)
     if args.command == "savepoint":
@@ -63,10 +74,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cowstate_spec.spark_job import run_check
 
     regressions = args.regressions_dir or (
-        Path("tests/regressions") if Path("tests/regressions").is_dir()
-        else args.out / "regressions")
-    report = run_check(spec, args.out, master=args.master, partitions=args.partitions,
-                       regressions_dir=regressions, progress=not args.no_progress)
+        Path("tests/regressions")
+        if Path("tests/regressions").is_dir()
+        else args.out / "regressions"
+    )
+    report = run_check(
+        spec,
+        args.out,
+        master=args.master,
+        partitions=args.partitions,
+        regressions_dir=regressions,
+        progress=not args.no_progress,
+    )
     print_summary(report.summary, args.out)
     return 1 if report.divergences else 0
 
@@ -87,24 +106,33 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
 
 def print_summary(summary: dict[str, Any], out: Path) -> None:
     divergences = summary["divergences"]
-    print(f"cowstate check: spec {summary['spec']} on {summary['master']} "
-          f"({summary['cores']} cores)")
+    print(
+        f"cowstate check: spec {summary['spec']} on {summary['master']} ({summary['cores']} cores)"
+    )
     print(f"  implementations    : {', '.join(summary['implementations'])}")
     print(f"  workloads          : {summary['workloads']:,}")
-    print(f"  operations checked : {summary['operations_checked']:,} "
-          f"in {summary['elapsed_seconds']:.1f} s")
-    print(f"  ops/s              : {summary['ops_per_second']:,.0f} "
-          f"({summary['ops_per_second_per_core']:,.0f} per core)")
+    print(
+        f"  operations checked : {summary['operations_checked']:,} "
+        f"in {summary['elapsed_seconds']:.1f} s"
+    )
+    print(
+        f"  ops/s              : {summary['ops_per_second']:,.0f} "
+        f"({summary['ops_per_second_per_core']:,.0f} per core)"
+    )
     mix = ", ".join(f"{k} {v:,}" for k, v in list(summary["operation_counts"].items())[:6])
     print(f"  most frequent ops  : {mix}")
     print(f"  divergences        : {len(divergences)}")
     for d in divergences[:10]:
-        print(f"    - {d['implementation']} workload {d['workload']} at op "
-              f"{d['divergence_at']} {d['operation']}: minimized to "
-              f"{d['minimized_operations']} ops -> {d['trace']}")
+        print(
+            f"    - {d['implementation']} workload {d['workload']} at op "
+            f"{d['divergence_at']} {d['operation']}: minimized to "
+            f"{d['minimized_operations']} ops -> {d['trace']}"
+        )
         print(f"      expected {d['expected']}, got {json.dumps(d['actual'][-300:])}")
-    print(f"  output             : {out}/summary.json, records.parquet"
-          f"{', traces/' if divergences else ''}")
+    print(
+        f"  output             : {out}/summary.json, records.parquet"
+        f"{', traces/' if divergences else ''}"
+    )
 
 
 if __name__ == "__main__":

@@ -30,18 +30,30 @@ from typing import Any
 from cowstate.maps import c_map_class
 from cowstate.state_map import CopyOnWriteStateMap as PureMap
 
-__all__ = ["MAP_CLASSES", "EntryView", "MapView", "SnapshotView", "check_chunks_and_retirement",
-           "is_c_map", "is_c_snapshot", "view_of", "view_of_snapshot"]
+__all__ = [
+    "MAP_CLASSES",
+    "EntryView",
+    "MapView",
+    "SnapshotView",
+    "check_chunks_and_retirement",
+    "is_c_map",
+    "is_c_snapshot",
+    "view_of",
+    "view_of_snapshot",
+]
 
 _C_MAP = c_map_class()
-_HAVE_GC = 1 << 14                       # Py_TPFLAGS_HAVE_GC
+_HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
 #: Every map class the checker knows: the pure map and, when built, the C map.
 MAP_CLASSES: tuple[type[Any], ...] = (PureMap,) if _C_MAP is None else (PureMap, _C_MAP)
 
 
 def is_c_map(m: object) -> bool:
-    return _C_MAP is not None and type(m).__name__ == "CopyOnWriteStateMap" and hasattr(
-        m, "_structure")
+    return (
+        _C_MAP is not None
+        and type(m).__name__ == "CopyOnWriteStateMap"
+        and hasattr(m, "_structure")
+    )
 
 
 def is_c_snapshot(s: object) -> bool:
@@ -51,8 +63,18 @@ def is_c_snapshot(s: object) -> bool:
 class EntryView:
     """One C entry, as the pure map's ``_Entry`` reads (refreshed per export)."""
 
-    __slots__ = ("__weakref__", "address", "entry_version", "hash", "key",
-                 "namespace", "next", "next_address", "state", "state_version")
+    __slots__ = (
+        "__weakref__",
+        "address",
+        "entry_version",
+        "hash",
+        "key",
+        "namespace",
+        "next",
+        "next_address",
+        "state",
+        "state_version",
+    )
 
     def __init__(self, address: int) -> None:
         self.address = address
@@ -66,8 +88,10 @@ class EntryView:
         self.state_version = 0
 
     def __repr__(self) -> str:
-        return (f"EntryView({self.key!r}, {self.namespace!r}, {self.state!r}, "
-                f"ev={self.entry_version}, sv={self.state_version})")
+        return (
+            f"EntryView({self.key!r}, {self.namespace!r}, {self.state!r}, "
+            f"ev={self.entry_version}, sv={self.state_version})"
+        )
 
 
 # map -> {address: EntryView}; a snapshot's views live in its owner's registry
@@ -81,8 +105,9 @@ def _registry(m: Any) -> dict[int, EntryView]:
     return registry
 
 
-def _heads(registry: dict[int, EntryView],
-           chains: Iterable[tuple[tuple[Any, ...], ...]]) -> list[EntryView | None]:
+def _heads(
+    registry: dict[int, EntryView], chains: Iterable[tuple[tuple[Any, ...], ...]]
+) -> list[EntryView | None]:
     """Entry views for exported chains (records head first); the heads."""
     heads: list[EntryView | None] = []
     for records in chains:
@@ -203,13 +228,15 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
             e = head
             while e is not None:
                 live.add(e.address)
-                holding_gc += any(type(x).__flags__ & _HAVE_GC
-                                  for x in (e.key, e.namespace, e.state))
+                holding_gc += any(
+                    type(x).__flags__ & _HAVE_GC for x in (e.key, e.namespace, e.state)
+                )
                 e = e.next
     if view.gc_entries != holding_gc:
         raise InvariantViolation(
             f"invariant 12 violated: the map counts {view.gc_entries} live entries holding "
-            f"an object of a GC type, {holding_gc} do")
+            f"an object of a GC type, {holding_gc} do"
+        )
     retired: dict[int, int] = {}
     versions = [version for version, _ in view.retired]
     if versions != sorted(versions):
@@ -219,12 +246,14 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
         if oldest_open is None or version < oldest_open:
             raise InvariantViolation(
                 f"invariant 11 violated: batch {version} outlives every snapshot that could "
-                f"reach it (oldest open: {oldest_open})")
+                f"reach it (oldest open: {oldest_open})"
+            )
         for address in addresses:
             if address in live:
                 raise InvariantViolation(
                     f"invariant 11 violated: entry {address:#x} is retired in batch {version} "
-                    "but the live table reaches it")
+                    "but the live table reaches it"
+                )
             retired.setdefault(address, version)
     open_views = [s for s in snapshots if not s.is_released]
     if len(open_views) != len(view._open_versions):
@@ -244,7 +273,8 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
         if refs[chunk] != count:
             raise InvariantViolation(
                 f"invariant 10 violated: chunk {chunk:#x} counts {refs[chunk]} directories, "
-                f"{count} hold it")
+                f"{count} hold it"
+            )
     # 11: what a snapshot reaches is live, or retained in a batch at least as new
     for s in open_views:
         for head in s._data or []:
@@ -254,5 +284,6 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
                     raise InvariantViolation(
                         f"invariant 11 violated: snapshot {s.version} reaches entry "
                         f"({e.key!r}, {e.namespace!r}), which is neither live nor retained "
-                        f"for it (batch {retired.get(e.address)})")
+                        f"for it (batch {retired.get(e.address)})"
+                    )
                 e = e.next

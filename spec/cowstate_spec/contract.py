@@ -60,5 +60,4 @@ def return_none(old: Any, value: int) -> Any:
     return None
 
 
-TRANSFORMS = {f.__name__: f for f in (add_or_append, replace_with_value, raise_error,
-                                      return_none)}
+TRANSFORMS = {f.__name__: f for f in (add_or_append, replace_with_value, raise_error, return_none)}

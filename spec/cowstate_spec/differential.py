@@ -55,7 +55,7 @@ class WorkloadResult:
     elapsed: float = 0.0
     operation_counts: dict[str, int] = field(default_factory=dict)
     divergence_at: int | None = None
-    divergence_operation: str | None = None     # JSON of the encoded operation
+    divergence_operation: str | None = None  # JSON of the encoded operation
     expected: str | None = None
     actual: str | None = None
 
@@ -89,9 +89,11 @@ class _Pair:
         # Only the model may refuse with built-in exceptions; an implementation
         # refuses with cowstate.errors, anything else is a crash.
         self.impl_refusals: tuple[type[Exception], ...] = (
-            _REFUSALS if isinstance(self.impl, ReferenceStateMap) else (CowStateError,))
-        self.methods = {name: (getattr(self.impl, name), getattr(self.model, name))
-                        for name in _METHODS}
+            _REFUSALS if isinstance(self.impl, ReferenceStateMap) else (CowStateError,)
+        )
+        self.methods = {
+            name: (getattr(self.impl, name), getattr(self.model, name)) for name in _METHODS
+        }
 
     def call(self, name: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
         model_args = args
@@ -111,8 +113,10 @@ class _Pair:
         except self.impl_refusals as exc:
             impl_error = exc
         if (model_error is None) != (impl_error is None):
-            raise Divergence("a refusal" if model_error else repr(model_value),
-                             repr(impl_error) if impl_error else repr(impl_value))
+            raise Divergence(
+                "a refusal" if model_error else repr(model_value),
+                repr(impl_error) if impl_error else repr(impl_value),
+            )
         return impl_value, model_value
 
     def same(self, name: str, args: tuple[Any, ...]) -> tuple[Any, Any]:
@@ -140,8 +144,11 @@ class _Pair:
         elif name == "snapshot":
             impl = self.impl.snapshot()
             # Identities only: the model comparison at release checks the values.
-            fp = (self.implementation.fingerprint(impl, values=False)
-                  if self.implementation.fingerprint else None)
+            fp = (
+                self.implementation.fingerprint(impl, values=False)
+                if self.implementation.fingerprint
+                else None
+            )
             self.open.append((impl, self.model.snapshot(), fp))
             self.compare_snapshots()
         elif name == "release":
@@ -192,13 +199,26 @@ class _Pair:
 _SIMPLE = frozenset({"get", "contains_key", "remove", "put"})
 _HANDS_OUT = frozenset({"get_and_mutate", "remove_and_get_old", "put_and_get_old"})
 _STATE_TAKING = frozenset({"put", "put_and_get_old"})
-_METHODS = ("get", "contains_key", "remove", "put", "remove_and_get_old", "put_and_get_old",
-            "transform")
+_METHODS = (
+    "get",
+    "contains_key",
+    "remove",
+    "put",
+    "remove_and_get_old",
+    "put_and_get_old",
+    "transform",
+)
 
 
-def run_workload(implementation: Implementation, ops: Sequence[Operation], *,
-                 workload: int = 0, seed: str = "", check_every: int = 200,
-                 initial_capacity: int | None = None) -> WorkloadResult:
+def run_workload(
+    implementation: Implementation,
+    ops: Sequence[Operation],
+    *,
+    workload: int = 0,
+    seed: str = "",
+    check_every: int = 200,
+    initial_capacity: int | None = None,
+) -> WorkloadResult:
     """Apply ``ops`` to ``implementation`` and the model; stop at the first divergence."""
     result = WorkloadResult(implementation.name, workload, seed, len(ops))
     counts: Counter[str] = Counter()
@@ -230,9 +250,13 @@ def run_workload(implementation: Implementation, ops: Sequence[Operation], *,
     return result
 
 
-def minimize(implementation: Implementation, ops: Sequence[Operation], *,
-             initial_capacity: int | None = None,
-             max_runs: int = 20_000) -> list[Operation]:
+def minimize(
+    implementation: Implementation,
+    ops: Sequence[Operation],
+    *,
+    initial_capacity: int | None = None,
+    max_runs: int = 20_000,
+) -> list[Operation]:
     """A locally minimal diverging sub-list of ``ops`` (delta debugging).
 
     Every candidate is re-checked with the strictest cadence (snapshots and
@@ -244,20 +268,23 @@ def minimize(implementation: Implementation, ops: Sequence[Operation], *,
     def diverges(candidate: Sequence[Operation]) -> bool:
         nonlocal runs
         runs += 1
-        return run_workload(implementation, candidate, check_every=1,
-                            initial_capacity=initial_capacity).diverged
+        return run_workload(
+            implementation, candidate, check_every=1, initial_capacity=initial_capacity
+        ).diverged
 
     first = run_workload(implementation, ops, check_every=1, initial_capacity=initial_capacity)
     if not first.diverged:
-        raise ValueError(f"expected a diverging workload for {implementation.name}, "
-                         "got one that agrees with the model")
+        raise ValueError(
+            f"expected a diverging workload for {implementation.name}, "
+            "got one that agrees with the model"
+        )
     assert first.divergence_at is not None
-    current = list(ops[:first.divergence_at + 1])
+    current = list(ops[: first.divergence_at + 1])
     granularity = 2
     while len(current) >= 2 and runs < max_runs:
         chunk = -(-len(current) // granularity)
         for start in range(0, len(current), chunk):
-            candidate = current[:start] + current[start + chunk:]
+            candidate = current[:start] + current[start + chunk :]
             if candidate and diverges(candidate):
                 current = candidate
                 granularity = max(granularity - 1, 2)
@@ -267,10 +294,10 @@ def minimize(implementation: Implementation, ops: Sequence[Operation], *,
                 break
             granularity = min(granularity * 2, len(current))
     changed = True
-    while changed and runs < max_runs:            # one-by-one: 1-minimal
+    while changed and runs < max_runs:  # one-by-one: 1-minimal
         changed = False
         for i in range(len(current)):
-            candidate = current[:i] + current[i + 1:]
+            candidate = current[:i] + current[i + 1 :]
             if candidate and diverges(candidate):
                 current = candidate
                 changed = True
@@ -278,9 +305,14 @@ def minimize(implementation: Implementation, ops: Sequence[Operation], *,
     return current
 
 
-def write_trace(out_dir: Path, tests_dir: Path | None, implementation: Implementation,
-                ops: Sequence[Operation], result: WorkloadResult,
-                initial_capacity: int | None = None) -> tuple[Path, Path | None]:
+def write_trace(
+    out_dir: Path,
+    tests_dir: Path | None,
+    implementation: Implementation,
+    ops: Sequence[Operation],
+    result: WorkloadResult,
+    initial_capacity: int | None = None,
+) -> tuple[Path, Path | None]:
     """Save ``ops`` as a JSON trace in ``out_dir`` and, if ``tests_dir`` is given,
     a pytest regression file there; return both paths."""
     slug = re.sub(r"[^a-z0-9]+", "_", f"{implementation.name}_{result.seed}".lower()).strip("_")
@@ -328,8 +360,11 @@ def test_{slug}_agrees_with_the_model() -> None:
 def load_trace(path: Path) -> tuple[str, list[Operation], int | None]:
     """The implementation name, operations and capacity of a JSON trace."""
     trace = json.loads(path.read_text())
-    return (trace["implementation"], [decode(op) for op in trace["operations"]],
-            trace.get("initial_capacity"))
+    return (
+        trace["implementation"],
+        [decode(op) for op in trace["operations"]],
+        trace.get("initial_capacity"),
+    )
 
 
 def _one_line(text: str | None) -> str:

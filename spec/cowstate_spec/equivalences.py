@@ -102,34 +102,39 @@ def plain_highest_required_version(open_versions: frozenset[int]) -> int | None:
     return plain.highest_required_version(open_versions)
 
 
-def fast_open_snapshot_version(version: int, open_versions: frozenset[int]
-                               ) -> tuple[int, frozenset[int]] | None:
+def fast_open_snapshot_version(
+    version: int, open_versions: frozenset[int]
+) -> tuple[int, frozenset[int]] | None:
     if not (version >= 0 and all(0 < v <= version for v in open_versions)):
         return None
     return fast.open_snapshot_version(version, open_versions)
 
 
-def plain_open_snapshot_version(version: int, open_versions: frozenset[int]
-                                ) -> tuple[int, frozenset[int]] | None:
+def plain_open_snapshot_version(
+    version: int, open_versions: frozenset[int]
+) -> tuple[int, frozenset[int]] | None:
     if not (version >= 0 and all(0 < v <= version for v in open_versions)):
         return None
     return plain.open_snapshot_version(version, open_versions)
 
 
-def fast_release_snapshot_version(open_versions: frozenset[int],
-                                  version: int) -> frozenset[int] | None:
-    return fast.release_snapshot_version(open_versions, version) \
-        if version in open_versions else None
+def fast_release_snapshot_version(
+    open_versions: frozenset[int], version: int
+) -> frozenset[int] | None:
+    return (
+        fast.release_snapshot_version(open_versions, version) if version in open_versions else None
+    )
 
 
-def plain_release_snapshot_version(open_versions: frozenset[int],
-                                   version: int) -> frozenset[int] | None:
-    return plain.release_snapshot_version(open_versions, version) \
-        if version in open_versions else None
+def plain_release_snapshot_version(
+    open_versions: frozenset[int], version: int
+) -> frozenset[int] | None:
+    return (
+        plain.release_snapshot_version(open_versions, version) if version in open_versions else None
+    )
 
 
-def _layout_domain(primary: list[int], rehash: list[int] | None, r: int,
-                   size: int) -> bool:
+def _layout_domain(primary: list[int], rehash: list[int] | None, r: int, size: int) -> bool:
     if size < 0:
         return False
     if rehash is None:
@@ -137,15 +142,17 @@ def _layout_domain(primary: list[int], rehash: list[int] | None, r: int,
     return len(rehash) == 2 * len(primary) and 0 <= r < len(primary)
 
 
-def fast_snapshot_layout(primary: list[int], rehash: list[int] | None, r: int,
-                         size: int) -> list[int | None] | None:
+def fast_snapshot_layout(
+    primary: list[int], rehash: list[int] | None, r: int, size: int
+) -> list[int | None] | None:
     if not _layout_domain(primary, rehash, r, size):
         return None
     return fast.snapshot_layout(primary, rehash, r, size)
 
 
-def plain_snapshot_layout(primary: list[int], rehash: list[int] | None, r: int,
-                          size: int) -> list[int | None] | None:
+def plain_snapshot_layout(
+    primary: list[int], rehash: list[int] | None, r: int, size: int
+) -> list[int | None] | None:
     if not _layout_domain(primary, rehash, r, size):
         return None
     return plain.snapshot_layout(primary, rehash, r, size)
@@ -192,8 +199,10 @@ def plain_java_string_hash(s: str) -> int | None:
 
 
 def _is_key_group_domain(key: int, max_parallelism: int) -> bool:
-    return (plain_kg.LONG_MIN <= key <= plain_kg.LONG_MAX
-            and 0 < max_parallelism <= plain_kg.UPPER_BOUND_MAX_PARALLELISM)
+    return (
+        plain_kg.LONG_MIN <= key <= plain_kg.LONG_MAX
+        and 0 < max_parallelism <= plain_kg.UPPER_BOUND_MAX_PARALLELISM
+    )
 
 
 def fast_assign_to_key_group(key: int, max_parallelism: int) -> int | None:
@@ -209,34 +218,38 @@ def plain_assign_to_key_group(key: int, max_parallelism: int) -> int | None:
 
 
 def fast_compute_key_group_range_for_operator_index(
-        max_parallelism: int, parallelism: int, operator_index: int) -> tuple[int, int] | None:
+    max_parallelism: int, parallelism: int, operator_index: int
+) -> tuple[int, int] | None:
     if not (_is_parallelism(max_parallelism, parallelism) and 0 <= operator_index < parallelism):
         return None
     kg_range = fast_kg.compute_key_group_range_for_operator_index(
-        max_parallelism, parallelism, operator_index)
+        max_parallelism, parallelism, operator_index
+    )
     return kg_range.start_key_group, kg_range.end_key_group
 
 
 def plain_compute_key_group_range_for_operator_index(
-        max_parallelism: int, parallelism: int, operator_index: int) -> tuple[int, int] | None:
+    max_parallelism: int, parallelism: int, operator_index: int
+) -> tuple[int, int] | None:
     if not (_is_parallelism(max_parallelism, parallelism) and 0 <= operator_index < parallelism):
         return None
     return plain_kg.compute_key_group_range_for_operator_index(
-        max_parallelism, parallelism, operator_index)
+        max_parallelism, parallelism, operator_index
+    )
 
 
-def fast_compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
-                                              key_group: int) -> int | None:
-    if not (_is_parallelism(max_parallelism, parallelism)
-            and 0 <= key_group < max_parallelism):
+def fast_compute_operator_index_for_key_group(
+    max_parallelism: int, parallelism: int, key_group: int
+) -> int | None:
+    if not (_is_parallelism(max_parallelism, parallelism) and 0 <= key_group < max_parallelism):
         return None
     return fast_kg.compute_operator_index_for_key_group(max_parallelism, parallelism, key_group)
 
 
-def plain_compute_operator_index_for_key_group(max_parallelism: int, parallelism: int,
-                                               key_group: int) -> int | None:
-    if not (_is_parallelism(max_parallelism, parallelism)
-            and 0 <= key_group < max_parallelism):
+def plain_compute_operator_index_for_key_group(
+    max_parallelism: int, parallelism: int, key_group: int
+) -> int | None:
+    if not (_is_parallelism(max_parallelism, parallelism) and 0 <= key_group < max_parallelism):
         return None
     return plain_kg.compute_operator_index_for_key_group(max_parallelism, parallelism, key_group)
 
@@ -244,11 +257,23 @@ def plain_compute_operator_index_for_key_group(max_parallelism: int, parallelism
 #: (what is compared, fast function, plain function), by qualified name.
 PAIRS: list[tuple[str, str, str]] = [
     (name, f"{__name__}.fast_{name}", f"{__name__}.plain_{name}")
-    for name in ("spread_hash", "composite_hash", "bucket_index", "in_rehash_table",
-                 "rehash_destination", "clamp_capacity", "threshold_for",
-                 "highest_required_version", "open_snapshot_version",
-                 "release_snapshot_version", "snapshot_layout",
-                 "bit_mix", "murmur_hash", "java_string_hash", "assign_to_key_group",
-                 "compute_key_group_range_for_operator_index",
-                 "compute_operator_index_for_key_group")
+    for name in (
+        "spread_hash",
+        "composite_hash",
+        "bucket_index",
+        "in_rehash_table",
+        "rehash_destination",
+        "clamp_capacity",
+        "threshold_for",
+        "highest_required_version",
+        "open_snapshot_version",
+        "release_snapshot_version",
+        "snapshot_layout",
+        "bit_mix",
+        "murmur_hash",
+        "java_string_hash",
+        "assign_to_key_group",
+        "compute_key_group_range_for_operator_index",
+        "compute_operator_index_for_key_group",
+    )
 ]

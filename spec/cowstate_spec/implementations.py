@@ -96,28 +96,30 @@ TABLE_MAX_PARALLELISM = 8
 SUB_RANGE = KeyGroupRange(1, 6)
 
 
-def _table(name: str, cls: type[StateTable[Any, Any, Any]], key_groups: KeyGroupRange | None,
-           checked: bool) -> Implementation:
+def _table(
+    name: str, cls: type[StateTable[Any, Any, Any]], key_groups: KeyGroupRange | None, checked: bool
+) -> Implementation:
     def factory(initial_capacity: int = 4) -> StateTable[Any, Any, Any]:
         return cls(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
 
     def model() -> ReferenceStateTable:
         return ReferenceStateTable(key_groups, TABLE_MAX_PARALLELISM)
 
-    return Implementation(name, factory, check_table,
-                          table_fingerprint if checked else None, model=model, table=True)
+    return Implementation(
+        name, factory, check_table, table_fingerprint if checked else None, model=model, table=True
+    )
 
 
 IMPLEMENTATIONS: list[Implementation] = [
-    _cow("cow-map", 4),          # tiny table: rehashes start while snapshots are open
-    _cow("cow-map-128", 128),    # Flink's default capacity
-    Implementation("reference-model", ReferenceStateMap),   # the model against itself
+    _cow("cow-map", 4),  # tiny table: rehashes start while snapshots are open
+    _cow("cow-map-128", 128),  # Flink's default capacity
+    Implementation("reference-model", ReferenceStateMap),  # the model against itself
     _table("cow-table", PureMapsTable, None, checked=True),
     _table("cow-table-sub-range", PureMapsTable, SUB_RANGE, checked=True),
     _table("nested-table", NestedMapsStateTable, None, checked=False),
     _table("nested-table-sub-range", NestedMapsStateTable, SUB_RANGE, checked=False),
 ]
-if C_MAP is not None:            # the C map and tables over it: the same spec, one line each
+if C_MAP is not None:  # the C map and tables over it: the same spec, one line each
     IMPLEMENTATIONS += [
         _cow("c-map", 4, C_MAP),
         _cow("c-map-128", 128, C_MAP),

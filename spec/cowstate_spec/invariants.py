@@ -94,8 +94,7 @@ class SnapshotFingerprint:
 _NOT_RECORDED = object()
 
 
-def fingerprint(snapshot: Any, *,
-                values: bool = True) -> SnapshotFingerprint:
+def fingerprint(snapshot: Any, *, values: bool = True) -> SnapshotFingerprint:
     """Record everything ``snapshot`` reaches; take it right after ``snapshot()``.
 
     With ``values=False`` only identities are recorded (no deep copies of the
@@ -107,22 +106,33 @@ def fingerprint(snapshot: Any, *,
     data = snapshot._data
     assert data is not None, "fingerprint of a released snapshot"
     owner = snapshot._owner
-    if owner._version == snapshot.version:      # nothing happened since snapshot()
-        expected = snapshot_layout(owner._primary, owner._rehash, owner._rehash_index,
-                                   len(owner))
-        _require(len(data) == len(expected)
-                 and all(a is b for a, b in zip(data, expected, strict=True)), 8,
-                 f"snapshot {snapshot.version} does not hold the map's buckets in the "
-                 f"compact layout: {len(data)} slots, expected {len(expected)}")
-        _require(snapshot._size == len(owner), 8,
-                 f"snapshot {snapshot.version} says size {snapshot._size}, the map had "
-                 f"{len(owner)}")
+    if owner._version == snapshot.version:  # nothing happened since snapshot()
+        expected = snapshot_layout(owner._primary, owner._rehash, owner._rehash_index, len(owner))
+        _require(
+            len(data) == len(expected) and all(a is b for a, b in zip(data, expected, strict=True)),
+            8,
+            f"snapshot {snapshot.version} does not hold the map's buckets in the "
+            f"compact layout: {len(data)} slots, expected {len(expected)}",
+        )
+        _require(
+            snapshot._size == len(owner),
+            8,
+            f"snapshot {snapshot.version} says size {snapshot._size}, the map had {len(owner)}",
+        )
     fp = SnapshotFingerprint(snapshot, list(data))
     for head in data:
         e = head
         while e is not None:
-            fp.entries.append((e, e.key, e.namespace, e.state, e.next,
-                               deep_copy(e.state) if values else _NOT_RECORDED))
+            fp.entries.append(
+                (
+                    e,
+                    e.key,
+                    e.namespace,
+                    e.state,
+                    e.next,
+                    deep_copy(e.state) if values else _NOT_RECORDED,
+                )
+            )
             e = e.next
     return fp
 
@@ -148,28 +158,48 @@ def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
     required = m._highest_required
 
     # 9. growth: power-of-two capacities, threshold, load factor
-    _require(MINIMUM_CAPACITY <= capacity <= MAXIMUM_CAPACITY
-             and capacity & (capacity - 1) == 0, 9,
-             f"primary capacity {capacity} is not a power of two in [4, 2**30]")
+    _require(
+        MINIMUM_CAPACITY <= capacity <= MAXIMUM_CAPACITY and capacity & (capacity - 1) == 0,
+        9,
+        f"primary capacity {capacity} is not a power of two in [4, 2**30]",
+    )
     _require(m._mask == capacity - 1, 9, f"mask {m._mask} != capacity - 1 = {capacity - 1}")
     if rehash is None:
         _require(r == 0, 2, f"rehash index {r} while not rehashing")
-        _require(m._threshold == threshold_for(capacity), 9,
-                 f"threshold {m._threshold} != {threshold_for(capacity)} for capacity {capacity}")
-        _require(len(m) <= m._threshold + 1, 9,
-                 f"size {len(m)} above threshold {m._threshold} + 1 outside a rehash")
+        _require(
+            m._threshold == threshold_for(capacity),
+            9,
+            f"threshold {m._threshold} != {threshold_for(capacity)} for capacity {capacity}",
+        )
+        _require(
+            len(m) <= m._threshold + 1,
+            9,
+            f"size {len(m)} above threshold {m._threshold} + 1 outside a rehash",
+        )
     else:
-        _require(len(rehash) == 2 * capacity, 9,
-                 f"rehash table has {len(rehash)} buckets, expected 2 * {capacity}")
-        _require(m._threshold == threshold_for(2 * capacity), 9,
-                 f"threshold {m._threshold} != {threshold_for(2 * capacity)} while rehashing")
+        _require(
+            len(rehash) == 2 * capacity,
+            9,
+            f"rehash table has {len(rehash)} buckets, expected 2 * {capacity}",
+        )
+        _require(
+            m._threshold == threshold_for(2 * capacity),
+            9,
+            f"threshold {m._threshold} != {threshold_for(2 * capacity)} while rehashing",
+        )
         _require(0 <= r < capacity, 2, f"rehash index {r} outside [0, {capacity})")
 
     # 5. version bookkeeping
-    _require(required == highest_required_version(m._open_versions), 5,
-             f"highest required version {required} != max of open {sorted(m._open_versions)}")
-    _require(all(0 < v <= version for v in m._open_versions), 5,
-             f"open versions {sorted(m._open_versions)} outside (0, {version}]")
+    _require(
+        required == highest_required_version(m._open_versions),
+        5,
+        f"highest required version {required} != max of open {sorted(m._open_versions)}",
+    )
+    _require(
+        all(0 < v <= version for v in m._open_versions),
+        5,
+        f"open versions {sorted(m._open_versions)} outside (0, {version}]",
+    )
 
     snapshot_entries: set[int] = set()
     snapshot_states: set[int] = set()
@@ -190,32 +220,58 @@ def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
         length = len(table)
         for index, head in enumerate(table):
             if name == "primary" and rehash is not None:
-                _require(head is None or index >= r, 2,
-                         f"primary bucket {index} < rehash index {r} is not empty")
+                _require(
+                    head is None or index >= r,
+                    2,
+                    f"primary bucket {index} < rehash index {r} is not empty",
+                )
             e = head
             while e is not None:
                 count += 1
-                _require(count <= total + 1, 3,
-                         f"{name} table reaches more than len(map) = {total} entries (cycle?)")
+                _require(
+                    count <= total + 1,
+                    3,
+                    f"{name} table reaches more than len(map) = {total} entries (cycle?)",
+                )
                 composite = (e.key, e.namespace)
                 # One cheap test per entry; the precise message is built on failure only.
-                if not (e.hash == composite_hash(e.key, e.namespace)
-                        and e.hash & (length - 1) == index
-                        and (name == "primary" or e.hash & (capacity - 1) < r)
-                        and composite not in seen and e.state is not None
-                        and e.entry_version <= version and e.state_version <= version
-                        and (e.entry_version < required or id(e) not in snapshot_entries)
-                        and (e.state_version < required
-                             or id(e.state) not in snapshot_states)):
-                    _diagnose_entry(e, name, index, length, capacity, r, seen, version,
-                                    required, snapshot_entries, snapshot_states)
+                if not (
+                    e.hash == composite_hash(e.key, e.namespace)
+                    and e.hash & (length - 1) == index
+                    and (name == "primary" or e.hash & (capacity - 1) < r)
+                    and composite not in seen
+                    and e.state is not None
+                    and e.entry_version <= version
+                    and e.state_version <= version
+                    and (e.entry_version < required or id(e) not in snapshot_entries)
+                    and (e.state_version < required or id(e.state) not in snapshot_states)
+                ):
+                    _diagnose_entry(
+                        e,
+                        name,
+                        index,
+                        length,
+                        capacity,
+                        r,
+                        seen,
+                        version,
+                        required,
+                        snapshot_entries,
+                        snapshot_states,
+                    )
                 seen.add(composite)
                 e = e.next
         counts.append(count)
-    _require(counts[0] == m._primary_size, 3,
-             f"primary table holds {counts[0]} entries, counter says {m._primary_size}")
-    _require(counts[1] == m._rehash_size, 3,
-             f"rehash table holds {counts[1]} entries, counter says {m._rehash_size}")
+    _require(
+        counts[0] == m._primary_size,
+        3,
+        f"primary table holds {counts[0]} entries, counter says {m._primary_size}",
+    )
+    _require(
+        counts[1] == m._rehash_size,
+        3,
+        f"rehash table holds {counts[1]} entries, counter says {m._rehash_size}",
+    )
 
     for fp in snapshots:
         check_snapshot_unchanged(fp)
@@ -228,45 +284,80 @@ def check_snapshot_unchanged(fp: SnapshotFingerprint) -> None:
         return
     data = snap._data
     assert data is not None
-    _require(len(data) == len(fp.heads) and all(a is b for a, b in zip(data, fp.heads,
-                                                                         strict=True)), 8,
-             f"the bucket list of snapshot {snap.version} changed")
+    _require(
+        len(data) == len(fp.heads) and all(a is b for a, b in zip(data, fp.heads, strict=True)),
+        8,
+        f"the bucket list of snapshot {snap.version} changed",
+    )
     for e, key, namespace, state, successor, state_copy in fp.entries:
-        if (e.key is key and e.namespace is namespace and e.state is state
-                and e.next is successor
-                and (state_copy is _NOT_RECORDED or state == state_copy)):
+        if (
+            e.key is key
+            and e.namespace is namespace
+            and e.state is state
+            and e.next is successor
+            and (state_copy is _NOT_RECORDED or state == state_copy)
+        ):
             continue
         where = f"snapshot {snap.version}: entry ({key!r}, {namespace!r})"
         _require(e.key is key and e.namespace is namespace, 8, f"{where} changed its key")
         _require(e.state is state, 8, f"{where} now holds another state object {e.state!r}")
         _require(e.next is successor, 8, f"{where} now links to another successor")
-        _require(state_copy is _NOT_RECORDED or state == state_copy, 8,
-                 f"{where}: its state was mutated in place to {state!r}, was {state_copy!r}")
+        _require(
+            state_copy is _NOT_RECORDED or state == state_copy,
+            8,
+            f"{where}: its state was mutated in place to {state!r}, was {state_copy!r}",
+        )
 
 
-def _diagnose_entry(e: Any, name: str, index: int, length: int, capacity: int, r: int,
-                    seen: set[tuple[Any, Any]], version: int, required: int,
-                    snapshot_entries: set[int], snapshot_states: set[int]) -> None:
+def _diagnose_entry(
+    e: Any,
+    name: str,
+    index: int,
+    length: int,
+    capacity: int,
+    r: int,
+    seen: set[tuple[Any, Any]],
+    version: int,
+    required: int,
+    snapshot_entries: set[int],
+    snapshot_states: set[int],
+) -> None:
     """Raise the precise violation of an entry that failed the cheap test."""
     where = f"entry ({e.key!r}, {e.namespace!r}) in {name} bucket {index}"
-    _require(e.hash == composite_hash(e.key, e.namespace), 1,
-             f"{where} caches hash {e.hash}, expected {composite_hash(e.key, e.namespace)}")
-    _require(e.hash & (length - 1) == index, 1,
-             f"{where} belongs in bucket {e.hash & (length - 1)}")
-    _require(name == "primary" or e.hash & (capacity - 1) < r, 2,
-             f"{where}: its primary bucket {e.hash & (capacity - 1)} >= rehash index {r}, "
-             "so it must still be in the primary table")
+    _require(
+        e.hash == composite_hash(e.key, e.namespace),
+        1,
+        f"{where} caches hash {e.hash}, expected {composite_hash(e.key, e.namespace)}",
+    )
+    _require(
+        e.hash & (length - 1) == index, 1, f"{where} belongs in bucket {e.hash & (length - 1)}"
+    )
+    _require(
+        name == "primary" or e.hash & (capacity - 1) < r,
+        2,
+        f"{where}: its primary bucket {e.hash & (capacity - 1)} >= rehash index {r}, "
+        "so it must still be in the primary table",
+    )
     _require((e.key, e.namespace) not in seen, 4, f"{where} is reachable twice")
     _require(e.state is not None, 3, f"{where} has state None")
-    _require(e.entry_version <= version and e.state_version <= version, 5,
-             f"{where} has versions ({e.entry_version}, {e.state_version}) above the map "
-             f"version {version}")
-    _require(e.entry_version < required or id(e) not in snapshot_entries, 6,
-             f"{where} has entry version {e.entry_version} >= {required} but an open "
-             "snapshot reaches it")
-    _require(e.state_version < required or id(e.state) not in snapshot_states, 7,
-             f"{where} has state version {e.state_version} >= {required} but an open "
-             "snapshot reaches its state")
+    _require(
+        e.entry_version <= version and e.state_version <= version,
+        5,
+        f"{where} has versions ({e.entry_version}, {e.state_version}) above the map "
+        f"version {version}",
+    )
+    _require(
+        e.entry_version < required or id(e) not in snapshot_entries,
+        6,
+        f"{where} has entry version {e.entry_version} >= {required} but an open "
+        "snapshot reaches it",
+    )
+    _require(
+        e.state_version < required or id(e.state) not in snapshot_states,
+        7,
+        f"{where} has state version {e.state_version} >= {required} but an open "
+        "snapshot reaches its state",
+    )
     raise AssertionError(f"{where} failed the entry test but no invariant names why")
 
 
@@ -282,23 +373,35 @@ def rehash_step_check(m: Any) -> Callable[[], None]:
         return _nothing
     rehash_table = _table_identity(before, "rehash")
     r = before._rehash_index
-    lengths = [len(chain(head)) for head in before._primary]   # entries per bucket before
+    lengths = [len(chain(head)) for head in before._primary]  # entries per bucket before
 
     def after() -> None:
         now = view_of_map(m)
         if now._rehash is None:
-            _require(_table_identity(now, "primary") == rehash_table, 9,
-                     "a running rehash ended without installing its table")
+            _require(
+                _table_identity(now, "primary") == rehash_table,
+                9,
+                "a running rehash ended without installing its table",
+            )
             return
-        _require(_table_identity(now, "rehash") == rehash_table, 9,
-                 "a running rehash was replaced by another")
+        _require(
+            _table_identity(now, "rehash") == rehash_table,
+            9,
+            "a running rehash was replaced by another",
+        )
         r_after = now._rehash_index
-        _require(r_after > r, 9,
-                 f"a keyed operation during a rehash did not move a bucket (index stays {r})")
+        _require(
+            r_after > r,
+            9,
+            f"a keyed operation during a rehash did not move a bucket (index stays {r})",
+        )
         moved = sum(lengths[r:r_after])
-        _require(moved >= 4, 9,
-                 f"a keyed operation moved buckets {r}..{r_after - 1} holding {moved} "
-                 "entries, expected at least 4 or the end of the rehash")
+        _require(
+            moved >= 4,
+            9,
+            f"a keyed operation moved buckets {r}..{r_after - 1} holding {moved} "
+            "entries, expected at least 4 or the end of the rehash",
+        )
 
     return after
 
@@ -331,16 +434,20 @@ class TableFingerprint:
     maps: list[SnapshotFingerprint]
 
 
-def table_fingerprint(snapshot: CopyOnWriteStateTableSnapshot[Any, Any, Any], *,
-                      values: bool = True) -> TableFingerprint:
+def table_fingerprint(
+    snapshot: CopyOnWriteStateTableSnapshot[Any, Any, Any], *, values: bool = True
+) -> TableFingerprint:
     """Fingerprint every key group's map snapshot; take it right after ``snapshot()``
     (``values`` as in :func:`fingerprint`)."""
-    return TableFingerprint(snapshot, [fingerprint(snapshot.map_snapshot(kg), values=values)
-                                       for kg in snapshot.key_group_range])
+    return TableFingerprint(
+        snapshot,
+        [fingerprint(snapshot.map_snapshot(kg), values=values) for kg in snapshot.key_group_range],
+    )
 
 
-def check_table(table: StateTable[Any, Any, Any],
-                snapshots: Iterable[TableFingerprint] = ()) -> None:
+def check_table(
+    table: StateTable[Any, Any, Any], snapshots: Iterable[TableFingerprint] = ()
+) -> None:
     """Assert a table's invariants: every mapping sits in the map of its key
     group (computed with the model's plain assignment), the size is the sum of
     the maps', and every copy-on-write map holds invariants 1-9 against the
@@ -348,7 +455,7 @@ def check_table(table: StateTable[Any, Any, Any],
     fingerprints: dict[int, list[SnapshotFingerprint]] = {}
     for table_fp in snapshots:
         for fp in table_fp.maps:
-            if not fp.snapshot.is_released:           # its key group was written
+            if not fp.snapshot.is_released:  # its key group was written
                 fingerprints.setdefault(id(owner_of(fp.snapshot)), []).append(fp)
     total = 0
     max_parallelism = table.max_parallelism
@@ -359,10 +466,12 @@ def check_table(table: StateTable[Any, Any, Any],
             if actual != key_group:
                 raise InvariantViolation(
                     f"table invariant (routing) violated: ({key!r}, {namespace!r}) is in the "
-                    f"map of key group {key_group}, its key group is {actual}")
+                    f"map of key group {key_group}, its key group is {actual}"
+                )
         total += len(m)
         if isinstance(m, MAP_CLASSES):
             check_map(m, fingerprints.get(id(m), ()))
     if len(table) != total:
         raise InvariantViolation(
-            f"table invariant (size) violated: len(table) = {len(table)}, the maps hold {total}")
+            f"table invariant (size) violated: len(table) = {len(table)}, the maps hold {total}"
+        )

@@ -26,7 +26,7 @@ def hash_for_composite(h: int) -> int:
     """The Python hash a key needs so that its composite hash with a namespace
     of hash 0 is ``spread_hash(h)`` (which is ``h`` for ``0 <= h < 2**16``)."""
     pre = (h * _MIX_INVERSE) % _MOD
-    if pre >= _MOD // 2:                      # as a signed 64-bit Py_hash_t
+    if pre >= _MOD // 2:  # as a signed 64-bit Py_hash_t
         pre -= _MOD
     assert pre != -1, f"no key can hash to -1 (Python turns it into -2): pick another than {h}"
     return pre

@@ -52,8 +52,9 @@ __all__ = ["StateMapMachine", "StateTableMachine", "machine_for", "snapshot_cont
 
 
 #: Operations on one mapping: each performs a rehash step (invariant 9).
-KEYED_OPERATIONS = frozenset({"get", "contains_key", "put", "put_and_get_old", "remove",
-                              "remove_and_get_old", "transform"})
+KEYED_OPERATIONS = frozenset(
+    {"get", "contains_key", "put", "put_and_get_old", "remove", "remove_and_get_old", "transform"}
+)
 
 
 class Outcome:
@@ -101,14 +102,16 @@ class StateMapMachine(RuleBasedStateMachine):
         after = step_check(self.impl) if step_check and operation in KEYED_OPERATIONS else None
         impl = Outcome(lambda: getattr(self.impl, operation)(*args, **kwargs))
         if after is not None and impl.error is None:
-            after()                     # invariant 9: the rehash moved on
+            after()  # invariant 9: the rehash moved on
         model = Outcome(lambda: getattr(self.model, operation)(*model_args, **kwargs))
         call = f"{operation}{args!r}{kwargs or ''}"
         assert (impl.error is None) == (model.error is None), (
-            f"{call}: implementation {impl}, model {model}")
+            f"{call}: implementation {impl}, model {model}"
+        )
         if impl.error is not None and not isinstance(self.impl, ReferenceStateMap):
             assert isinstance(impl.error, CowStateError), (
-                f"{call} raised {impl.error!r}, expected a cowstate.errors exception")
+                f"{call} raised {impl.error!r}, expected a cowstate.errors exception"
+            )
         return impl.value, model.value
 
     def equal_results(self, operation: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
@@ -120,7 +123,7 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(target=mappings, kn=any_key, state=s.states)
     def put(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
-        self.equal_results("put", *kn, state)           # True exactly when the mapping is new
+        self.equal_results("put", *kn, state)  # True exactly when the mapping is new
         return kn
 
     @rule(kn=any_key)
@@ -154,10 +157,8 @@ class StateMapMachine(RuleBasedStateMachine):
         if c.mutate_in_place(impl, item):
             c.mutate_in_place(model, item)
 
-    @rule(kn=any_key, value=st.integers(0, 9),
-          fn=s.transform_functions)
-    def transform(self, kn: tuple[Any, Any], value: int,
-                  fn: Callable[[Any, int], Any]) -> None:
+    @rule(kn=any_key, value=st.integers(0, 9), fn=s.transform_functions)
+    def transform(self, kn: tuple[Any, Any], value: int, fn: Callable[[Any, int], Any]) -> None:
         self.both("transform", *kn, value, fn)
 
     @rule()
@@ -172,7 +173,8 @@ class StateMapMachine(RuleBasedStateMachine):
     def release(self, index: int) -> None:
         impl, model, _ = self.open.pop(index % len(self.open))
         assert snapshot_contents(impl) == model.contents, (
-            f"snapshot {impl.version} differs from the model's at release")
+            f"snapshot {impl.version} differs from the model's at release"
+        )
         impl.release()
         model.release()
         assert impl.is_released
@@ -205,22 +207,24 @@ class StateMapMachine(RuleBasedStateMachine):
     @invariant()
     def sizes_agree(self) -> None:
         assert len(self.impl) == len(self.model), (
-            f"size: implementation {len(self.impl)}, model {len(self.model)}")
+            f"size: implementation {len(self.impl)}, model {len(self.model)}"
+        )
 
     @invariant()
     def open_snapshots_never_change(self) -> None:
         for impl, model, _ in self.open:
             assert len(impl) == len(model), (
-                f"snapshot {impl.version}: size {len(impl)}, model {len(model)}")
+                f"snapshot {impl.version}: size {len(impl)}, model {len(model)}"
+            )
             assert snapshot_contents(impl) == model.contents, (
                 f"snapshot {impl.version} changed: {snapshot_contents(impl)!r} != "
-                f"{dict(model.contents)!r}")
+                f"{dict(model.contents)!r}"
+            )
 
     @invariant()
     def structure_holds(self) -> None:
         if self.implementation.check is not None:
-            self.implementation.check(
-                self.impl, [fp for _, _, fp in self.open if fp is not None])
+            self.implementation.check(self.impl, [fp for _, _, fp in self.open if fp is not None])
 
     def teardown(self) -> None:
         for impl, model, _ in self.open:
@@ -261,15 +265,15 @@ class StateTableMachine(StateMapMachine):
         for side in (self.impl, self.model):
             outcome = Outcome(functools.partial(side.put, *kn, 1, key_group=key_group))
             assert outcome.error is not None, (
-                f"put{kn!r} in key group {key_group} outside the table was accepted")
+                f"put{kn!r} in key group {key_group} outside the table was accepted"
+            )
 
     @rule(choice=key_group_choices)
     def entries_in_key_group(self, choice: int) -> None:
         key_group = self.key_group(choice)
         impl = snapshot_contents(self.impl.entries_in_key_group(key_group))
         model = snapshot_contents(self.model.entries_in_key_group(key_group))
-        assert impl == model, (
-            f"key group {key_group}: implementation {impl!r}, model {model!r}")
+        assert impl == model, f"key group {key_group}: implementation {impl!r}, model {model!r}"
 
     @precondition(lambda self: bool(self.open))
     @rule(index=st.integers(0, 7), choice=key_group_choices)
@@ -295,13 +299,15 @@ class StateTableMachine(StateMapMachine):
         if model.is_key_group_released(key_group):
             assert impl.is_key_group_released(key_group), (
                 f"key group {key_group} of snapshot {impl.version} is open, the model's "
-                "was released")
+                "was released"
+            )
             return
         contents = snapshot_contents(impl.key_group_entries(key_group))
         expected = model.key_group_contents(key_group)
         assert contents == expected, (
             f"snapshot {impl.version}, key group {key_group} changed: {contents!r} != "
-            f"{dict(expected)!r}")
+            f"{dict(expected)!r}"
+        )
         assert impl.size_of_key_group(key_group) == len(expected)
 
     def compare_snapshot(self, impl: Any, model: Any) -> None:
@@ -317,5 +323,6 @@ class StateTableMachine(StateMapMachine):
 def machine_for(implementation: Implementation) -> type[StateMapMachine]:
     """The state machine class that checks ``implementation``."""
     base = StateTableMachine if implementation.table else StateMapMachine
-    return type(f"{base.__name__}[{implementation.name}]", (base,),
-                {"implementation": implementation})
+    return type(
+        f"{base.__name__}[{implementation.name}]", (base,), {"implementation": implementation}
+    )

@@ -24,20 +24,33 @@ PROFILES = ("ci", "dev", "deep", "mutation", "crosshair")
 
 
 def register_profiles() -> None:
-    common = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                      print_blob=True)
-    settings.register_profile("ci", common, max_examples=120, stateful_step_count=40,
-                              derandomize=True, database=None)
+    common = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True)
+    settings.register_profile(
+        "ci", common, max_examples=120, stateful_step_count=40, derandomize=True, database=None
+    )
     settings.register_profile("dev", common, max_examples=200, stateful_step_count=50)
-    settings.register_profile("deep", common, max_examples=4000, stateful_step_count=120,
-                              verbosity=Verbosity.normal)
-    settings.register_profile("mutation", common, max_examples=60, stateful_step_count=40,
-                              derandomize=True, database=None,
-                              phases=[Phase.explicit, Phase.generate])
-    settings.register_profile("crosshair", common, backend="crosshair", max_examples=40,
-                              stateful_step_count=12, database=None,
-                              phases=[Phase.explicit, Phase.generate],
-                              suppress_health_check=list(HealthCheck))
+    settings.register_profile(
+        "deep", common, max_examples=4000, stateful_step_count=120, verbosity=Verbosity.normal
+    )
+    settings.register_profile(
+        "mutation",
+        common,
+        max_examples=60,
+        stateful_step_count=40,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+    )
+    settings.register_profile(
+        "crosshair",
+        common,
+        backend="crosshair",
+        max_examples=40,
+        stateful_step_count=12,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 def same_examples_everywhere() -> None:
@@ -54,7 +67,7 @@ def same_examples_everywhere() -> None:
     try:
         from hypothesis.internal.conjecture import providers
         from hypothesis.internal.constants_ast import Constants
-    except ImportError:                      # pragma: no cover - another layout
+    except ImportError:  # pragma: no cover - another layout
         return
     if hasattr(providers, "_get_local_constants"):
         empty = Constants()
@@ -77,7 +90,13 @@ def hunt_settings(max_examples: int, stateful_step_count: int) -> settings:
     """Settings of a bug hunt (the ``test_spec_catches_bad_*`` modules): generation
     only (no shrinking, no replay database), derandomized so a catch is the same
     every run, the first failure ends the run."""
-    return settings(max_examples=max_examples, stateful_step_count=stateful_step_count,
-                    derandomize=True, database=None, deadline=None,
-                    phases=[Phase.generate], report_multiple_bugs=False,
-                    suppress_health_check=[HealthCheck.too_slow])
+    return settings(
+        max_examples=max_examples,
+        stateful_step_count=stateful_step_count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        report_multiple_bugs=False,
+        suppress_health_check=[HealthCheck.too_slow],
+    )

@@ -58,10 +58,11 @@ __all__ = ["Faults", "SimulatedCrash", "StorageMachine", "storage_machine_for"]
 
 MAX_PARALLELISM = 8
 BOOKKEEPING = frozenset({"_counter", "_restore"})
-DESCRIPTORS: tuple[StateDescriptor, ...] = (ValueStateDescriptor("value"),
-                                            ListStateDescriptor("list"))
-MODES = {"claim": RestoreMode.CLAIM, "no-claim": RestoreMode.NO_CLAIM,
-         "legacy": RestoreMode.LEGACY}
+DESCRIPTORS: tuple[StateDescriptor, ...] = (
+    ValueStateDescriptor("value"),
+    ListStateDescriptor("list"),
+)
+MODES = {"claim": RestoreMode.CLAIM, "no-claim": RestoreMode.NO_CLAIM, "legacy": RestoreMode.LEGACY}
 
 
 class SimulatedCrash(Exception):
@@ -123,8 +124,10 @@ def _crashed(exc: BaseException) -> bool:
 #: snapshots leave the incremental base within a few checkpoints).
 STORAGE_BACKENDS: dict[str, BackendImplementation] = {
     "heap": backend_named("heap-cow"),
-    "rocksdb": replace(backend_named("rocksdb"), factory=functools.partial(
-        rocksdb_backend, level_zero_compaction_trigger=2)),
+    "rocksdb": replace(
+        backend_named("rocksdb"),
+        factory=functools.partial(rocksdb_backend, level_zero_compaction_trigger=2),
+    ),
 }
 
 
@@ -146,12 +149,13 @@ class StorageMachine(RuleBasedStateMachine):
         self.parallelism = 2
         self.storage = self.new_storage()
         self.backends = self.new_backends(self.parallelism)
-        self.coordinator = self.coordinator_class(self.storage, self.backends,
-                                                  num_retained=self.num_retained)
+        self.coordinator = self.coordinator_class(
+            self.storage, self.backends, num_retained=self.num_retained
+        )
         self.model = ReferenceStorage(self.num_retained)
         self.live = self.new_model_backend({})
         self.verified: dict[str, tuple[Any, ...]] = {}
-        self.first_checkpoint_pending = False      # NO_CLAIM: the next must be full
+        self.first_checkpoint_pending = False  # NO_CLAIM: the next must be full
 
     # ------------------------------------------------------------- helpers
 
@@ -162,8 +166,9 @@ class StorageMachine(RuleBasedStateMachine):
     def new_backends(self, parallelism: int) -> list[Any]:
         backends = []
         for index in range(parallelism):
-            key_groups = compute_key_group_range_for_operator_index(MAX_PARALLELISM,
-                                                                    parallelism, index)
+            key_groups = compute_key_group_range_for_operator_index(
+                MAX_PARALLELISM, parallelism, index
+            )
             backend = self.kind.factory(key_groups, MAX_PARALLELISM)
             for descriptor in DESCRIPTORS:
                 backend.get_state(descriptor)
@@ -171,12 +176,20 @@ class StorageMachine(RuleBasedStateMachine):
         return backends
 
     def new_model_backend(self, contents: Any) -> ReferenceKeyedStateBackend:
-        live = ReferenceKeyedStateBackend(range(MAX_PARALLELISM), MAX_PARALLELISM,
-                                          default_namespace=VOID_NAMESPACE)
-        live.restore([ReferenceBackendSnapshot(
-            0, MAX_PARALLELISM, _proxy({d.name: d.kind for d in DESCRIPTORS}),
-            _proxy({d.name: "pickle" for d in DESCRIPTORS}),
-            _proxy({name: _proxy(dict(c)) for name, c in contents.items()}))])
+        live = ReferenceKeyedStateBackend(
+            range(MAX_PARALLELISM), MAX_PARALLELISM, default_namespace=VOID_NAMESPACE
+        )
+        live.restore(
+            [
+                ReferenceBackendSnapshot(
+                    0,
+                    MAX_PARALLELISM,
+                    _proxy({d.name: d.kind for d in DESCRIPTORS}),
+                    _proxy({d.name: "pickle" for d in DESCRIPTORS}),
+                    _proxy({name: _proxy(dict(c)) for name, c in contents.items()}),
+                )
+            ]
+        )
         for descriptor in DESCRIPTORS:
             live.get_state(descriptor)
         return live
@@ -187,8 +200,10 @@ class StorageMachine(RuleBasedStateMachine):
 
     def contents(self) -> dict[str, dict[tuple[Any, Any], Any]]:
         """The model's live contents, deep-copied (a snapshot's synchronous moment)."""
-        return {d.name: {kn: deep_copy(s) for kn, s in self.live.contents(d.name).items()}
-                for d in DESCRIPTORS}
+        return {
+            d.name: {kn: deep_copy(s) for kn, s in self.live.contents(d.name).items()}
+            for d in DESCRIPTORS
+        }
 
     def attempt(self, call: Callable[[], Any]) -> tuple[bool, Any]:
         """Run a coordinator call that may meet an armed fault.
@@ -215,23 +230,28 @@ class StorageMachine(RuleBasedStateMachine):
         self.faults.revive()
         # Whatever reached _metadata before the crash exists.
         for checkpoint_id in sorted(self.model.pending):
-            if self.filesystem.exists(self.filesystem.join(
-                    self.storage.checkpoint_dir(checkpoint_id), METADATA_FILE)):
+            if self.filesystem.exists(
+                self.filesystem.join(self.storage.checkpoint_dir(checkpoint_id), METADATA_FILE)
+            ):
                 self.model.complete(checkpoint_id)
         for backend in self.backends:
             backend.close()
         recovered_to = self.model.crash()
         self.backends = self.new_backends(self.parallelism)
-        self.coordinator = self.coordinator_class.recover(self.storage, self.backends,
-                                                          num_retained=self.num_retained)
+        self.coordinator = self.coordinator_class.recover(
+            self.storage, self.backends, num_retained=self.num_retained
+        )
         self.live = self.new_model_backend(recovered_to)
         if self.model.retained:
             self.first_checkpoint_pending = False
 
     # ---------------------------------------------------------- state rules
 
-    @rule(operation=st.sampled_from(["update", "add", "clear"]), key=st.integers(0, 15),
-          value=st.integers(-3, 99))
+    @rule(
+        operation=st.sampled_from(["update", "add", "clear"]),
+        key=st.integers(0, 15),
+        value=st.integers(-3, 99),
+    )
     def change_state(self, operation: str, key: int, value: int) -> None:
         """Update the value state, add to the list state, or clear both, at ``key``."""
         for side in (self.backend_of(key), self.live):
@@ -259,9 +279,10 @@ class StorageMachine(RuleBasedStateMachine):
             return checkpoint_id
 
         done, checkpoint_id = self.attempt(trigger_and_acknowledge)
-        if done:                                      # else aborted, or a crash: no record
-            self.model.trigger(Snapshot(checkpoint_id, self.storage.checkpoint_dir(
-                checkpoint_id), contents))
+        if done:  # else aborted, or a crash: no record
+            self.model.trigger(
+                Snapshot(checkpoint_id, self.storage.checkpoint_dir(checkpoint_id), contents)
+            )
             if complete_now:
                 self.complete(checkpoint_id)
 
@@ -271,17 +292,20 @@ class StorageMachine(RuleBasedStateMachine):
         self.complete(sorted(self.model.pending)[index % len(self.model.pending)])
 
     def complete(self, checkpoint_id: int) -> None:
-        done, completed = self.attempt(
-            lambda: self.coordinator.complete_checkpoint(checkpoint_id))
+        done, completed = self.attempt(lambda: self.coordinator.complete_checkpoint(checkpoint_id))
         if not done:
-            if checkpoint_id in self.model.pending:   # not a crash after _metadata
+            if checkpoint_id in self.model.pending:  # not a crash after _metadata
                 self.model.abort(checkpoint_id)
             return
-        if self.first_checkpoint_pending:             # rule 7, NO_CLAIM: full
-            outside = [f.path for f in completed.metadata.files
-                       if not f.relative and not f.path.startswith(self.storage.job_dir + "/")]
+        if self.first_checkpoint_pending:  # rule 7, NO_CLAIM: full
+            outside = [
+                f.path
+                for f in completed.metadata.files
+                if not f.relative and not f.path.startswith(self.storage.job_dir + "/")
+            ]
             assert not outside, (
-                f"the first checkpoint after a NO_CLAIM restore references {outside}")
+                f"the first checkpoint after a NO_CLAIM restore references {outside}"
+            )
             self.first_checkpoint_pending = False
         self.model.complete(checkpoint_id)
 
@@ -301,10 +325,14 @@ class StorageMachine(RuleBasedStateMachine):
         directory = self.filesystem.join(self.root, "savepoints", f"sp-{self.savepoints}")
         contents = self.contents()
         done, metadata = self.attempt(
-            lambda: self.coordinator.trigger_savepoint(directory, savepoint_format))  # type: ignore[arg-type]
+            lambda: self.coordinator.trigger_savepoint(directory, savepoint_format)
+        )  # type: ignore[arg-type]
         if done or self.filesystem.exists(self.filesystem.join(directory, METADATA_FILE)):
-            checkpoint_id = metadata.checkpoint_id if done else read_metadata(
-                self.filesystem, directory).checkpoint_id
+            checkpoint_id = (
+                metadata.checkpoint_id
+                if done
+                else read_metadata(self.filesystem, directory).checkpoint_id
+            )
             self.model.savepoint(Snapshot(checkpoint_id, directory, contents, "savepoint"))
 
     def deletable(self, directory: str) -> bool:
@@ -313,8 +341,9 @@ class StorageMachine(RuleBasedStateMachine):
         if self.model.is_owned_by_the_job(directory):
             return False
         source = self.model.restored_from
-        return not (source is not None and source[0].directory == directory
-                    and not self.model.retained)
+        return not (
+            source is not None and source[0].directory == directory and not self.model.retained
+        )
 
     @precondition(lambda self: bool(self.model.savepoints))
     @rule(index=st.integers(0, 7), action=st.sampled_from(["delete", "move"]))
@@ -333,15 +362,19 @@ class StorageMachine(RuleBasedStateMachine):
         target = self.filesystem.join(self.root, "savepoints", f"sp-{self.savepoints}-moved")
         shutil.move(directory, target)
         snapshot = self.model.savepoints.pop(directory)
-        self.model.savepoint(Snapshot(snapshot.checkpoint_id, target, snapshot.contents,
-                                      "savepoint"))
+        self.model.savepoint(
+            Snapshot(snapshot.checkpoint_id, target, snapshot.contents, "savepoint")
+        )
 
     # --------------------------------------------------------- restore, crash
 
     @precondition(lambda self: bool(self.model.existing()))
-    @rule(source=st.sampled_from(["the latest checkpoint", "any snapshot"]),
-          index=st.integers(0, 15), mode=st.sampled_from(sorted(MODES)),
-          parallelism=st.sampled_from(["the same", 1, 2, 3]))
+    @rule(
+        source=st.sampled_from(["the latest checkpoint", "any snapshot"]),
+        index=st.integers(0, 15),
+        mode=st.sampled_from(sorted(MODES)),
+        parallelism=st.sampled_from(["the same", 1, 2, 3]),
+    )
     def restore(self, source: str, index: int, mode: str, parallelism: int | str) -> None:
         """A new job starts from a snapshot: most often, as when a job is
         restarted, from the latest checkpoint at the same parallelism (where
@@ -357,16 +390,17 @@ class StorageMachine(RuleBasedStateMachine):
         assert isinstance(parallelism, int)
         if mode == "claim" and not self.claimable(directory):
             mode = "no-claim"
-        done, _ = self.attempt(self.coordinator.close)       # the old job stops
+        done, _ = self.attempt(self.coordinator.close)  # the old job stops
         if not done:
-            return                                           # it crashed instead
+            return  # it crashed instead
         for backend in self.backends:
             backend.close()
         self.storage = self.new_storage()
         self.parallelism = parallelism
         self.backends = self.new_backends(parallelism)
         self.coordinator = self.coordinator_class.restore(
-            self.storage, self.backends, directory, MODES[mode], num_retained=self.num_retained)
+            self.storage, self.backends, directory, MODES[mode], num_retained=self.num_retained
+        )
         restored = self.model.restore(directory, mode)
         self.live = self.new_model_backend(restored.contents)
         self.first_checkpoint_pending = mode == "no-claim"
@@ -374,19 +408,24 @@ class StorageMachine(RuleBasedStateMachine):
     def claimable(self, directory: str) -> bool:
         """A snapshot a new job may own: no other existing snapshot uses its files,
         and (a checkpoint) no sibling of its own job shares them."""
-        mine = {SnapshotSource(self.filesystem, directory).path(f)
-                for f in read_metadata(self.filesystem, directory).files}
+        mine = {
+            SnapshotSource(self.filesystem, directory).path(f)
+            for f in read_metadata(self.filesystem, directory).files
+        }
         for other in self.model.existing():
             if other == directory:
                 continue
-            theirs = {SnapshotSource(self.filesystem, other).path(f)
-                      for f in read_metadata(self.filesystem, other).files}
+            theirs = {
+                SnapshotSource(self.filesystem, other).path(f)
+                for f in read_metadata(self.filesystem, other).files
+            }
             if mine & theirs:
                 return False
         return True
 
-    @rule(countdown=st.integers(1, 12),
-          kind=st.sampled_from(["error", "error", "crash", "crash now"]))
+    @rule(
+        countdown=st.integers(1, 12), kind=st.sampled_from(["error", "error", "crash", "crash now"])
+    )
     def inject_fault(self, countdown: int, kind: str) -> None:
         """Arm a fault for the next coordinator call (trigger, complete, abort,
         savepoint, delete), or crash at once, between two operations."""
@@ -404,7 +443,8 @@ class StorageMachine(RuleBasedStateMachine):
             live = {(k, n): s for b in self.backends for k, n, s in b.entries(descriptor.name)}
             assert live == self.live.contents(descriptor.name), (
                 f"{descriptor.name}: implementation {live!r}, model "
-                f"{self.live.contents(descriptor.name)!r}")
+                f"{self.live.contents(descriptor.name)!r}"
+            )
 
     @invariant()
     def files_on_disk_are_exactly_the_referenced_ones(self) -> None:
@@ -418,20 +458,29 @@ class StorageMachine(RuleBasedStateMachine):
         for checkpoint_id in self.coordinator.pending_checkpoints:
             for handle in self.coordinator._pending[checkpoint_id].acknowledged.values():
                 expected |= {f.path for f in handle.files}
-        actual = {path for path in self.filesystem.list_files(self.root)
-                  if not (self.filesystem.name(path) in BOOKKEEPING
-                          and self.filesystem.parent(self.filesystem.parent(path)) == self.root)}
+        actual = {
+            path
+            for path in self.filesystem.list_files(self.root)
+            if not (
+                self.filesystem.name(path) in BOOKKEEPING
+                and self.filesystem.parent(self.filesystem.parent(path)) == self.root
+            )
+        }
         leaked, missing = sorted(actual - expected), sorted(expected - actual)
         assert not leaked and not missing, (
-            f"files on disk differ from the referenced ones: leaked {leaked}, missing {missing}")
+            f"files on disk differ from the referenced ones: leaked {leaked}, missing {missing}"
+        )
 
     @invariant()
     def every_snapshot_restores_to_its_moment(self) -> None:
         for directory, snapshot in self.model.existing().items():
             metadata = read_metadata(self.filesystem, directory)
-            fingerprint = tuple(sorted(
-                (path, os.path.getsize(path) if os.path.exists(path) else -1)
-                for path in self.paths_of(metadata, directory)))
+            fingerprint = tuple(
+                sorted(
+                    (path, os.path.getsize(path) if os.path.exists(path) else -1)
+                    for path in self.paths_of(metadata, directory)
+                )
+            )
             if self.verified.get(directory) == fingerprint:
                 continue
             try:
@@ -439,26 +488,33 @@ class StorageMachine(RuleBasedStateMachine):
             except Exception as exc:
                 raise AssertionError(
                     f"{snapshot.kind} {snapshot.checkpoint_id} in {directory} no longer "
-                    f"restores: {type(exc).__name__}: {exc}") from exc
+                    f"restores: {type(exc).__name__}: {exc}"
+                ) from exc
             expected = {name: dict(c) for name, c in snapshot.contents.items()}
             assert restored == expected, (
                 f"{snapshot.kind} {snapshot.checkpoint_id} in {directory} restores to "
-                f"{restored!r}, its synchronous moment was {expected!r}")
+                f"{restored!r}, its synchronous moment was {expected!r}"
+            )
             self.verified[directory] = fingerprint
 
     def paths_of(self, metadata: CheckpointMetadata, directory: str) -> set[str]:
         source = SnapshotSource(self.filesystem, directory)
         return {source.path(f) for f in metadata.files}
 
-    def restore_for_check(self, metadata: CheckpointMetadata,
-                          directory: str) -> dict[str, dict[tuple[Any, Any], Any]]:
+    def restore_for_check(
+        self, metadata: CheckpointMetadata, directory: str
+    ) -> dict[str, dict[tuple[Any, Any], Any]]:
         native_rocksdb = any(h.format == "rocksdb-native" for h in metadata.subtasks)
         factory = STORAGE_BACKENDS["rocksdb" if native_rocksdb else "heap"].factory
         backend = factory(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM)
         try:
             backend.restore_from(metadata.subtasks, SnapshotSource(self.filesystem, directory))
-            return {d.name: {(k, n): s for k, n, s in backend.entries(d.name)}
-                    if d.name in backend.state_names else {} for d in DESCRIPTORS}
+            return {
+                d.name: {(k, n): s for k, n, s in backend.entries(d.name)}
+                if d.name in backend.state_names
+                else {}
+                for d in DESCRIPTORS
+            }
         finally:
             backend.close()
 
@@ -476,12 +532,22 @@ def _proxy(mapping: dict[Any, Any]) -> Any:
     return MappingProxyType(mapping)
 
 
-def storage_machine_for(kind: str, num_retained: int, *,
-                        coordinator_class: type[CheckpointCoordinator] = CheckpointCoordinator,
-                        storage_class: type[CheckpointStorage] = CheckpointStorage,
-                        ) -> type[StorageMachine]:
+def storage_machine_for(
+    kind: str,
+    num_retained: int,
+    *,
+    coordinator_class: type[CheckpointCoordinator] = CheckpointCoordinator,
+    storage_class: type[CheckpointStorage] = CheckpointStorage,
+) -> type[StorageMachine]:
     """The storage machine class for the ``kind`` backend, retaining ``num_retained``
     (with another coordinator or storage class: a broken one it must catch)."""
-    return type(f"StorageMachine[{kind}, retain {num_retained}]", (StorageMachine,),
-                {"kind": STORAGE_BACKENDS[kind], "num_retained": num_retained,
-                 "coordinator_class": coordinator_class, "storage_class": storage_class})
+    return type(
+        f"StorageMachine[{kind}, retain {num_retained}]",
+        (StorageMachine,),
+        {
+            "kind": STORAGE_BACKENDS[kind],
+            "num_retained": num_retained,
+            "coordinator_class": coordinator_class,
+            "storage_class": storage_class,
+        },
+    )

@@ -42,9 +42,9 @@ CHECKED_MODULES = ["cowstate.arithmetic", "cowstate.key_groups"]
 
 @dataclass(frozen=True)
 class Limits:
-    per_condition: float     # CPU seconds CrossHair spends on one condition
-    per_path: float          # CPU seconds on one execution path
-    deadline: float          # wall-clock seconds for the whole run
+    per_condition: float  # CPU seconds CrossHair spends on one condition
+    per_path: float  # CPU seconds on one execution path
+    deadline: float  # wall-clock seconds for the whole run
 
 
 PROFILES = {
@@ -72,31 +72,41 @@ class Job:
     def conditions(self) -> tuple[int, int]:
         """(proved over all paths, no counterexample within the limits), from
         ``crosshair check --report_all``."""
-        return (self.output.count("Confirmed over all paths"),
-                self.output.count("Not confirmed"))
+        return (self.output.count("Confirmed over all paths"), self.output.count("Not confirmed"))
 
 
 def contract_targets(module_name: str) -> list[str]:
     """The functions of ``module_name`` that carry a PEP 316 postcondition, one
     CrossHair target each (so the jobs spread over the workers)."""
     module = importlib.import_module(module_name)
-    return [f"{module_name}.{name}" for name, fn in inspect.getmembers(module,
-                                                                        inspect.isfunction)
-            if fn.__module__ == module_name and "post:" in (fn.__doc__ or "")]
+    return [
+        f"{module_name}.{name}"
+        for name, fn in inspect.getmembers(module, inspect.isfunction)
+        if fn.__module__ == module_name and "post:" in (fn.__doc__ or "")
+    ]
 
 
-def jobs_for(limits: Limits, targets: list[str],
-             pairs: list[tuple[str, str, str]]) -> list[Job]:
+def jobs_for(limits: Limits, targets: list[str], pairs: list[tuple[str, str, str]]) -> list[Job]:
     """One ``crosshair check`` job per target (a function, module or file:line)
     and one ``crosshair diffbehavior`` job per pair."""
     crosshair = str(Path(sys.executable).with_name("crosshair"))
-    timeouts = ["--per_condition_timeout", str(limits.per_condition),
-                "--per_path_timeout", str(limits.per_path)]
-    jobs = [Job(f"check {target}", [crosshair, "check", "--analysis_kind=PEP316",
-                                    "--report_all", *timeouts, target])
-            for target in targets]
-    jobs += [Job(f"diffbehavior {name}", [crosshair, "diffbehavior", *timeouts, fast, plain])
-             for name, fast, plain in pairs]
+    timeouts = [
+        "--per_condition_timeout",
+        str(limits.per_condition),
+        "--per_path_timeout",
+        str(limits.per_path),
+    ]
+    jobs = [
+        Job(
+            f"check {target}",
+            [crosshair, "check", "--analysis_kind=PEP316", "--report_all", *timeouts, target],
+        )
+        for target in targets
+    ]
+    jobs += [
+        Job(f"diffbehavior {name}", [crosshair, "diffbehavior", *timeouts, fast, plain])
+        for name, fast, plain in pairs
+    ]
     return jobs
 
 
@@ -111,16 +121,23 @@ def run_jobs(jobs: list[Job], deadline: float, workers: int) -> None:
             job.returncode, job.findings = -1, ["not run: the deadline had passed"]
             return
         try:
-            done = subprocess.run(job.argv, capture_output=True, text=True, timeout=remaining,
-                                  env=dict(os.environ, PYTHONHASHSEED="0"))
+            done = subprocess.run(
+                job.argv,
+                capture_output=True,
+                text=True,
+                timeout=remaining,
+                env=dict(os.environ, PYTHONHASHSEED="0"),
+            )
         except subprocess.TimeoutExpired:
             job.returncode, job.findings = -1, [f"killed at the deadline of {deadline:.0f} s"]
         else:
             job.returncode = done.returncode
             job.output = done.stdout + done.stderr
-            job.findings = [line for line in job.output.splitlines()
-                            if ": error:" in line or line.startswith("Given:")
-                            or "Traceback" in line]
+            job.findings = [
+                line
+                for line in job.output.splitlines()
+                if ": error:" in line or line.startswith("Given:") or "Traceback" in line
+            ]
             if job.argv[1] == "check" and not job.findings and sum(job.conditions) == 0:
                 job.findings = ["CrossHair checked no condition"]
         job.seconds = time.monotonic() - begin
@@ -134,8 +151,9 @@ def summary(jobs: list[Job]) -> str:
     for job in jobs:
         if job.name.startswith("check"):
             confirmed, unconfirmed = job.conditions
-            verdict = (f"{confirmed + unconfirmed} conditions: {confirmed} proved, "
-                       f"{unconfirmed} no cex")
+            verdict = (
+                f"{confirmed + unconfirmed} conditions: {confirmed} proved, {unconfirmed} no cex"
+            )
         else:
             verdict = "equal" if "No differences found" in job.output else "DIFFERENT"
         if not job.passed:
@@ -149,8 +167,9 @@ def summary(jobs: list[Job]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cowstate_spec.symbolic",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m cowstate_spec.symbolic", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--profile", choices=sorted(PROFILES), default="quick")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 2)
     args = parser.parse_args(argv)
@@ -159,14 +178,18 @@ def main(argv: list[str] | None = None) -> int:
     jobs = jobs_for(limits, targets, PAIRS)
     started = time.monotonic()
     run_jobs(jobs, limits.deadline, args.workers)
-    print(f"CrossHair, profile {args.profile}: {limits.per_condition:g} s per condition, "
-          f"{limits.per_path:g} s per path, deadline {limits.deadline:g} s")
+    print(
+        f"CrossHair, profile {args.profile}: {limits.per_condition:g} s per condition, "
+        f"{limits.per_path:g} s per path, deadline {limits.deadline:g} s"
+    )
     print(summary(jobs))
     failed = [job for job in jobs if not job.passed]
     checked = sum(sum(job.conditions) for job in jobs if job.name.startswith("check"))
     print(f"{checked} postconditions checked, {len(PAIRS)} equivalences")
-    print(f"\n{len(jobs)} jobs in {time.monotonic() - started:.0f} s: "
-          + ("no counterexample" if not failed else f"{len(failed)} FAILED"))
+    print(
+        f"\n{len(jobs)} jobs in {time.monotonic() - started:.0f} s: "
+        + ("no counterexample" if not failed else f"{len(failed)} FAILED")
+    )
     return 1 if failed else 0
 
 

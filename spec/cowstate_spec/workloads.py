@@ -47,8 +47,18 @@ Operation = tuple[Any, ...]
 
 #: Every operation a workload can contain.
 OPERATIONS = (
-    "put", "get", "get_and_mutate", "contains_key", "put_and_get_old", "remove",
-    "remove_and_get_old", "transform", "snapshot", "release", "iterate", "keys",
+    "put",
+    "get",
+    "get_and_mutate",
+    "contains_key",
+    "put_and_get_old",
+    "remove",
+    "remove_and_get_old",
+    "transform",
+    "snapshot",
+    "release",
+    "iterate",
+    "keys",
 )
 TRANSFORM_FUNCTIONS = ("add_or_append", "replace_with_value", "raise_error", "return_none")
 
@@ -56,9 +66,18 @@ StateKind = Literal["int", "str", "list", "dict"]
 DEFAULT_STATE_KINDS: tuple[StateKind, ...] = ("int", "list", "dict")
 
 DEFAULT_MIX: dict[str, float] = {
-    "put": 30, "get": 15, "get_and_mutate": 15, "contains_key": 5, "put_and_get_old": 5,
-    "remove": 8, "remove_and_get_old": 4, "transform": 6, "snapshot": 2, "release": 2,
-    "iterate": 0.2, "keys": 0.5,
+    "put": 30,
+    "get": 15,
+    "get_and_mutate": 15,
+    "contains_key": 5,
+    "put_and_get_old": 5,
+    "remove": 8,
+    "remove_and_get_old": 4,
+    "transform": 6,
+    "snapshot": 2,
+    "release": 2,
+    "iterate": 0.2,
+    "keys": 0.5,
 }
 
 
@@ -78,18 +97,23 @@ class WorkloadSpec(BaseModel):
     hot_set_size: int = Field(8, ge=1)
     hot_set_share: float = Field(0.8, ge=0, le=1)
     namespaces: int = Field(3, ge=1, le=1000)
-    state_kinds: list[StateKind] = Field(default_factory=lambda: list(DEFAULT_STATE_KINDS),
-                                         min_length=1)
-    collision_share: float = Field(0.1, ge=0, le=1,
-                                   description="share of keys that are HashKeys with "
-                                               "colliding hashes")
+    state_kinds: list[StateKind] = Field(
+        default_factory=lambda: list(DEFAULT_STATE_KINDS), min_length=1
+    )
+    collision_share: float = Field(
+        0.1, ge=0, le=1, description="share of keys that are HashKeys with colliding hashes"
+    )
     initial_capacity: int = Field(4, ge=0, le=1 << 30)
     max_open_snapshots: int = Field(3, ge=1, le=64)
     release_order: Literal["fifo", "lifo", "random"] = "random"
-    check_every: int = Field(200, ge=0, description="compare open snapshots and check "
-                                                    "structure every N operations (0: never)")
-    implementations: list[str] = Field(default_factory=lambda: _default_implementations(),
-                                       min_length=1)
+    check_every: int = Field(
+        200,
+        ge=0,
+        description="compare open snapshots and check structure every N operations (0: never)",
+    )
+    implementations: list[str] = Field(
+        default_factory=lambda: _default_implementations(), min_length=1
+    )
 
     @field_validator("mix")
     @classmethod
@@ -119,8 +143,9 @@ class WorkloadSpec(BaseModel):
     @model_validator(mode="after")
     def _hot_set_fits(self) -> WorkloadSpec:
         if self.key_distribution == "hot-set" and self.hot_set_size > self.key_domain:
-            raise ValueError(f"expected hot_set_size <= key_domain ({self.key_domain}), "
-                             f"got {self.hot_set_size}")
+            raise ValueError(
+                f"expected hot_set_size <= key_domain ({self.key_domain}), got {self.hot_set_size}"
+            )
         return self
 
     @property
@@ -153,21 +178,46 @@ def _default_implementations() -> list[str]:
 
 
 PRESETS: dict[str, WorkloadSpec] = {
-    spec.name: spec for spec in (
-        WorkloadSpec(name="smoke", workloads=2400, operations_per_workload=2500,
-                     key_domain=32, namespaces=2),
-        WorkloadSpec(name="collisions", workloads=200, operations_per_workload=2000,
-                     key_domain=48, collision_share=0.7, initial_capacity=4),
-        WorkloadSpec(name="rehash-under-snapshots", workloads=100,
-                     operations_per_workload=5000, key_domain=4000, namespaces=2,
-                     initial_capacity=4, mix={**DEFAULT_MIX, "put": 60, "remove": 3,
-                                              "snapshot": 3, "release": 2},
-                     max_open_snapshots=4),
-        WorkloadSpec(name="zipf-hot-keys", workloads=200, operations_per_workload=2500,
-                     key_domain=2000, key_distribution="zipf", zipf_exponent=1.2),
-        WorkloadSpec(name="long-lived-snapshots", workloads=150,
-                     operations_per_workload=4000, key_domain=256, max_open_snapshots=8,
-                     release_order="fifo", mix={**DEFAULT_MIX, "snapshot": 1, "release": 0.5}),
+    spec.name: spec
+    for spec in (
+        WorkloadSpec(
+            name="smoke", workloads=2400, operations_per_workload=2500, key_domain=32, namespaces=2
+        ),
+        WorkloadSpec(
+            name="collisions",
+            workloads=200,
+            operations_per_workload=2000,
+            key_domain=48,
+            collision_share=0.7,
+            initial_capacity=4,
+        ),
+        WorkloadSpec(
+            name="rehash-under-snapshots",
+            workloads=100,
+            operations_per_workload=5000,
+            key_domain=4000,
+            namespaces=2,
+            initial_capacity=4,
+            mix={**DEFAULT_MIX, "put": 60, "remove": 3, "snapshot": 3, "release": 2},
+            max_open_snapshots=4,
+        ),
+        WorkloadSpec(
+            name="zipf-hot-keys",
+            workloads=200,
+            operations_per_workload=2500,
+            key_domain=2000,
+            key_distribution="zipf",
+            zipf_exponent=1.2,
+        ),
+        WorkloadSpec(
+            name="long-lived-snapshots",
+            workloads=150,
+            operations_per_workload=4000,
+            key_domain=256,
+            max_open_snapshots=8,
+            release_order="fifo",
+            mix={**DEFAULT_MIX, "snapshot": 1, "release": 0.5},
+        ),
     )
 }
 
@@ -195,15 +245,19 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
     open_snapshots = 0
     ops: list[Operation] = []
     while len(ops) < spec.operations_per_workload:
-        name = names[bisect.bisect_right(cumulative, rng.random() * cumulative[-1])
-                     if len(names) > 1 else 0]
+        name = names[
+            bisect.bisect_right(cumulative, rng.random() * cumulative[-1]) if len(names) > 1 else 0
+        ]
         if name == "snapshot" and open_snapshots >= spec.max_open_snapshots:
             name = "release"
         if name == "release":
             if open_snapshots == 0:
                 continue
-            position = {"fifo": 0, "lifo": open_snapshots - 1,
-                        "random": rng.randrange(open_snapshots)}[spec.release_order]
+            position = {
+                "fifo": 0,
+                "lifo": open_snapshots - 1,
+                "random": rng.randrange(open_snapshots),
+            }[spec.release_order]
             ops.append(("release", position))
             open_snapshots -= 1
         elif name == "snapshot":
@@ -220,8 +274,9 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
             elif name == "get_and_mutate":
                 ops.append((name, key, namespace, rng.randrange(100)))
             elif name == "transform":
-                ops.append((name, key, namespace, rng.randrange(10),
-                            rng.choice(TRANSFORM_FUNCTIONS)))
+                ops.append(
+                    (name, key, namespace, rng.randrange(10), rng.choice(TRANSFORM_FUNCTIONS))
+                )
             else:
                 ops.append((name, key, namespace))
     return ops
@@ -230,18 +285,21 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
 def _key_sampler(spec: WorkloadSpec, rng: random.Random) -> Any:
     domain = spec.key_domain
     if spec.key_distribution == "zipf":
-        weights = itertools.accumulate(1.0 / (rank ** spec.zipf_exponent)
-                                       for rank in range(1, domain + 1))
+        weights = itertools.accumulate(
+            1.0 / (rank**spec.zipf_exponent) for rank in range(1, domain + 1)
+        )
         cumulative = list(weights)
 
         def index() -> int:
             return bisect.bisect_right(cumulative, rng.random() * cumulative[-1]) % domain
     elif spec.key_distribution == "hot-set":
+
         def index() -> int:
             if rng.random() < spec.hot_set_share:
                 return rng.randrange(spec.hot_set_size)
             return rng.randrange(domain)
     else:
+
         def index() -> int:
             return rng.randrange(domain)
 
@@ -250,7 +308,7 @@ def _key_sampler(spec: WorkloadSpec, rng: random.Random) -> Any:
     def key() -> Any:
         i = index()
         if (i * 2654435761) % 1000 < threshold:
-            return HashKey(i, i % 4)        # many keys, four hashes: long chains
+            return HashKey(i, i % 4)  # many keys, four hashes: long chains
         return i if i % 2 else f"k{i}"
 
     return key

@@ -124,11 +124,18 @@ class CheckpointCoordinator:
     #: The registry of shared files (a subclass may bring another).
     registry_class: type[SharedStateRegistry] = SharedStateRegistry
 
-    def __init__(self, storage: CheckpointStorage, backends: Sequence[CheckpointingBackend], *,
-                 num_retained: int = 1, timeout: float = 600.0) -> None:
+    def __init__(
+        self,
+        storage: CheckpointStorage,
+        backends: Sequence[CheckpointingBackend],
+        *,
+        num_retained: int = 1,
+        timeout: float = 600.0,
+    ) -> None:
         if not isinstance(storage, CheckpointStorage):
             raise InvalidArgumentError(
-                f"expected a CheckpointStorage, got {type(storage).__name__}")
+                f"expected a CheckpointStorage, got {type(storage).__name__}"
+            )
         if type(num_retained) is not int or num_retained < 1:
             raise InvalidArgumentError(f"expected num_retained >= 1, got {num_retained!r}")
         _check_backends(backends)
@@ -157,7 +164,8 @@ class CheckpointCoordinator:
             checkpoint_id = self._next_id()
         except Exception as exc:
             raise CheckpointError(
-                f"expected to trigger a checkpoint, got {type(exc).__name__}: {exc}") from exc
+                f"expected to trigger a checkpoint, got {type(exc).__name__}: {exc}"
+            ) from exc
         location = self.storage.checkpoint_location(checkpoint_id)
         options = SnapshotOptions(kind="checkpoint", full=self.force_full)
         pending = PendingCheckpoint(checkpoint_id, location, options, [])
@@ -169,7 +177,8 @@ class CheckpointCoordinator:
             self.abort_checkpoint(checkpoint_id)
             raise CheckpointError(
                 f"expected every subtask to start checkpoint {checkpoint_id}, got "
-                f"{type(exc).__name__}: {exc}; the checkpoint was aborted") from exc
+                f"{type(exc).__name__}: {exc}; the checkpoint was aborted"
+            ) from exc
         return checkpoint_id
 
     def acknowledge(self, checkpoint_id: int, timeout: float | None = None) -> None:
@@ -179,8 +188,7 @@ class CheckpointCoordinator:
         deleted) and :class:`CheckpointError` raised with the cause.
         """
         pending = self._pending_checkpoint(checkpoint_id)
-        done, not_done = wait(pending.futures, timeout=self.timeout if timeout is None
-                              else timeout)
+        done, not_done = wait(pending.futures, timeout=self.timeout if timeout is None else timeout)
         failure: BaseException | None = None
         if not_done:
             failure = TimeoutError(f"{len(not_done)} subtasks did not finish in time")
@@ -196,35 +204,51 @@ class CheckpointCoordinator:
             self.abort_checkpoint(checkpoint_id)
             raise CheckpointError(
                 f"expected every subtask to write checkpoint {checkpoint_id}, got "
-                f"{type(failure).__name__}: {failure}; the checkpoint was aborted") from failure
+                f"{type(failure).__name__}: {failure}; the checkpoint was aborted"
+            ) from failure
 
-    def complete_checkpoint(self, checkpoint_id: int,
-                            timeout: float | None = None) -> CompletedCheckpoint:
+    def complete_checkpoint(
+        self, checkpoint_id: int, timeout: float | None = None
+    ) -> CompletedCheckpoint:
         """Acknowledge, write ``_metadata``, register, subsume, confirm (module doc)."""
         pending = self._pending_checkpoint(checkpoint_id)
         if not pending.is_acknowledged:
             self.acknowledge(checkpoint_id, timeout)
         subtasks = tuple(pending.acknowledged[i] for i in range(len(self.backends)))
         metadata = CheckpointMetadata(
-            job_id=self.storage.job_id, checkpoint_id=checkpoint_id, kind="checkpoint",
-            max_parallelism=self.max_parallelism, timestamp=time.time(), subtasks=subtasks,
-            disowned=tuple(sorted({f.path for h in subtasks for f in h.shared_files
-                                   if not self.registry.is_owned(f.path)})))
+            job_id=self.storage.job_id,
+            checkpoint_id=checkpoint_id,
+            kind="checkpoint",
+            max_parallelism=self.max_parallelism,
+            timestamp=time.time(),
+            subtasks=subtasks,
+            disowned=tuple(
+                sorted(
+                    {
+                        f.path
+                        for h in subtasks
+                        for f in h.shared_files
+                        if not self.registry.is_owned(f.path)
+                    }
+                )
+            ),
+        )
         try:
             write_metadata(self.storage.filesystem, pending.location.directory, metadata)
         except BaseException as exc:
             self.abort_checkpoint(checkpoint_id)
             raise CheckpointError(
                 f"expected checkpoint {checkpoint_id}'s _metadata to be written, got "
-                f"{type(exc).__name__}: {exc}; the checkpoint was aborted") from exc
+                f"{type(exc).__name__}: {exc}; the checkpoint was aborted"
+            ) from exc
         del self._pending[checkpoint_id]
         completed = CompletedCheckpoint(checkpoint_id, pending.location.directory, metadata)
-        self._retain(completed)                                          # rule 5
+        self._retain(completed)  # rule 5
         for older in [i for i in self._pending if i < checkpoint_id]:
-            self.abort_checkpoint(older)                     # subsumed while pending
+            self.abort_checkpoint(older)  # subsumed while pending
         self._subsume()
-        self.force_full = False                              # rule 7, NO_CLAIM
-        for backend in self.backends:                        # rule 1: confirmed only now
+        self.force_full = False  # rule 7, NO_CLAIM
+        for backend in self.backends:  # rule 1: confirmed only now
             backend.notify_checkpoint_complete(checkpoint_id)
         return completed
 
@@ -234,10 +258,11 @@ class CheckpointCoordinator:
         if pending is None:
             raise UnknownCheckpointError(
                 f"expected a pending checkpoint id ({sorted(self._pending) or 'none'}), got "
-                f"{checkpoint_id}")
+                f"{checkpoint_id}"
+            )
         for future in pending.futures:
             future.cancel()
-        wait(pending.futures, timeout=self.timeout)          # writers stop touching files
+        wait(pending.futures, timeout=self.timeout)  # writers stop touching files
         pending.location.discard()
         self.storage.filesystem.delete_dir(pending.location.directory)
         for backend in self.backends:
@@ -245,9 +270,12 @@ class CheckpointCoordinator:
 
     # ------------------------------------------------------------ savepoints
 
-    def trigger_savepoint(self, directory: str,
-                          savepoint_format: Literal["canonical", "native"] = "canonical",
-                          timeout: float | None = None) -> CheckpointMetadata:
+    def trigger_savepoint(
+        self,
+        directory: str,
+        savepoint_format: Literal["canonical", "native"] = "canonical",
+        timeout: float | None = None,
+    ) -> CheckpointMetadata:
         """Take a savepoint into ``directory`` and wait for it (rules 2 and 6).
 
         Its id comes from the same counter as checkpoints; every file is
@@ -256,7 +284,8 @@ class CheckpointCoordinator:
         """
         if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
-                f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}")
+                f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}"
+            )
         location = self.storage.savepoint_location(directory)
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
@@ -272,9 +301,14 @@ class CheckpointCoordinator:
                 raise TimeoutError(f"{len(not_done)} subtasks did not finish in time")
             handles = tuple(future.result() for future in futures)
             metadata = CheckpointMetadata(
-                job_id=self.storage.job_id, checkpoint_id=checkpoint_id, kind="savepoint",
-                savepoint_format=savepoint_format, max_parallelism=self.max_parallelism,
-                timestamp=time.time(), subtasks=handles)
+                job_id=self.storage.job_id,
+                checkpoint_id=checkpoint_id,
+                kind="savepoint",
+                savepoint_format=savepoint_format,
+                max_parallelism=self.max_parallelism,
+                timestamp=time.time(),
+                subtasks=handles,
+            )
             write_metadata(self.storage.filesystem, location.directory, metadata)
         except Exception as exc:
             for future in futures:
@@ -284,10 +318,11 @@ class CheckpointCoordinator:
             _remove_if_empty(self.storage, location.directory)
             raise CheckpointError(
                 f"expected savepoint {checkpoint_id} in {directory!r}, got "
-                f"{type(exc).__name__}: {exc}; what it wrote was deleted") from exc
+                f"{type(exc).__name__}: {exc}; what it wrote was deleted"
+            ) from exc
         finally:
             self.storage.filesystem.delete(intent)
-        for backend in self.backends:                        # rule 3: ignored by the backends
+        for backend in self.backends:  # rule 3: ignored by the backends
             backend.notify_checkpoint_complete(checkpoint_id)
         return metadata
 
@@ -297,11 +332,13 @@ class CheckpointCoordinator:
         if metadata.kind != "savepoint":
             raise InvalidArgumentError(
                 f"expected a savepoint directory, {directory!r} holds checkpoint "
-                f"{metadata.checkpoint_id}")
+                f"{metadata.checkpoint_id}"
+            )
         if any(c.directory == directory.rstrip("/") for c in self._completed):
             raise InvalidArgumentError(
                 f"expected a savepoint the job does not own, {directory!r} was restored in "
-                "CLAIM mode and is retained as a checkpoint")
+                "CLAIM mode and is retained as a checkpoint"
+            )
         self.storage.filesystem.delete_dir(directory)
 
     # --------------------------------------------------------------- queries
@@ -328,16 +365,25 @@ class CheckpointCoordinator:
             self.abort_checkpoint(checkpoint_id)
 
     def __repr__(self) -> str:
-        return (f"<CheckpointCoordinator {self.storage.job_dir!r} retained "
-                f"{[c.checkpoint_id for c in self._completed]} pending "
-                f"{sorted(self._pending)}>")
+        return (
+            f"<CheckpointCoordinator {self.storage.job_dir!r} retained "
+            f"{[c.checkpoint_id for c in self._completed]} pending "
+            f"{sorted(self._pending)}>"
+        )
 
     # ------------------------------------------------------ restore, recover
 
     @classmethod
-    def restore(cls, storage: CheckpointStorage, backends: Sequence[CheckpointingBackend],
-                directory: str, mode: RestoreMode, *, num_retained: int = 1,
-                timeout: float = 600.0) -> CheckpointCoordinator:
+    def restore(
+        cls,
+        storage: CheckpointStorage,
+        backends: Sequence[CheckpointingBackend],
+        directory: str,
+        mode: RestoreMode,
+        *,
+        num_retained: int = 1,
+        timeout: float = 600.0,
+    ) -> CheckpointCoordinator:
         """Start a job from the checkpoint or savepoint in ``directory`` (rule 7).
 
         Every subtask restores the handles meeting its key groups (any
@@ -348,23 +394,35 @@ class CheckpointCoordinator:
         """
         if not isinstance(mode, RestoreMode):
             raise InvalidArgumentError(
-                f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {mode!r}")
+                f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {mode!r}"
+            )
         metadata = read_metadata(storage.filesystem, directory)
         if storage.checkpoint_ids_on_disk() or storage.read_restore_record() is not None:
             raise InvalidArgumentError(
                 f"expected a new job directory to restore into, {storage.job_dir!r} already "
-                "holds checkpoints of a job: recover() it, or use another job id")
+                "holds checkpoints of a job: recover() it, or use another job id"
+            )
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
-        record = RestoreRecord(directory=directory.rstrip("/"), mode=mode,
-                               checkpoint_id=metadata.checkpoint_id, kind=metadata.kind)
+        record = RestoreRecord(
+            directory=directory.rstrip("/"),
+            mode=mode,
+            checkpoint_id=metadata.checkpoint_id,
+            kind=metadata.kind,
+        )
         coordinator._start_from(record.directory, metadata, mode)
         storage.write_restore_record(record)
         coordinator.restored_from = record
         return coordinator
 
     @classmethod
-    def recover(cls, storage: CheckpointStorage, backends: Sequence[CheckpointingBackend], *,
-                num_retained: int = 1, timeout: float = 600.0) -> CheckpointCoordinator:
+    def recover(
+        cls,
+        storage: CheckpointStorage,
+        backends: Sequence[CheckpointingBackend],
+        *,
+        num_retained: int = 1,
+        timeout: float = 600.0,
+    ) -> CheckpointCoordinator:
         """Rebuild after a crash from what is on disk (module doc) and restore the
         backends from the newest retained checkpoint, or else from the snapshot
         the job was restored from, or else leave them empty."""
@@ -381,56 +439,66 @@ class CheckpointCoordinator:
         record = storage.read_restore_record()
         self.restored_from = record
         own = storage.completed_checkpoints()
-        retained = own[-self.num_retained:]
+        retained = own[-self.num_retained :]
         if record is not None:
             self._last_id = max(self._last_id, record.checkpoint_id)
         if own:
             self._last_id = max(self._last_id, own[-1].checkpoint_id)
         # The restored snapshot: still in the store (CLAIM, nothing newer subsumed it)?
         if record is not None and storage.filesystem.exists(
-                storage.filesystem.join(record.directory, METADATA_FILE)):
+            storage.filesystem.join(record.directory, METADATA_FILE)
+        ):
             restored = read_metadata(storage.filesystem, record.directory)
             if record.mode is RestoreMode.CLAIM:
-                self._retain(CompletedCheckpoint(restored.checkpoint_id, record.directory,
-                                                 restored))
+                self._retain(
+                    CompletedCheckpoint(restored.checkpoint_id, record.directory, restored)
+                )
             else:
                 self.registry.disown(f.path for f in restored.files if not f.relative)
             if not own:
                 self.force_full = record.mode is RestoreMode.NO_CLAIM
         for metadata in retained:
-            self._retain(CompletedCheckpoint(metadata.checkpoint_id,
-                                             storage.checkpoint_dir(metadata.checkpoint_id),
-                                             metadata))
+            self._retain(
+                CompletedCheckpoint(
+                    metadata.checkpoint_id, storage.checkpoint_dir(metadata.checkpoint_id), metadata
+                )
+            )
         # A CLAIMed snapshot the crash caught while it was being subsumed: finish that.
         self._subsume()
         self._delete_garbage(record)
         latest = self.latest_checkpoint
-        if latest is not None:                # the job's own, or the CLAIMed snapshot
+        if latest is not None:  # the job's own, or the CLAIMed snapshot
             source = SnapshotSource(storage.filesystem, latest.directory)
-            _restore_backends(self.backends, latest.metadata, source,
-                              incremental_base=latest.metadata.kind == "checkpoint")
+            _restore_backends(
+                self.backends,
+                latest.metadata,
+                source,
+                incremental_base=latest.metadata.kind == "checkpoint",
+            )
         elif record is not None:
             restored = read_metadata(storage.filesystem, record.directory)
             source = SnapshotSource(storage.filesystem, record.directory)
-            _restore_backends(self.backends, restored, source,
-                              incremental_base=restored.kind == "checkpoint")
+            _restore_backends(
+                self.backends, restored, source, incremental_base=restored.kind == "checkpoint"
+            )
         storage.write_counter(self._last_id)
 
-    def _start_from(self, directory: str, metadata: CheckpointMetadata,
-                    mode: RestoreMode) -> None:
+    def _start_from(self, directory: str, metadata: CheckpointMetadata, mode: RestoreMode) -> None:
         if metadata.max_parallelism != self.max_parallelism:
             raise MaxParallelismMismatchError(
                 f"expected a snapshot of max parallelism {self.max_parallelism}, got one of "
-                f"{metadata.max_parallelism}: the number of key groups cannot change")
+                f"{metadata.max_parallelism}: the number of key groups cannot change"
+            )
         source = SnapshotSource(self.storage.filesystem, directory)
-        _restore_backends(self.backends, metadata, source,
-                          incremental_base=metadata.kind == "checkpoint")
+        _restore_backends(
+            self.backends, metadata, source, incremental_base=metadata.kind == "checkpoint"
+        )
         self._last_id = max(self._last_id, metadata.checkpoint_id)
         self.storage.write_counter(self._last_id)
         if mode is RestoreMode.CLAIM:
             completed = CompletedCheckpoint(metadata.checkpoint_id, directory, metadata)
             self.registry.register(metadata.checkpoint_id, completed.shared_paths)
-            self.registry.disown(metadata.disowned)        # not its job's to give away
+            self.registry.disown(metadata.disowned)  # not its job's to give away
             self._completed.append(completed)
         else:
             self.registry.disown(f.path for f in metadata.files if not f.relative)
@@ -453,7 +521,8 @@ class CheckpointCoordinator:
         if pending is None:
             raise UnknownCheckpointError(
                 f"expected a pending checkpoint id ({sorted(self._pending) or 'none'}), got "
-                f"{checkpoint_id}")
+                f"{checkpoint_id}"
+            )
         return pending
 
     def _subsume(self) -> None:
@@ -470,11 +539,14 @@ class CheckpointCoordinator:
         """Delete every file of the job directory no retained checkpoint (nor the
         snapshot the job was restored from) uses."""
         filesystem = self.storage.filesystem
-        keep = {self.storage.filesystem.join(self.storage.job_dir, name)
-                for name in ("_counter", "_restore")}
+        keep = {
+            self.storage.filesystem.join(self.storage.job_dir, name)
+            for name in ("_counter", "_restore")
+        }
         snapshots = [(c.directory, c.metadata) for c in self._completed]
-        if record is not None and filesystem.exists(filesystem.join(record.directory,
-                                                                    METADATA_FILE)):
+        if record is not None and filesystem.exists(
+            filesystem.join(record.directory, METADATA_FILE)
+        ):
             snapshots.append((record.directory, read_metadata(filesystem, record.directory)))
         for directory, metadata in snapshots:
             keep.add(filesystem.join(directory, METADATA_FILE))
@@ -505,26 +577,35 @@ def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
     for backend in backends:
         if not isinstance(backend, CheckpointingBackend):
             raise InvalidArgumentError(
-                f"expected backends with snapshot_to/restore_from, got {type(backend).__name__}")
+                f"expected backends with snapshot_to/restore_from, got {type(backend).__name__}"
+            )
     max_parallelism = {b.max_parallelism for b in backends}
     if len(max_parallelism) != 1:
         raise InvalidArgumentError(
-            f"expected one max parallelism for every subtask, got {sorted(max_parallelism)}")
+            f"expected one max parallelism for every subtask, got {sorted(max_parallelism)}"
+        )
     ranges = sorted((b.key_group_range for b in backends), key=lambda r: r.start_key_group)
     for left, right in itertools.pairwise(ranges):
         if len(left.intersection(right)):
             raise InvalidArgumentError(
-                f"expected disjoint key-group ranges, got {left!r} and {right!r}")
+                f"expected disjoint key-group ranges, got {left!r} and {right!r}"
+            )
 
 
-def _restore_backends(backends: Sequence[CheckpointingBackend], metadata: CheckpointMetadata,
-                      source: SnapshotSource, *, incremental_base: bool) -> None:
+def _restore_backends(
+    backends: Sequence[CheckpointingBackend],
+    metadata: CheckpointMetadata,
+    source: SnapshotSource,
+    *,
+    incremental_base: bool,
+) -> None:
     """Restore every subtask from the handles meeting its key groups; a subtask
     builds incrementally on them only without rescaling."""
     for backend in backends:
         mine = overlapping(metadata.subtasks, backend.key_group_range)
-        same_range = len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) \
-            == backend.key_group_range
+        same_range = (
+            len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == backend.key_group_range
+        )
         backend.restore_from(mine, source, incremental_base=incremental_base and same_range)
 
 

@@ -118,7 +118,7 @@ class FileSystem:
         prefix = directory.rstrip("/")
         root = p.rstrip("/")
         found = fs.find(p, withdirs=False)
-        return sorted(prefix + str(f)[len(root):] for f in found)
+        return sorted(prefix + str(f)[len(root) :] for f in found)
 
     def list_dir(self, directory: str) -> list[str]:
         """The entries directly under ``directory`` (full paths, sorted)."""
@@ -126,8 +126,10 @@ class FileSystem:
         if not fs.exists(p):
             return []
         prefix = directory.rstrip("/")
-        return sorted(self.join(prefix, posixpath.basename(str(e).rstrip("/")))
-                      for e in fs.ls(p, detail=False))
+        return sorted(
+            self.join(prefix, posixpath.basename(str(e).rstrip("/")))
+            for e in fs.ls(p, detail=False)
+        )
 
     # ---------------------------------------------------------------- writes
 
@@ -162,8 +164,9 @@ class FileSystem:
             raise
         return stream.close_and_get_handle()
 
-    def download(self, path: str, local_path: str | os.PathLike[str], *, size: int,
-                 crc32: int) -> None:
+    def download(
+        self, path: str, local_path: str | os.PathLike[str], *, size: int, crc32: int
+    ) -> None:
         """Copy ``path`` to a local file, checking its size and CRC32."""
         crc = 0
         written = 0
@@ -176,7 +179,8 @@ class FileSystem:
             os.unlink(local_path)
             raise CorruptCheckpointError(
                 f"expected {path!r} to hold {size} bytes with CRC32 {crc32:#010x}, got "
-                f"{written} bytes with CRC32 {crc:#010x}")
+                f"{written} bytes with CRC32 {crc:#010x}"
+            )
 
     def delete(self, path: str) -> None:
         """Delete a file (absent files are fine)."""
@@ -277,4 +281,3 @@ class AtomicOutputStream:
         if self._stream is None:
             raise InvalidArgumentError(f"expected an open stream for {self.path!r}, it was closed")
         return self._stream
-

@@ -96,9 +96,9 @@ class KeyedStateHandle(_Model):
         if isinstance(data, dict) and isinstance(data.get("states"), list | tuple):
             data = dict(data)
             data["states"] = [
-                {**state, "id": index}
-                if isinstance(state, dict) and "id" not in state else state
-                for index, state in enumerate(data["states"])]
+                {**state, "id": index} if isinstance(state, dict) and "id" not in state else state
+                for index, state in enumerate(data["states"])
+            ]
         return data
 
     @property

@@ -30,7 +30,7 @@ class FileReport:
 class SnapshotReport:
     directory: str
     metadata: CheckpointMetadata
-    files: list[list[FileReport]]          # per subtask
+    files: list[list[FileReport]]  # per subtask
 
     @property
     def problems(self) -> list[FileReport]:
@@ -75,24 +75,39 @@ def format_report(report: SnapshotReport) -> str:
         f"{sum(len(s) for s in report.files)} files",
     ]
     states = {(s.name, s.kind, s.state_serializer) for h in m.subtasks for s in h.states}
-    lines.append("  states         : " + (", ".join(
-        f"{name} ({kind}, {serializer})" for name, kind, serializer in sorted(states))
-        or "none"))
-    outside = [f for subtask in report.files for f in subtask
-               if not f.path.startswith(report.directory + "/")]
+    lines.append(
+        "  states         : "
+        + (
+            ", ".join(f"{name} ({kind}, {serializer})" for name, kind, serializer in sorted(states))
+            or "none"
+        )
+    )
+    outside = [
+        f
+        for subtask in report.files
+        for f in subtask
+        if not f.path.startswith(report.directory + "/")
+    ]
     for index, (handle, files) in enumerate(zip(m.subtasks, report.files, strict=True)):
         start, end = handle.key_group_range
-        lines.append(f"  subtask {index}: key groups {start}..{end}, "
-                     f"{_size(handle.full_size)} ({_size(handle.checkpointed_size)} uploaded "
-                     "by this snapshot)")
+        lines.append(
+            f"  subtask {index}: key groups {start}..{end}, "
+            f"{_size(handle.full_size)} ({_size(handle.checkpointed_size)} uploaded "
+            "by this snapshot)"
+        )
         for f in files:
             where = f.handle.path if f.handle.relative else f.path
-            lines.append(f"    {f.handle.scope:<9} {_size(f.handle.size):>10}  {where}"
-                         + ("" if f.status == "ok" else f"  [{f.status.upper()}]"))
+            lines.append(
+                f"    {f.handle.scope:<9} {_size(f.handle.size):>10}  {where}"
+                + ("" if f.status == "ok" else f"  [{f.status.upper()}]")
+            )
     lines.append(f"  shared files outside the directory: {len(outside)}")
     problems = report.problems
-    lines.append("  files: all present" if not problems else
-                 f"  files: {len(problems)} missing or of another size")
+    lines.append(
+        "  files: all present"
+        if not problems
+        else f"  files: {len(problems)} missing or of another size"
+    )
     return "\n".join(lines)
 
 

@@ -34,8 +34,14 @@ Scope = Literal["exclusive", "shared"]
 class SnapshotLocation:
     """The directories one snapshot writes to, and what it wrote there."""
 
-    def __init__(self, filesystem: FileSystem, directory: str,
-                 shared_directory: str | None, *, relative: bool) -> None:
+    def __init__(
+        self,
+        filesystem: FileSystem,
+        directory: str,
+        shared_directory: str | None,
+        *,
+        relative: bool,
+    ) -> None:
         self.filesystem = filesystem
         self.directory = directory.rstrip("/")
         self.shared_directory = None if shared_directory is None else shared_directory.rstrip("/")
@@ -57,16 +63,24 @@ class SnapshotLocation:
         self._record(stream.temp, path)
         return LocationStream(self, stream, name)
 
-    def upload(self, local_path: str | os.PathLike[str], *, scope: Scope, local_name: str,
-               name: str | None = None) -> FileHandle:
+    def upload(
+        self,
+        local_path: str | os.PathLike[str],
+        *,
+        scope: Scope,
+        local_name: str,
+        name: str | None = None,
+    ) -> FileHandle:
         """Copy a local file into this snapshot: ``exclusive`` as ``name`` (default
         ``local_name``), or ``shared`` under a fresh physical name."""
         if scope == "shared":
             if self.shared_directory is None:
                 raise InvalidArgumentError(
-                    "expected an exclusive file: a savepoint shares nothing, got scope 'shared'")
-            path = self.filesystem.join(self.shared_directory,
-                                        f"{uuid.uuid4().hex}-{name or local_name}")
+                    "expected an exclusive file: a savepoint shares nothing, got scope 'shared'"
+                )
+            path = self.filesystem.join(
+                self.shared_directory, f"{uuid.uuid4().hex}-{name or local_name}"
+            )
         else:
             _check_name(name or local_name)
             path = self.filesystem.join(self.directory, name or local_name)
@@ -89,11 +103,17 @@ class SnapshotLocation:
             prefix = self.directory + "/"
             if not path.startswith(prefix):
                 raise InvalidArgumentError(
-                    f"expected a file inside {self.directory!r} for a relative handle, got "
-                    f"{path!r}")
-            path = path[len(prefix):]
-        return FileHandle(path=path, relative=self.relative, size=written.size,
-                          crc32=written.crc32, scope=scope, local_name=local_name)
+                    f"expected a file inside {self.directory!r} for a relative handle, got {path!r}"
+                )
+            path = path[len(prefix) :]
+        return FileHandle(
+            path=path,
+            relative=self.relative,
+            size=written.size,
+            crc32=written.crc32,
+            scope=scope,
+            local_name=local_name,
+        )
 
     def discard(self) -> None:
         """Delete everything this location wrote (an aborted or failed snapshot)."""
@@ -108,8 +128,7 @@ class SnapshotLocation:
 class LocationStream:
     """An exclusive file being written; ``close_and_get_handle()`` gives its handle."""
 
-    def __init__(self, location: SnapshotLocation, stream: AtomicOutputStream,
-                 name: str) -> None:
+    def __init__(self, location: SnapshotLocation, stream: AtomicOutputStream, name: str) -> None:
         self._location = location
         self._stream = stream
         self._name = name
@@ -127,8 +146,7 @@ class LocationStream:
         return True
 
     def close_and_get_handle(self) -> FileHandle:
-        return self._location.handle(self._stream.close_and_get_handle(), "exclusive",
-                                     self._name)
+        return self._location.handle(self._stream.close_and_get_handle(), "exclusive", self._name)
 
     def discard(self) -> None:
         self._stream.discard()
@@ -157,13 +175,15 @@ class SnapshotSource:
         if (len(data), crc) != (handle.size, handle.crc32):
             raise CorruptCheckpointError(
                 f"expected {self.path(handle)!r} to hold {handle.size} bytes with CRC32 "
-                f"{handle.crc32:#010x}, got {len(data)} bytes with CRC32 {crc:#010x}")
+                f"{handle.crc32:#010x}, got {len(data)} bytes with CRC32 {crc:#010x}"
+            )
         return data
 
     def download(self, handle: FileHandle, local_path: str | os.PathLike[str]) -> None:
         """Copy the file to ``local_path``, checked against its size and CRC32."""
-        self.filesystem.download(self.path(handle), local_path, size=handle.size,
-                                 crc32=handle.crc32)
+        self.filesystem.download(
+            self.path(handle), local_path, size=handle.size, crc32=handle.crc32
+        )
 
 
 def _check_name(name: str) -> None:

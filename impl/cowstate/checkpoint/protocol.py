@@ -35,8 +35,9 @@ class CheckpointingBackend(Protocol):
     @property
     def max_parallelism(self) -> int: ...
 
-    def snapshot_to(self, checkpoint_id: int, location: SnapshotLocation,
-                    options: SnapshotOptions) -> Future[KeyedStateHandle]:
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
         """Take a snapshot into ``location``; the future gives its handle."""
         ...
 
@@ -48,8 +49,13 @@ class CheckpointingBackend(Protocol):
         """Checkpoint ``checkpoint_id`` will never complete."""
         ...
 
-    def restore_from(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource, *,
-                     incremental_base: bool = False) -> None:
+    def restore_from(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        *,
+        incremental_base: bool = False,
+    ) -> None:
         """Rebuild the backend's key groups from ``handles`` of one snapshot.
 
         With ``incremental_base`` the backend may build later checkpoints on
@@ -60,11 +66,15 @@ class CheckpointingBackend(Protocol):
     def close(self) -> None: ...
 
 
-def overlapping(handles: Sequence[KeyedStateHandle],
-                key_group_range: KeyGroupRange) -> list[KeyedStateHandle]:
+def overlapping(
+    handles: Sequence[KeyedStateHandle], key_group_range: KeyGroupRange
+) -> list[KeyedStateHandle]:
     """The handles whose key groups meet ``key_group_range`` (what a subtask reads)."""
-    return [h for h in handles
-            if len(key_group_range.intersection(KeyGroupRange.of(*h.key_group_range)))]
+    return [
+        h
+        for h in handles
+        if len(key_group_range.intersection(KeyGroupRange.of(*h.key_group_range)))
+    ]
 
 
 def map_future(inner: Future[T], fn: Callable[[T], R]) -> Future[R]:

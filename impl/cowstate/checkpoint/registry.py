@@ -39,7 +39,8 @@ class SharedStateRegistry:
         """Checkpoint ``checkpoint_id`` completed and uses the shared ``paths``."""
         if checkpoint_id in self._registered:
             raise InvalidArgumentError(
-                f"expected checkpoint {checkpoint_id} to be registered once, it already is")
+                f"expected checkpoint {checkpoint_id} to be registered once, it already is"
+            )
         self._registered.add(checkpoint_id)
         for path in paths:
             self._users.setdefault(path, set()).add(checkpoint_id)
@@ -79,5 +80,7 @@ class SharedStateRegistry:
         return frozenset(self._registered)
 
     def __repr__(self) -> str:
-        return (f"<SharedStateRegistry {len(self._users)} files, checkpoints "
-                f"{sorted(self._registered)}>")
+        return (
+            f"<SharedStateRegistry {len(self._users)} files, checkpoints "
+            f"{sorted(self._registered)}>"
+        )

@@ -68,7 +68,8 @@ class CheckpointStorage:
             raise InvalidArgumentError(f"expected a root path or URL, got {root!r}")
         if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
             raise InvalidArgumentError(
-                f"expected a job id of letters, digits, '.', '_' and '-', got {job_id!r}")
+                f"expected a job id of letters, digits, '.', '_' and '-', got {job_id!r}"
+            )
         self.filesystem = filesystem if filesystem is not None else FileSystem()
         self.root = root.rstrip("/") or "/"
         self.job_id = job_id
@@ -82,15 +83,17 @@ class CheckpointStorage:
 
     def checkpoint_location(self, checkpoint_id: int) -> SnapshotLocation:
         """Exclusive files in ``chk-<id>/``, shared ones in ``shared/``, absolute paths."""
-        return SnapshotLocation(self.filesystem, self.checkpoint_dir(checkpoint_id),
-                                self.shared_dir, relative=False)
+        return SnapshotLocation(
+            self.filesystem, self.checkpoint_dir(checkpoint_id), self.shared_dir, relative=False
+        )
 
     def savepoint_location(self, directory: str) -> SnapshotLocation:
         """Everything in ``directory``, exclusive, relative paths; the directory
         must not hold a snapshot already."""
         if self.filesystem.exists(self.filesystem.join(directory, METADATA_FILE)):
             raise InvalidArgumentError(
-                f"expected a new savepoint directory, {directory!r} already holds a snapshot")
+                f"expected a new savepoint directory, {directory!r} already holds a snapshot"
+            )
         return SnapshotLocation(self.filesystem, directory, None, relative=True)
 
     # --------------------------------------------------------------- counter
@@ -106,8 +109,9 @@ class CheckpointStorage:
         return int(text)
 
     def write_counter(self, last_id: int) -> None:
-        self.filesystem.write_bytes(self.filesystem.join(self.job_dir, "_counter"),
-                                    str(last_id).encode("ascii"))
+        self.filesystem.write_bytes(
+            self.filesystem.join(self.job_dir, "_counter"), str(last_id).encode("ascii")
+        )
 
     # --------------------------------------------------------------- restore
 
@@ -121,8 +125,9 @@ class CheckpointStorage:
             raise CorruptCheckpointError(f"expected a restore record in {path!r}: {exc}") from None
 
     def write_restore_record(self, record: RestoreRecord) -> None:
-        self.filesystem.write_bytes(self.filesystem.join(self.job_dir, "_restore"),
-                                    record.model_dump_json().encode("utf-8"))
+        self.filesystem.write_bytes(
+            self.filesystem.join(self.job_dir, "_restore"), record.model_dump_json().encode("utf-8")
+        )
 
     # ------------------------------------------------------------- scanning
 
@@ -145,7 +150,8 @@ class CheckpointStorage:
                 if metadata.kind != "checkpoint" or metadata.checkpoint_id != checkpoint_id:
                     raise CorruptCheckpointError(
                         f"expected checkpoint {checkpoint_id} in {directory!r}, its _metadata "
-                        f"describes {metadata.kind} {metadata.checkpoint_id}")
+                        f"describes {metadata.kind} {metadata.checkpoint_id}"
+                    )
                 found.append(metadata)
         return found
 
@@ -166,16 +172,21 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
     """
     path = filesystem.join(directory, METADATA_FILE)
     if not filesystem.exists(path):
-        where = "the directory does not exist" if not filesystem.exists(directory) else \
-            "it holds no _metadata (unfinished, or not a snapshot)"
+        where = (
+            "the directory does not exist"
+            if not filesystem.exists(directory)
+            else "it holds no _metadata (unfinished, or not a snapshot)"
+        )
         raise CheckpointNotFoundError(
-            f"expected a completed checkpoint or savepoint in {directory!r}, but {where}")
+            f"expected a completed checkpoint or savepoint in {directory!r}, but {where}"
+        )
     raw = filesystem.read_bytes(path)
     try:
         return CheckpointMetadata.model_validate_json(raw)
     except ValidationError as exc:
         raise CorruptCheckpointError(
-            f"expected a valid _metadata document in {directory!r}, got: {exc}") from None
+            f"expected a valid _metadata document in {directory!r}, got: {exc}"
+        ) from None
 
 
 def write_metadata(filesystem: FileSystem, directory: str, metadata: CheckpointMetadata) -> str:

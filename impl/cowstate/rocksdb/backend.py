@@ -209,19 +209,29 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
     backend_name = "rocksdb"
     native_format = NATIVE_FORMAT
 
-    def __init__(self, key_group_range: KeyGroupRange, max_parallelism: int, *,
-                 local_dir: str | os.PathLike[str] | None = None,
-                 key_serializer: StateSerializer | None = None,
-                 namespace_serializer: StateSerializer | None = None,
-                 executor: Executor | None = None,
-                 options: Options | None = None) -> None:
-        super().__init__(key_group_range, max_parallelism, key_serializer=key_serializer,
-                         namespace_serializer=namespace_serializer, executor=executor,
-                         writer_thread_name="cowstate-rocksdb-snapshot")
+    def __init__(
+        self,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        local_dir: str | os.PathLike[str] | None = None,
+        key_serializer: StateSerializer | None = None,
+        namespace_serializer: StateSerializer | None = None,
+        executor: Executor | None = None,
+        options: Options | None = None,
+    ) -> None:
+        super().__init__(
+            key_group_range,
+            max_parallelism,
+            key_serializer=key_serializer,
+            namespace_serializer=namespace_serializer,
+            executor=executor,
+            writer_thread_name="cowstate-rocksdb-snapshot",
+        )
         if options is not None and not isinstance(options, Options):
             raise InvalidArgumentError(
-                f"expected rocksdict.Options(raw_mode=True) or None, got "
-                f"{type(options).__name__}")
+                f"expected rocksdict.Options(raw_mode=True) or None, got {type(options).__name__}"
+            )
         if options is None:
             options = Options(raw_mode=True)
             options.set_keep_log_file_num(1)
@@ -229,8 +239,11 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         options.create_if_missing(True)
         self._options = options
         self._own_local_dir = local_dir is None
-        self._local_dir = Path(tempfile.mkdtemp(prefix="cowstate-rocksdb-")
-                               if local_dir is None else os.fspath(local_dir)).absolute()
+        self._local_dir = Path(
+            tempfile.mkdtemp(prefix="cowstate-rocksdb-")
+            if local_dir is None
+            else os.fspath(local_dir)
+        ).absolute()
         self._root = self._local_dir / f"cowstate-rocksdb-{uuid.uuid4().hex[:12]}"
         self._instance = InstanceDirectory(self._root, options)
         self._uploaded: dict[int, dict[str, FileHandle]] = {}
@@ -252,7 +265,8 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         self._column_families = built.column_families
         # A backend dropped without close() still leaves no directory behind.
         self._finalizer = weakref.finalize(
-            self, remove_trees, self._root, self._local_dir if self._own_local_dir else None)
+            self, remove_trees, self._root, self._local_dir if self._own_local_dir else None
+        )
 
     # ------------------------------------------------------------ inspection
 
@@ -299,8 +313,9 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
 
     # ------------------------------------------------ checkpoints and savepoints
 
-    def snapshot_to(self, checkpoint_id: int, location: SnapshotLocation,
-                    options: SnapshotOptions) -> Future[KeyedStateHandle]:
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
         """Take the synchronous part now; the future uploads and gives the handle
         (see the module doc for what each kind of snapshot writes)."""
         self._check_open()
@@ -308,40 +323,56 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
             raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
         if not isinstance(location, SnapshotLocation):
             raise InvalidArgumentError(
-                f"expected a SnapshotLocation, got {type(location).__name__}")
+                f"expected a SnapshotLocation, got {type(location).__name__}"
+            )
         if not isinstance(options, SnapshotOptions):
-            raise InvalidArgumentError(
-                f"expected SnapshotOptions, got {type(options).__name__}")
+            raise InvalidArgumentError(f"expected SnapshotOptions, got {type(options).__name__}")
         if not options.is_savepoint and location.shared_directory is None:
             raise InvalidArgumentError(
                 "expected a checkpoint location with a shared directory for the SST files, "
-                "got one without (a savepoint location?)")
+                "got one without (a savepoint location?)"
+            )
         local_dir = self._instance.new_local_checkpoint_dir(checkpoint_id)
         try:
             checkpoint = Checkpoint(self._db)
             try:
                 checkpoint.create_checkpoint(str(local_dir))
             finally:
-                del checkpoint                     # it keeps the database open
+                del checkpoint  # it keeps the database open
         except Exception as exc:
             remove_local_checkpoint(local_dir)
             raise SnapshotWriteError(
                 f"expected RocksDB to take local checkpoint {checkpoint_id} in "
-                f"{str(local_dir)!r}, got {type(exc).__name__}: {exc}") from exc
+                f"{str(local_dir)!r}, got {type(exc).__name__}: {exc}"
+            ) from exc
         states = tuple(
             StateSnapshot(holder.table.meta.metadata(state_id), column_family_name(name))
-            for state_id, (name, holder) in enumerate(self._holders.items()))
+            for state_id, (name, holder) in enumerate(self._holders.items())
+        )
         with self._lock:
-            base = (dict(self._uploaded.get(self._last_completed, {}))
-                    if options.reuses_files else {})
-            job = SnapshotJob(checkpoint_id, options, location, local_dir, base, states,
-                               serializer_identifier(self._key_serializer), self._backend_uid,
-                               self._generation, self.key_group_range, self.max_parallelism)
+            base = (
+                dict(self._uploaded.get(self._last_completed, {})) if options.reuses_files else {}
+            )
+            job = SnapshotJob(
+                checkpoint_id,
+                options,
+                location,
+                local_dir,
+                base,
+                states,
+                serializer_identifier(self._key_serializer),
+                self._backend_uid,
+                self._generation,
+                self.key_group_range,
+                self.max_parallelism,
+            )
         return self._start_async(
-            checkpoint_id, functools.partial(write, job),
+            checkpoint_id,
+            functools.partial(write, job),
             cleanup=functools.partial(remove_local_checkpoint, local_dir),
             failure="its local checkpoint was deleted",
-            commit=functools.partial(self._record, job))
+            commit=functools.partial(self._record, job),
+        )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` is confirmed: its SSTs become the base.
@@ -360,37 +391,45 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         or when its writer finishes)."""
         with self._lock:
             if checkpoint_id == self._last_completed:
-                return                              # confirmed: it cannot abort
+                return  # confirmed: it cannot abort
             self._uploaded.pop(checkpoint_id, None)
             if checkpoint_id > self._last_completed:
                 self._aborted.add(checkpoint_id)
 
-    def restore_from(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource, *,
-                     incremental_base: bool = False) -> None:
+    def restore_from(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        *,
+        incremental_base: bool = False,
+    ) -> None:
         """Rebuild the backend's key groups from ``handles`` of one snapshot (RocksDB
         native or canonical); see the module doc. Nothing changes unless it all
         succeeds."""
         self._check_open()
         if not isinstance(source, SnapshotSource):
-            raise InvalidArgumentError(
-                f"expected a SnapshotSource, got {type(source).__name__}")
+            raise InvalidArgumentError(f"expected a SnapshotSource, got {type(source).__name__}")
         handles = list(handles)
         self._check_formats(handles)
         formats = sorted({h.format for h in handles})
         if len(formats) > 1:
             raise IncompatibleSnapshotError(
-                f"expected the handles of one snapshot (one format), got formats {formats}")
+                f"expected the handles of one snapshot (one format), got formats {formats}"
+            )
         mine = overlapping(handles, self.key_group_range)
         metas = self._check_handles(mine)
-        same_range = len(mine) == 1 and KeyGroupRange.of(
-            *mine[0].key_group_range) == self.key_group_range
+        same_range = (
+            len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == self.key_group_range
+        )
         if formats == [CANONICAL_FORMAT]:
             built = Restorer(self._instance, self.key_group_range).from_canonical(
-                mine, source, metas, self._check_file)
+                mine, source, metas, self._check_file
+            )
             self._swap(built, metas, seed=None, backend_uid=uuid.uuid4().hex)
             return
         built = Restorer(self._instance, self.key_group_range).from_native(
-            mine, source, metas, same_range)
+            mine, source, metas, same_range
+        )
         seed: tuple[int, dict[str, FileHandle]] | None = None
         backend_uid = uuid.uuid4().hex
         if same_range:
@@ -401,8 +440,9 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
                 seed = (handle.checkpoint_id, shared)
         self._swap(built, metas, seed=seed, backend_uid=backend_uid)
 
-    def restore(self, handles: Iterable[KeyedStateHandle],
-                source: SnapshotSource | None = None) -> None:
+    def restore(
+        self, handles: Iterable[KeyedStateHandle], source: SnapshotSource | None = None
+    ) -> None:
         """``restore_from(handles, source)`` without an incremental base; the
         default source reads handles with absolute paths (checkpoints)."""
         self.restore_from(list(handles), source or SnapshotSource(FileSystem(), "/"))
@@ -424,8 +464,13 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         else:
             cf = self._db.create_column_family(name, self._options)
             self._column_families.add(name)
-        table = RocksDBStateTable(cf, self.key_group_range, self.max_parallelism, meta=meta,
-                                  key_serializer=self._key_serializer)
+        table = RocksDBStateTable(
+            cf,
+            self.key_group_range,
+            self.max_parallelism,
+            meta=meta,
+            key_serializer=self._key_serializer,
+        )
         del cf
         self._tables.append(table)
         return table
@@ -440,9 +485,12 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
     def _record(self, job: SnapshotJob, handle: KeyedStateHandle) -> None:
         """Keep a written checkpoint's SSTs as a candidate base (under the lock):
         not a savepoint's, nor one aborted, superseded or of an older database."""
-        if (not job.options.is_savepoint and job.generation == self._generation
-                and job.checkpoint_id not in self._aborted
-                and job.checkpoint_id > self._last_completed):
+        if (
+            not job.options.is_savepoint
+            and job.generation == self._generation
+            and job.checkpoint_id not in self._aborted
+            and job.checkpoint_id > self._last_completed
+        ):
             self._uploaded[job.checkpoint_id] = job.ssts
 
     # ------------------------------------------------------------- restores
@@ -453,16 +501,19 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         for state in metadata.states:
             self._restored_meta(state, metas)
 
-    def _swap(self, built: Database, metas: dict[str, StateMetaInfo],
-              seed: tuple[int, dict[str, FileHandle]] | None, backend_uid: str) -> None:
+    def _swap(
+        self,
+        built: Database,
+        metas: dict[str, StateMetaInfo],
+        seed: tuple[int, dict[str, FileHandle]] | None,
+        backend_uid: str,
+    ) -> None:
         """Make ``built`` the live database (everything was checked)."""
         registered = self._registered_metas()
         old_db, old_path = self._db, self._db_path
         self._detach_tables()
-        self._db, self._db_path, self._column_families = built.db, built.path, \
-            built.column_families
-        tables = {name: self._new_table(registered.get(name, meta))
-                  for name, meta in metas.items()}
+        self._db, self._db_path, self._column_families = built.db, built.path, built.column_families
+        tables = {name: self._new_table(registered.get(name, meta)) for name, meta in metas.items()}
         self._install_tables(dict(tables), registered)
         with self._lock:
             self._generation += 1

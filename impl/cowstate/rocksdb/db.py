@@ -97,14 +97,16 @@ class InstanceDirectory:
             names = [n for n in Rdict.list_cf(str(path), raw_options()) if n != "default"]
             self.options.create_if_missing(False)
             try:
-                db = Rdict(str(path), self.options,
-                           column_families={n: self.options for n in names})
+                db = Rdict(
+                    str(path), self.options, column_families={n: self.options for n in names}
+                )
             finally:
                 self.options.create_if_missing(True)
         except Exception as exc:
             raise CorruptCheckpointError(
                 f"expected the RocksDB files of a snapshot to open as a database, got "
-                f"{type(exc).__name__}: {exc}") from exc
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         return Database(db, path, set(names))
 
     def ensure_column_family(self, built: Database, name: str) -> None:
@@ -149,8 +151,12 @@ class Batch:
 def open_read_only(path: Path) -> Rdict:
     """A snapshot's database, read-only, with every column family."""
     names = [n for n in Rdict.list_cf(str(path), raw_options()) if n != "default"]
-    return Rdict(str(path), raw_options(), column_families={n: raw_options() for n in names},
-                 access_type=AccessType.read_only())
+    return Rdict(
+        str(path),
+        raw_options(),
+        column_families={n: raw_options() for n in names},
+        access_type=AccessType.read_only(),
+    )
 
 
 def remove_trees(*paths: Path | None) -> None:
@@ -169,9 +175,10 @@ def check_raw_mode(built: Database) -> None:
     try:
         config = json.loads((built.path / CONFIG_FILE).read_text("utf-8"))
     except (OSError, ValueError):
-        config = {"raw_mode": True}               # absent: rocksdict's default is raw
+        config = {"raw_mode": True}  # absent: rocksdict's default is raw
     if config.get("raw_mode") is not True:
         built.discard()
         raise InvalidArgumentError(
             "expected rocksdict.Options(raw_mode=True), got options without raw mode: the "
-            "backend stores the serializers' bytes as they are")
+            "backend stores the serializers' bytes as they are"
+        )

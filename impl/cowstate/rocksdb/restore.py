@@ -68,8 +68,13 @@ class Restorer:
         self.instance = instance
         self.key_group_range = key_group_range
 
-    def from_canonical(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
-                       metas: dict[str, StateMetaInfo], check_file: FileCheck) -> Database:
+    def from_canonical(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        metas: dict[str, StateMetaInfo],
+        check_file: FileCheck,
+    ) -> Database:
         """A new database with the raw entries of this backend's key groups
         (``check_file`` refuses a file the backend cannot restore)."""
         built = self.instance.open_fresh()
@@ -84,7 +89,8 @@ class Restorer:
                     if meta.format != SnapshotFormat.CANONICAL:
                         raise IncompatibleSnapshotError(
                             f"expected a canonical snapshot file, got format {meta.format!r} "
-                            f"in {source.path(file)!r}: restore a canonical savepoint")
+                            f"in {source.path(file)!r}: restore a canonical savepoint"
+                        )
                     check_file(meta, metas)
                     names = {}
                     for state in meta.states:
@@ -95,7 +101,8 @@ class Restorer:
                     if overlap:
                         raise KeyGroupMismatchError(
                             f"expected every key group in one snapshot file only, got key "
-                            f"groups {sorted(overlap)[:5]} in two files")
+                            f"groups {sorted(overlap)[:5]} in two files"
+                        )
                     seen.update(read)
                     batch = Batch(built.db, write_opts)
                     for key_group in read:
@@ -104,7 +111,8 @@ class Restorer:
                             cf = handles_of.get(cf_name)
                             if cf is None:
                                 cf = handles_of[cf_name] = built.db.get_column_family_handle(
-                                    cf_name)
+                                    cf_name
+                                )
                             for namespace, key, value in rows:
                                 batch.put(encode_rocks_key(key_group, key, namespace), value, cf)
                     batch.flush()
@@ -116,8 +124,13 @@ class Restorer:
             built.discard()
             raise
 
-    def from_native(self, handles: Sequence[KeyedStateHandle], source: SnapshotSource,
-                    metas: dict[str, StateMetaInfo], same_range: bool) -> Database:
+    def from_native(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        metas: dict[str, StateMetaInfo],
+        same_range: bool,
+    ) -> Database:
         """A new database from RocksDB files (one handle as is, or several clipped
         to this backend's key groups)."""
         if not handles:
@@ -139,9 +152,16 @@ class Restorer:
                 download(handle, source, directory)
                 directories.append(directory)
             r = self.key_group_range
-            first = 0 if same_range else max(
-                range(len(handles)), key=lambda i: len(r.intersection(
-                    KeyGroupRange.of(*handles[i].key_group_range))))
+            first = (
+                0
+                if same_range
+                else max(
+                    range(len(handles)),
+                    key=lambda i: len(
+                        r.intersection(KeyGroupRange.of(*handles[i].key_group_range))
+                    ),
+                )
+            )
             path = self.instance.root / f"db-{uuid.uuid4().hex[:12]}"
             os.rename(directories[first], path)
             built = self.instance.open_existing(path)
@@ -151,7 +171,8 @@ class Restorer:
                     raise CorruptCheckpointError(
                         f"expected column family {name!r} in the RocksDB files of "
                         f"{handles[first].key_group_range}, they hold "
-                        f"{sorted(built.column_families)}")
+                        f"{sorted(built.column_families)}"
+                    )
                 self.instance.ensure_column_family(built, name)
             for stale in built.column_families - wanted:
                 built.db.drop_column_family(stale)
@@ -203,7 +224,7 @@ class Restorer:
                         batch.put(key, value, target)
                     batch.flush()
                 finally:
-                    entries.close()             # releases the column family
+                    entries.close()  # releases the column family
                     del target
         finally:
             other.close()
@@ -215,5 +236,6 @@ def download(handle: KeyedStateHandle, source: SnapshotSource, directory: Path) 
         name = file.local_name
         if not name or "/" in name or name in (".", ".."):
             raise CorruptCheckpointError(
-                f"expected a RocksDB file name as the local name of {file.path!r}, got {name!r}")
+                f"expected a RocksDB file name as the local name of {file.path!r}, got {name!r}"
+            )
         source.download(file, directory / name)

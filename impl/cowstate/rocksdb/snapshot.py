@@ -42,8 +42,17 @@ from cowstate.snapshot import (
 )
 from cowstate.state_meta import SnapshotFormat, StateMetadata
 
-__all__ = ["KeyGroupCursor", "SnapshotJob", "StateSnapshot", "handle_of", "subtask_prefix",
-           "upload", "write", "write_canonical"]
+__all__ = [
+    "KeyGroupCursor",
+    "SnapshotJob",
+    "StateSnapshot",
+    "handle_of",
+    "subtask_prefix",
+    "upload",
+    "write",
+    "write_canonical",
+]
+
 
 @dataclass(frozen=True)
 class StateSnapshot:
@@ -130,7 +139,8 @@ def upload(future: SnapshotFuture[KeyedStateHandle], job: SnapshotJob) -> KeyedS
             continue
         if future.cancel_requested.is_set():
             raise SnapshotCancelledError(
-                f"snapshot {job.checkpoint_id} cancelled before {name} was uploaded")
+                f"snapshot {job.checkpoint_id} cancelled before {name} was uploaded"
+            )
         if name.endswith(".sst"):
             reused = job.base.get(name)
             if reused is not None and reused.size == path.stat().st_size:
@@ -139,48 +149,57 @@ def upload(future: SnapshotFuture[KeyedStateHandle], job: SnapshotJob) -> KeyedS
                 handle = job.location.upload(path, scope="shared", local_name=name)
                 uploaded += handle.size
             else:
-                handle = job.location.upload(path, scope="exclusive", local_name=name,
-                                             name=f"{prefix}/{name}")
+                handle = job.location.upload(
+                    path, scope="exclusive", local_name=name, name=f"{prefix}/{name}"
+                )
                 uploaded += handle.size
             if shared:
                 record[name] = handle
         else:
-            handle = job.location.upload(path, scope="exclusive", local_name=name,
-                                         name=f"{prefix}/{name}")
+            handle = job.location.upload(
+                path, scope="exclusive", local_name=name, name=f"{prefix}/{name}"
+            )
             uploaded += handle.size
         files.append(handle)
     return handle_of(job, SnapshotFormat.ROCKSDB_NATIVE, tuple(files), uploaded)
 
 
-def write_canonical(future: SnapshotFuture[KeyedStateHandle],
-                     job: SnapshotJob) -> KeyedStateHandle:
+def write_canonical(future: SnapshotFuture[KeyedStateHandle], job: SnapshotJob) -> KeyedStateHandle:
     """A canonical savepoint: one snapshot file read from the local checkpoint."""
     r = job.key_group_range
     metadata = SnapshotMetadata(
-        format=SnapshotFormat.CANONICAL, max_parallelism=job.max_parallelism,
+        format=SnapshotFormat.CANONICAL,
+        max_parallelism=job.max_parallelism,
         key_group_range=(r.start_key_group, r.end_key_group),
         key_serializer=job.key_serializer,
-        states=tuple(s.info for s in job.states))
-    stream = job.location.exclusive_stream(f"keyed-state-{r.start_key_group}-"
-                                           f"{r.end_key_group}")
+        states=tuple(s.info for s in job.states),
+    )
+    stream = job.location.exclusive_stream(f"keyed-state-{r.start_key_group}-{r.end_key_group}")
     try:
         db = open_read_only(job.local_dir)
         cursors: list[KeyGroupCursor] = []
         try:
             for state in job.states:
-                cursors.append(KeyGroupCursor(scan(
-                    db.get_column_family(state.column_family),
-                    key_group_prefix(r.start_key_group),
-                    key_group_prefix(r.end_key_group + 1))))
+                cursors.append(
+                    KeyGroupCursor(
+                        scan(
+                            db.get_column_family(state.column_family),
+                            key_group_prefix(r.start_key_group),
+                            key_group_prefix(r.end_key_group + 1),
+                        )
+                    )
+                )
             writer = SnapshotWriter(stream, metadata)
             for key_group in r:
                 if future.cancel_requested.is_set():
                     raise SnapshotCancelledError(
                         f"snapshot {job.checkpoint_id} cancelled before key group "
-                        f"{key_group} was written")
-                writer.write_key_group(key_group, {
-                    state_id: cursor.take(key_group)
-                    for state_id, cursor in enumerate(cursors)})
+                        f"{key_group} was written"
+                    )
+                writer.write_key_group(
+                    key_group,
+                    {state_id: cursor.take(key_group) for state_id, cursor in enumerate(cursors)},
+                )
             writer.finish()
         finally:
             for cursor in cursors:
@@ -195,13 +214,20 @@ def write_canonical(future: SnapshotFuture[KeyedStateHandle],
     return handle_of(job, SnapshotFormat.CANONICAL, (written,), written.size)
 
 
-def handle_of(job: SnapshotJob, snapshot_format: SnapshotFormat, files: tuple[FileHandle, ...],
-            uploaded: int) -> KeyedStateHandle:
+def handle_of(
+    job: SnapshotJob, snapshot_format: SnapshotFormat, files: tuple[FileHandle, ...], uploaded: int
+) -> KeyedStateHandle:
     r = job.key_group_range
     return KeyedStateHandle(
-        backend="rocksdb", format=snapshot_format,
+        backend="rocksdb",
+        format=snapshot_format,
         key_group_range=(r.start_key_group, r.end_key_group),
-        max_parallelism=job.max_parallelism, checkpoint_id=job.checkpoint_id,
-        key_serializer=job.key_serializer, states=tuple(s.info for s in job.states),
-        files=files, checkpointed_size=uploaded, full_size=sum(f.size for f in files),
-        backend_uid=job.backend_uid)
+        max_parallelism=job.max_parallelism,
+        checkpoint_id=job.checkpoint_id,
+        key_serializer=job.key_serializer,
+        states=tuple(s.info for s in job.states),
+        files=files,
+        checkpointed_size=uploaded,
+        full_size=sum(f.size for f in files),
+        backend_uid=job.backend_uid,
+    )

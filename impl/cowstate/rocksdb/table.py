@@ -86,7 +86,7 @@ def decode_rocks_key(rocks_key: bytes) -> tuple[int, bytes, bytes]:
     """``(key_group, key bytes, namespace bytes)`` of a RocksDB key."""
     key_group, length = _PREFIX_AND_LENGTH.unpack_from(rocks_key)
     start = _PREFIX_AND_LENGTH.size
-    return key_group, rocks_key[start:start + length], rocks_key[start + length:]
+    return key_group, rocks_key[start : start + length], rocks_key[start + length :]
 
 
 def write_options() -> WriteOptions:
@@ -98,8 +98,9 @@ def write_options() -> WriteOptions:
     return options
 
 
-def scan(column: Rdict | Callable[[], Rdict], lower: bytes, upper: bytes,
-         chunk: int = _SCAN_CHUNK) -> Generator[tuple[bytes, bytes], None, None]:
+def scan(
+    column: Rdict | Callable[[], Rdict], lower: bytes, upper: bytes, chunk: int = _SCAN_CHUNK
+) -> Generator[tuple[bytes, bytes], None, None]:
     """Every ``(key, value)`` of a column family in ``[lower, upper)``, in key order.
 
     ``column`` is the column family, or a function returning it (asked again
@@ -142,12 +143,18 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
     every operation raises :class:`~cowstate.errors.BackendClosedError`.
     """
 
-    def __init__(self, cf: Rdict, key_group_range: KeyGroupRange, max_parallelism: int, *,
-                 meta: StateMetaInfo, key_serializer: StateSerializer | None = None) -> None:
+    def __init__(
+        self,
+        cf: Rdict,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        *,
+        meta: StateMetaInfo,
+        key_serializer: StateSerializer | None = None,
+    ) -> None:
         if not isinstance(meta, StateMetaInfo):
             raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
-        super().__init__(key_group_range, max_parallelism, meta=meta,
-                         key_serializer=key_serializer)
+        super().__init__(key_group_range, max_parallelism, meta=meta, key_serializer=key_serializer)
         self._cf: Rdict | None = cf
         self._write_options = write_options()
         self._lower = key_group_prefix(key_group_range.start_key_group)
@@ -196,16 +203,17 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
 
     # --------------------------------------------------------------- writes
 
-    def put(self, key: Any, namespace: Any, state: Any, *,
-            key_group: int | None = None) -> None:
+    def put(self, key: Any, namespace: Any, state: Any, *, key_group: int | None = None) -> None:
         """Map ``(key, namespace)`` to ``state`` (never ``None``)."""
         rocks_key = self._rocks_key(key, namespace, key_group)
         self._check_state(key, namespace, state, "put")
-        self._column().put(rocks_key, self._meta.state_serializer.serialize(state),
-                           self._write_options)
+        self._column().put(
+            rocks_key, self._meta.state_serializer.serialize(state), self._write_options
+        )
 
-    def put_and_get_old(self, key: Any, namespace: Any, state: Any, *,
-                        key_group: int | None = None) -> Any:
+    def put_and_get_old(
+        self, key: Any, namespace: Any, state: Any, *, key_group: int | None = None
+    ) -> Any:
         """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""
         rocks_key = self._rocks_key(key, namespace, key_group)
         self._check_state(key, namespace, state, "put_and_get_old")
@@ -219,8 +227,7 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         """Unmap ``(key, namespace)``; absent mappings are ignored."""
         self._column().delete(self._rocks_key(key, namespace, key_group), self._write_options)
 
-    def remove_and_get_old(self, key: Any, namespace: Any, *,
-                           key_group: int | None = None) -> Any:
+    def remove_and_get_old(self, key: Any, namespace: Any, *, key_group: int | None = None) -> Any:
         """Unmap ``(key, namespace)``; return its state or ``None`` if absent."""
         rocks_key = self._rocks_key(key, namespace, key_group)
         cf = self._column()
@@ -230,8 +237,15 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         cf.delete(rocks_key, self._write_options)
         return self._meta.state_serializer.deserialize(old)
 
-    def transform(self, key: Any, namespace: Any, value: Any, fn: Callable[[Any, Any], Any], *,
-                  key_group: int | None = None) -> None:
+    def transform(
+        self,
+        key: Any,
+        namespace: Any,
+        value: Any,
+        fn: Callable[[Any, Any], Any],
+        *,
+        key_group: int | None = None,
+    ) -> None:
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``, atomically: if
         ``fn`` raises (:class:`TransformFunctionError`) or returns ``None``
         (:class:`NoneStateError`) nothing is written. ``fn`` gets a fresh copy."""
@@ -245,8 +259,10 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
 
     def __repr__(self) -> str:
         state = "attached" if self._cf is not None else "detached"
-        return (f"<{type(self).__name__} {self._meta.name!r} {self._range!r} of "
-                f"{self._max_parallelism}, {state}>")
+        return (
+            f"<{type(self).__name__} {self._meta.name!r} {self._range!r} of "
+            f"{self._max_parallelism}, {state}>"
+        )
 
     # ------------------------------------------------------ private helpers
 
@@ -256,26 +272,32 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
             raise BackendClosedError(
                 f"expected the table of state {self._meta.name!r} to be in use, got one whose "
                 "database was closed or replaced by a restore; ask the backend for its table "
-                "again")
+                "again"
+            )
         return cf
 
     def _rocks_key(self, key: Any, namespace: Any, key_group: int | None) -> bytes:
         if key is None:
             raise InvalidArgumentError(
-                "expected a key, got None; keyed state needs a key (no key set?)")
+                "expected a key, got None; keyed state needs a key (no key set?)"
+            )
         UnhashableKeyError.check(key)
         UnhashableKeyError.check(namespace, "namespace")
         if key_group is None:
             key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
         self._check_key_group(key_group)
-        return encode_rocks_key(key_group, self._key_serializer.serialize(key),
-                                self._meta.namespace_serializer.serialize(namespace))
+        return encode_rocks_key(
+            key_group,
+            self._key_serializer.serialize(key),
+            self._meta.namespace_serializer.serialize(namespace),
+        )
 
     def _check_key_group(self, key_group: object) -> None:
         if type(key_group) is not int:
             raise InvalidArgumentError(
-                f"expected an int key_group, got {type(key_group).__name__} {key_group!r}")
-        self._range.index_of(key_group)              # KeyGroupOutOfRangeError outside
+                f"expected an int key_group, got {type(key_group).__name__} {key_group!r}"
+            )
+        self._range.index_of(key_group)  # KeyGroupOutOfRangeError outside
 
     def _namespace_bytes(self, namespace: Any) -> bytes:
         UnhashableKeyError.check(namespace, "namespace")
@@ -286,7 +308,8 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         if state is None:
             raise NoneStateError(
                 f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
-                "absent, use remove() to unmap")
+                "absent, use remove() to unmap"
+            )
 
     def _raw_keys(self) -> Iterator[tuple[bytes, bytes]]:
         for rocks_key, _ in scan(self._column, self._lower, self._upper):
@@ -294,7 +317,7 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
             yield key, namespace
 
     def _entries(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[Any, Any, Any]]:
-        self._column()                            # BackendClosedError now, not at next()
+        self._column()  # BackendClosedError now, not at next()
         return self._decoded(lower, upper)
 
     def _decoded(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[Any, Any, Any]]:

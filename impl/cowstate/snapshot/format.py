@@ -71,10 +71,10 @@ __all__ = [
 MAGIC = b"\x89CWSNAP\n"
 END_MAGIC = b"CWSNAPIX"
 FORMAT_VERSION = 1
-_HEADER = struct.Struct(">8sHHI")                # magic, version, flags, metadata length
+_HEADER = struct.Struct(">8sHHI")  # magic, version, flags, metadata length
 _U32 = struct.Struct(">I")
-_BLOCK = struct.Struct(">iII")                   # key group, entry count, payload length
-_STATE = struct.Struct(">HI")                    # state id, entry count
+_BLOCK = struct.Struct(">iII")  # key group, entry count, payload length
+_STATE = struct.Struct(">HI")  # state id, entry count
 _INDEX_ENTRY = struct.Struct(">iQ")
 _FOOTER = struct.Struct(">Q8s")
 #: One entry as bytes: (namespace, key, state).

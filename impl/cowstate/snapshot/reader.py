@@ -37,6 +37,7 @@ from cowstate.snapshot.format import (
 
 __all__ = ["SnapshotReader"]
 
+
 class SnapshotReader:
     """Reads a snapshot file: header, metadata and index at once, blocks on demand.
 
@@ -49,7 +50,8 @@ class SnapshotReader:
         elif not callable(getattr(stream, "read", None)):
             raise InvalidArgumentError(
                 f"expected the bytes of a snapshot file or a binary stream, got "
-                f"{type(stream).__name__} {stream!r:.60}")
+                f"{type(stream).__name__} {stream!r:.60}"
+            )
         elif not _seekable(stream):
             stream = io.BytesIO(stream.read())
         self._stream = stream
@@ -77,16 +79,20 @@ class SnapshotReader:
         if written_group != key_group:
             raise KeyGroupMismatchError(
                 f"expected the block at offset {offset} to hold key group {key_group} as the "
-                f"index says, got key group {written_group}")
-        payload = self._read_at(offset + _BLOCK.size, length,
-                                f"the payload of key group {key_group}")
-        (crc,) = _U32.unpack(self._read_at(offset + _BLOCK.size + length, 4,
-                                           f"the CRC32 of key group {key_group}"))
+                f"index says, got key group {written_group}"
+            )
+        payload = self._read_at(
+            offset + _BLOCK.size, length, f"the payload of key group {key_group}"
+        )
+        (crc,) = _U32.unpack(
+            self._read_at(offset + _BLOCK.size + length, 4, f"the CRC32 of key group {key_group}")
+        )
         actual = zlib.crc32(payload, zlib.crc32(head))
         if crc != actual:
             raise ChecksumMismatchError(
                 f"expected CRC32 {crc:#010x} for key group {key_group} at offset {offset}, "
-                f"got {actual:#010x}: the block is corrupt")
+                f"got {actual:#010x}: the block is corrupt"
+            )
         return self._parse_payload(key_group, payload, count)
 
     # ------------------------------------------------------ private helpers
@@ -95,34 +101,41 @@ class SnapshotReader:
         if offset < 0 or offset + length > self._size:
             raise TruncatedSnapshotError(
                 f"expected {length} bytes of {what} at offset {offset}, but the file has "
-                f"{self._size} bytes")
+                f"{self._size} bytes"
+            )
         self._stream.seek(self._base + offset)
         data = self._stream.read(length)
         if len(data) != length:
             raise TruncatedSnapshotError(
-                f"expected {length} bytes of {what} at offset {offset}, got {len(data)}")
+                f"expected {length} bytes of {what} at offset {offset}, got {len(data)}"
+            )
         return data
 
     def _read_metadata(self) -> SnapshotMetadata:
         if self._size < _HEADER.size:
             raise TruncatedSnapshotError(
                 f"expected a snapshot file of at least its {_HEADER.size}-byte header, got "
-                f"{self._size} bytes")
-        magic, version, _flags, length = _HEADER.unpack(self._read_at(0, _HEADER.size,
-                                                                      "the header"))
+                f"{self._size} bytes"
+            )
+        magic, version, _flags, length = _HEADER.unpack(
+            self._read_at(0, _HEADER.size, "the header")
+        )
         if magic != MAGIC:
-            raise BadMagicError(f"expected the magic bytes {MAGIC!r}, got {magic!r}: "
-                                "not a cowstate snapshot file")
+            raise BadMagicError(
+                f"expected the magic bytes {MAGIC!r}, got {magic!r}: not a cowstate snapshot file"
+            )
         if version != FORMAT_VERSION:
             raise UnsupportedVersionError(
-                f"expected snapshot format version {FORMAT_VERSION}, got {version}")
+                f"expected snapshot format version {FORMAT_VERSION}, got {version}"
+            )
         raw = self._read_at(_HEADER.size, length, "the metadata")
         (crc,) = _U32.unpack(self._read_at(_HEADER.size + length, 4, "the metadata CRC32"))
         actual = zlib.crc32(raw, zlib.crc32(_HEADER.pack(magic, version, _flags, length)))
         if crc != actual:
             raise ChecksumMismatchError(
                 f"expected metadata CRC32 {crc:#010x}, got {actual:#010x}: the header or "
-                "metadata is corrupt")
+                "metadata is corrupt"
+            )
         try:
             metadata = SnapshotMetadata.model_validate_json(raw)
         except ValidationError as exc:
@@ -131,7 +144,8 @@ class SnapshotReader:
         if not (start >= 0 and end < metadata.max_parallelism and start <= end + 1):
             raise KeyGroupMismatchError(
                 f"expected a key-group range inside [0, {metadata.max_parallelism - 1}], got "
-                f"[{start}, {end}]")
+                f"[{start}, {end}]"
+            )
         ids = [s.id for s in metadata.states]
         if len(set(ids)) != len(ids) or len({s.name for s in metadata.states}) != len(ids):
             raise SnapshotFormatError(f"expected distinct state ids and names, got {ids}")
@@ -142,26 +156,31 @@ class SnapshotReader:
         if self._size < self._data_start + 8 + _FOOTER.size:
             raise TruncatedSnapshotError(
                 f"expected an index and a footer after the metadata, but the file ends at "
-                f"{self._size} bytes")
-        index_at, end_magic = _FOOTER.unpack(self._read_at(self._size - _FOOTER.size,
-                                                           _FOOTER.size, "the footer"))
+                f"{self._size} bytes"
+            )
+        index_at, end_magic = _FOOTER.unpack(
+            self._read_at(self._size - _FOOTER.size, _FOOTER.size, "the footer")
+        )
         if end_magic != END_MAGIC:
             raise TruncatedSnapshotError(
                 f"expected the end magic {END_MAGIC!r} in the last 8 bytes, got {end_magic!r}: "
-                "the file is truncated or was not closed")
+                "the file is truncated or was not closed"
+            )
         end = self._size - _FOOTER.size
         (count,) = _U32.unpack(self._read_at(index_at, 4, "the index"))
         length = 4 + count * _INDEX_ENTRY.size
         if index_at < self._data_start or index_at + length + 4 != end:
             raise TruncatedSnapshotError(
                 f"expected an index of {count} key groups between offset {index_at} and the "
-                f"footer at {end}: the file is truncated or corrupt")
+                f"footer at {end}: the file is truncated or corrupt"
+            )
         raw = self._read_at(index_at, length, "the index")
         (crc,) = _U32.unpack(self._read_at(index_at + length, 4, "the index CRC32"))
         if crc != zlib.crc32(raw):
             raise ChecksumMismatchError(
                 f"expected index CRC32 {crc:#010x}, got {zlib.crc32(raw):#010x}: the index "
-                "is corrupt")
+                "is corrupt"
+            )
         offsets: dict[int, int] = {}
         file_range = self.metadata.range
         expected_groups = iter(file_range)
@@ -170,26 +189,31 @@ class SnapshotReader:
             if key_group not in file_range:
                 raise KeyGroupMismatchError(
                     f"expected key groups of the file's range {file_range!r}, the index holds "
-                    f"key group {key_group}")
+                    f"key group {key_group}"
+                )
             expected = next(expected_groups, None)
             if key_group != expected:
                 raise KeyGroupMismatchError(
                     f"expected the index to list every key group of {file_range!r} once, in "
                     f"order: key group {expected} at entry {(position - 4) // _INDEX_ENTRY.size}"
-                    f", got key group {key_group}")
+                    f", got key group {key_group}"
+                )
             if not self._data_start <= offset < index_at:
                 raise TruncatedSnapshotError(
                     f"expected key group {key_group}'s block between offsets "
-                    f"{self._data_start} and {index_at}, the index says {offset}")
+                    f"{self._data_start} and {index_at}, the index says {offset}"
+                )
             offsets[key_group] = offset
         if len(offsets) != len(file_range):
             raise KeyGroupMismatchError(
                 f"expected an index of the {len(file_range)} key groups of {file_range!r}, "
-                f"got {len(offsets)}")
+                f"got {len(offsets)}"
+            )
         return offsets
 
-    def _parse_payload(self, key_group: int, payload: bytes,
-                       count: int) -> dict[int, list[RawEntry]]:
+    def _parse_payload(
+        self, key_group: int, payload: bytes, count: int
+    ) -> dict[int, list[RawEntry]]:
         out: dict[int, list[RawEntry]] = {}
         position = 0
         total = 0
@@ -204,10 +228,11 @@ class SnapshotReader:
                     raise SnapshotFormatError(
                         f"expected one section per state id of {sorted(known)} in key group "
                         f"{key_group}, got state id {state_id}"
-                        + (" twice" if state_id in out else ""))
+                        + (" twice" if state_id in out else "")
+                    )
                 rows: list[RawEntry] = []
                 append = rows.append
-                for _ in range(entries):       # (namespace, key, state), unrolled: the hot loop
+                for _ in range(entries):  # (namespace, key, state), unrolled: the hot loop
                     (length,) = unpack(payload, position)
                     start = position + 4
                     position = start + length
@@ -220,7 +245,7 @@ class SnapshotReader:
                     start = position + 4
                     position = start + length
                     append((namespace, key, payload[start:position]))
-                    if position > end:         # a slice past the end is silently short
+                    if position > end:  # a slice past the end is silently short
                         raise struct.error("field past the end of the block")
                 out[state_id] = rows
                 total += entries
@@ -230,8 +255,8 @@ class SnapshotReader:
             ) from None
         if total != count:
             raise SnapshotFormatError(
-                f"expected {count} entries in key group {key_group} as its header says, "
-                f"got {total}")
+                f"expected {count} entries in key group {key_group} as its header says, got {total}"
+            )
         return out
 
 

@@ -27,6 +27,7 @@ from cowstate.state_table import StateTable
 
 __all__ = ["RestoredSnapshot", "read_snapshot", "restore_table"]
 
+
 @dataclass
 class RestoredSnapshot:
     """Decoded contents of snapshot files for one key-group range.
@@ -57,12 +58,16 @@ class RestoredSnapshot:
         return sum(len(entries) for entries in self.states.get(name, {}).values())
 
 
-def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
-                  max_parallelism: int | None = None,
-                  metas: Mapping[str, StateMetaInfo] | None = None,
-                  key_serializer: StateSerializer | None = None,
-                  states: Collection[str] | None = None,
-                  into: RestoredSnapshot | None = None) -> RestoredSnapshot:
+def read_snapshot(
+    stream: IO[bytes] | bytes,
+    key_group_range: KeyGroupRange,
+    *,
+    max_parallelism: int | None = None,
+    metas: Mapping[str, StateMetaInfo] | None = None,
+    key_serializer: StateSerializer | None = None,
+    states: Collection[str] | None = None,
+    into: RestoredSnapshot | None = None,
+) -> RestoredSnapshot:
     """Decode the key groups of ``key_group_range`` from one snapshot file.
 
     ``max_parallelism``, when given, must equal the file's. ``metas`` (by
@@ -76,17 +81,20 @@ def read_snapshot(stream: IO[bytes] | bytes, key_group_range: KeyGroupRange, *,
     """
     if not isinstance(key_group_range, KeyGroupRange):
         raise InvalidArgumentError(
-            f"expected a KeyGroupRange, got {type(key_group_range).__name__}")
+            f"expected a KeyGroupRange, got {type(key_group_range).__name__}"
+        )
     reader = SnapshotReader(stream)
     try:
-        return _decode(reader, key_group_range, max_parallelism, metas or {}, key_serializer,
-                       states, into)
+        return _decode(
+            reader, key_group_range, max_parallelism, metas or {}, key_serializer, states, into
+        )
     finally:
         reader.rewind()
 
 
-def restore_table(table: StateTable[Any, Any, Any],
-                  streams: Iterable[IO[bytes] | bytes] | IO[bytes] | bytes) -> int:
+def restore_table(
+    table: StateTable[Any, Any, Any], streams: Iterable[IO[bytes] | bytes] | IO[bytes] | bytes
+) -> int:
     """Restore ``table``'s state (by its meta info's name) from snapshot files.
 
     ``streams`` is one file (bytes or a binary stream) or an iterable of them.
@@ -96,24 +104,33 @@ def restore_table(table: StateTable[Any, Any, Any],
     """
     files: Iterable[Any]
     if isinstance(streams, bytes | bytearray | memoryview) or callable(
-            getattr(streams, "read", None)):
+        getattr(streams, "read", None)
+    ):
         files = [streams]
     elif isinstance(streams, Iterable):
         files = streams
     else:
         raise InvalidArgumentError(
             f"expected snapshot files (bytes or binary streams, or an iterable of them), got "
-            f"{type(streams).__name__}")
+            f"{type(streams).__name__}"
+        )
     name = table.meta.name
     restored = RestoredSnapshot(table.key_group_range, table.max_parallelism)
     for stream in files:
-        read_snapshot(stream, table.key_group_range, max_parallelism=table.max_parallelism,
-                      metas={name: table.meta}, key_serializer=table.key_serializer,
-                      states={name}, into=restored)
+        read_snapshot(
+            stream,
+            table.key_group_range,
+            max_parallelism=table.max_parallelism,
+            metas={name: table.meta},
+            key_serializer=table.key_serializer,
+            states={name},
+            into=restored,
+        )
     if name not in restored.metas:
         raise UnknownStateError(
             f"expected state {name!r} in the snapshot files, got states "
-            f"{sorted(restored.all_states)}")
+            f"{sorted(restored.all_states)}"
+        )
     count = 0
     for key_group, key, namespace, state in restored.entries(name):
         table.put(key, namespace, state, key_group=key_group)
@@ -121,30 +138,39 @@ def restore_table(table: StateTable[Any, Any, Any],
     return count
 
 
-def _decode(reader: SnapshotReader, key_group_range: KeyGroupRange,
-            max_parallelism: int | None, metas: Mapping[str, StateMetaInfo],
-            key_serializer: StateSerializer | None, wanted: Collection[str] | None,
-            into: RestoredSnapshot | None) -> RestoredSnapshot:
+def _decode(
+    reader: SnapshotReader,
+    key_group_range: KeyGroupRange,
+    max_parallelism: int | None,
+    metas: Mapping[str, StateMetaInfo],
+    key_serializer: StateSerializer | None,
+    wanted: Collection[str] | None,
+    into: RestoredSnapshot | None,
+) -> RestoredSnapshot:
     meta = reader.metadata
     if max_parallelism is not None and meta.max_parallelism != max_parallelism:
         raise MaxParallelismMismatchError(
             f"expected a snapshot of max parallelism {max_parallelism}, got one of "
-            f"{meta.max_parallelism}: the number of key groups cannot change on restore")
+            f"{meta.max_parallelism}: the number of key groups cannot change on restore"
+        )
     result = RestoredSnapshot(key_group_range, meta.max_parallelism) if into is None else into
     if result.max_parallelism != meta.max_parallelism:
         raise MaxParallelismMismatchError(
             f"expected every file to have max parallelism {result.max_parallelism}, got "
-            f"{meta.max_parallelism}")
+            f"{meta.max_parallelism}"
+        )
     key_ser = _resolve(key_serializer, meta.key_serializer, "the key serializer")
     if result.key_serializer and result.key_serializer != meta.key_serializer:
         raise SerializerMismatchError(
             f"expected every file to use key serializer {result.key_serializer!r}, got "
-            f"{meta.key_serializer!r}")
+            f"{meta.key_serializer!r}"
+        )
     overlap = result.key_groups & set(key_group_range.intersection(meta.range))
     if overlap:
         raise KeyGroupMismatchError(
             f"expected every key group in one snapshot file only, got key groups "
-            f"{sorted(overlap)[:5]} in two files")
+            f"{sorted(overlap)[:5]} in two files"
+        )
     decoders = {}
     state_metas = {}
     for state in meta.states:
@@ -155,15 +181,22 @@ def _decode(reader: SnapshotReader, key_group_range: KeyGroupRange,
         if known is not None and known.kind != state.kind:
             raise SerializerMismatchError(
                 f"expected state {state.name!r} of kind {known.kind!r}, the file holds kind "
-                f"{state.kind!r}")
-        namespace_ser = _resolve(given.namespace_serializer if given else None,
-                                 state.namespace_serializer,
-                                 f"the namespace serializer of {state.name!r}")
-        state_ser = _resolve(given.state_serializer if given else None,
-                             state.state_serializer, f"the state serializer of {state.name!r}")
+                f"{state.kind!r}"
+            )
+        namespace_ser = _resolve(
+            given.namespace_serializer if given else None,
+            state.namespace_serializer,
+            f"the namespace serializer of {state.name!r}",
+        )
+        state_ser = _resolve(
+            given.state_serializer if given else None,
+            state.state_serializer,
+            f"the state serializer of {state.name!r}",
+        )
         decoders[state.id] = (state.name, namespace_ser.deserialize, state_ser.deserialize)
         state_metas[state.name] = given or StateMetaInfo(
-            state.name, state.kind, namespace_ser, state_ser)
+            state.name, state.kind, namespace_ser, state_ser
+        )
     decoded: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = {}
     key_decode = key_ser.deserialize
     read = key_group_range.intersection(meta.range)
@@ -175,11 +208,13 @@ def _decode(reader: SnapshotReader, key_group_range: KeyGroupRange,
             try:
                 decoded.setdefault(name, {})[key_group] = [
                     (key_decode(key), namespace_decode(namespace), state_decode(state))
-                    for namespace, key, state in rows]
+                    for namespace, key, state in rows
+                ]
             except Exception as exc:
                 raise SnapshotFormatError(
                     f"expected entries of state {name!r} in key group {key_group} that its "
-                    f"serializers can decode, got {type(exc).__name__}: {exc}") from exc
+                    f"serializers can decode, got {type(exc).__name__}: {exc}"
+                ) from exc
     # Everything decoded: now (and only now) merge into the result.
     result.formats.add(meta.format)
     result.key_serializer = meta.key_serializer
@@ -202,5 +237,6 @@ def _resolve(given: StateSerializer | None, identifier: str, role: str) -> State
     if serializer_identifier(given) != identifier:
         raise SerializerMismatchError(
             f"expected {role} to be {serializer_identifier(given)!r}, the file was written "
-            f"with {identifier!r}")
+            f"with {identifier!r}"
+        )
     return given

@@ -35,6 +35,7 @@ from cowstate.state_table import StateTableSnapshot
 
 __all__ = ["SnapshotWriter", "write_snapshot"]
 
+
 class SnapshotWriter:
     """Writes one snapshot file from raw bytes, key group by key group.
 
@@ -57,13 +58,13 @@ class SnapshotWriter:
         head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta)) + meta
         self._write(head + _U32.pack(zlib.crc32(head)))
 
-    def write_key_group(self, key_group: int,
-                        per_state: Mapping[int, Sequence[RawEntry]]) -> None:
+    def write_key_group(self, key_group: int, per_state: Mapping[int, Sequence[RawEntry]]) -> None:
         """Write the block of ``key_group``: ``per_state[state_id]`` = its entries."""
         if key_group not in self._range or key_group <= self._last:
             raise InvalidArgumentError(
                 f"expected key groups of {self._range!r} in ascending order, got {key_group} "
-                f"after {self._last}")
+                f"after {self._last}"
+            )
         for skipped in range(max(self._last + 1, self._range.start_key_group), key_group):
             self._write_block(skipped, {})
         self._write_block(key_group, per_state)
@@ -78,8 +79,14 @@ class SnapshotWriter:
                 continue
             parts.append(_STATE.pack(state_id, len(entries)))
             for namespace, key, state in entries:
-                parts += (pack_u32(len(namespace)), namespace, pack_u32(len(key)), key,
-                          pack_u32(len(state)), state)
+                parts += (
+                    pack_u32(len(namespace)),
+                    namespace,
+                    pack_u32(len(key)),
+                    key,
+                    pack_u32(len(state)),
+                    state,
+                )
             count += len(entries)
         payload = b"".join(parts)
         head = _BLOCK.pack(key_group, count, len(payload))
@@ -93,29 +100,32 @@ class SnapshotWriter:
 
     def finish(self) -> SnapshotFileInfo:
         """Write the index and the footer; the stream is flushed, not closed."""
-        for skipped in range(max(self._last + 1, self._range.start_key_group),
-                             self._range.end_key_group + 1):
+        for skipped in range(
+            max(self._last + 1, self._range.start_key_group), self._range.end_key_group + 1
+        ):
             self._write_block(skipped, {})
         index_at = self._position
         index = _U32.pack(len(self._offsets)) + b"".join(
-            _INDEX_ENTRY.pack(kg, offset) for kg, offset in self._offsets.items())
+            _INDEX_ENTRY.pack(kg, offset) for kg, offset in self._offsets.items()
+        )
         self._write(index + _U32.pack(zlib.crc32(index)))
         self._write(_FOOTER.pack(index_at, END_MAGIC))
         self._stream.flush()
-        return SnapshotFileInfo(self._metadata, dict(self._offsets), self._position,
-                                self._entries)
+        return SnapshotFileInfo(self._metadata, dict(self._offsets), self._position, self._entries)
 
     def _write(self, data: bytes) -> None:
         self._stream.write(data)
         self._position += len(data)
 
 
-def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
-                   | Sequence[StateTableSnapshot[Any, Any, Any]],
-                   stream: BinaryWriter, *,
-                   snapshot_format: SnapshotFormat = SnapshotFormat.HEAP,
-                   cancel: threading.Event | None = None,
-                   release: bool = True) -> SnapshotFileInfo:
+def write_snapshot(
+    snapshots: StateTableSnapshot[Any, Any, Any] | Sequence[StateTableSnapshot[Any, Any, Any]],
+    stream: BinaryWriter,
+    *,
+    snapshot_format: SnapshotFormat = SnapshotFormat.HEAP,
+    cancel: threading.Event | None = None,
+    release: bool = True,
+) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.
 
     Each key group's map snapshots are released as soon as the key group is
@@ -127,18 +137,26 @@ def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
     try:
         metadata = _metadata_of(tables, snapshot_format)
         writer = SnapshotWriter(stream, metadata)
-        serializers = [(snap.key_serializer.serialize, snap.meta.namespace_serializer.serialize,
-                        snap.meta.state_serializer.serialize) for snap in tables]
+        serializers = [
+            (
+                snap.key_serializer.serialize,
+                snap.meta.namespace_serializer.serialize,
+                snap.meta.state_serializer.serialize,
+            )
+            for snap in tables
+        ]
         for key_group in metadata.range:
             if cancel is not None and cancel.is_set():
                 raise SnapshotCancelledError(
-                    f"snapshot cancelled before key group {key_group} was written")
+                    f"snapshot cancelled before key group {key_group} was written"
+                )
             per_state: dict[int, list[RawEntry]] = {}
             for state_id, snap in enumerate(tables):
                 key_bytes, namespace_bytes, state_bytes = serializers[state_id]
                 per_state[state_id] = [
                     (namespace_bytes(namespace), key_bytes(key), state_bytes(state))
-                    for key, namespace, state in snap.key_group_items(key_group)]
+                    for key, namespace, state in snap.key_group_items(key_group)
+                ]
             writer.write_key_group(key_group, per_state)
             for snap in tables:
                 snap.release_key_group(key_group)
@@ -149,33 +167,44 @@ def write_snapshot(snapshots: StateTableSnapshot[Any, Any, Any]
                 snap.release()
 
 
-def _metadata_of(tables: Sequence[StateTableSnapshot[Any, Any, Any]],
-                 snapshot_format: SnapshotFormat) -> SnapshotMetadata:
+def _metadata_of(
+    tables: Sequence[StateTableSnapshot[Any, Any, Any]], snapshot_format: SnapshotFormat
+) -> SnapshotMetadata:
     if not tables:
         raise InvalidArgumentError("expected at least one table snapshot to write, got none")
     if len(tables) > MAX_STATES:
         raise InvalidArgumentError(
-            f"expected at most {MAX_STATES} states in one snapshot, got {len(tables)}")
+            f"expected at most {MAX_STATES} states in one snapshot, got {len(tables)}"
+        )
     first = tables[0]
     for snap in tables[1:]:
         if serializer_identifier(snap.key_serializer) != serializer_identifier(
-                first.key_serializer):
+            first.key_serializer
+        ):
             raise InvalidArgumentError(
                 f"expected every table snapshot to use the key serializer "
                 f"{serializer_identifier(first.key_serializer)!r}, got "
-                f"{serializer_identifier(snap.key_serializer)!r} for {snap.meta.name!r}")
-        if (snap.key_group_range != first.key_group_range
-                or snap.max_parallelism != first.max_parallelism):
+                f"{serializer_identifier(snap.key_serializer)!r} for {snap.meta.name!r}"
+            )
+        if (
+            snap.key_group_range != first.key_group_range
+            or snap.max_parallelism != first.max_parallelism
+        ):
             raise InvalidArgumentError(
                 f"expected every table snapshot to cover {first.key_group_range!r} of "
                 f"{first.max_parallelism}, got {snap.key_group_range!r} of "
-                f"{snap.max_parallelism} for {snap.meta.name!r}")
+                f"{snap.max_parallelism} for {snap.meta.name!r}"
+            )
     names = [snap.meta.name for snap in tables]
     if len(set(names)) != len(names):
         raise InvalidArgumentError(f"expected distinct state names, got {names}")
     return SnapshotMetadata(
-        format=snapshot_format, max_parallelism=first.max_parallelism,
-        key_group_range=(first.key_group_range.start_key_group,
-                         first.key_group_range.end_key_group),
+        format=snapshot_format,
+        max_parallelism=first.max_parallelism,
+        key_group_range=(
+            first.key_group_range.start_key_group,
+            first.key_group_range.end_key_group,
+        ),
         key_serializer=serializer_identifier(first.key_serializer),
-        states=tuple(snap.meta.metadata(state_id) for state_id, snap in enumerate(tables)))
+        states=tuple(snap.meta.metadata(state_id) for state_id, snap in enumerate(tables)),
+    )
