@@ -37,6 +37,7 @@ from cowstate.errors import (
     CorruptCheckpointError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
+    MetadataChecksumError,
     UnknownCheckpointError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
@@ -142,7 +143,14 @@ def jobs(tmp_path: Path) -> Iterator[Callable[..., Job]]:
 
 
 def shared(metadata: CheckpointMetadata) -> set[str]:
+    """The shared files' paths as ``_metadata`` writes them (``<job>/shared/<name>``)."""
     return {f.path for f in metadata.files if f.scope == "shared"}
+
+
+def resolved(metadata: CheckpointMetadata, directory: str) -> set[str]:
+    """Every file of the snapshot in ``directory`` as a path on disk."""
+    source = SnapshotSource(FileSystem(), directory)
+    return {source.path(f) for f in metadata.files}
 
 
 def files_under(path: Path) -> set[str]:
@@ -277,9 +285,9 @@ def test_a_crash_at_any_write_leaves_the_last_completed_checkpoint_restorable(
         landed = Path(recovered.storage.checkpoint_dir(2), METADATA_FILE).exists()
         assert recovered.contents() == (second if landed else first), crash
         retained = recovered.coordinator.completed_checkpoints
-        keep = {str(Path(c.directory) / METADATA_FILE) for c in retained} | {
-            f.path for c in retained for f in c.metadata.files
-        }
+        keep = {str(Path(c.directory) / METADATA_FILE) for c in retained}.union(
+            *(resolved(c.metadata, c.directory) for c in retained)
+        )
         job_dir = Path(recovered.storage.job_dir)
         on_disk = files_under(job_dir) - {str(job_dir / "_counter")}
         assert on_disk == keep, (crash, sorted(on_disk ^ keep))
@@ -342,14 +350,14 @@ def test_missing_and_corrupt_snapshots_are_refused_and_change_nothing(jobs: Any)
             RestoreMode.CLAIM,
         )
     Path(directory, METADATA_FILE).write_text('{"not": "metadata"}')
-    with pytest.raises(CorruptCheckpointError, match="expected a valid _metadata document"):
+    with pytest.raises(MetadataChecksumError, match="to end with its seal line"):
         read_metadata(FileSystem(), directory)
     assert target.contents() == before
 
     job.put(range(10), 2)
     metadata = job.checkpoint()
     directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
-    data_file = Path(metadata.files[0].path)
+    data_file = Path(SnapshotSource(FileSystem(), directory).path(metadata.files[0]))
     data_file.write_bytes(data_file.read_bytes()[:-10])  # truncated
     for backend in target.backends:
         with pytest.raises(CorruptCheckpointError, match="bytes with CRC32"):
@@ -372,7 +380,7 @@ def test_coordinator_argument_errors(jobs: Any, tmp_path: Path) -> None:
         CheckpointStorage(str(tmp_path), "../escape")
     sp = str(tmp_path / "sp")
     job.coordinator.trigger_savepoint(sp)
-    with pytest.raises(InvalidArgumentError, match="already holds a snapshot"):
+    with pytest.raises(InvalidArgumentError, match="already holds files"):
         job.coordinator.trigger_savepoint(sp)
     job.checkpoint()
     with pytest.raises(InvalidArgumentError, match="expected a new job directory"):
@@ -382,7 +390,9 @@ def test_coordinator_argument_errors(jobs: Any, tmp_path: Path) -> None:
 # -------------------------------------------------------------------- rules
 
 
-def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(jobs: Any) -> None:
+def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(
+    jobs: Any, tmp_path: Path
+) -> None:
     job = jobs("job", rocksdb, parallelism=1)
     job.put(range(200), "a")
     first = job.checkpoint()
@@ -399,7 +409,7 @@ def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(jobs: A
     third = job.checkpoint()  # completes, aborting `pending`
     assert not shared(third) & pending_uploads
     assert shared(third) & shared(first)  # still incremental on `first`
-    assert not any(Path(p).exists() for p in pending_uploads)
+    assert not any((tmp_path / "root" / p).exists() for p in pending_uploads)
     job.put(range(20, 30), "d")
     aborted = job.coordinator.trigger_checkpoint()
     job.coordinator.acknowledge(aborted)
@@ -433,7 +443,7 @@ def test_rule_2_a_savepoint_never_changes_the_incremental_base(
         job.checkpoint()
         job.put(range(5), "y")
     savepoint = with_savepoint.coordinator.trigger_savepoint(str(tmp_path / "sp"), savepoint_format)
-    assert all(f.relative and f.scope == "exclusive" for f in savepoint.files)
+    assert all(f.scope == "exclusive" and not f.path.startswith("/") for f in savepoint.files)
     after = with_savepoint.checkpoint()
     plain = without.checkpoint()
     reused = {f.local_name for f in after.files if f.scope == "shared"} & {
@@ -461,7 +471,6 @@ def test_rule_3_unknown_older_and_aborted_notices(tmp_path: Path) -> None:
                 filesystem,
                 str(tmp_path / f"chk-{checkpoint_id}"),
                 str(tmp_path / "shared"),
-                relative=False,
             )
             return backend.snapshot_to(checkpoint_id, location, SnapshotOptions()).result()
 
@@ -528,18 +537,17 @@ def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(
             subsumed = metadata[round_ - 2]
             retained = metadata[round_ - 1 :]
             used = set().union(*(shared(m) for m in retained))
-            exclusive = {f.path for f in subsumed.files if f.scope == "exclusive"} | {
-                str(Path(job.storage.checkpoint_dir(subsumed.checkpoint_id)) / METADATA_FILE)
-            }
-            expected_deleted = (shared(subsumed) - used) | exclusive
-            new = {f.path for f in metadata[round_].files} | {
-                str(
-                    Path(job.storage.checkpoint_dir(metadata[round_].checkpoint_id)) / METADATA_FILE
-                )
-            }
+            subsumed_dir = job.storage.checkpoint_dir(subsumed.checkpoint_id)
+            root = tmp_path / "root"
+            exclusive = {
+                p for p in resolved(subsumed, subsumed_dir) if p.startswith(subsumed_dir)
+            } | {str(Path(subsumed_dir) / METADATA_FILE)}
+            expected_deleted = {str(root / p) for p in shared(subsumed) - used} | exclusive
+            new_dir = job.storage.checkpoint_dir(metadata[round_].checkpoint_id)
+            new = resolved(metadata[round_], new_dir) | {str(Path(new_dir) / METADATA_FILE)}
             assert before - after == expected_deleted
             assert after - before == new - before
-            assert all(Path(p).exists() for m in retained for p in shared(m))
+            assert all((root / p).exists() for m in retained for p in shared(m))
 
 
 @BOTH
@@ -596,9 +604,7 @@ def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(
     old.checkpoint()
     source = old.coordinator.latest_checkpoint
     assert source is not None
-    source_files = files_under(Path(source.directory)) | {
-        Path(p).as_posix() for p in shared(source.metadata)
-    }
+    source_files = files_under(Path(source.directory)) | resolved(source.metadata, source.directory)
     old.close()
     writes = 0
 
@@ -633,7 +639,9 @@ def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(
     assert all(Path(p).exists() for p in source_files)  # never deleted
 
 
-def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(jobs: Any) -> None:
+def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(
+    jobs: Any, tmp_path: Path
+) -> None:
     old = jobs("old", rocksdb, parallelism=1)
     old.put(range(300), "a")
     old.checkpoint()
@@ -649,7 +657,7 @@ def test_rule_7_legacy_builds_on_restored_files_and_never_deletes_them(jobs: Any
     for round_ in range(4):  # subsume it several times over
         new.put(range(round_ * 50, round_ * 50 + 100), round_)
         new.checkpoint()
-    assert all(Path(p).exists() for p in shared(source.metadata))
+    assert all((tmp_path / "root" / p).exists() for p in shared(source.metadata))
     assert Path(source.directory, METADATA_FILE).exists()
 
 
@@ -718,7 +726,7 @@ def test_inspect_command_prints_what_a_snapshot_holds(jobs: Any, tmp_path: Path)
     with redirect_stdout(out):
         assert cowstate_main(["savepoint", "inspect", directory]) == 0
     assert out.getvalue().strip() == report
-    Path(next(iter(shared(metadata)))).unlink()
+    (tmp_path / "root" / next(iter(shared(metadata)))).unlink()
     with redirect_stdout(io.StringIO()):
         assert cowstate_main(["savepoint", "inspect", directory]) == 1
     assert "[MISSING]" in format_report(inspect_snapshot(directory))

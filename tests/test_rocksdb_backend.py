@@ -106,13 +106,11 @@ def backend(make: Factory) -> RocksDBKeyedStateBackend:
 def checkpoint_location(
     root: Path, checkpoint_id: int, filesystem: FileSystem = FS
 ) -> SnapshotLocation:
-    return SnapshotLocation(
-        filesystem, str(root / f"chk-{checkpoint_id}"), str(root / "shared"), relative=False
-    )
+    return SnapshotLocation(filesystem, str(root / f"chk-{checkpoint_id}"), str(root / "shared"))
 
 
 def savepoint_location(directory: Path) -> SnapshotLocation:
-    return SnapshotLocation(FS, str(directory), None, relative=True)
+    return SnapshotLocation(FS, str(directory), None)
 
 
 def source(directory: Path) -> SnapshotSource:
@@ -385,7 +383,7 @@ def test_close_releases_everything_and_refuses_more_work(tmp_path: Path) -> None
     with pytest.raises(BackendClosedError):
         b.snapshot_to(1, checkpoint_location(tmp_path, 1), SnapshotOptions())
     with pytest.raises(BackendClosedError):
-        b.restore([])
+        b.restore([], source(tmp_path))
     kept = RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "mine")
     kept.close()
     assert os.listdir(tmp_path / "mine") == []  # a given local_dir stays, emptied
@@ -452,14 +450,14 @@ def test_first_checkpoint_full_then_only_new_ssts(
     assert [s.name for s in first.states] == [d.name for d in ALL]
     first_ssts = ssts(first)
     assert len(first_ssts) == 5  # one flushed SST per column family
-    assert all(f.scope == "shared" and not f.relative for f in first_ssts.values())
+    assert all(
+        f.scope == "shared" and f.path.startswith(f"{tmp_path.name}/shared/")
+        for f in first_ssts.values()
+    )
     private = [f for f in first.files if f not in first_ssts.values()]
     assert {f.local_name for f in private} >= {"CURRENT"}
     assert any((f.local_name or "").startswith("MANIFEST-") for f in private)
-    assert all(
-        f.scope == "exclusive" and f.path.startswith(str(tmp_path / "chk-1/rocksdb-0-127/"))
-        for f in private
-    )
+    assert all(f.scope == "exclusive" and f.path.startswith("rocksdb-0-127/") for f in private)
     assert os.listdir(backend.local_checkpoints_path) == []
     backend.notify_checkpoint_complete(1)
     assert backend.incremental_base == first_ssts
@@ -492,7 +490,7 @@ def test_pending_checkpoint_is_never_a_base(
     change_a_few(backend)
     second = checkpoint(backend, tmp_path, 2)
     assert backend.incremental_base == {}
-    assert not {f.path for f in second.files} & {f.path for f in first.files}
+    assert not {f.path for f in second.shared_files} & {f.path for f in first.shared_files}
     assert second.checkpointed_size == second.full_size
     assert backend.recorded_checkpoints == [1, 2]
 
@@ -542,8 +540,8 @@ def test_savepoint_never_changes_the_base(
     first = checkpoint(backend, tmp_path, 1)
     backend.notify_checkpoint_complete(1)
     change_a_few(backend)
-    native = savepoint(backend, tmp_path / "sp-2", 2)
-    canonical = savepoint(backend, tmp_path / "sp-3", 3, "canonical")
+    savepoint(backend, tmp_path / "sp-2", 2)
+    savepoint(backend, tmp_path / "sp-3", 3, "canonical")
     backend.notify_checkpoint_complete(2)  # stop-with-savepoint: ignored
     backend.notify_checkpoint_complete(3)
     assert backend.last_completed_checkpoint_id == 1
@@ -553,9 +551,9 @@ def test_savepoint_never_changes_the_base(
     fourth = checkpoint(backend, tmp_path, 4)
     reused = {n: f for n, f in ssts(fourth).items() if f in ssts(first).values()}
     assert reused == ssts(first)
-    savepoint_paths = {f.path for f in native.files + canonical.files}
-    assert not {f.path for f in fourth.files} & savepoint_paths
-    assert all(not f.path.startswith(str(tmp_path / "sp-")) for f in fourth.files)
+    resolved = {source(tmp_path / "chk-4").path(f) for f in fourth.files}
+    assert all(p.startswith((str(tmp_path / "chk-4"), str(tmp_path / "shared"))) for p in resolved)
+    assert all(f.path.startswith(("rocksdb-", f"{tmp_path.name}/shared/")) for f in fourth.files)
     assert fourth.checkpointed_size < fourth.full_size
 
 
@@ -582,7 +580,7 @@ def test_full_checkpoint_uploads_everything_and_becomes_a_base(
     change_a_few(backend)
     full = checkpoint(backend, tmp_path, 2, full=True)
     assert full.checkpointed_size == full.full_size
-    assert not {f.path for f in full.files} & {f.path for f in first.files}
+    assert not {f.path for f in full.shared_files} & {f.path for f in first.shared_files}
     assert set(ssts(first)) < set(ssts(full))  # same local files, uploaded again
     assert backend.incremental_base == ssts(first)  # not a base until confirmed
     backend.notify_checkpoint_complete(2)
@@ -590,7 +588,7 @@ def test_full_checkpoint_uploads_everything_and_becomes_a_base(
     change_a_few(backend, range(5, 7))
     third = checkpoint(backend, tmp_path, 3)
     assert {n: f for n, f in ssts(third).items() if f in ssts(full).values()} == ssts(full)
-    assert not {f.path for f in third.files} & {f.path for f in first.files}
+    assert not {f.path for f in third.shared_files} & {f.path for f in first.shared_files}
 
 
 # ------------------------------------------------------------ native savepoints
@@ -605,7 +603,7 @@ def test_native_savepoint_is_exclusive_relative_and_movable(
     assert handle.checkpointed_size == handle.full_size
     assert ssts(handle)
     for f in handle.files:
-        assert f.scope == "exclusive" and f.relative and f.path.startswith("rocksdb-0-127/")
+        assert f.scope == "exclusive" and f.path.startswith("rocksdb-0-127/")
     assert backend.recorded_checkpoints == []
     shutil.move(str(tmp_path / "sp"), str(tmp_path / "moved"))
     restored = make()
@@ -617,7 +615,7 @@ def test_native_savepoint_is_exclusive_relative_and_movable(
     assert dump(half) == owned(dump(backend), KeyGroupRange(64, 127))
     again = checkpoint(restored, tmp_path, 8)
     assert again.checkpointed_size == again.full_size
-    assert not any(f.path.startswith(str(tmp_path / "moved")) for f in again.files)
+    assert not any(f.path.startswith(("moved", "/")) for f in again.files)
 
 
 # ---------------------------------------------------- canonical savepoints
@@ -807,8 +805,9 @@ def test_rescaling_drops_the_other_key_groups_so_nothing_comes_back(
     high.set_current_namespace("w")
     high.get_state(VALUE).clear()
     merged = make()
-    merged.restore_from(
-        [checkpoint(low, tmp_path / "b", 2), checkpoint(high, tmp_path / "c", 2)], source(tmp_path)
+    merged.restore_from(  # one checkpoint of two subtasks: one directory
+        [checkpoint(low, tmp_path / "b", 2), checkpoint(high, tmp_path / "b", 2)],
+        source(tmp_path / "b" / "chk-2"),
     )
     expected = {
         name: {kn: s for kn, s in states.items() if kn[0] != gone}
@@ -851,7 +850,7 @@ def test_restore_replaces_states_and_keeps_registered_ones(make: Factory, tmp_pa
     target.set_current_key(2)
     other.update("gone")
     value = target.get_state(VALUE)
-    target.restore([handle])  # absolute paths: no source needed
+    target.restore([handle], source(tmp_path / "chk-1"))
     assert target.state_names == ["other", "value"]
     assert dump(target) == {"other": {}, "value": {(1, VOID_NAMESPACE): [1]}}
     target.set_current_key(1)
@@ -887,7 +886,7 @@ def test_truncated_file_is_corrupt_and_changes_nothing(make: Factory, tmp_path: 
     fill(target, range(20), tag=9)
     before, db_path = dump(target), target.db_path
     largest = max(ssts(handle).values(), key=lambda f: f.size)
-    with open(largest.path, "r+b") as f:
+    with open(source(tmp_path / "chk-1").path(largest), "r+b") as f:
         f.truncate(largest.size // 2)
     with pytest.raises(CorruptCheckpointError, match=f"expected .* {largest.size} bytes"):
         target.restore_from([handle], source(tmp_path / "chk-1"), incremental_base=True)
@@ -913,7 +912,7 @@ def test_files_that_do_not_open_as_a_database_are_corrupt(make: Factory, tmp_pat
         target.restore_from([without_current], source(tmp_path / "chk-1"))
     assert dump(target) == before
     for f in ssts(handle).values():  # RocksDB deleted nothing
-        assert Path(f.path).stat().st_size == f.size
+        assert Path(source(tmp_path / "chk-1").path(f)).stat().st_size == f.size
 
 
 def test_mismatches_are_refused_before_anything_changes(make: Factory, tmp_path: Path) -> None:
@@ -995,7 +994,7 @@ def test_cancel_while_writing_releases_everything(make: Factory, tmp_path: Path,
         location = checkpoint_location(tmp_path, 1, filesystem)
         options = SnapshotOptions()
     else:
-        location = SnapshotLocation(filesystem, str(tmp_path / "sp"), None, relative=True)
+        location = SnapshotLocation(filesystem, str(tmp_path / "sp"), None)
         options = SnapshotOptions(kind="savepoint", format=kind)  # type: ignore[arg-type]
     future = b.snapshot_to(1, location, options)
     assert blocker.entered.wait(10)
@@ -1022,7 +1021,7 @@ def test_write_failure_is_reported_and_releases_everything(
         location = checkpoint_location(tmp_path, 1, filesystem)
         options = SnapshotOptions()
     else:
-        location = SnapshotLocation(filesystem, str(tmp_path / "sp"), None, relative=True)
+        location = SnapshotLocation(filesystem, str(tmp_path / "sp"), None)
         options = SnapshotOptions(kind="savepoint", format="canonical")
     future = b.snapshot_to(1, location, options)
     with pytest.raises(SnapshotWriteError, match="OSError: disk full") as caught:

@@ -25,11 +25,13 @@ __all__ = [
     "CowStateError",
     "ForeignSnapshotError",
     "IncompatibleSnapshotError",
+    "InconsistentMetadataError",
     "InvalidArgumentError",
     "KeyGroupMismatchError",
     "KeyGroupOutOfRangeError",
     "MaxParallelismMismatchError",
     "MaximumCapacityError",
+    "MetadataChecksumError",
     "NoCurrentKeyError",
     "NoneStateError",
     "SerializerMismatchError",
@@ -43,6 +45,8 @@ __all__ = [
     "UnhashableKeyError",
     "UnknownCheckpointError",
     "UnknownStateError",
+    "UnsafePathError",
+    "UnsupportedMetadataVersionError",
     "UnsupportedVersionError",
     "VersionOverflowError",
 ]
@@ -231,3 +235,23 @@ class UnknownCheckpointError(CheckpointError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class MetadataChecksumError(CorruptCheckpointError):
+    """A ``_metadata`` (or another sealed document of a job directory) does not
+    match its own checksum, or has no checksum line: torn, truncated or edited."""
+
+
+class UnsupportedMetadataVersionError(CorruptCheckpointError):
+    """A ``_metadata`` of a format version this reader does not know."""
+
+
+class InconsistentMetadataError(CorruptCheckpointError):
+    """A ``_metadata`` that is well-formed but contradicts itself: overlapping or
+    missing key-group ranges, a file listed twice, sizes or ids out of range."""
+
+
+class UnsafePathError(CorruptCheckpointError):
+    """A path in a ``_metadata`` (or a directory the job was asked to use) that
+    would leave the snapshot's root: absolute, ``..``, another scheme, a link
+    out of the root, or a directory the job does not own."""

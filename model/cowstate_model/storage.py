@@ -14,7 +14,9 @@ which snapshots exist:
   deletes them any more); CLAIM moves the source into the new job's retained
   list, NO_CLAIM and LEGACY leave it where it was;
 - after a crash the job recovers to its newest retained checkpoint, or else
-  to the snapshot it was restored from, or else to nothing.
+  to the snapshot it was restored from, or else to nothing;
+- a power loss that tears the newest checkpoint's ``_metadata`` ends that
+  checkpoint: the next recovery falls back to the one before it.
 
 Snapshots are named by where they live (``chk-<id>`` directories of a job,
 savepoint directories), as strings the caller chooses.
@@ -92,6 +94,11 @@ class ReferenceStorage:
             self.retained = [source]
         self.restored_from = (source, mode)
         return source
+
+    def tear_newest(self) -> Snapshot:
+        """A power loss tore the newest checkpoint's ``_metadata``: it no longer
+        exists (recovery falls back to the one before it)."""
+        return self.retained.pop()
 
     def crash(self) -> Contents:
         """The job crashed: what it recovers to."""

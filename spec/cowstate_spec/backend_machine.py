@@ -47,7 +47,12 @@ from cowstate.state_table import StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_spec import contract as c
-from cowstate_spec.backends import DESCRIPTORS, BackendImplementation, WriteGate
+from cowstate_spec.backends import (
+    DESCRIPTORS,
+    BackendImplementation,
+    WriteGate,
+    restore_results,
+)
 from cowstate_spec.cmap_view import MAP_CLASSES
 from cowstate_spec.machine import Outcome
 
@@ -298,7 +303,7 @@ class BackendMachine(RuleBasedStateMachine):
     def restore(self, index: int) -> None:
         result, model = self.completed[index % len(self.completed)]
         backend = self.implementation.factory(self.key_group_range, MAX_PARALLELISM)
-        backend.restore([result])
+        restore_results(backend, [result])
         reference = ReferenceKeyedStateBackend(
             self.key_group_range, MAX_PARALLELISM, default_namespace=VOID_NAMESPACE
         )
@@ -318,7 +323,7 @@ class BackendMachine(RuleBasedStateMachine):
             )
             backend = self.implementation.factory(key_groups, MAX_PARALLELISM)
             try:
-                backend.restore([result])
+                restore_results(backend, [result])
                 for name, contents in model.states.items():
                     mine = {
                         kn: s

@@ -293,6 +293,10 @@ def backend_named(name: str) -> BackendImplementation:
     raise KeyError(f"expected a backend of {[b.name for b in BACKENDS]}, got {name!r}")
 
 
+#: Where each handle of ``snapshot_rocksdb`` was written (its relative paths resolve there).
+_SNAPSHOT_DIRECTORIES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
 def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
     """Start a full RocksDB checkpoint into a fresh directory whose every write
     passes ``gate`` (the future's result is the handle)."""
@@ -306,10 +310,7 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
         _rocksdb_snapshot_root(), "snapshots", f"{checkpoint_id}-{uuid.uuid4().hex}"
     )
     location = SnapshotLocation(
-        FileSystem(hooks=hook),
-        os.path.join(directory, "chk"),
-        os.path.join(directory, "shared"),
-        relative=False,
+        FileSystem(hooks=hook), os.path.join(directory, "chk"), os.path.join(directory, "shared")
     )
     future: Future[Any] = backend.snapshot_to(
         checkpoint_id, location, SnapshotOptions(kind="checkpoint", full=True)
@@ -319,17 +320,36 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
         if finished.cancelled() or finished.exception() is not None:
             shutil.rmtree(directory, ignore_errors=True)
         else:
+            _SNAPSHOT_DIRECTORIES[finished.result()] = os.path.join(directory, "chk")
             weakref.finalize(finished.result(), shutil.rmtree, directory, True)
 
     future.add_done_callback(done)
     return future
 
 
+def restore_results(backend: Any, results: list[Any]) -> None:
+    """``backend.restore(results)``: heap snapshot results as they are, RocksDB
+    handles of ``snapshot_rocksdb`` from the directory they were written to."""
+    handles = [r for r in results if _is_handle(r)]
+    if handles:
+        (directory,) = {_SNAPSHOT_DIRECTORIES[h] for h in handles}
+        backend.restore(results, SnapshotSource(FileSystem(), directory))
+    else:
+        backend.restore(results)
+
+
+def _is_handle(result: Any) -> bool:
+    try:
+        return result in _SNAPSHOT_DIRECTORIES
+    except TypeError:  # unhashable: not a handle
+        return False
+
+
 def read_rocksdb_snapshot(result: Any, backend: Any) -> Contents:
     """The contents of a RocksDB snapshot handle, restored into a fresh backend of
     ``backend``'s key-group range and max parallelism."""
     with rocksdb_backend(backend.key_group_range, backend.max_parallelism) as fresh:
-        fresh.restore_from([result], SnapshotSource(FileSystem(), "/"))
+        fresh.restore_from([result], SnapshotSource(FileSystem(), _SNAPSHOT_DIRECTORIES[result]))
         return {
             name: {(key, namespace): state for key, namespace, state in fresh.entries(name)}
             for name in fresh.state_names

@@ -19,7 +19,6 @@ from typing import Any
 
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.registry import SharedStateRegistry
-from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 from cowstate_model.state_table import ReferenceStateTable
@@ -321,19 +320,19 @@ STORAGE_BUGS: list[Bug] = [
     ),
     Bug(
         "claim-does-not-own",
-        "_start_from",
-        "self._completed.append(completed)",
+        "_adopt",
+        "self._retain(CompletedCheckpoint(metadata.checkpoint_id, record.directory, metadata))",
         "pass",
         "rule 7: a CLAIMed snapshot is subsumed and deleted like a checkpoint",
         CheckpointCoordinator,
     ),
     Bug(
-        "savepoint-paths-absolute",
-        "savepoint_location",
-        "return SnapshotLocation(self.filesystem, directory, None, relative=True)",
-        "return SnapshotLocation(self.filesystem, directory, None, relative=False)",
-        "a savepoint must be relocatable: relative paths",
-        CheckpointStorage,
+        "garbage-deletes-what-the-job-does-not-own",
+        "_delete_garbage",
+        "if path not in keep and self.storage.owns(path):",
+        "if path not in keep:",
+        "rule 8: recovery never deletes a savepoint stored inside the job directory",
+        CheckpointCoordinator,
     ),
 ]
 STORAGE_BUGS += [
@@ -355,8 +354,8 @@ STORAGE_BUGS += [
     ),
     Bug(
         "no-claim-does-not-force-full",
-        "_start_from",
-        "self.force_full = mode is RestoreMode.NO_CLAIM",
+        "_adopt",
+        "self.force_full = record.mode is RestoreMode.NO_CLAIM",
         "self.force_full = False",
         "rule 7: the first checkpoint after a NO_CLAIM restore must be full",
         CheckpointCoordinator,

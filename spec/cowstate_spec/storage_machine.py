@@ -319,10 +319,16 @@ class StorageMachine(RuleBasedStateMachine):
 
     # ----------------------------------------------------------- savepoints
 
-    @rule(savepoint_format=st.sampled_from(["canonical", "native"]))
-    def savepoint(self, savepoint_format: Literal["canonical", "native"]) -> None:
+    @rule(
+        savepoint_format=st.sampled_from(["canonical", "native"]),
+        where=st.sampled_from(["beside the jobs", "inside the job directory"]),
+    )
+    def savepoint(self, savepoint_format: Literal["canonical", "native"], where: str) -> None:
+        """A savepoint beside the jobs, or inside the job's own directory (which
+        checkpointing and recovery must never touch: rule 6)."""
         self.savepoints += 1
-        directory = self.filesystem.join(self.root, "savepoints", f"sp-{self.savepoints}")
+        base = self.root if where == "beside the jobs" else self.storage.job_dir
+        directory = self.filesystem.join(base, "savepoints", f"sp-{self.savepoints}")
         contents = self.contents()
         done, metadata = self.attempt(
             lambda: self.coordinator.trigger_savepoint(directory, savepoint_format)
@@ -423,6 +429,22 @@ class StorageMachine(RuleBasedStateMachine):
                 return False
         return True
 
+    @precondition(lambda self: len(self.model.retained) >= 2)
+    @rule(keep=st.integers(0, 400))
+    def power_loss_tears_the_newest_metadata(self, keep: int) -> None:
+        """A power loss leaves the newest checkpoint's ``_metadata`` empty or
+        truncated; the job recovers, falling back to the checkpoint before it."""
+        newest = self.model.retained[-1]
+        path = self.filesystem.join(newest.directory, METADATA_FILE)
+        with open(path, "rb") as stream:
+            data = stream.read()
+        with open(path, "wb") as stream:
+            stream.write(data[: keep % len(data)])
+        self.model.tear_newest()
+        self.verified.pop(newest.directory, None)
+        self.faults.arm(1, "crash")
+        self.attempt(lambda: self.filesystem.delete(self.filesystem.join(self.root, "x")))
+
     @rule(
         countdown=st.integers(1, 12), kind=st.sampled_from(["error", "error", "crash", "crash now"])
     )
@@ -456,8 +478,10 @@ class StorageMachine(RuleBasedStateMachine):
             except CheckpointError as exc:
                 raise AssertionError(f"snapshot {directory} is gone: {exc}") from exc
         for checkpoint_id in self.coordinator.pending_checkpoints:
+            pending = self.coordinator.pending_location(checkpoint_id)
+            source = SnapshotSource(self.filesystem, pending.directory)
             for handle in self.coordinator._pending[checkpoint_id].acknowledged.values():
-                expected |= {f.path for f in handle.files}
+                expected |= {source.path(f) for f in handle.files}
         actual = {
             path
             for path in self.filesystem.list_files(self.root)

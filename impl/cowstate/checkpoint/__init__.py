@@ -3,13 +3,28 @@
 - :mod:`~cowstate.checkpoint.coordinator`: ``CheckpointCoordinator`` (ids,
   pending / completed checkpoints, retention, savepoints, restore modes,
   recovery) and the rules it keeps, in its docstring;
-- :mod:`~cowstate.checkpoint.storage`: a job's directory layout, ``_metadata``;
+- :mod:`~cowstate.checkpoint.storage`: a job's directory layout, what the job owns, ``_metadata``;
 - :mod:`~cowstate.checkpoint.registry`: which retained checkpoints use each shared file;
 - :mod:`~cowstate.checkpoint.handles`: file and keyed-state handles, the ``_metadata`` model;
+- :mod:`~cowstate.checkpoint.sealed`: the checksum seal of ``_metadata`` and the job's documents;
+- :mod:`~cowstate.checkpoint.verify`: the consistency checks M1-M8 of a ``_metadata``;
+- :mod:`~cowstate.checkpoint.paths`: confined relative paths, rules P1-P4;
 - :mod:`~cowstate.checkpoint.location`: where a snapshot writes, and reads from;
-- :mod:`~cowstate.checkpoint.filesystem`: atomic writes over fsspec;
+- :mod:`~cowstate.checkpoint.filesystem`: atomic, durable writes over fsspec;
 - :mod:`~cowstate.checkpoint.protocol`: what a backend must offer;
 - :mod:`~cowstate.checkpoint.inspect`: ``cowstate savepoint inspect``.
+
+Trust model. Everything read back from a checkpoint directory may be
+corrupt or hostile. Before anything is restored: ``_metadata``'s seal,
+schema and consistency (M1-M8) are verified; every path is resolved inside
+the snapshot's directory or its job's ``shared/`` directory (P1-P4), so no
+file outside is ever opened; every file's size and CRC32 are checked; every
+subtask is prepared before any is committed. Deletion is confined to what
+the job owns (``chk-<id>/``, ``shared/``, its bookkeeping files) plus the
+listed files of a CLAIMed snapshot; savepoints are never deleted by
+checkpointing or recovery. The seal detects accidents, not attackers:
+whoever can write the directory can make a restore return wrong state from
+confined files, never read, run or delete anything outside the roots.
 """
 
 from cowstate.checkpoint.coordinator import (

@@ -32,8 +32,9 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
 5. Subsuming a checkpoint deletes its exclusive files and exactly the shared
    files no retained checkpoint uses (:class:`~cowstate.checkpoint.registry.SharedStateRegistry`).
 6. Deleting a savepoint never breaks a retained checkpoint (no checkpoint
-   references a savepoint file); subsuming checkpoints never deletes a
-   savepoint file (savepoints are not in the store, unless CLAIMed).
+   references a savepoint file); checkpointing and recovery never delete a
+   savepoint file (savepoints are not in the store, unless CLAIMed, and a
+   savepoint directory may not lie inside what the job owns).
 7. Restore modes: CLAIM -- the restored snapshot joins the store, owned, and
    is subsumed like a checkpoint; NO_CLAIM -- its files are never deleted,
    the first successful checkpoint is full (``force_full``: the backends
@@ -42,11 +43,26 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    one leaves the next full too; LEGACY -- later checkpoints may build on its
    files, which are never deleted.
 
+8. Deletion is confined: the coordinator deletes only inside what the job
+   owns (``chk-<id>/``, ``shared/``, its own files of the job directory;
+   :meth:`CheckpointStorage.owns`), plus the files a CLAIMed snapshot's
+   verified ``_metadata`` lists. Anything else a registry or document names
+   is left alone and reported in ``refused_deletions``.
+9. Nothing is deleted before what replaces it is verified: recovery restores
+   first, then subsumes and collects garbage.
+
 Recovery (:meth:`CheckpointCoordinator.recover`) rebuilds a coordinator after a
-crash from what is on disk: the newest retained completed checkpoints (or the
-snapshot the job was restored from), the registry, the counter; it deletes
-every other file of the job directory (unfinished checkpoints, temporary
-files, uploads of failed checkpoints) and restores the backends.
+crash from what is on disk. It tries the completed checkpoints newest first
+(then the snapshot the job was restored from): the first whose ``_metadata``
+and files verify and restore into every backend (all or nothing) wins; each
+one passed over is reported in :attr:`CheckpointCoordinator.recovery` with the
+reason. A configuration error (a serializer or max-parallelism mismatch) is
+not corruption and stops recovery at once. Only then does it rebuild the
+store and registry, and delete what the job owns and no retained checkpoint
+uses: unfinished and passed-over checkpoints, temporary files, uploads of
+failed checkpoints, an interrupted savepoint (only if its directory carries
+the savepoint's own marker). If checkpoints exist but none verifies, it raises
+and deletes nothing.
 
 The coordinator runs on one thread; the backends write on their own.
 """
@@ -55,11 +71,13 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Literal
 
+from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
     METADATA_FILE,
     CheckpointMetadata,
@@ -73,18 +91,37 @@ from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import (
     CheckpointStorage,
     RestoreRecord,
+    SavepointIntent,
     read_metadata,
     write_metadata,
 )
 from cowstate.errors import (
     CheckpointError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    CowStateError,
+    IncompatibleSnapshotError,
     InvalidArgumentError,
     MaxParallelismMismatchError,
+    SerializerMismatchError,
+    SnapshotFormatError,
     UnknownCheckpointError,
 )
 from cowstate.key_groups import KeyGroupRange
 
-__all__ = ["CheckpointCoordinator", "CompletedCheckpoint", "PendingCheckpoint"]
+__all__ = [
+    "SAVEPOINT_MARKER",
+    "CheckpointCoordinator",
+    "CompletedCheckpoint",
+    "PendingCheckpoint",
+    "RecoveryReport",
+    "Skipped",
+]
+
+#: The file a savepoint in progress keeps in its directory (removed once its
+#: ``_metadata`` is written): recovery removes an unfinished savepoint's
+#: directory only if it holds this marker with the token of the job's intent.
+SAVEPOINT_MARKER = ".cowstate-savepoint-in-progress"
 
 
 @dataclass
@@ -113,9 +150,33 @@ class CompletedCheckpoint:
     #: a snapshot restored in CLAIM mode).
     owned: bool = True
 
-    @property
-    def shared_paths(self) -> list[str]:
-        return sorted({f.path for f in self.metadata.files if f.scope == "shared"})
+    def source(self, filesystem: FileSystem) -> SnapshotSource:
+        return SnapshotSource(filesystem, self.directory)
+
+    def shared_paths(self, filesystem: FileSystem) -> list[str]:
+        """The resolved paths of the shared files it uses (the registry's keys)."""
+        source = self.source(filesystem)
+        return sorted({source.path(f) for f in self.metadata.files if f.scope == "shared"})
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A snapshot recovery passed over, and why."""
+
+    directory: str
+    reason: str
+
+
+@dataclass
+class RecoveryReport:
+    """What :meth:`CheckpointCoordinator.recover` did."""
+
+    #: The directory the backends were restored from (None: left empty).
+    restored_from: str | None = None
+    #: Snapshots that did not verify or restore, newest first.
+    skipped: list[Skipped] = field(default_factory=list)
+    #: The interrupted savepoint directory it removed, if any.
+    removed_savepoint: str | None = None
 
 
 class CheckpointCoordinator:
@@ -151,6 +212,13 @@ class CheckpointCoordinator:
         #: NO_CLAIM: every checkpoint is full until one completes.
         self.force_full = False
         self.restored_from: RestoreRecord | None = None
+        #: What ``recover`` did (None for a coordinator that did not recover).
+        self.recovery: RecoveryReport | None = None
+        #: Resolved paths outside what the job owns that the coordinator may
+        #: delete: the listed files of snapshots restored in CLAIM mode (rule 8).
+        self._claimed: set[str] = set()
+        #: Paths a registry or document asked to delete and rule 8 refused.
+        self.refused_deletions: list[str] = []
 
     # ----------------------------------------------------------- checkpoints
 
@@ -215,6 +283,22 @@ class CheckpointCoordinator:
         if not pending.is_acknowledged:
             self.acknowledge(checkpoint_id, timeout)
         subtasks = tuple(pending.acknowledged[i] for i in range(len(self.backends)))
+        source = SnapshotSource(self.storage.filesystem, pending.location.directory)
+        try:
+            disowned = sorted(
+                {
+                    f.path
+                    for h in subtasks
+                    for f in h.shared_files
+                    if not self.registry.is_owned(source.path(f))
+                }
+            )
+        except CowStateError as exc:
+            self.abort_checkpoint(checkpoint_id)
+            raise CheckpointError(
+                f"expected checkpoint {checkpoint_id}'s handles to name confined files, got "
+                f"{type(exc).__name__}: {exc}; the checkpoint was aborted"
+            ) from exc
         metadata = CheckpointMetadata(
             job_id=self.storage.job_id,
             checkpoint_id=checkpoint_id,
@@ -222,16 +306,7 @@ class CheckpointCoordinator:
             max_parallelism=self.max_parallelism,
             timestamp=time.time(),
             subtasks=subtasks,
-            disowned=tuple(
-                sorted(
-                    {
-                        f.path
-                        for h in subtasks
-                        for f in h.shared_files
-                        if not self.registry.is_owned(f.path)
-                    }
-                )
-            ),
+            disowned=tuple(disowned),
         )
         try:
             write_metadata(self.storage.filesystem, pending.location.directory, metadata)
@@ -278,22 +353,32 @@ class CheckpointCoordinator:
     ) -> CheckpointMetadata:
         """Take a savepoint into ``directory`` and wait for it (rules 2 and 6).
 
-        Its id comes from the same counter as checkpoints; every file is
-        exclusive and relative, it is not registered and not in the store. On
-        failure everything written is deleted and :class:`CheckpointError` raised.
+        ``directory`` must be new (absent or empty) and outside what the job
+        owns (``CheckpointStorage.savepoint_location``). Its id comes from the
+        same counter as checkpoints; every file is exclusive and relative, it
+        is not registered and not in the store. While it is written, the job
+        directory's ``_savepoint`` intent and the directory's marker file
+        carry one token, so recovery can remove an interrupted savepoint and
+        nothing else. On failure everything written is deleted and
+        :class:`CheckpointError` raised.
         """
         if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
                 f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}"
             )
         location = self.storage.savepoint_location(directory)
+        filesystem = self.storage.filesystem
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
-        intent = self.storage.filesystem.join(self.storage.job_dir, "_savepoint")
+        marker = filesystem.join(location.directory, SAVEPOINT_MARKER)
         checkpoint_id = self._last_id + 1
         try:
             checkpoint_id = self._next_id()
-            self.storage.filesystem.write_bytes(intent, location.directory.encode("utf-8"))
+            token = uuid.uuid4().hex
+            self.storage.write_savepoint_intent(
+                SavepointIntent(directory=location.directory, token=token)
+            )
+            filesystem.write_bytes(marker, token.encode("ascii"))
             for backend in self.backends:
                 futures.append(backend.snapshot_to(checkpoint_id, location, options))
             _done, not_done = wait(futures, timeout=self.timeout if timeout is None else timeout)
@@ -309,26 +394,31 @@ class CheckpointCoordinator:
                 timestamp=time.time(),
                 subtasks=handles,
             )
-            write_metadata(self.storage.filesystem, location.directory, metadata)
+            write_metadata(filesystem, location.directory, metadata)
         except Exception as exc:
             for future in futures:
                 future.cancel()
             wait(futures, timeout=self.timeout)
             location.discard()
+            filesystem.delete(marker)
             _remove_if_empty(self.storage, location.directory)
+            filesystem.delete(self.storage.savepoint_intent_path)
             raise CheckpointError(
                 f"expected savepoint {checkpoint_id} in {directory!r}, got "
                 f"{type(exc).__name__}: {exc}; what it wrote was deleted"
             ) from exc
-        finally:
-            self.storage.filesystem.delete(intent)
+        filesystem.delete(marker)
+        filesystem.delete(self.storage.savepoint_intent_path)
         for backend in self.backends:  # rule 3: ignored by the backends
             backend.notify_checkpoint_complete(checkpoint_id)
         return metadata
 
     def delete_savepoint(self, directory: str) -> None:
-        """Delete a savepoint directory (the user's call: the job never needs it)."""
-        metadata = read_metadata(self.storage.filesystem, directory)
+        """Delete a savepoint (the user's call: the job never needs it): the files
+        its ``_metadata`` lists, then ``_metadata``, then the directories left
+        empty -- nothing else in the directory."""
+        filesystem = self.storage.filesystem
+        metadata = read_metadata(filesystem, directory)
         if metadata.kind != "savepoint":
             raise InvalidArgumentError(
                 f"expected a savepoint directory, {directory!r} holds checkpoint "
@@ -339,7 +429,7 @@ class CheckpointCoordinator:
                 f"expected a savepoint the job does not own, {directory!r} was restored in "
                 "CLAIM mode and is retained as a checkpoint"
             )
-        self.storage.filesystem.delete_dir(directory)
+        _delete_snapshot_files(filesystem, directory.rstrip("/"), metadata)
 
     # --------------------------------------------------------------- queries
 
@@ -387,14 +477,19 @@ class CheckpointCoordinator:
         """Start a job from the checkpoint or savepoint in ``directory`` (rule 7).
 
         Every subtask restores the handles meeting its key groups (any
-        parallelism: rescaling). CLAIM puts the snapshot in the store, owned;
-        NO_CLAIM forces the first checkpoint to be full and never touches the
-        snapshot; LEGACY lets later checkpoints build on its files and never
-        deletes them.
+        parallelism: rescaling), all or nothing. CLAIM puts the snapshot in
+        the store, owned; NO_CLAIM forces the first checkpoint to be full and
+        never touches the snapshot; LEGACY lets later checkpoints build on its
+        files and never deletes them. A checkpoint under another storage root
+        is never built on (its shared paths resolve against its own root).
         """
         if not isinstance(mode, RestoreMode):
             raise InvalidArgumentError(
                 f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {mode!r}"
+            )
+        if not isinstance(storage, CheckpointStorage):
+            raise InvalidArgumentError(
+                f"expected a CheckpointStorage, got {type(storage).__name__}"
             )
         metadata = read_metadata(storage.filesystem, directory)
         if storage.checkpoint_ids_on_disk() or storage.read_restore_record() is not None:
@@ -409,7 +504,11 @@ class CheckpointCoordinator:
             checkpoint_id=metadata.checkpoint_id,
             kind=metadata.kind,
         )
-        coordinator._start_from(record.directory, metadata, mode)
+        coordinator._check_max_parallelism(metadata)
+        coordinator._restore_from(record.directory, metadata)
+        coordinator._adopt(record, metadata, has_own_checkpoints=False)
+        coordinator._last_id = max(coordinator._last_id, metadata.checkpoint_id)
+        storage.write_counter(coordinator._last_id)
         storage.write_restore_record(record)
         coordinator.restored_from = record
         return coordinator
@@ -423,9 +522,10 @@ class CheckpointCoordinator:
         num_retained: int = 1,
         timeout: float = 600.0,
     ) -> CheckpointCoordinator:
-        """Rebuild after a crash from what is on disk (module doc) and restore the
-        backends from the newest retained checkpoint, or else from the snapshot
-        the job was restored from, or else leave them empty."""
+        """Rebuild after a crash from what is on disk (module doc): restore the
+        backends from the newest checkpoint that verifies, else from the
+        snapshot the job was restored from, else leave them empty; then clean
+        up. ``coordinator.recovery`` says what was restored and skipped."""
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
         coordinator._recover()
         return coordinator
@@ -435,80 +535,124 @@ class CheckpointCoordinator:
     def _recover(self) -> None:
         """``recover``'s work on the new coordinator."""
         storage = self.storage
-        self._delete_interrupted_savepoint()
-        record = storage.read_restore_record()
+        report = RecoveryReport()
+        self.recovery = report
+        report.removed_savepoint = self._finish_interrupted_savepoint(report)
+        try:
+            record = storage.read_restore_record()
+        except CowStateError as exc:
+            report.skipped.append(Skipped(storage.job_dir + "/_restore", str(exc)))
+            record = None
         self.restored_from = record
-        own = storage.completed_checkpoints()
-        retained = own[-self.num_retained :]
+        on_disk = storage.checkpoints_on_disk()
+        for found in reversed(on_disk):
+            if found.problem is not None and not isinstance(found.problem, CheckpointNotFoundError):
+                report.skipped.append(Skipped(found.directory, str(found.problem)))
+        own = [c for c in on_disk if c.metadata is not None]
         if record is not None:
             self._last_id = max(self._last_id, record.checkpoint_id)
-        if own:
-            self._last_id = max(self._last_id, own[-1].checkpoint_id)
-        # The restored snapshot: still in the store (CLAIM, nothing newer subsumed it)?
-        if record is not None and storage.filesystem.exists(
-            storage.filesystem.join(record.directory, METADATA_FILE)
+        restored_metadata: CheckpointMetadata | None = None
+        if record is not None:
+            try:
+                restored_metadata = read_metadata(storage.filesystem, record.directory)
+            except CheckpointNotFoundError:
+                restored_metadata = None  # subsumed (CLAIM) or deleted by its owner
+            except CowStateError as exc:
+                report.skipped.append(Skipped(record.directory, str(exc)))
+        # Newest first: the first that restores into every backend wins (rule 9).
+        chosen: int | None = None
+        for index in range(len(own) - 1, -1, -1):
+            found = own[index]
+            assert found.metadata is not None
+            if self._try_restore(found.directory, found.metadata, report):
+                chosen = index
+                break
+        if (
+            chosen is None
+            and record is not None
+            and restored_metadata is not None
+            and not self._try_restore(record.directory, restored_metadata, report)
         ):
-            restored = read_metadata(storage.filesystem, record.directory)
-            if record.mode is RestoreMode.CLAIM:
+            restored_metadata = None
+        if report.restored_from is None and (own or report.skipped):
+            reasons = "; ".join(f"{s.directory}: {s.reason}" for s in report.skipped[:5])
+            raise CorruptCheckpointError(
+                f"expected a checkpoint of job {storage.job_id!r} that verifies, none does "
+                f"({reasons}); nothing was restored or deleted"
+            )
+        # The store: the CLAIMed snapshot (if still there), then the job's own
+        # checkpoints up to the one restored; subsumption trims it.
+        if record is not None and restored_metadata is not None:
+            self._adopt(record, restored_metadata, has_own_checkpoints=chosen is not None)
+        if chosen is not None:
+            for found in own[: chosen + 1][-self.num_retained :]:
+                assert found.metadata is not None
                 self._retain(
-                    CompletedCheckpoint(restored.checkpoint_id, record.directory, restored)
+                    CompletedCheckpoint(found.checkpoint_id, found.directory, found.metadata)
                 )
-            else:
-                self.registry.disown(f.path for f in restored.files if not f.relative)
-            if not own:
-                self.force_full = record.mode is RestoreMode.NO_CLAIM
-        for metadata in retained:
-            self._retain(
-                CompletedCheckpoint(
-                    metadata.checkpoint_id, storage.checkpoint_dir(metadata.checkpoint_id), metadata
-                )
-            )
-        # A CLAIMed snapshot the crash caught while it was being subsumed: finish that.
         self._subsume()
-        self._delete_garbage(record)
-        latest = self.latest_checkpoint
-        if latest is not None:  # the job's own, or the CLAIMed snapshot
-            source = SnapshotSource(storage.filesystem, latest.directory)
-            _restore_backends(
-                self.backends,
-                latest.metadata,
-                source,
-                incremental_base=latest.metadata.kind == "checkpoint",
-            )
-        elif record is not None:
-            restored = read_metadata(storage.filesystem, record.directory)
-            source = SnapshotSource(storage.filesystem, record.directory)
-            _restore_backends(
-                self.backends, restored, source, incremental_base=restored.kind == "checkpoint"
-            )
+        self._delete_garbage(record, restored_metadata)
         storage.write_counter(self._last_id)
 
-    def _start_from(self, directory: str, metadata: CheckpointMetadata, mode: RestoreMode) -> None:
+    def _try_restore(
+        self, directory: str, metadata: CheckpointMetadata, report: RecoveryReport
+    ) -> bool:
+        """Restore every backend from ``directory``; False (reported) if it is
+        corrupt; configuration errors propagate."""
+        try:
+            self._check_max_parallelism(metadata)
+            self._restore_from(directory, metadata)
+        except (SerializerMismatchError, MaxParallelismMismatchError, IncompatibleSnapshotError):
+            raise
+        except (CorruptCheckpointError, CheckpointNotFoundError, SnapshotFormatError) as exc:
+            report.skipped.append(Skipped(directory, f"{type(exc).__name__}: {exc}"))
+            return False
+        report.restored_from = directory
+        return True
+
+    def _check_max_parallelism(self, metadata: CheckpointMetadata) -> None:
         if metadata.max_parallelism != self.max_parallelism:
             raise MaxParallelismMismatchError(
                 f"expected a snapshot of max parallelism {self.max_parallelism}, got one of "
                 f"{metadata.max_parallelism}: the number of key groups cannot change"
             )
+
+    def _restore_from(self, directory: str, metadata: CheckpointMetadata) -> None:
+        """Restore every backend from the snapshot in ``directory``, building on it
+        only if it is a checkpoint under this job's storage root."""
         source = SnapshotSource(self.storage.filesystem, directory)
-        _restore_backends(
-            self.backends, metadata, source, incremental_base=metadata.kind == "checkpoint"
+        same_root = metadata.kind == "checkpoint" and self.storage.is_storage_root(
+            source.storage_root
         )
-        self._last_id = max(self._last_id, metadata.checkpoint_id)
-        self.storage.write_counter(self._last_id)
-        if mode is RestoreMode.CLAIM:
-            completed = CompletedCheckpoint(metadata.checkpoint_id, directory, metadata)
-            self.registry.register(metadata.checkpoint_id, completed.shared_paths)
-            self.registry.disown(metadata.disowned)  # not its job's to give away
-            self._completed.append(completed)
+        _restore_backends(self.backends, metadata, source, incremental_base=same_root)
+
+    def _adopt(
+        self, record: RestoreRecord, metadata: CheckpointMetadata, *, has_own_checkpoints: bool
+    ) -> None:
+        """Take the snapshot the job started from into account (rule 7): CLAIM
+        puts it in the store, owned, with its listed files deletable (rule 8);
+        otherwise its shared files are never deleted."""
+        filesystem = self.storage.filesystem
+        source = SnapshotSource(filesystem, record.directory)
+        paths = [source.path(f) for f in metadata.files]
+        if record.mode is RestoreMode.CLAIM:
+            self._claimed.update(paths)
+            self._claimed.add(filesystem.join(record.directory, METADATA_FILE))
+            self._retain(CompletedCheckpoint(metadata.checkpoint_id, record.directory, metadata))
         else:
-            self.registry.disown(f.path for f in metadata.files if not f.relative)
-            self.force_full = mode is RestoreMode.NO_CLAIM
+            self.registry.disown(paths)
+            if not has_own_checkpoints:
+                self.force_full = record.mode is RestoreMode.NO_CLAIM
 
     def _retain(self, completed: CompletedCheckpoint) -> None:
         """Put ``completed`` in the store: register its shared files (rule 5) and
         never delete those its job does not own (rule 7)."""
-        self.registry.register(completed.checkpoint_id, completed.shared_paths)
-        self.registry.disown(completed.metadata.disowned)
+        filesystem = self.storage.filesystem
+        source = completed.source(filesystem)
+        self.registry.register(completed.checkpoint_id, completed.shared_paths(filesystem))
+        self.registry.disown(
+            filesystem.join(source.storage_root, path) for path in completed.metadata.disowned
+        )
         self._completed.append(completed)
 
     def _next_id(self) -> int:
@@ -526,49 +670,82 @@ class CheckpointCoordinator:
         return pending
 
     def _subsume(self) -> None:
-        """Drop the oldest checkpoints beyond ``num_retained`` (rule 5)."""
+        """Drop the oldest checkpoints beyond ``num_retained`` (rules 5 and 8)."""
         filesystem = self.storage.filesystem
         while len(self._completed) > self.num_retained:
             oldest = self._completed.pop(0)
             for path in self.registry.unregister(oldest.checkpoint_id):
-                filesystem.delete(path)
-            if oldest.owned:
+                self._delete(path)
+            if not oldest.owned:
+                continue
+            if self.storage.owns(oldest.directory):
                 filesystem.delete_dir(oldest.directory)
+            else:  # a CLAIMed snapshot elsewhere: its listed files only
+                _delete_snapshot_files(
+                    filesystem, oldest.directory, oldest.metadata, allowed=self._claimed
+                )
 
-    def _delete_garbage(self, record: RestoreRecord | None) -> None:
-        """Delete every file of the job directory no retained checkpoint (nor the
-        snapshot the job was restored from) uses."""
+    def _delete(self, path: str) -> None:
+        """Delete a file if rule 8 lets the job delete it; else record the refusal."""
+        if self.storage.owns(path) or path in self._claimed:
+            self.storage.filesystem.delete(path)
+        else:
+            self.refused_deletions.append(path)
+
+    def _delete_garbage(
+        self, record: RestoreRecord | None, restored: CheckpointMetadata | None
+    ) -> None:
+        """Delete every file the job owns that no retained checkpoint (nor the
+        snapshot the job was restored from) uses (rules 8 and 9)."""
         filesystem = self.storage.filesystem
-        keep = {
-            self.storage.filesystem.join(self.storage.job_dir, name)
-            for name in ("_counter", "_restore")
-        }
+        keep = {filesystem.join(self.storage.job_dir, name) for name in ("_counter", "_restore")}
         snapshots = [(c.directory, c.metadata) for c in self._completed]
-        if record is not None and filesystem.exists(
-            filesystem.join(record.directory, METADATA_FILE)
-        ):
-            snapshots.append((record.directory, read_metadata(filesystem, record.directory)))
+        if record is not None and restored is not None:
+            snapshots.append((record.directory, restored))
         for directory, metadata in snapshots:
+            source = SnapshotSource(filesystem, directory)
             keep.add(filesystem.join(directory, METADATA_FILE))
-            keep.update(SnapshotSource(filesystem, directory).path(f) for f in metadata.files)
+            keep.update(source.path(f) for f in metadata.files)
         for path in self.storage.files():
-            if path not in keep:
+            if path not in keep and self.storage.owns(path):
                 filesystem.delete(path)
         for checkpoint_id in self.storage.checkpoint_ids_on_disk():
             directory = self.storage.checkpoint_dir(checkpoint_id)
             if not filesystem.list_files(directory):
                 filesystem.delete_dir(directory)
 
-    def _delete_interrupted_savepoint(self) -> None:
-        """A savepoint a crash interrupted left a directory without ``_metadata``:
-        not a savepoint, so recovery deletes it."""
+    def _finish_interrupted_savepoint(self, report: RecoveryReport) -> str | None:
+        """A savepoint a crash interrupted: if its directory has no ``_metadata``
+        and holds the marker with the intent's token, remove the directory (it
+        was new when the savepoint began, so all it holds is the savepoint's);
+        if the savepoint completed, only its marker goes. Returns the directory
+        removed, if any."""
         filesystem = self.storage.filesystem
-        intent = filesystem.join(self.storage.job_dir, "_savepoint")
-        if filesystem.exists(intent):
-            directory = filesystem.read_bytes(intent).decode("utf-8")
-            if not filesystem.exists(filesystem.join(directory, METADATA_FILE)):
-                filesystem.delete_dir(directory)
-            filesystem.delete(intent)
+        try:
+            intent = self.storage.read_savepoint_intent()
+        except CowStateError as exc:
+            report.skipped.append(Skipped(self.storage.savepoint_intent_path, str(exc)))
+            filesystem.delete(self.storage.savepoint_intent_path)
+            return None
+        if intent is None:
+            return None
+        removed = None
+        marker = filesystem.join(intent.directory, SAVEPOINT_MARKER)
+        try:
+            token = filesystem.read_bytes(marker, limit=64) if filesystem.exists(marker) else b""
+        except CowStateError:
+            token = b""
+        if token == intent.token.encode("ascii") and self.storage.relation(intent.directory) in (
+            "outside",
+            "foreign",
+        ):
+            if filesystem.exists(filesystem.join(intent.directory, METADATA_FILE)):
+                filesystem.delete(marker)
+            else:
+                filesystem.delete_dir(intent.directory)
+                removed = intent.directory
+        filesystem.delete(self.storage.savepoint_intent_path)
+        return removed
 
 
 def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
@@ -590,6 +767,13 @@ def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
             raise InvalidArgumentError(
                 f"expected disjoint key-group ranges, got {left!r} and {right!r}"
             )
+    covered = sum(len(r) for r in ranges)
+    (max_p,) = max_parallelism
+    if covered != max_p:
+        raise InvalidArgumentError(
+            f"expected the subtasks' key-group ranges to cover all {max_p} key groups (a job's "
+            f"subtasks own every key group), got {covered}: {ranges!r}"
+        )
 
 
 def _restore_backends(
@@ -612,3 +796,28 @@ def _restore_backends(
 def _remove_if_empty(storage: CheckpointStorage, directory: str) -> None:
     if storage.filesystem.exists(directory) and not storage.filesystem.list_files(directory):
         storage.filesystem.delete_dir(directory)
+
+
+def _delete_snapshot_files(
+    filesystem: FileSystem,
+    directory: str,
+    metadata: CheckpointMetadata,
+    allowed: set[str] | None = None,
+) -> None:
+    """Delete a snapshot's exclusive files, then its ``_metadata``, then the
+    directories left empty -- never anything its document does not list.
+    With ``allowed``, only paths in it."""
+    source = SnapshotSource(filesystem, directory)
+    paths = [source.path(f) for f in metadata.files if f.scope == "exclusive"]
+    paths.append(filesystem.join(directory, METADATA_FILE))
+    for path in paths:
+        if allowed is None or path in allowed:
+            filesystem.delete(path)
+    parents = sorted({filesystem.parent(p) for p in paths}, key=len, reverse=True)
+    for parent in parents:
+        if (
+            parent.startswith(directory)
+            and filesystem.exists(parent)
+            and not filesystem.list_dir(parent)
+        ):
+            filesystem.delete_dir(parent)

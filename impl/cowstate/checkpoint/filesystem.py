@@ -10,6 +10,21 @@ target (``.<name>.<random>.inprogress``), and only ``close_and_get_handle()``
 flushes, closes and renames it into place. A crash before that leaves at
 most a temporary file, which readers never take for the real one and
 recovery deletes. The stream computes the size and CRC32 of what it wrote.
+
+Durability. On a local file system the temporary file is ``fsync``-ed before
+the rename, and its directory after it (and a directory's parent after the
+directory is created), so a power loss leaves either the old state or the
+complete new file -- never an empty ``_metadata`` under the final name. On
+an object store (s3, gcs, ...) there is no rename and no fsync: a file
+becomes visible complete when its upload finishes (a PUT is atomic), and
+fsspec's ``mv`` copies then deletes, so a crash can leave a complete copy
+under both names, never a partial one; the seal of ``_metadata`` catches
+anything else.
+
+Errors. A read of a missing file raises
+:class:`~cowstate.errors.CheckpointNotFoundError`; any other ``OSError`` of a
+read (a directory where a file should be, no permission) raises
+:class:`~cowstate.errors.CorruptCheckpointError`, naming the path.
 """
 
 from __future__ import annotations
@@ -22,6 +37,7 @@ import zlib
 from typing import IO, Any
 
 import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from cowstate.errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError
 
@@ -62,8 +78,9 @@ class FileSystem:
 
     ``hooks`` (tests only) is called with ``("write", path, data)`` before
     each chunk is written, ``("rename", temp, final)`` before each rename and
-    ``("delete", path, None)`` before each deletion; it may raise to inject a
-    failure or a crash.
+    ``("delete", path, None)`` before each deletion and ``("fsync", path, None)``
+    before each fsync of a file or directory; it may raise to inject a failure
+    or a crash.
     """
 
     def __init__(self, hooks: Any = None) -> None:
@@ -104,10 +121,31 @@ class FileSystem:
             return fs.open(p, "rb")  # type: ignore[no-any-return]
         except FileNotFoundError:
             raise CheckpointNotFoundError(f"expected a file at {path!r}, found none") from None
+        except OSError as exc:
+            raise CorruptCheckpointError(
+                f"expected a readable file at {path!r}, got {type(exc).__name__}: {exc}"
+            ) from None
 
-    def read_bytes(self, path: str) -> bytes:
+    def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+        """The bytes of ``path``; with ``limit``, at most ``limit + 1`` of them
+        (a caller refusing larger files need not read them whole)."""
         with self.open(path) as stream:
-            return stream.read()
+            try:
+                return stream.read() if limit is None else stream.read(limit + 1)
+            except OSError as exc:
+                raise CorruptCheckpointError(
+                    f"expected to read {path!r}, got {type(exc).__name__}: {exc}"
+                ) from None
+
+    def is_local(self, path: str) -> bool:
+        """True if ``path`` is on the local file system (symlinks and fsync apply)."""
+        fs, _ = self._fs(path)
+        return isinstance(fs, LocalFileSystem)
+
+    def local_path(self, path: str) -> str | None:
+        """The operating-system path of a local ``path``, else None."""
+        fs, p = self._fs(path)
+        return str(p) if isinstance(fs, LocalFileSystem) else None
 
     def list_files(self, directory: str) -> list[str]:
         """Every file under ``directory``, recursively, as full paths (sorted);
@@ -135,7 +173,24 @@ class FileSystem:
 
     def makedirs(self, path: str) -> None:
         fs, p = self._fs(path)
+        if isinstance(fs, LocalFileSystem) and not os.path.isdir(p):
+            fs.makedirs(p, exist_ok=True)
+            self.fsync_dir(self.parent(path))  # the new directory's entry is durable
+            return
         fs.makedirs(p, exist_ok=True)
+
+    def fsync_dir(self, directory: str) -> None:
+        """Make a local directory's entries durable (no-op elsewhere)."""
+        local = self.local_path(directory)
+        if local is None:
+            return
+        if self._hooks is not None:
+            self._hooks("fsync", directory, None)
+        fd = os.open(local, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def create(self, path: str) -> AtomicOutputStream:
         """An atomic stream that becomes ``path`` on ``close_and_get_handle()``."""
@@ -217,6 +272,10 @@ class FileSystem:
         if self._hooks is not None:
             self._hooks("write", path, data)
 
+    def _fsync_hook(self, path: str) -> None:
+        if self._hooks is not None:
+            self._hooks("fsync", path, None)
+
 
 class AtomicOutputStream:
     """Writes a file under a temporary name; ``close_and_get_handle()`` renames it.
@@ -253,12 +312,19 @@ class AtomicOutputStream:
         return True
 
     def close_and_get_handle(self) -> WrittenFile:
-        """Flush, close and rename into place; the file is then visible."""
+        """Flush, fsync, close and rename into place, then fsync the directory
+        (local file systems; see the module doc): the file is then visible
+        and durable."""
         stream = self._open()
         stream.flush()
+        fileno = getattr(stream, "fileno", None)
+        if self._filesystem.is_local(self.temp) and fileno is not None:
+            self._filesystem._fsync_hook(self.temp)
+            os.fsync(fileno())
         stream.close()
         self._stream = None
         self._filesystem.rename(self.temp, self.path)
+        self._filesystem.fsync_dir(self._filesystem.parent(self.path))
         return WrittenFile(self.path, self._size, self._crc)
 
     def discard(self) -> None:

@@ -2,29 +2,34 @@
 ``_metadata`` document, and the options a backend snapshots with.
 
 Every model is pydantic and serializes to JSON; ``_metadata`` is a
-:class:`CheckpointMetadata`. A file handle names a file either by an absolute
-path (checkpoints: their shared files may live in another job's directory
-after a restore) or relative to the directory holding ``_metadata``
-(savepoints, so the directory can be moved). Scopes follow Flink:
+:class:`CheckpointMetadata`, sealed with a checksum
+(:mod:`~cowstate.checkpoint.sealed`) and verified before use
+(:mod:`~cowstate.checkpoint.verify`). A file handle's path is always
+relative (:mod:`~cowstate.checkpoint.paths`). Scopes follow Flink:
 
 - ``exclusive``: owned by exactly one snapshot, inside its directory
-  (``chk-<id>/`` or the savepoint directory);
-- ``shared``: in the job's ``shared/`` directory, possibly referenced by
-  several checkpoints; only the shared-state registry deletes it.
+  (``chk-<id>/`` or the savepoint directory); the path is relative to it;
+- ``shared``: in a job's ``shared/`` directory, possibly referenced by
+  several checkpoints; the path is ``<job id>/shared/<name>``, relative to
+  the storage root; only the shared-state registry deletes it.
+
+Format version 2 (version 1 held absolute paths and no checksum; it is
+refused with :class:`~cowstate.errors.UnsupportedMetadataVersionError`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from cowstate.state_meta import SnapshotFormat, StateMetadata
 
 __all__ = [
     "METADATA_FILE",
+    "METADATA_VERSION",
     "CheckpointMetadata",
     "FileHandle",
     "KeyedStateHandle",
@@ -34,6 +39,8 @@ __all__ = [
 ]
 
 METADATA_FILE = "_metadata"
+#: The version of the ``_metadata`` document, in its body and its seal.
+METADATA_VERSION = 2
 
 BackendName = Literal["heap", "rocksdb"]
 
@@ -62,8 +69,8 @@ class _Model(BaseModel):
 class FileHandle(_Model):
     """One file of a snapshot."""
 
+    #: Relative: to the snapshot directory (exclusive), to the storage root (shared).
     path: str
-    relative: bool = False
     size: int = Field(ge=0)
     crc32: int = Field(ge=0, lt=1 << 32)
     scope: Literal["exclusive", "shared"]
@@ -89,18 +96,6 @@ class KeyedStateHandle(_Model):
     #: The RocksDB instance lineage the handle's files come from.
     backend_uid: str | None = None
 
-    @model_validator(mode="before")
-    @classmethod
-    def _number_states(cls, data: Any) -> Any:
-        """``_metadata`` written before states carried ids: number them in order."""
-        if isinstance(data, dict) and isinstance(data.get("states"), list | tuple):
-            data = dict(data)
-            data["states"] = [
-                {**state, "id": index} if isinstance(state, dict) and "id" not in state else state
-                for index, state in enumerate(data["states"])
-            ]
-        return data
-
     @property
     def shared_files(self) -> tuple[FileHandle, ...]:
         return tuple(f for f in self.files if f.scope == "shared")
@@ -109,7 +104,7 @@ class KeyedStateHandle(_Model):
 class CheckpointMetadata(_Model):
     """The ``_metadata`` document: written last, it makes a snapshot visible."""
 
-    format_version: Literal[1] = 1
+    format_version: Literal[2] = 2
     job_id: str
     checkpoint_id: int = Field(ge=0)
     kind: Literal["checkpoint", "savepoint"]

@@ -1,9 +1,13 @@
 """What a checkpoint or savepoint holds, for people: ``cowstate savepoint inspect DIR``.
 
-:func:`inspect_snapshot` reads ``_metadata`` and checks every file it lists
-(present, with the recorded size); :func:`format_report` prints it: the kind
-and format, the states, each subtask's key groups, the files with their
-scope and size, and which shared files it references outside its directory.
+:func:`inspect_snapshot` reads and verifies ``_metadata`` (seal, schema,
+consistency, confined paths) and checks every file it lists (present, with
+the recorded size; with ``verify=True`` also the CRC32); it opens only the
+confined paths a :class:`~cowstate.checkpoint.location.SnapshotSource`
+resolves. :func:`format_report` prints it: the kind and format, the states,
+each subtask's key groups, the files with their scope and size (as written
+in ``_metadata``: relative), and how many shared files -- which live in a
+job's ``shared/`` directory, outside the snapshot's own -- it references.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import CheckpointMetadata, FileHandle
 from cowstate.checkpoint.location import SnapshotSource
 from cowstate.checkpoint.storage import read_metadata
+from cowstate.errors import CheckpointNotFoundError, CorruptCheckpointError
 
 __all__ = ["FileReport", "SnapshotReport", "format_report", "inspect_snapshot"]
 
@@ -22,7 +27,8 @@ __all__ = ["FileReport", "SnapshotReport", "format_report", "inspect_snapshot"]
 class FileReport:
     handle: FileHandle
     path: str
-    #: ``ok``, ``missing``, or ``size N`` (another size than recorded).
+    #: ``ok``, ``missing``, ``size N`` (another size than recorded),
+    #: ``crc mismatch`` or ``unreadable``.
     status: str
 
 
@@ -41,8 +47,11 @@ class SnapshotReport:
         return sum(f.handle.size for subtask in self.files for f in subtask)
 
 
-def inspect_snapshot(directory: str, filesystem: FileSystem | None = None) -> SnapshotReport:
-    """Read the snapshot in ``directory`` and check its files."""
+def inspect_snapshot(
+    directory: str, filesystem: FileSystem | None = None, *, verify: bool = False
+) -> SnapshotReport:
+    """Read the snapshot in ``directory`` and check its files (``verify``: their
+    CRC32 too). Raises only :mod:`cowstate.errors` exceptions."""
     filesystem = filesystem or FileSystem()
     metadata = read_metadata(filesystem, directory)
     source = SnapshotSource(filesystem, directory)
@@ -51,14 +60,27 @@ def inspect_snapshot(directory: str, filesystem: FileSystem | None = None) -> Sn
         reports = []
         for f in handle.files:
             path = source.path(f)
-            if not filesystem.exists(path):
-                status = "missing"
-            else:
-                size = filesystem.size(path)
-                status = "ok" if size == f.size else f"size {size}"
-            reports.append(FileReport(f, path, status))
+            reports.append(FileReport(f, path, _status(filesystem, source, f, path, verify)))
         files.append(reports)
     return SnapshotReport(directory.rstrip("/"), metadata, files)
+
+
+def _status(
+    filesystem: FileSystem, source: SnapshotSource, handle: FileHandle, path: str, verify: bool
+) -> str:
+    try:
+        if not filesystem.exists(path):
+            return "missing"
+        size = filesystem.size(path)
+        if size != handle.size:
+            return f"size {size}"
+        if verify:
+            source.verify(handle)
+    except CorruptCheckpointError:
+        return "crc mismatch"
+    except (CheckpointNotFoundError, OSError):
+        return "unreadable"
+    return "ok"
 
 
 def format_report(report: SnapshotReport) -> str:
@@ -82,12 +104,7 @@ def format_report(report: SnapshotReport) -> str:
             or "none"
         )
     )
-    outside = [
-        f
-        for subtask in report.files
-        for f in subtask
-        if not f.path.startswith(report.directory + "/")
-    ]
+    outside = [f for subtask in report.files for f in subtask if f.handle.scope == "shared"]
     for index, (handle, files) in enumerate(zip(m.subtasks, report.files, strict=True)):
         start, end = handle.key_group_range
         lines.append(
@@ -96,9 +113,8 @@ def format_report(report: SnapshotReport) -> str:
             "by this snapshot)"
         )
         for f in files:
-            where = f.handle.path if f.handle.relative else f.path
             lines.append(
-                f"    {f.handle.scope:<9} {_size(f.handle.size):>10}  {where}"
+                f"    {f.handle.scope:<9} {_size(f.handle.size):>10}  {f.handle.path}"
                 + ("" if f.status == "ok" else f"  [{f.status.upper()}]")
             )
     lines.append(f"  shared files outside the directory: {len(outside)}")
@@ -106,7 +122,7 @@ def format_report(report: SnapshotReport) -> str:
     lines.append(
         "  files: all present"
         if not problems
-        else f"  files: {len(problems)} missing or of another size"
+        else f"  files: {len(problems)} missing, unreadable, of another size or CRC32"
     )
     return "\n".join(lines)
 

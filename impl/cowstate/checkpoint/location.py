@@ -1,17 +1,23 @@
 """Where one snapshot's files go (:class:`SnapshotLocation`) and where a restore
 reads them from (:class:`SnapshotSource`).
 
-A checkpoint's location writes exclusive files into ``<job>/chk-<id>/`` and
-shared files into ``<job>/shared/`` under a fresh physical name
+A checkpoint's location writes exclusive files into ``<root>/<job>/chk-<id>/``
+and shared files into ``<root>/<job>/shared/`` under a fresh physical name
 (``<uuid>-<local name>``: two uploads of the same local file are two files,
-Flink's FLINK-29913), with absolute paths. A savepoint's location writes
-everything into the savepoint directory, exclusive, with paths relative to
-it, so the directory can be moved.
+Flink's FLINK-29913). A savepoint's location writes everything into the
+savepoint directory, exclusive. Every handle's path is relative
+(:mod:`~cowstate.checkpoint.paths`): an exclusive file's to the snapshot
+directory, a shared file's (``<job>/shared/<name>``) to the storage root, so
+a savepoint directory -- or a whole storage root -- can be moved.
 
 A location remembers every path it wrote (temporary names included), so an
 aborted or failed snapshot can delete exactly its own uploads
 (:meth:`SnapshotLocation.discard`) and never a file another snapshot uses.
 Backends call it from their writer threads; it is thread-safe.
+
+A source resolves a handle's path only inside its roots (P1-P4 of
+:mod:`~cowstate.checkpoint.paths`) and checks every file it reads against
+the handle's size and CRC32.
 """
 
 from __future__ import annotations
@@ -24,7 +30,8 @@ from typing import IO, Literal
 
 from cowstate.checkpoint.filesystem import AtomicOutputStream, FileSystem, WrittenFile
 from cowstate.checkpoint.handles import FileHandle
-from cowstate.errors import CorruptCheckpointError, InvalidArgumentError
+from cowstate.checkpoint.paths import check_exclusive_path, check_shared_path, is_inside
+from cowstate.errors import CorruptCheckpointError, InvalidArgumentError, UnsafePathError
 
 __all__ = ["LocationStream", "SnapshotLocation", "SnapshotSource"]
 
@@ -35,17 +42,24 @@ class SnapshotLocation:
     """The directories one snapshot writes to, and what it wrote there."""
 
     def __init__(
-        self,
-        filesystem: FileSystem,
-        directory: str,
-        shared_directory: str | None,
-        *,
-        relative: bool,
+        self, filesystem: FileSystem, directory: str, shared_directory: str | None = None
     ) -> None:
+        """``shared_directory``: ``<root>/<job>/shared`` of a checkpoint (beside its
+        ``chk-<id>`` directory), None for a savepoint."""
         self.filesystem = filesystem
         self.directory = directory.rstrip("/")
         self.shared_directory = None if shared_directory is None else shared_directory.rstrip("/")
-        self.relative = relative
+        self._shared_job: str | None = None
+        if self.shared_directory is not None:
+            job_dir = filesystem.parent(self.shared_directory)
+            if filesystem.name(self.shared_directory) != "shared" or (
+                filesystem.parent(self.directory) != job_dir
+            ):
+                raise InvalidArgumentError(
+                    f"expected a checkpoint directory and '<job>/shared' side by side, got "
+                    f"{self.directory!r} and {self.shared_directory!r}"
+                )
+            self._shared_job = filesystem.name(job_dir)
         self._written: list[str] = []
         self._lock = threading.Lock()
 
@@ -97,18 +111,18 @@ class SnapshotLocation:
         return self.handle(stream.close_and_get_handle(), scope, local_name)
 
     def handle(self, written: WrittenFile, scope: Scope, local_name: str | None) -> FileHandle:
-        """The handle of a file this location wrote."""
+        """The handle of a file this location wrote (its path relative, P1-P2)."""
         path = written.path
-        if self.relative:
-            prefix = self.directory + "/"
-            if not path.startswith(prefix):
-                raise InvalidArgumentError(
-                    f"expected a file inside {self.directory!r} for a relative handle, got {path!r}"
-                )
-            path = path[len(prefix) :]
+        base = self.directory if scope == "exclusive" else self.shared_directory
+        if base is None or not path.startswith(base + "/"):
+            raise InvalidArgumentError(f"expected a {scope} file inside {base!r}, got {path!r}")
+        path = path[len(base) + 1 :]
+        if scope == "shared":
+            path = check_shared_path(f"{self._shared_job}/shared/{path}")
+        else:
+            check_exclusive_path(path)
         return FileHandle(
             path=path,
-            relative=self.relative,
             size=written.size,
             crc32=written.crc32,
             scope=scope,
@@ -154,30 +168,72 @@ class LocationStream:
 
 class SnapshotSource:
     """Reads the files of one completed snapshot, given the directory of its
-    ``_metadata`` (relative handles resolve against it)."""
+    ``_metadata``: exclusive paths resolve against it, shared ones against the
+    storage root two levels up (``<root>/<job>/chk-<id>``), confined (P1-P4)."""
 
     def __init__(self, filesystem: FileSystem, directory: str) -> None:
         self.filesystem = filesystem
-        self.directory = directory.rstrip("/")
+        self.directory = directory.rstrip("/") or "/"
+
+    @property
+    def storage_root(self) -> str:
+        """Where shared paths resolve: the parent of the checkpoint's job directory."""
+        return self.filesystem.parent(self.filesystem.parent(self.directory))
 
     def path(self, handle: FileHandle) -> str:
-        if handle.relative:
-            return self.filesystem.join(self.directory, handle.path)
-        return handle.path
+        """The confined path of ``handle``'s file (:class:`UnsafePathError` if none)."""
+        if handle.scope == "shared":
+            relative = check_shared_path(handle.path)
+            root = self.filesystem.join(self.storage_root, *relative.split("/")[:2])
+            path = self.filesystem.join(self.storage_root, relative)
+        else:
+            root = self.directory
+            path = self.filesystem.join(self.directory, check_exclusive_path(handle.path))
+        local, local_root = self.filesystem.local_path(path), self.filesystem.local_path(root)
+        if local is not None and local_root is not None and not is_inside(local, local_root):
+            raise UnsafePathError(
+                f"expected {handle.path!r} to stay inside {root!r}, it is a link to "
+                f"{os.path.realpath(local)!r}"
+            )
+        return path
 
     def open(self, handle: FileHandle) -> IO[bytes]:
         return self.filesystem.open(self.path(handle))
 
     def read(self, handle: FileHandle) -> bytes:
         """The file's bytes, checked against the handle's size and CRC32."""
-        data = self.filesystem.read_bytes(self.path(handle))
+        path = self.path(handle)
+        data = self.filesystem.read_bytes(path, limit=handle.size)
         crc = zlib.crc32(data)
         if (len(data), crc) != (handle.size, handle.crc32):
             raise CorruptCheckpointError(
-                f"expected {self.path(handle)!r} to hold {handle.size} bytes with CRC32 "
+                f"expected {path!r} to hold {handle.size} bytes with CRC32 "
                 f"{handle.crc32:#010x}, got {len(data)} bytes with CRC32 {crc:#010x}"
             )
         return data
+
+    def verify(self, handle: FileHandle) -> None:
+        """Check the file against the handle's size and CRC32 without keeping it."""
+        path = self.path(handle)
+        crc = 0
+        size = 0
+        with self.filesystem.open(path) as stream:
+            try:
+                while chunk := stream.read(1 << 20):
+                    crc = zlib.crc32(chunk, crc)
+                    size += len(chunk)
+                    if size > handle.size:
+                        break
+            except OSError as exc:
+                raise CorruptCheckpointError(
+                    f"expected to read {path!r}, got {type(exc).__name__}: {exc}"
+                ) from None
+        if (size, crc) != (handle.size, handle.crc32):
+            raise CorruptCheckpointError(
+                f"expected {path!r} to hold {handle.size} bytes with CRC32 "
+                f"{handle.crc32:#010x}, got {'more than ' if size > handle.size else ''}"
+                f"{size} bytes with CRC32 {crc:#010x}"
+            )
 
     def download(self, handle: FileHandle, local_path: str | os.PathLike[str]) -> None:
         """Copy the file to ``local_path``, checked against its size and CRC32."""

@@ -10,37 +10,53 @@ directory::
             keyed-state-..   exclusive files (heap snapshot files, RocksDB MANIFEST, ...)
         shared/              shared files (RocksDB SSTs), each under a fresh name
         _counter             the last checkpoint or savepoint id handed out
-        _restore             what the job was started from, and in which mode
-        _savepoint           the directory of a savepoint being written (recovery
-                             deletes it if the savepoint never completed)
+        _restore             what the job was started from, and in which mode (sealed)
+        _savepoint           the savepoint being written: its directory and a token
+                             (sealed; see ``CheckpointCoordinator.trigger_savepoint``)
+        anything else        not the job's: never deleted (a savepoint directory
+                             such as ``savepoints/sp-1`` may live here)
 
-Savepoints live in directories the user names, anywhere: their ``_metadata``
-lists every file relative to that directory.
+The job *owns* ``chk-<id>/``, ``shared/`` and its own dot-files and
+temporary files; checkpointing and recovery delete nothing else there
+(plus, in CLAIM mode, the files a claimed snapshot's ``_metadata`` lists).
 
-Every write is atomic (a temporary name, then a rename): a crash at any
-moment leaves every completed checkpoint readable, plus at most some
-temporary and unreferenced files that :meth:`CheckpointStorage.garbage`
-recovery (``CheckpointCoordinator.recover``) deletes.
+Savepoints live in directories the user names, anywhere but inside the
+job's owned parts: their ``_metadata`` lists every file relative to that
+directory. ``_metadata`` is sealed and verified (:mod:`~cowstate.checkpoint.verify`).
+
+Every write is atomic (a temporary name, then a rename) and durable on local
+file systems (fsync before and after the rename): a crash at any moment
+leaves every completed checkpoint readable, plus at most some temporary and
+unreferenced files that recovery (``CheckpointCoordinator.recover``) deletes.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from dataclasses import dataclass
 
+import fsspec
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from cowstate.checkpoint.filesystem import FileSystem
+from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
 from cowstate.checkpoint.location import SnapshotLocation
+from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal
+from cowstate.checkpoint.verify import parse_metadata, render_metadata
 from cowstate.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    CowStateError,
     InvalidArgumentError,
+    UnsafePathError,
 )
 
 __all__ = [
     "CheckpointStorage",
+    "OnDisk",
     "RestoreRecord",
+    "SavepointIntent",
     "read_metadata",
     "write_metadata",
 ]
@@ -58,6 +74,27 @@ class RestoreRecord(BaseModel):
     mode: RestoreMode
     checkpoint_id: int
     kind: str
+
+
+class SavepointIntent(BaseModel):
+    """A savepoint being written: recovery removes it if it never completed, but
+    only if the directory holds the marker with the same token."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    directory: str
+    token: str
+
+
+@dataclass(frozen=True)
+class OnDisk:
+    """A ``chk-<id>`` directory found on disk: its verified ``_metadata``, or why not."""
+
+    checkpoint_id: int
+    directory: str
+    metadata: CheckpointMetadata | None
+    #: None if ``metadata`` verified; else what is wrong (no _metadata, corrupt, ...).
+    problem: CowStateError | None
 
 
 class CheckpointStorage:
@@ -82,31 +119,79 @@ class CheckpointStorage:
         return self.filesystem.join(self.job_dir, f"chk-{checkpoint_id}")
 
     def checkpoint_location(self, checkpoint_id: int) -> SnapshotLocation:
-        """Exclusive files in ``chk-<id>/``, shared ones in ``shared/``, absolute paths."""
+        """Exclusive files in ``chk-<id>/``, shared ones in ``shared/`` (relative handles)."""
         return SnapshotLocation(
-            self.filesystem, self.checkpoint_dir(checkpoint_id), self.shared_dir, relative=False
+            self.filesystem, self.checkpoint_dir(checkpoint_id), self.shared_dir
         )
 
     def savepoint_location(self, directory: str) -> SnapshotLocation:
-        """Everything in ``directory``, exclusive, relative paths; the directory
-        must not hold a snapshot already."""
-        if self.filesystem.exists(self.filesystem.join(directory, METADATA_FILE)):
-            raise InvalidArgumentError(
-                f"expected a new savepoint directory, {directory!r} already holds a snapshot"
+        """Everything in ``directory``, exclusive, relative paths.
+
+        The directory must be new (absent or empty) and outside what the job
+        owns -- not the job directory or one holding it, not inside ``chk-<id>/``
+        or ``shared/`` -- so no cleanup of the job can ever reach a savepoint.
+        """
+        if not isinstance(directory, str) or not directory.strip("/"):
+            raise InvalidArgumentError(f"expected a savepoint directory, got {directory!r}")
+        directory = directory.rstrip("/")
+        where = self.relation(directory)
+        if where != "outside" and where != "foreign":
+            raise UnsafePathError(
+                f"expected a savepoint directory outside what job {self.job_id!r} owns "
+                f"(its chk-<id>/ and shared/ directories), got {directory!r} ({where})"
             )
-        return SnapshotLocation(self.filesystem, directory, None, relative=True)
+        if self.filesystem.exists(directory) and (
+            not self.filesystem.is_dir(directory) or self.filesystem.list_dir(directory)
+        ):
+            raise InvalidArgumentError(
+                f"expected a new (absent or empty) savepoint directory, {directory!r} already "
+                "holds files"
+            )
+        return SnapshotLocation(self.filesystem, directory, None)
+
+    def relation(self, path: str) -> str:
+        """Where ``path`` lies relative to the job: ``"job directory"``, ``"holds the
+        job directory"``, ``"owned"`` (inside chk-<id>/, shared/ or a dot-file of
+        the job directory), ``"outside"`` (elsewhere, the job directory's other
+        subdirectories included) or ``"foreign"`` (another file system)."""
+        job = self._normalized(self.job_dir)
+        other = self._normalized(path)
+        if job[0] != other[0]:
+            return "foreign"
+        if other[1] == job[1]:
+            return "job directory"
+        if job[1].startswith(other[1].rstrip("/") + "/") or other[1] == "/":
+            return "holds the job directory"
+        if not other[1].startswith(job[1] + "/"):
+            return "outside"
+        first = other[1][len(job[1]) + 1 :].split("/")[0]
+        if first == "shared" or _CHECKPOINT_DIR.match(first) or first.startswith("."):
+            return "owned"
+        if first in ("_counter", "_restore", "_savepoint"):
+            return "owned"
+        return "outside"
+
+    def is_storage_root(self, path: str) -> bool:
+        """True if ``path`` is this storage's root (links followed on local disks)."""
+        return self._normalized(path) == self._normalized(self.root)
+
+    def owns(self, path: str) -> bool:
+        """True if the job may delete ``path``: inside its ``chk-<id>/`` or
+        ``shared/`` directories, or one of its own files and temporary files."""
+        return self.relation(path) == "owned"
 
     # --------------------------------------------------------------- counter
 
     def read_counter(self) -> int:
-        """The last checkpoint or savepoint id handed out (0 if none)."""
+        """The last checkpoint or savepoint id handed out (0 if none): the
+        ``_counter`` file, but never less than a ``chk-<id>`` on disk, so a torn
+        or edited counter cannot hand out an id twice."""
+        on_disk = max(self.checkpoint_ids_on_disk(), default=0)
         path = self.filesystem.join(self.job_dir, "_counter")
         if not self.filesystem.exists(path):
-            return 0
-        text = self.filesystem.read_bytes(path).decode("ascii", "replace")
-        if not text.isdigit():
-            raise CorruptCheckpointError(f"expected a checkpoint id in {path!r}, got {text!r}")
-        return int(text)
+            return on_disk
+        text = self.filesystem.read_bytes(path, limit=20)[:20].decode("ascii", "replace")
+        return max(int(text), on_disk) if text.isdigit() and len(text) < 20 else on_disk
 
     def write_counter(self, last_id: int) -> None:
         self.filesystem.write_bytes(
@@ -119,14 +204,45 @@ class CheckpointStorage:
         path = self.filesystem.join(self.job_dir, "_restore")
         if not self.filesystem.exists(path):
             return None
+        data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
+        body = unseal(data, "restore", 1, repr(path))
         try:
-            return RestoreRecord.model_validate_json(self.filesystem.read_bytes(path))
+            return RestoreRecord.model_validate_json(body)
         except ValidationError as exc:
-            raise CorruptCheckpointError(f"expected a restore record in {path!r}: {exc}") from None
+            raise CorruptCheckpointError(
+                f"expected a restore record in {path!r}: {_problems(exc)}"
+            ) from None
 
     def write_restore_record(self, record: RestoreRecord) -> None:
         self.filesystem.write_bytes(
-            self.filesystem.join(self.job_dir, "_restore"), record.model_dump_json().encode("utf-8")
+            self.filesystem.join(self.job_dir, "_restore"),
+            seal("restore", 1, record.model_dump_json().encode("utf-8")),
+        )
+
+    # ------------------------------------------------------------ savepoints
+
+    @property
+    def savepoint_intent_path(self) -> str:
+        return self.filesystem.join(self.job_dir, "_savepoint")
+
+    def read_savepoint_intent(self) -> SavepointIntent | None:
+        path = self.savepoint_intent_path
+        if not self.filesystem.exists(path):
+            return None
+        body = unseal(
+            self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE), "savepoint", 1, repr(path)
+        )
+        try:
+            return SavepointIntent.model_validate_json(body)
+        except ValidationError as exc:
+            raise CorruptCheckpointError(
+                f"expected a savepoint intent in {path!r}: {_problems(exc)}"
+            ) from None
+
+    def write_savepoint_intent(self, intent: SavepointIntent) -> None:
+        self.filesystem.write_bytes(
+            self.savepoint_intent_path,
+            seal("savepoint", 1, intent.model_dump_json().encode("utf-8")),
         )
 
     # ------------------------------------------------------------- scanning
@@ -140,20 +256,37 @@ class CheckpointStorage:
                 ids.append(int(match.group(1)))
         return sorted(ids)
 
-    def completed_checkpoints(self) -> list[CheckpointMetadata]:
-        """Every checkpoint whose ``_metadata`` is on disk (ascending id)."""
+    def checkpoints_on_disk(self) -> list[OnDisk]:
+        """Every ``chk-<id>`` directory with its verified ``_metadata`` or the
+        problem that stopped it (ascending id); never raises for their content."""
         found = []
         for checkpoint_id in self.checkpoint_ids_on_disk():
             directory = self.checkpoint_dir(checkpoint_id)
-            if self.filesystem.exists(self.filesystem.join(directory, METADATA_FILE)):
+            try:
                 metadata = read_metadata(self.filesystem, directory)
                 if metadata.kind != "checkpoint" or metadata.checkpoint_id != checkpoint_id:
                     raise CorruptCheckpointError(
                         f"expected checkpoint {checkpoint_id} in {directory!r}, its _metadata "
                         f"describes {metadata.kind} {metadata.checkpoint_id}"
                     )
-                found.append(metadata)
+                if metadata.job_id != self.job_id:
+                    raise CorruptCheckpointError(
+                        f"expected a checkpoint of job {self.job_id!r} in {directory!r}, its "
+                        f"_metadata names job {metadata.job_id!r}"
+                    )
+            except CowStateError as exc:
+                found.append(OnDisk(checkpoint_id, directory, None, exc))
+            else:
+                found.append(OnDisk(checkpoint_id, directory, metadata, None))
         return found
+
+    def completed_checkpoints(self) -> list[CheckpointMetadata]:
+        """Every checkpoint whose ``_metadata`` is on disk and verifies (ascending id)."""
+        return [c.metadata for c in self.checkpoints_on_disk() if c.metadata is not None]
+
+    def temporary_files(self) -> list[str]:
+        """Unfinished atomic writes directly in the job directory (``._counter.*``)."""
+        return [p for p in self.filesystem.list_dir(self.job_dir) if is_temporary(p)]
 
     def files(self) -> list[str]:
         """Every file under the job directory."""
@@ -162,14 +295,26 @@ class CheckpointStorage:
     def __repr__(self) -> str:
         return f"<CheckpointStorage {self.job_dir!r}>"
 
+    def _normalized(self, path: str) -> tuple[str, str]:
+        """(file system, path) for comparisons: the real path on a local file
+        system (links followed), fsspec's path elsewhere."""
+        local = self.filesystem.local_path(path)
+        if local is not None:
+            return "local", os.path.realpath(local)
+        fs, stripped = fsspec.core.url_to_fs(path)
+        return f"{type(fs).__name__}:{fs.protocol}", "/" + str(stripped).strip("/")
+
 
 def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
-    """The ``_metadata`` of the snapshot in ``directory``.
+    """The verified ``_metadata`` of the snapshot in ``directory``.
 
     :class:`CheckpointNotFoundError` when the directory or its ``_metadata``
-    is missing (an unfinished or deleted snapshot); :class:`CorruptCheckpointError`
-    when it is not a valid document.
+    is missing (an unfinished or deleted snapshot); a
+    :class:`CorruptCheckpointError` subclass when it fails its seal, its
+    schema or its consistency checks (M1-M8 of :mod:`~cowstate.checkpoint.verify`).
     """
+    if not isinstance(directory, str) or not directory:
+        raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
     path = filesystem.join(directory, METADATA_FILE)
     if not filesystem.exists(path):
         where = (
@@ -180,17 +325,19 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
         raise CheckpointNotFoundError(
             f"expected a completed checkpoint or savepoint in {directory!r}, but {where}"
         )
-    raw = filesystem.read_bytes(path)
-    try:
-        return CheckpointMetadata.model_validate_json(raw)
-    except ValidationError as exc:
-        raise CorruptCheckpointError(
-            f"expected a valid _metadata document in {directory!r}, got: {exc}"
-        ) from None
+    return parse_metadata(filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE), repr(path))
 
 
 def write_metadata(filesystem: FileSystem, directory: str, metadata: CheckpointMetadata) -> str:
-    """Write ``_metadata`` atomically; the snapshot becomes visible. Returns its path."""
+    """Write ``_metadata`` atomically and durably; the snapshot becomes visible.
+    Returns its path."""
     path = filesystem.join(directory, METADATA_FILE)
-    filesystem.write_bytes(path, metadata.model_dump_json(indent=1).encode("utf-8"))
+    filesystem.write_bytes(path, render_metadata(metadata))
     return path
+
+
+def _problems(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
+        for e in exc.errors(include_url=False)[:5]
+    )

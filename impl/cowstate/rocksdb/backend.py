@@ -152,7 +152,6 @@ from pathlib import Path
 
 from rocksdict import Checkpoint, Options
 
-from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import overlapping
@@ -440,12 +439,10 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
                 seed = (handle.checkpoint_id, shared)
         self._swap(built, metas, seed=seed, backend_uid=backend_uid)
 
-    def restore(
-        self, handles: Iterable[KeyedStateHandle], source: SnapshotSource | None = None
-    ) -> None:
-        """``restore_from(handles, source)`` without an incremental base; the
-        default source reads handles with absolute paths (checkpoints)."""
-        self.restore_from(list(handles), source or SnapshotSource(FileSystem(), "/"))
+    def restore(self, handles: Iterable[KeyedStateHandle], source: SnapshotSource) -> None:
+        """``restore_from(handles, source)`` without an incremental base (``source``:
+        the snapshot's directory, where its relative paths resolve)."""
+        self.restore_from(list(handles), source)
 
     def _release_resources(self) -> None:
         """Close and delete the database (no writer runs any more)."""

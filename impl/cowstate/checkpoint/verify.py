@@ -1,0 +1,176 @@
+"""Verifying a ``_metadata`` document before anything acts on it.
+
+:func:`parse_metadata` turns the bytes of a ``_metadata`` file into a
+:class:`~cowstate.checkpoint.handles.CheckpointMetadata` that holds together,
+or raises a :class:`~cowstate.errors.CorruptCheckpointError` subclass; no other
+exception escapes it, whatever the bytes. The checks, in order (cited as M1-M8):
+
+M1. The seal: format version and SHA-256 of the content
+    (:mod:`~cowstate.checkpoint.sealed`).
+M2. The schema: pydantic validation of the JSON body, unknown fields refused.
+M3. Identity: a job id of letters, digits, ``.``, ``_``, ``-``; a checkpoint
+    id >= 1; ``savepoint_format`` set exactly for savepoints.
+M4. Key groups: every subtask has the document's max parallelism and a range
+    inside ``[0, max parallelism - 1]``; the ranges are disjoint and together
+    cover every key group (a job's subtasks own all of them).
+M5. Handles: every subtask's ``checkpoint_id`` is the document's, its state ids
+    and names are distinct, ``full_size`` is the sum of its file sizes and
+    ``checkpointed_size`` at most that.
+M6. Paths: every file path is relative and confined
+    (:mod:`~cowstate.checkpoint.paths`, P1-P2); a savepoint has no shared file.
+M7. No file is listed twice (in one subtask or across subtasks).
+M8. ``disowned`` names only shared files the document lists.
+
+What M1-M8 cannot know -- whether the files exist with the listed sizes and
+CRCs, and what they hold -- is checked when they are read, before anything
+is restored.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import ValidationError
+
+from cowstate.checkpoint.handles import METADATA_VERSION, CheckpointMetadata
+from cowstate.checkpoint.paths import check_exclusive_path, check_shared_path
+from cowstate.checkpoint.sealed import seal, unseal
+from cowstate.errors import CorruptCheckpointError, InconsistentMetadataError
+
+__all__ = ["METADATA_KIND", "parse_metadata", "render_metadata", "verify_metadata"]
+
+METADATA_KIND = "metadata"
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+
+
+def render_metadata(metadata: CheckpointMetadata) -> bytes:
+    """The sealed bytes of ``metadata`` (checked by M3-M8 first: the writer never
+    writes what a reader would refuse)."""
+    verify_metadata(metadata, "the _metadata to write")
+    body = metadata.model_dump_json(indent=1).encode("utf-8")
+    return seal(METADATA_KIND, METADATA_VERSION, body)
+
+
+def parse_metadata(data: bytes, where: str) -> CheckpointMetadata:
+    """The verified document in ``data`` (M1-M8); ``where`` names it in errors."""
+    body = unseal(data, METADATA_KIND, METADATA_VERSION, where)  # M1
+    try:
+        metadata = CheckpointMetadata.model_validate_json(body)  # M2
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
+            for e in exc.errors(include_url=False)[:5]
+        )
+        raise CorruptCheckpointError(
+            f"expected a valid _metadata document in {where}, got: {problems}"
+        ) from None
+    verify_metadata(metadata, where)
+    return metadata
+
+
+def verify_metadata(metadata: CheckpointMetadata, where: str) -> None:
+    """M3-M8 over a parsed document."""
+    _check_identity(metadata, where)
+    _check_key_groups(metadata, where)
+    seen: set[tuple[str, str]] = set()
+    shared: set[str] = set()
+    for index, handle in enumerate(metadata.subtasks):
+        if handle.checkpoint_id != metadata.checkpoint_id:  # M5
+            raise InconsistentMetadataError(
+                f"expected subtask {index} of {where} to belong to checkpoint "
+                f"{metadata.checkpoint_id}, it says {handle.checkpoint_id}"
+            )
+        ids = [s.id for s in handle.states]
+        names = [s.name for s in handle.states]
+        if len(set(ids)) != len(ids) or len(set(names)) != len(names):
+            raise InconsistentMetadataError(
+                f"expected distinct state ids and names in subtask {index} of {where}, got "
+                f"ids {ids} and names {names}"
+            )
+        total = sum(f.size for f in handle.files)
+        if handle.full_size != total or handle.checkpointed_size > total:
+            raise InconsistentMetadataError(
+                f"expected subtask {index} of {where} to have full_size = {total} (the sum of "
+                f"its file sizes) >= checkpointed_size, got full_size {handle.full_size} and "
+                f"checkpointed_size {handle.checkpointed_size}"
+            )
+        for f in handle.files:
+            if f.scope == "shared":  # M6
+                if metadata.kind == "savepoint":
+                    raise InconsistentMetadataError(
+                        f"expected only exclusive files in savepoint {where}, subtask {index} "
+                        f"lists the shared file {f.path!r}"
+                    )
+                check_shared_path(f.path)
+                shared.add(f.path)
+            else:
+                check_exclusive_path(f.path)
+            if (f.scope, f.path) in seen:  # M7
+                raise InconsistentMetadataError(
+                    f"expected every file once in {where}, {f.scope} file {f.path!r} is "
+                    f"listed twice (again in subtask {index})"
+                )
+            seen.add((f.scope, f.path))
+    stray = sorted(set(metadata.disowned) - shared)  # M8
+    if stray:
+        raise InconsistentMetadataError(
+            f"expected 'disowned' in {where} to name shared files of the document, got {stray[:3]}"
+        )
+
+
+# ------------------------------------------------------------ private helpers
+
+
+def _check_identity(metadata: CheckpointMetadata, where: str) -> None:
+    """M3."""
+    if not _JOB_ID.match(metadata.job_id):
+        raise InconsistentMetadataError(
+            f"expected a job id of letters, digits, '.', '_' and '-' in {where}, got "
+            f"{metadata.job_id[:80]!r}"
+        )
+    if metadata.checkpoint_id < 1:
+        raise InconsistentMetadataError(
+            f"expected a checkpoint id >= 1 in {where}, got {metadata.checkpoint_id}"
+        )
+    if (metadata.kind == "savepoint") != (metadata.savepoint_format is not None):
+        raise InconsistentMetadataError(
+            f"expected a savepoint format exactly for a savepoint in {where}, got kind "
+            f"{metadata.kind!r} with savepoint_format {metadata.savepoint_format!r}"
+        )
+    if not metadata.subtasks:
+        raise InconsistentMetadataError(f"expected at least one subtask in {where}, got none")
+
+
+def _check_key_groups(metadata: CheckpointMetadata, where: str) -> None:
+    """M4."""
+    max_parallelism = metadata.max_parallelism
+    ranges = []
+    for index, handle in enumerate(metadata.subtasks):
+        start, end = handle.key_group_range
+        if handle.max_parallelism != max_parallelism:
+            raise InconsistentMetadataError(
+                f"expected subtask {index} of {where} to have max parallelism "
+                f"{max_parallelism}, got {handle.max_parallelism}"
+            )
+        if not 0 <= start <= end + 1 <= max_parallelism:
+            raise InconsistentMetadataError(
+                f"expected subtask {index} of {where} to hold key groups inside "
+                f"[0, {max_parallelism - 1}], got [{start}, {end}]"
+            )
+        if start <= end:
+            ranges.append((start, end, index))
+    ranges.sort()
+    expected = 0
+    for start, end, index in ranges:
+        if start != expected:
+            what = "overlaps" if start < expected else f"leaves key groups {expected}..{start - 1}"
+            raise InconsistentMetadataError(
+                f"expected the subtasks of {where} to split [0, {max_parallelism - 1}] into "
+                f"disjoint ranges, subtask {index}'s [{start}, {end}] {what}"
+            )
+        expected = end + 1
+    if expected != max_parallelism:
+        raise InconsistentMetadataError(
+            f"expected the subtasks of {where} to cover every key group up to "
+            f"{max_parallelism - 1}, they end at {expected - 1}"
+        )
