@@ -350,7 +350,7 @@ def test_recover_removes_an_interrupted_savepoint_and_nothing_else(tmp_path: Pat
     job.coordinator.trigger_savepoint(older)
     interrupted = tmp_path / "savepoints" / "sp-2"
     interrupted.mkdir()
-    (interrupted / SAVEPOINT_MARKER).write_text("a" * 32)
+    (interrupted / (SAVEPOINT_MARKER + "a" * 32)).write_bytes(b"")
     (interrupted / "keyed-state-0-7").write_bytes(b"partial")
     job.storage.write_savepoint_intent(SavepointIntent(directory=str(interrupted), token="a" * 32))
     job.close()

@@ -301,7 +301,7 @@ class StorageMachine(RuleBasedStateMachine):
             outside = [
                 f.path
                 for f in completed.metadata.files
-                if not f.relative and not f.path.startswith(self.storage.job_dir + "/")
+                if f.scope == "shared" and not f.path.startswith(f"{self.storage.job_id}/shared/")
             ]
             assert not outside, (
                 f"the first checkpoint after a NO_CLAIM restore references {outside}"

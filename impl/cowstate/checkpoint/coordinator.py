@@ -106,6 +106,7 @@ from cowstate.errors import (
     SerializerMismatchError,
     SnapshotFormatError,
     UnknownCheckpointError,
+    UnsafePathError,
 )
 from cowstate.key_groups import KeyGroupRange
 
@@ -118,10 +119,12 @@ __all__ = [
     "Skipped",
 ]
 
-#: The file a savepoint in progress keeps in its directory (removed once its
-#: ``_metadata`` is written): recovery removes an unfinished savepoint's
-#: directory only if it holds this marker with the token of the job's intent.
-SAVEPOINT_MARKER = ".cowstate-savepoint-in-progress"
+#: The prefix of the file a savepoint in progress keeps in its directory,
+#: ``<prefix><token>`` (removed once its ``_metadata`` is written): recovery
+#: removes an unfinished savepoint's directory only if it holds the marker
+#: (or the marker's own unfinished temporary file) with the token of the
+#: job's intent -- a random 128-bit token only that intent knows.
+SAVEPOINT_MARKER = ".cowstate-savepoint-"
 
 
 @dataclass
@@ -370,15 +373,15 @@ class CheckpointCoordinator:
         filesystem = self.storage.filesystem
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
-        marker = filesystem.join(location.directory, SAVEPOINT_MARKER)
+        token = uuid.uuid4().hex
+        marker = filesystem.join(location.directory, SAVEPOINT_MARKER + token)
         checkpoint_id = self._last_id + 1
         try:
             checkpoint_id = self._next_id()
-            token = uuid.uuid4().hex
             self.storage.write_savepoint_intent(
                 SavepointIntent(directory=location.directory, token=token)
             )
-            filesystem.write_bytes(marker, token.encode("ascii"))
+            filesystem.write_bytes(marker, b"")
             for backend in self.backends:
                 futures.append(backend.snapshot_to(checkpoint_id, location, options))
             _done, not_done = wait(futures, timeout=self.timeout if timeout is None else timeout)
@@ -414,9 +417,8 @@ class CheckpointCoordinator:
         return metadata
 
     def delete_savepoint(self, directory: str) -> None:
-        """Delete a savepoint (the user's call: the job never needs it): the files
-        its ``_metadata`` lists, then ``_metadata``, then the directories left
-        empty -- nothing else in the directory."""
+        """Delete a savepoint directory (the user's call: the job never needs it),
+        once its ``_metadata`` verifies as a savepoint outside what the job owns."""
         filesystem = self.storage.filesystem
         metadata = read_metadata(filesystem, directory)
         if metadata.kind != "savepoint":
@@ -429,7 +431,12 @@ class CheckpointCoordinator:
                 f"expected a savepoint the job does not own, {directory!r} was restored in "
                 "CLAIM mode and is retained as a checkpoint"
             )
-        _delete_snapshot_files(filesystem, directory.rstrip("/"), metadata)
+        if self.storage.relation(directory) not in ("outside", "foreign"):
+            raise UnsafePathError(
+                f"expected a savepoint directory outside what job {self.storage.job_id!r} "
+                f"owns, got {directory!r}"
+            )
+        filesystem.delete_dir(directory)
 
     # --------------------------------------------------------------- queries
 
@@ -545,13 +552,18 @@ class CheckpointCoordinator:
             record = None
         self.restored_from = record
         on_disk = storage.checkpoints_on_disk()
-        for found in reversed(on_disk):
-            if found.problem is not None and not isinstance(found.problem, CheckpointNotFoundError):
-                report.skipped.append(Skipped(found.directory, str(found.problem)))
+        broken = [
+            c
+            for c in on_disk
+            if c.problem is not None and not isinstance(c.problem, CheckpointNotFoundError)
+        ]
+        for found in reversed(broken):
+            report.skipped.append(Skipped(found.directory, str(found.problem)))
         own = [c for c in on_disk if c.metadata is not None]
         if record is not None:
             self._last_id = max(self._last_id, record.checkpoint_id)
         restored_metadata: CheckpointMetadata | None = None
+        source_broken = False
         if record is not None:
             try:
                 restored_metadata = read_metadata(storage.filesystem, record.directory)
@@ -559,6 +571,7 @@ class CheckpointCoordinator:
                 restored_metadata = None  # subsumed (CLAIM) or deleted by its owner
             except CowStateError as exc:
                 report.skipped.append(Skipped(record.directory, str(exc)))
+                source_broken = True
         # Newest first: the first that restores into every backend wins (rule 9).
         chosen: int | None = None
         for index in range(len(own) - 1, -1, -1):
@@ -573,8 +586,10 @@ class CheckpointCoordinator:
             and restored_metadata is not None
             and not self._try_restore(record.directory, restored_metadata, report)
         ):
-            restored_metadata = None
-        if report.restored_from is None and (own or report.skipped):
+            source_broken = True
+        if report.restored_from is None and (
+            own or broken or source_broken or restored_metadata is not None
+        ):
             reasons = "; ".join(f"{s.directory}: {s.reason}" for s in report.skipped[:5])
             raise CorruptCheckpointError(
                 f"expected a checkpoint of job {storage.job_id!r} that verifies, none does "
@@ -716,10 +731,10 @@ class CheckpointCoordinator:
 
     def _finish_interrupted_savepoint(self, report: RecoveryReport) -> str | None:
         """A savepoint a crash interrupted: if its directory has no ``_metadata``
-        and holds the marker with the intent's token, remove the directory (it
-        was new when the savepoint began, so all it holds is the savepoint's);
-        if the savepoint completed, only its marker goes. Returns the directory
-        removed, if any."""
+        and holds the marker with the intent's token (or is empty), remove the
+        directory -- it was new when the savepoint began, so all it holds is
+        the savepoint's; if the savepoint completed, only its marker goes.
+        Returns the directory removed, if any."""
         filesystem = self.storage.filesystem
         try:
             intent = self.storage.read_savepoint_intent()
@@ -730,20 +745,24 @@ class CheckpointCoordinator:
         if intent is None:
             return None
         removed = None
-        marker = filesystem.join(intent.directory, SAVEPOINT_MARKER)
-        try:
-            token = filesystem.read_bytes(marker, limit=64) if filesystem.exists(marker) else b""
-        except CowStateError:
-            token = b""
-        if token == intent.token.encode("ascii") and self.storage.relation(intent.directory) in (
-            "outside",
-            "foreign",
+        directory = intent.directory
+        if self.storage.relation(directory) in ("outside", "foreign") and filesystem.is_dir(
+            directory
         ):
-            if filesystem.exists(filesystem.join(intent.directory, METADATA_FILE)):
-                filesystem.delete(marker)
-            else:
-                filesystem.delete_dir(intent.directory)
-                removed = intent.directory
+            entries = filesystem.list_dir(directory)
+            markers = [
+                e
+                for e in entries
+                if filesystem.name(e)
+                .lstrip(".")
+                .startswith(SAVEPOINT_MARKER.lstrip(".") + intent.token)
+            ]
+            if filesystem.exists(filesystem.join(directory, METADATA_FILE)):
+                for marker in markers:
+                    filesystem.delete(marker)
+            elif markers or not entries:
+                filesystem.delete_dir(directory)
+                removed = directory
         filesystem.delete(self.storage.savepoint_intent_path)
         return removed
 
@@ -802,16 +821,16 @@ def _delete_snapshot_files(
     filesystem: FileSystem,
     directory: str,
     metadata: CheckpointMetadata,
-    allowed: set[str] | None = None,
+    allowed: set[str],
 ) -> None:
-    """Delete a snapshot's exclusive files, then its ``_metadata``, then the
-    directories left empty -- never anything its document does not list.
-    With ``allowed``, only paths in it."""
+    """Delete a CLAIMed snapshot's exclusive files, then its ``_metadata``, then
+    the directories left empty -- never anything its document does not list,
+    and only paths in ``allowed`` (rule 8)."""
     source = SnapshotSource(filesystem, directory)
     paths = [source.path(f) for f in metadata.files if f.scope == "exclusive"]
     paths.append(filesystem.join(directory, METADATA_FILE))
     for path in paths:
-        if allowed is None or path in allowed:
+        if path in allowed:
             filesystem.delete(path)
     parents = sorted({filesystem.parent(p) for p in paths}, key=len, reverse=True)
     for parent in parents:
