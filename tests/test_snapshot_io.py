@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conftest import TABLES
+from conftest import HEAP_TABLES as TABLES
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -47,7 +47,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
@@ -63,7 +63,7 @@ from cowstate.key_groups import (
     assign_to_key_group,
 )
 from cowstate.maps import CopyOnWriteStateMap
-from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
+from cowstate.protocols import KeyedTable, MapSnapshot, SnapshottingStateMap, StateMap
 from cowstate.serializers import (
     StateSerializer,
     duplicate_serializer,
@@ -457,3 +457,9 @@ def __getattr__(name: str) -> Any:
 
         return getattr(nested_table, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if TYPE_CHECKING:  # mypy proves every heap table is a KeyedTable of the same K, N, S
+
+    def _is_keyed_table(table: StateTable[K, N, S]) -> KeyedTable[K, N, S]:
+        return table

@@ -55,6 +55,7 @@ __all__ = [
     "read_heap_snapshot",
     "read_rocksdb_snapshot",
     "rocksdb_backend",
+    "rocksdb_root",
     "snapshot_heap",
     "snapshot_rocksdb",
 ]
@@ -229,7 +230,7 @@ _TMPFS = "/dev/shm"
 _TMPFS_NEEDED = 256 << 20  # a container's 64 MB /dev/shm is not enough room
 
 
-def _rocksdb_snapshot_root() -> str:
+def rocksdb_root() -> str:
     """The per-process root of the machine's RocksDB directories (made on first use)."""
     if not _ROCKSDB_ROOT:
         on_tmpfs = (
@@ -281,7 +282,7 @@ def rocksdb_backend(
         key_groups,
         max_parallelism,
         options=options,
-        local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"),
+        local_dir=os.path.join(rocksdb_root(), "backends"),
     )
 
 
@@ -302,9 +303,7 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
             gate.pass_through()
             time.sleep(0)
 
-    directory = os.path.join(
-        _rocksdb_snapshot_root(), "snapshots", f"{checkpoint_id}-{uuid.uuid4().hex}"
-    )
+    directory = os.path.join(rocksdb_root(), "snapshots", f"{checkpoint_id}-{uuid.uuid4().hex}")
     location = SnapshotLocation(
         FileSystem(hooks=hook),
         os.path.join(directory, "chk"),
