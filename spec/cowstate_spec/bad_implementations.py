@@ -21,13 +21,16 @@ from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
-from cowstate_model.state_table import ReferenceStateTable
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
-from cowstate_spec.implementations import SUB_RANGE, TABLE_MAX_PARALLELISM, Implementation
+from cowstate_spec.implementations import (
+    SUB_RANGE,
+    Implementation,
+    TableType,
+    table_implementation,
+)
 from cowstate_spec.invariants import (
     check_map,
-    check_table,
     fingerprint,
     rehash_step_check,
     table_fingerprint,
@@ -235,21 +238,12 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
 
         return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
-    def table_factory(initial_capacity: int = capacity) -> Any:
-        return cls(SUB_RANGE, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
-
-    def model() -> ReferenceStateTable:
-        return ReferenceStateTable(SUB_RANGE, TABLE_MAX_PARALLELISM)
-
-    copy_on_write = issubclass(bug.cls, CopyOnWriteStateTable)
-    return Implementation(
-        name,
-        table_factory,
-        check_table,
-        table_fingerprint if copy_on_write else None,
-        model=model,
-        table=True,
+    assert issubclass(cls, StateTable), f"expected a map or a heap table, got {bug.cls}"
+    copy_on_write = issubclass(cls, CopyOnWriteStateTable)
+    table_type: TableType[Any] = TableType(
+        name, cls, fingerprint=table_fingerprint if copy_on_write else None
     )
+    return table_implementation(table_type, SUB_RANGE, name)
 
 
 # ----------------------------------------------------------------- backends

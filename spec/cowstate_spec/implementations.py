@@ -64,6 +64,7 @@ __all__ = [
     "by_name",
     "close_rocksdb_table",
     "rocksdb_table",
+    "table_implementation",
 ]
 
 Checker = Callable[[Any, Sequence[Any]], None]
@@ -246,9 +247,11 @@ def rocksdb_table(
     meta: StateMetaInfo | None,
     key_serializer: StateSerializer | None,
     initial_capacity: int = DEFAULT_CAPACITY,
+    table_class: type[RocksDBStateTable[Any, Any, Any]] | None = None,
 ) -> RocksDBStateTable[Any, Any, Any]:
     """A RocksDB table in a database of its own, under the spec's RocksDB root
-    (tmpfs where it has room). ``initial_capacity`` is ignored. Close it with
+    (tmpfs where it has room). ``initial_capacity`` is ignored; ``table_class``
+    is a subclass to make instead (a deliberately broken one). Close it with
     :func:`close_rocksdb_table`.
 
     ``cowstate.rocksdb`` is imported here, not at the top: rocksdict is an
@@ -265,7 +268,7 @@ def rocksdb_table(
     options.set_keep_log_file_num(1)
     db = Rdict(path, options)
     try:
-        table: RocksDBStateTable[Any, Any, Any] = RocksDBStateTable(
+        table: RocksDBStateTable[Any, Any, Any] = (table_class or RocksDBStateTable)(
             db.create_column_family("state", options),
             key_group_range,
             max_parallelism,
@@ -317,8 +320,12 @@ if C_MAP is not None:
     TABLE_TYPES.insert(1, TableType("c-table", CMapsTable, fingerprint=table_fingerprint))
 
 
-def _table(table_type: TableType[Any], key_groups: KeyGroupRange | None) -> Implementation:
-    """``table_type`` in the machine, over ``key_groups`` of 8 (None: all)."""
+def table_implementation(
+    table_type: TableType[Any], key_groups: KeyGroupRange | None, name: str | None = None
+) -> Implementation:
+    """``table_type`` in the machine over ``key_groups`` of 8 (None: all), against
+    the reference table of the same key groups. Named after the table type
+    (``-sub-range`` over a sub-range) unless ``name`` is given."""
 
     def factory(initial_capacity: int = 4) -> Any:
         return table_type(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
@@ -326,9 +333,10 @@ def _table(table_type: TableType[Any], key_groups: KeyGroupRange | None) -> Impl
     def model() -> ReferenceStateTable:
         return ReferenceStateTable(key_groups, TABLE_MAX_PARALLELISM)
 
-    suffix = "" if key_groups is None else "-sub-range"
+    if name is None:
+        name = table_type.name + ("" if key_groups is None else "-sub-range")
     return Implementation(
-        table_type.name + suffix,
+        name,
         factory,
         table_type.check,
         table_type.fingerprint,
@@ -348,7 +356,9 @@ IMPLEMENTATIONS: list[Implementation] = [
 if C_MAP is not None:  # the C map: the same spec, one line each
     IMPLEMENTATIONS += [_cow("c-map", 4, C_MAP), _cow("c-map-128", 128, C_MAP)]
 IMPLEMENTATIONS += [
-    _table(table_type, key_groups) for table_type in TABLE_TYPES for key_groups in (None, SUB_RANGE)
+    table_implementation(table_type, key_groups)
+    for table_type in TABLE_TYPES
+    for key_groups in (None, SUB_RANGE)
 ]
 
 
