@@ -61,10 +61,10 @@ class NestedMapsStateTableSnapshot(StateTableSnapshot[K, N, S]):
         assert entries is not None
         return iter(entries)
 
-    def _items(self, index: int) -> list[tuple[K, N, S]]:
+    def _items(self, index: int) -> Sequence[tuple[K, N, S]]:
         entries = self._copies[index]
         assert entries is not None
-        return entries  # type: ignore[return-value]       # StateEntry is a tuple
+        return entries  # StateEntry is a tuple
 
     def _size(self, index: int) -> int:
         entries = self._copies[index]

@@ -47,7 +47,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
@@ -63,7 +63,7 @@ from cowstate.key_groups import (
     assign_to_key_group,
 )
 from cowstate.maps import CopyOnWriteStateMap
-from cowstate.protocols import KeyedTable, MapSnapshot, SnapshottingStateMap, StateMap
+from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
 from cowstate.serializers import (
     StateSerializer,
     duplicate_serializer,
@@ -341,8 +341,8 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
             return entries
         return _transformed(entries, transformer)
 
-    def key_group_items(self, key_group: int) -> list[tuple[K, N, S]]:
-        """:meth:`key_group_entries` as plain tuples in one list (the writer's fast path)."""
+    def key_group_items(self, key_group: int) -> Sequence[tuple[K, N, S]]:
+        """:meth:`key_group_entries` as tuples in one list (the writer's fast path)."""
         index = self._open_index(key_group)
         items = self._items(index)
         transformer = self.meta.snapshot_transformer
@@ -406,7 +406,7 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
     def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]: ...
 
     @abstractmethod
-    def _items(self, index: int) -> list[tuple[K, N, S]]: ...
+    def _items(self, index: int) -> Sequence[tuple[K, N, S]]: ...
 
     @abstractmethod
     def _size(self, index: int) -> int: ...
@@ -457,9 +457,3 @@ def __getattr__(name: str) -> Any:
 
         return getattr(nested_table, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-if TYPE_CHECKING:  # mypy proves every heap table is a KeyedTable of the same K, N, S
-
-    def _is_keyed_table(table: StateTable[K, N, S]) -> KeyedTable[K, N, S]:
-        return table

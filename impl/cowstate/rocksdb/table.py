@@ -16,9 +16,10 @@ and within a key group the length frame lets the key and the namespace be
 parsed back.
 
 :class:`RocksDBStateTable` has the table API,
-:class:`~cowstate.protocols.KeyedTable` (mypy checks it: the backend's table
-type is bound to the protocol; properties and argument checks come from
-:class:`~cowstate.table_base.TableBase`): ``get``, ``contains_key``,
+:class:`~cowstate.protocols.KeyedTable` of the same key, namespace and state
+types (mypy proves it at the bottom of :mod:`cowstate.protocols`; properties
+and argument checks come from :class:`~cowstate.table_base.TableBase`):
+``get``, ``contains_key``,
 ``put``, ``put_and_get_old``, ``remove``, ``remove_and_get_old``,
 ``transform`` -- each with ``key_group=`` --, iteration in key-group order,
 ``keys(namespace)``, ``size_of_namespace``, ``len``, and refuses the same
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Generator, Hashable, Iterator
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from rocksdict import Rdict, ReadOptions, WriteOptions
 
@@ -60,7 +61,6 @@ from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
 )
-from cowstate.protocols import KeyedTable
 from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateEntry, StateMetaInfo, apply_transform
 from cowstate.table_base import TableBase
@@ -362,9 +362,3 @@ class RocksDBStateTable(TableBase[K, N, S]):
         for rocks_key, value in scan(self._column, lower, upper):
             _, key, namespace = decode_rocks_key(rocks_key)
             yield StateEntry(key_decode(key), namespace_decode(namespace), state_decode(value))
-
-
-if TYPE_CHECKING:  # mypy proves the table is a KeyedTable of the same K, N, S
-
-    def _is_keyed_table(table: RocksDBStateTable[K, N, S]) -> KeyedTable[K, N, S]:
-        return table
