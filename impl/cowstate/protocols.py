@@ -24,19 +24,15 @@ the bottom of this module, each one generically: a map or table of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateEntry, StateMetaInfo
+from cowstate.type_vars import K, N, S, V
 
 __all__ = ["KeyedTable", "MapSnapshot", "SnapshottingStateMap", "StateMap"]
-
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 
 @runtime_checkable

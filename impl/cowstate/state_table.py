@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Generic, Protocol
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
@@ -70,6 +70,7 @@ from cowstate.serializers import (
 )
 from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
 from cowstate.table_base import TableBase
+from cowstate.type_vars import K, N, S, V
 
 __all__ = [
     "CopyOnWriteStateTable",
@@ -80,10 +81,6 @@ __all__ = [
     "TableFactory",
 ]
 
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 # ------------------------------------------------------------------ the tables
 

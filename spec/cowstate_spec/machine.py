@@ -138,10 +138,13 @@ class StateMapMachine(RuleBasedStateMachine):
             impl, _ = self.both("put", *kn, state, **kwargs)
             assert impl is None, f"put{kn!r} returned {impl!r}, expected None"
 
-    def mutate_got(self, impl: Any, model: Any, item: int) -> None:
-        """Mutate a state ``get`` returned, as a caller may; the model's too where
-        the implementation's mutation persists."""
-        if c.mutate_in_place(impl, item) and self.implementation.capabilities.mutations_persist:
+    def caller_mutates(self, impl: Any, model: Any, item: int, *, got: bool = False) -> None:
+        """A caller mutates a state the implementation handed out; the model's
+        state follows, except a state ``get`` returned (``got``) from an
+        implementation whose mutations do not persist: that one is a fresh
+        copy, so mutating it must change nothing stored."""
+        persists = not got or self.implementation.capabilities.mutations_persist
+        if c.mutate_in_place(impl, item) and persists:
             c.mutate_in_place(model, item)
 
     @rule(target=mappings, kn=any_key, state=s.states)
@@ -155,8 +158,7 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key, item=st.integers(0, 99))
     def get_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
-        impl, model = self.equal_results("get", *kn)
-        self.mutate_got(impl, model, item)
+        self.caller_mutates(*self.equal_results("get", *kn), item, got=True)
 
     @rule(kn=any_key)
     def contains_key(self, kn: tuple[Any, Any]) -> None:
@@ -164,10 +166,8 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key, state=s.states, item=st.integers(0, 99))
     def put_and_get_old(self, kn: tuple[Any, Any], state: Any, item: int) -> None:
-        impl, model = self.equal_results("put_and_get_old", *kn, state)
         # The old state is the caller's now: mutating it must not reach a snapshot.
-        if c.mutate_in_place(impl, item):
-            c.mutate_in_place(model, item)
+        self.caller_mutates(*self.equal_results("put_and_get_old", *kn, state), item)
 
     @rule(kn=any_key)
     def remove(self, kn: tuple[Any, Any]) -> None:
@@ -175,9 +175,7 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key, item=st.integers(0, 99))
     def remove_and_get_old(self, kn: tuple[Any, Any], item: int) -> None:
-        impl, model = self.equal_results("remove_and_get_old", *kn)
-        if c.mutate_in_place(impl, item):
-            c.mutate_in_place(model, item)
+        self.caller_mutates(*self.equal_results("remove_and_get_old", *kn), item)
 
     @rule(kn=any_key, value=st.integers(0, 9), fn=s.transform_functions)
     def transform(self, kn: tuple[Any, Any], value: int, fn: Callable[[Any, int], Any]) -> None:
@@ -269,9 +267,10 @@ class StateTableMachine(StateMapMachine):
     def own_key_group(self, key: Any) -> int | None:
         """The key's key group by the model's plain assignment (None if it has none)."""
         try:
-            return self.model.key_group_of(key)  # type: ignore[no-any-return]
+            key_group: int = self.model.key_group_of(key)
         except (ValueError, TypeError):
             return None
+        return key_group
 
     @rule(target=StateMapMachine.mappings, kn=StateMapMachine.any_key, state=s.states)
     def put_in_key_group(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
@@ -280,8 +279,8 @@ class StateTableMachine(StateMapMachine):
 
     @rule(kn=StateMapMachine.any_key, item=st.integers(0, 99))
     def get_in_key_group_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
-        impl, model = self.equal_results("get", *kn, key_group=self.own_key_group(kn[0]))
-        self.mutate_got(impl, model, item)
+        got = self.equal_results("get", *kn, key_group=self.own_key_group(kn[0]))
+        self.caller_mutates(*got, item, got=True)
 
     @rule(kn=StateMapMachine.any_key, key_group=st.sampled_from([-1, 8, 4096]))
     def key_group_outside_the_table(self, kn: tuple[Any, Any], key_group: int) -> None:

@@ -45,8 +45,7 @@ open after the backend closed it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Generator, Hashable, Iterator
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterator
 
 from rocksdict import Rdict, ReadOptions, WriteOptions
 
@@ -64,6 +63,7 @@ from cowstate.key_groups import (
 from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateEntry, StateMetaInfo, apply_transform
 from cowstate.table_base import TableBase
+from cowstate.type_vars import K, N, S, V
 
 __all__ = [
     "KEY_GROUP_PREFIX_BYTES",
@@ -75,10 +75,6 @@ __all__ = [
     "write_options",
 ]
 
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 #: Bytes of the key-group prefix of every RocksDB key.
 KEY_GROUP_PREFIX_BYTES = 2
