@@ -55,7 +55,6 @@ __all__ = [
     "read_heap_snapshot",
     "read_rocksdb_snapshot",
     "rocksdb_backend",
-    "rocksdb_root",
     "snapshot_heap",
     "snapshot_rocksdb",
 ]
@@ -230,7 +229,7 @@ _TMPFS = "/dev/shm"
 _TMPFS_NEEDED = 256 << 20  # a container's 64 MB /dev/shm is not enough room
 
 
-def rocksdb_root() -> str:
+def _rocksdb_snapshot_root() -> str:
     """The per-process root of the machine's RocksDB directories (made on first use)."""
     if not _ROCKSDB_ROOT:
         on_tmpfs = (
@@ -282,7 +281,7 @@ def rocksdb_backend(
         key_groups,
         max_parallelism,
         options=options,
-        local_dir=os.path.join(rocksdb_root(), "backends"),
+        local_dir=os.path.join(_rocksdb_snapshot_root(), "backends"),
     )
 
 
@@ -303,7 +302,9 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
             gate.pass_through()
             time.sleep(0)
 
-    directory = os.path.join(rocksdb_root(), "snapshots", f"{checkpoint_id}-{uuid.uuid4().hex}")
+    directory = os.path.join(
+        _rocksdb_snapshot_root(), "snapshots", f"{checkpoint_id}-{uuid.uuid4().hex}"
+    )
     location = SnapshotLocation(
         FileSystem(hooks=hook),
         os.path.join(directory, "chk"),

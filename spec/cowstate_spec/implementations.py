@@ -260,9 +260,9 @@ def rocksdb_table(
     from rocksdict import Options, Rdict
 
     from cowstate.rocksdb.table import RocksDBStateTable
-    from cowstate_spec.backends import rocksdb_root
+    from cowstate_spec.backends import _rocksdb_snapshot_root  # the backends' root too
 
-    path = tempfile.mkdtemp(prefix="table-", dir=rocksdb_root())
+    path = tempfile.mkdtemp(prefix="table-", dir=_rocksdb_snapshot_root())
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     options.set_keep_log_file_num(1)
