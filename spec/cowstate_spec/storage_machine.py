@@ -34,7 +34,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
@@ -320,13 +320,13 @@ class StorageMachine(RuleBasedStateMachine):
     # ----------------------------------------------------------- savepoints
 
     @rule(savepoint_format=st.sampled_from(["canonical", "native"]))
-    def savepoint(self, savepoint_format: str) -> None:
+    def savepoint(self, savepoint_format: Literal["canonical", "native"]) -> None:
         self.savepoints += 1
         directory = self.filesystem.join(self.root, "savepoints", f"sp-{self.savepoints}")
         contents = self.contents()
         done, metadata = self.attempt(
             lambda: self.coordinator.trigger_savepoint(directory, savepoint_format)
-        )  # type: ignore[arg-type]
+        )
         if done or self.filesystem.exists(self.filesystem.join(directory, METADATA_FILE)):
             checkpoint_id = (
                 metadata.checkpoint_id
