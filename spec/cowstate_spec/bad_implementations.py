@@ -253,7 +253,7 @@ def _cow_table_with(map_bug: str) -> type[Any]:
     """A copy-on-write table whose key-group maps carry the map bug ``map_bug``."""
     broken_map = broken_class(next(bug for bug in BUGS if bug.name == map_bug))
 
-    class BrokenMaps(CopyOnWriteStateTable):  # type: ignore[type-arg]
+    class BrokenMaps(CopyOnWriteStateTable[Any, Any, Any]):
         def _create_map(self) -> Any:
             return broken_map(self._meta.state_serializer, self._initial_capacity)
 
