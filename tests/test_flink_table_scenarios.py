@@ -32,7 +32,7 @@ from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import DefaultSerializer
 from cowstate.snapshot import read_snapshot, restore_table, write_snapshot
-from cowstate.state_meta import StateMetaInfo
+from cowstate.state_meta import StateKind, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model.key_groups import assign_to_key_group as plain_assign_to_key_group
 from cowstate_model.state_table import ReferenceStateTable
@@ -125,7 +125,11 @@ def test_serializer_duplication_in_snapshot() -> None:
         out.getvalue(),
         KeyGroupRange(0, 0),
         key_serializer=DisableableSerializer(),
-        metas={"s": StateMetaInfo("s", "value", DisableableSerializer(), DisableableSerializer())},
+        metas={
+            "s": StateMetaInfo(
+                "s", StateKind.VALUE, DisableableSerializer(), DisableableSerializer()
+            )
+        },
     )
     assert sorted((k, n, s) for _, k, n, s in restored.entries("s")) == [
         (0, 0, 0),
@@ -209,7 +213,7 @@ def test_check_compatible_serialization_formats() -> None:
     and read the same format, both ways."""
     rng = random.Random(42)
     cow: CopyOnWriteStateTable[int, int, list[int]] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list")
+        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", StateKind.LIST)
     )
     for _ in range(100):
         state = [rng.randrange(100) for _ in range(rng.randrange(5))] or [0]
@@ -217,7 +221,7 @@ def test_check_compatible_serialization_formats() -> None:
     out = io.BytesIO()
     write_snapshot(cow.snapshot(), out)
     nested: NestedMapsStateTable[int, int, list[int]] = NestedMapsStateTable(
-        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list")
+        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", StateKind.LIST)
     )
     restore_table(nested, [out.getvalue()])
     assert len(nested) == len(cow) and contents(nested) == contents(cow)
@@ -227,7 +231,7 @@ def test_check_compatible_serialization_formats() -> None:
     out = io.BytesIO()
     write_snapshot(nested.snapshot(), out)
     again: CopyOnWriteStateTable[int, int, list[int]] = CopyOnWriteStateTable(
-        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", "list")
+        KeyGroupRange(0, 0), 1, meta=StateMetaInfo("lists", StateKind.LIST)
     )
     restore_table(again, [out.getvalue()])
     assert len(again) == len(nested) and contents(again) == contents(nested)
@@ -404,7 +408,7 @@ def test_bad_table_arguments(args: tuple[Any, Any], message: str) -> None:
 
 def test_bad_meta_info() -> None:
     with pytest.raises(InvalidArgumentError, match="expected a state kind in"):
-        StateMetaInfo("s", "set")
+        StateMetaInfo("s", "set")  # type: ignore[arg-type]  # the bad kind under test
     with pytest.raises(InvalidArgumentError, match="expected a non-empty str state name"):
         StateMetaInfo("")
     with pytest.raises(InvalidArgumentError, match="expected a state_serializer with"):

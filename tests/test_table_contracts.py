@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -262,7 +263,7 @@ def test_release_refuses_what_is_not_its_own_snapshot(table_type: Tables) -> Non
 
 
 def test_nested_map_names_the_unhashable_part() -> None:
-    table = NestedMapsStateTable(None, MAXP)
+    table: NestedMapsStateTable[Any, Any, Any] = NestedMapsStateTable(None, MAXP)
     m = table.state_map(kg(1))
     assert message(UnhashableKeyError, lambda: m.contains_key([1], "ns")) == (
         "expected a hashable key, got list [1]"
@@ -279,7 +280,7 @@ def test_nested_map_names_the_unhashable_part() -> None:
 
 
 def test_nested_map_transform_errors_name_the_function_and_the_mapping() -> None:
-    table = NestedMapsStateTable(None, MAXP)
+    table: NestedMapsStateTable[int, str, Any] = NestedMapsStateTable(None, MAXP)
     table.put(5, "ns", 1)
 
     def explode(old: Any, value: Any) -> Any:
@@ -302,8 +303,12 @@ def test_nested_map_transform_errors_name_the_function_and_the_mapping() -> None
 def two_state_file() -> tuple[bytes, dict[tuple[Any, Any], Any]]:
     """A file with states ``a`` (plain) and ``b`` (whose states cannot be
     unpickled); ``a``'s contents."""
-    a = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("a"))
-    b = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("b"))
+    a: CopyOnWriteStateTable[int, str, int] = CopyOnWriteStateTable(
+        None, MAXP, meta=StateMetaInfo("a")
+    )
+    b: CopyOnWriteStateTable[int, str, Unpicklable] = CopyOnWriteStateTable(
+        None, MAXP, meta=StateMetaInfo("b")
+    )
     for key in range(40):
         a.put(key, "ns", key * 10)
         b.put(key, "ns", Unpicklable(key))
@@ -328,7 +333,9 @@ def _refuse(n: int) -> Any:
 
 def test_restore_table_decodes_only_its_own_state() -> None:
     data, expected = two_state_file()
-    table = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("a"))
+    table: CopyOnWriteStateTable[int, str, int] = CopyOnWriteStateTable(
+        None, MAXP, meta=StateMetaInfo("a")
+    )
     assert restore_table(table, [data]) == len(expected)
     assert {(e.key, e.namespace): e.state for e in table} == expected
 
@@ -343,7 +350,9 @@ def test_restore_table_takes_one_file_or_many(form: str) -> None:
         "list": [data],
         "generator": (d for d in [data]),
     }[form]
-    table = CopyOnWriteStateTable(KeyGroupRange(0, 7), MAXP, meta=StateMetaInfo("a"))
+    table: CopyOnWriteStateTable[int, str, int] = CopyOnWriteStateTable(
+        KeyGroupRange(0, 7), MAXP, meta=StateMetaInfo("a")
+    )
     mine = {kn: s for kn, s in expected.items() if kg(kn[0]) <= 7}
     assert restore_table(table, given) == len(mine)
     assert {(e.key, e.namespace): e.state for e in table} == mine
@@ -352,8 +361,11 @@ def test_restore_table_takes_one_file_or_many(form: str) -> None:
 
 
 def test_restore_table_refuses_what_is_not_a_file() -> None:
-    table = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("a"))
-    assert message(InvalidArgumentError, lambda: restore_table(table, 42)) == (
+    table: CopyOnWriteStateTable[int, str, int] = CopyOnWriteStateTable(
+        None, MAXP, meta=StateMetaInfo("a")
+    )
+    not_a_file: Any = 42
+    assert message(InvalidArgumentError, lambda: restore_table(table, not_a_file)) == (
         "expected snapshot files (bytes or binary streams, or an iterable of them), got int"
     )
     assert len(table) == 0
@@ -371,7 +383,8 @@ def test_a_stream_without_seekable_is_read_into_memory() -> None:
         def read(self, size: int = -1) -> bytes:
             return self._inner.read(size)
 
-    restored = read_snapshot(ReadOnly(data), KeyGroupRange(0, MAXP - 1), states={"a"})
+    stream: Any = ReadOnly(data)  # read_snapshot is typed for IO[bytes]; read() is all it needs
+    restored = read_snapshot(stream, KeyGroupRange(0, MAXP - 1), states={"a"})
     assert {(k, n): s for _, k, n, s in restored.entries("a")} == expected
 
 
@@ -418,18 +431,19 @@ def test_descriptor_messages() -> None:
     assert message(InvalidArgumentError, lambda: ValueStateDescriptor("v", serializer=1)) == (  # type: ignore[arg-type]
         "expected a serializer with copy/serialize/deserialize for state 'v', got int"
     )
+    not_a_function: Any = 5
     assert message(
-        InvalidArgumentError, lambda: ReducingStateDescriptor("r", reduce_function=5)
-    ) == (  # type: ignore[arg-type]
-        "expected a callable reduce_function for reducing state 'r', got int"
-    )
+        InvalidArgumentError, lambda: ReducingStateDescriptor("r", reduce_function=not_a_function)
+    ) == ("expected a callable reduce_function for reducing state 'r', got int")
     assert message(InvalidArgumentError, lambda: AggregatingStateDescriptor("g")) == (
         "expected an aggregate_function with create_accumulator/add/get_result/merge for "
         "aggregating state 'g', got NoneType"
     )
+    not_an_aggregate: Any = max
     assert message(
-        InvalidArgumentError, lambda: AggregatingStateDescriptor("g", aggregate_function=max)
-    ) == (  # type: ignore[arg-type]
+        InvalidArgumentError,
+        lambda: AggregatingStateDescriptor("g", aggregate_function=not_an_aggregate),
+    ) == (
         "expected an aggregate_function with create_accumulator/add/get_result/merge for "
         "aggregating state 'g', got builtin_function_or_method"
     )
@@ -453,8 +467,8 @@ def test_state_meta_info_messages() -> None:
 def test_nested_table_copies_at_snapshot_with_its_state_serializer() -> None:
     """A deep copy by default; none under ``ImmutableSerializer`` (the caller's
     promise), so the table must hand its meta's serializer to each map."""
-    copying = NestedMapsStateTable(None, MAXP)
-    trusting = NestedMapsStateTable(
+    copying: NestedMapsStateTable[int, str, list[int]] = NestedMapsStateTable(None, MAXP)
+    trusting: NestedMapsStateTable[int, str, list[int]] = NestedMapsStateTable(
         None, MAXP, meta=StateMetaInfo(state_serializer=ImmutableSerializer())
     )
     for table in (copying, trusting):
@@ -475,7 +489,7 @@ def test_nested_table_copies_at_snapshot_with_its_state_serializer() -> None:
 
 
 def test_set_meta_info_message() -> None:
-    table = NestedMapsStateTable(None, MAXP)
+    table: NestedMapsStateTable[Any, Any, Any] = NestedMapsStateTable(None, MAXP)
     assert message(InvalidArgumentError, lambda: table.set_meta_info("meta")) == (  # type: ignore[arg-type]
         "expected a StateMetaInfo, got str"
     )
@@ -519,7 +533,9 @@ def test_nested_map_iteration_fails_fast_word_for_word() -> None:
 
 
 def test_reprs_name_what_they_hold() -> None:
-    table = CopyOnWriteStateTable(KeyGroupRange(2, 5), MAXP, meta=StateMetaInfo("counts"))
+    table: CopyOnWriteStateTable[int, str, int] = CopyOnWriteStateTable(
+        KeyGroupRange(2, 5), MAXP, meta=StateMetaInfo("counts")
+    )
     table.put(keys_in(3)[0], "ns", 1)
     assert repr(table) == "<CopyOnWriteStateTable 'counts' KeyGroupRange(2, 5) of 16 size=1>"
     snap = table.snapshot()
@@ -558,6 +574,7 @@ def test_every_table_refuses_an_unhashable_key_alike(implementation: BackendImpl
     try:
         backend.get_state(ValueStateDescriptor("v"))
         table = backend.table("v")
+        call: Callable[[], object]
         for call in (
             lambda: table.put({1}, "n", 1),
             lambda: table.get({1}, "n"),

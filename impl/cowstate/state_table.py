@@ -279,6 +279,10 @@ class CopyOnWriteStateTable(StateTable[K, N, S]):
     #: map when built); the specification also runs tables over the other one.
     map_class: ClassVar[MapFactory] = CopyOnWriteStateMap
 
+    def state_map(self, key_group: int) -> SnapshottingStateMap[K, N, S]:
+        """The copy-on-write map holding ``key_group``."""
+        return self._maps[self._range.index_of(key_group)]
+
     def _create_map(self) -> SnapshottingStateMap[K, N, S]:
         return self.map_class(self._meta.state_serializer, self._initial_capacity)
 
