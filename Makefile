@@ -27,8 +27,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check impl model spec tests bench scripts
 	$(VENV)/bin/ruff format --check impl model spec tests bench scripts
 
+## mypy --strict over the tests too (the same settings: see CONTRIBUTING.md, "Types")
 typecheck: $(CMAP)
-	$(VENV)/bin/mypy --strict impl model spec
+	$(VENV)/bin/mypy --strict impl model spec tests
 
 ## CrossHair over the contracts of cowstate.arithmetic and cowstate.key_groups, and the fast/plain equivalences
 ## (a few CPU seconds per condition, 10-minute deadline; see cowstate_spec.symbolic)

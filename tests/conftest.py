@@ -1,7 +1,8 @@
 """Loads the project's Hypothesis profile (see cowstate_spec.profiles), runs the
 map tests over both map implementations, and holds what several test files
-share: ``TABLES`` (every heap table type, over both maps) and the
-``forced_interleavings`` fixture.
+share: ``TABLES`` (every state table type: copy-on-write over each map, nested
+dicts, RocksDB), the ``table_type`` fixture that makes and closes them,
+``HEAP_TABLES`` (their heap classes) and the ``forced_interleavings`` fixture.
 
 A test module that declares an autouse fixture using ``map_impl`` (see
 ``bind_map_class``) runs every test once per map: ``python``
@@ -9,20 +10,30 @@ A test module that declares an autouse fixture using ``map_impl`` (see
 marked ``pure_map_internals`` reads the pure map's private fields (or patches
 its module) and runs on the pure map only; the C map's structure is judged
 through ``cowstate_spec.cmap_view`` by the same checker instead.
+
+A table test takes ``table_type`` parametrized indirectly over ``TABLES`` (or
+over ``table_types(snapshots=True)``, the types with a capability it needs)::
+
+    @pytest.mark.parametrize("table_type", TABLES, indirect=True, ids=repr)
+    def test_x(table_type: Tables) -> None:
+        table = table_type(KeyGroupRange(0, 7), 8)
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from dataclasses import fields
 from typing import Any
 
 import pytest
 
-from cowstate.nested_table import NestedMapsStateTable
+from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRange
+from cowstate.serializers import StateSerializer
 from cowstate.state_map import CopyOnWriteStateMap as PureMap
+from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import StateTable
-from cowstate_spec.implementations import C_MAP, CMapsTable, PureMapsTable
+from cowstate_spec.implementations import C_MAP, TABLE_TYPES, Capabilities, TableType
 from cowstate_spec.profiles import load_profile
 
 PROFILE = load_profile()
@@ -32,12 +43,64 @@ MAPS: dict[str, type[Any]] = {"python": PureMap}
 if C_MAP is not None:
     MAPS["c"] = C_MAP
 
-#: Every heap table type: copy-on-write over each map, and nested dicts (the
-#: RocksDB table lives in a backend's database; the tests that take it too build
-#: it through ``cowstate_spec.backends``).
-TABLES: list[type[StateTable[Any, Any, Any]]] = [PureMapsTable, NestedMapsStateTable]
-if C_MAP is not None:
-    TABLES.insert(1, CMapsTable)
+#: Every state table type (``cowstate_spec.implementations.TABLE_TYPES``).
+TABLES: list[TableType[Any]] = TABLE_TYPES
+
+
+#: The heap tables' classes (the types a ``StateTable`` subclass makes), for the
+#: snapshot-file tests, which write table snapshots and compare the classes.
+HEAP_TABLES: list[type[StateTable[Any, Any, Any]]] = [
+    t.make for t in TABLES if isinstance(t.make, type) and issubclass(t.make, StateTable)
+]
+
+
+def table_types(**required: bool) -> list[TableType[Any]]:
+    """The table types whose capabilities have the values ``required``, e.g.
+    ``table_types(snapshots=True)``."""
+    known = {f.name for f in fields(Capabilities)}
+    if not required.keys() <= known:
+        raise ValueError(f"expected capabilities among {sorted(known)}, got {sorted(required)}")
+    return [t for t in TABLES if all(getattr(t.capabilities, k) == v for k, v in required.items())]
+
+
+class Tables:
+    """Makes tables of one type for one test, and closes every one at its end."""
+
+    def __init__(self, table_type: TableType[Any]) -> None:
+        self.type = table_type
+        self.capabilities = table_type.capabilities
+        self._made: list[Any] = []
+
+    def __call__(
+        self,
+        key_group_range: KeyGroupRange | None = None,
+        max_parallelism: int = DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
+        *,
+        meta: StateMetaInfo | None = None,
+        key_serializer: StateSerializer | None = None,
+    ) -> Any:
+        table = self.type(
+            key_group_range, max_parallelism, meta=meta, key_serializer=key_serializer
+        )
+        self._made.append(table)
+        return table
+
+    def close(self) -> None:
+        while self._made:
+            self.type.close(self._made.pop())
+
+    def __repr__(self) -> str:
+        return self.type.name
+
+
+@pytest.fixture
+def table_type(request: pytest.FixtureRequest) -> Iterator[Tables]:
+    """Tables of the type ``request.param`` (parametrize indirectly), closed at the end."""
+    tables = Tables(request.param)
+    try:
+        yield tables
+    finally:
+        tables.close()
 
 
 def pytest_report_header() -> str:

@@ -46,7 +46,7 @@ from cowstate.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
-from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.keyed_state import VOID_NAMESPACE, AggregatingState, ListState
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
 from cowstate.snapshot import SnapshotReader, read_snapshot
@@ -56,10 +56,12 @@ from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, ad
 from cowstate_spec.cmap_view import MAP_CLASSES
 
 FULL = KeyGroupRange(0, 127)
-VALUE = ValueStateDescriptor("value", default=[])
+VALUE: ValueStateDescriptor[list[int]] = ValueStateDescriptor("value", default=[])
 LIST = ListStateDescriptor("list")
 MAP = MapStateDescriptor("map")
-REDUCING = ReducingStateDescriptor("reducing", reduce_function=add_ints)
+REDUCING: ReducingStateDescriptor[int] = ReducingStateDescriptor(
+    "reducing", reduce_function=add_ints
+)
 AGGREGATING = AggregatingStateDescriptor("aggregating", aggregate_function=SumCount())
 
 
@@ -220,7 +222,7 @@ def test_key_context_errors(backend: HeapKeyedStateBackend) -> None:
     assert backend.current_key == 7 and backend.current_key_group == assign_to_key_group(7, 128)
     m = backend.get_state(MAP)
     with pytest.raises(UnhashableKeyError, match="expected a hashable user key"):
-        m.put(["u"], 1)
+        m.put(["u"], 1)  # type: ignore[arg-type]  # the unhashable key under test
     assert m.is_empty()
 
 
@@ -478,7 +480,7 @@ def test_owner_and_writer_race_on_a_large_backend() -> None:
     try:
         with HeapKeyedStateBackend(FULL, 128) as b:
             model = ReferenceKeyedStateBackend(range(128), 128, default_namespace=VOID_NAMESPACE)
-            states = [
+            states: list[tuple[ListState | AggregatingState, Any]] = [
                 (b.get_state(LIST), model.get_state(LIST)),
                 (b.get_state(AGGREGATING), model.get_state(AGGREGATING)),
             ]

@@ -50,7 +50,7 @@ from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate_spec.cli import main as cowstate_main
 
 MAXP = 16
-VALUE = ValueStateDescriptor("value")
+VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
 LIST = ListStateDescriptor("list")
 Factory = Callable[[KeyGroupRange, int], Any]
 
@@ -705,7 +705,7 @@ def test_savepoints_are_relocatable(jobs: Any, factory: Factory, tmp_path: Path)
     old.put(range(80), "a")
     for savepoint_format in ("native", "canonical"):
         sp = tmp_path / f"sp-{savepoint_format}"
-        old.coordinator.trigger_savepoint(str(sp), savepoint_format)  # type: ignore[arg-type]
+        old.coordinator.trigger_savepoint(str(sp), savepoint_format)
         moved = tmp_path / "elsewhere" / f"sp-{savepoint_format}"
         moved.parent.mkdir(exist_ok=True)
         shutil.move(str(sp), str(moved))

@@ -55,7 +55,13 @@ def test_transform_gets_a_state_put_after_the_snapshot_as_it_is() -> None:
     fresh = [2]
     m.put(1, NS, fresh)  # state_version == H: no snapshot holds it
     seen: list[Any] = []
-    m.transform(1, NS, 3, lambda old, v: seen.append(old) or [*old, v])
+
+    def remember_and_append(old: list[int] | None, v: int) -> list[int]:
+        assert old is not None
+        seen.append(old)
+        return [*old, v]
+
+    m.transform(1, NS, 3, remember_and_append)
     assert seen[0] is fresh
     assert m.get(1, NS) == [2, 3]
     snap.release()
@@ -88,9 +94,9 @@ def test_chain_copy_stops_at_entries_made_after_the_snapshot() -> None:
     snap = m.snapshot()
     m.put(HashKey("y", 5), NS, [1])  # new
     m.put(HashKey("z", 5), NS, [2])  # new: chain z -> y -> x
-    z, y = I(m)._primary[5], I(m)._primary[5].next  # type: ignore[union-attr]
+    z, y = I(m)._primary[5], I(m)._primary[5].next
     m.put(HashKey("x", 5), NS, [3])  # rule E copies x only
-    assert I(m)._primary[5] is z and z.next is y  # type: ignore[union-attr]
+    assert I(m)._primary[5] is z and z.next is y
     assert y.next is not None and y.next.state == [3]
     assert [e.state for e in snap] == [[0]]
     snap.release()

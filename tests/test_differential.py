@@ -181,10 +181,10 @@ class LeakyMap(CopyOnWriteStateMap[Any, Any, Any]):
 
     __slots__ = ()
 
-    def put(self, key: Any, namespace: Any, state: Any) -> None:
+    def put(self, key: Any, namespace: Any, state: Any) -> bool:
         if state is None:
             raise ValueError("no")
-        super().put(key, namespace, state)
+        return super().put(key, namespace, state)
 
 
 def test_a_refusal_outside_the_error_hierarchy_is_a_divergence() -> None:

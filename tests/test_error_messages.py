@@ -76,15 +76,17 @@ def test_unhashable_messages() -> None:
 
 
 def test_argument_messages() -> None:
-    assert message(InvalidArgumentError, lambda: CopyOnWriteStateMap(initial_capacity="x")) == (
-        "expected an int initial_capacity, got str 'x'"
-    )
+    not_an_int: Any = "x"
+    not_a_serializer: Any = 3
+    assert message(
+        InvalidArgumentError, lambda: CopyOnWriteStateMap(initial_capacity=not_an_int)
+    ) == ("expected an int initial_capacity, got str 'x'")
     assert message(InvalidArgumentError, lambda: CopyOnWriteStateMap(initial_capacity=-1)) == (
         "expected initial_capacity >= 0, got -1"
     )
-    assert message(InvalidArgumentError, lambda: CopyOnWriteStateMap(serializer=3)) == (
-        "expected a serializer with copy/serialize/deserialize, got int"
-    )
+    assert message(
+        InvalidArgumentError, lambda: CopyOnWriteStateMap(serializer=not_a_serializer)
+    ) == ("expected a serializer with copy/serialize/deserialize, got int")
     m: Map = CopyOnWriteStateMap()
     assert message(InvalidArgumentError, lambda: (1,) in m) == (
         "expected a (key, namespace) tuple, got tuple (1,)"
@@ -216,7 +218,7 @@ def test_default_serializer() -> None:
     s = DefaultSerializer()
     t = (1, "a", (2.0, b"x"), frozenset({3}))
     assert s.copy(t) is t and s.copy("abc") is not None
-    nested = [[1], {"a": [2]}]
+    nested: list[Any] = [[1], {"a": [2]}]
     copy = s.copy(nested)
     assert copy == nested and copy is not nested
     assert copy[0] is not nested[0] and copy[1]["a"] is not nested[1]["a"]

@@ -938,6 +938,11 @@ def test_iterator_created_before_a_remove_raises_on_first_next() -> None:
         next(it)
 
 
+def add_to_previous(previous: int | None, value: int) -> int:
+    assert previous is not None, "transform of a mapped key gets its state"
+    return previous + value
+
+
 @pytest.mark.parametrize("with_snapshot", [False, True], ids=["no-snapshot", "snapshot-open"])
 def test_iterator_allows_value_updates_of_existing_keys_when_not_rehashing(
     with_snapshot: bool,
@@ -949,7 +954,7 @@ def test_iterator_allows_value_updates_of_existing_keys_when_not_rehashing(
         seen.append(entry.key)
         m.put(entry.key, 0, entry.state + 100)
         m.put((entry.key + 1) % 10, 0, -1)  # also an entry not yet visited
-        m.transform(entry.key, 0, 1000, lambda previous, value: previous + value)
+        m.transform(entry.key, 0, 1000, add_to_previous)
         assert m.get(entry.key, 0) == entry.state + 1100
     assert sorted(seen) == list(range(10))
     assert len(m) == 10

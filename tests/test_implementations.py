@@ -25,6 +25,7 @@ from conftest import MAPS
 
 import cowstate
 from cowstate import maps, state_map
+from cowstate._cmap import CopyOnWriteStateMap as CMap
 from cowstate_spec.cmap_view import MapView, view_of
 from cowstate_spec.invariants import InvariantViolation, chain, check_map, fingerprint
 from cowstate_spec.keys import HashKey
@@ -36,6 +37,12 @@ needs_c = pytest.mark.skipif(
 )
 
 
+def c_map(initial_capacity: int | None = None) -> CMap[Any, Any, Any]:
+    """A C map (for the tests marked ``needs_c``), of the default capacity unless given."""
+    assert C_MAP is not None
+    return C_MAP() if initial_capacity is None else C_MAP(initial_capacity=initial_capacity)
+
+
 def test_the_c_map_is_built_and_chosen_unless_pure_python_is_forced() -> None:
     # CI runs without COWSTATE_PURE_PYTHON: a missing or broken build fails here.
     if maps.FORCED_PURE:
@@ -44,8 +51,11 @@ def test_the_c_map_is_built_and_chosen_unless_pure_python_is_forced() -> None:
         return
     assert maps.C_BUILD_ERROR is None, f"the C map did not build: {maps.C_BUILD_ERROR}"
     assert cowstate.IMPLEMENTATION == "c"
-    assert cowstate.CopyOnWriteStateMap is C_MAP
-    assert cowstate.CopyOnWriteStateTable.map_class is C_MAP  # the tables use it too
+    # As objects: to mypy, cowstate.CopyOnWriteStateMap is the pure map's class.
+    chosen: object = cowstate.CopyOnWriteStateMap
+    tables_map: object = cowstate.CopyOnWriteStateTable.map_class
+    assert chosen is C_MAP
+    assert tables_map is C_MAP  # the tables use it too
 
 
 def test_cowstate_pure_python_forces_the_pure_map_in_a_fresh_process() -> None:
@@ -81,12 +91,12 @@ def test_a_state_referring_back_to_its_map_is_collected(impl: str) -> None:
 def test_c_entries_are_not_garbage_collected_objects() -> None:
     gc.collect()
     before = len(gc.get_objects())
-    m = C_MAP()
+    m = c_map()
     for i in range(10_000):
         m.put(i, "ns", i)
     grown = len(gc.get_objects()) - before
     assert grown <= 3, f"{grown} new GC-tracked objects for 10,000 C entries"
-    pure = state_map.CopyOnWriteStateMap()
+    pure: state_map.CopyOnWriteStateMap[int, str, int] = state_map.CopyOnWriteStateMap()
     for i in range(10_000):
         pure.put(i, "ns", i)
     assert len(gc.get_objects()) - before >= 10_000  # each _Entry is one
@@ -98,7 +108,7 @@ def test_build_snapshot_mutate_release_drop_leaks_nothing() -> None:
     baseline = [sys.getrefcount(s) for s in states]
 
     def cycle() -> None:
-        m = C_MAP(initial_capacity=4)
+        m = c_map(initial_capacity=4)
         for i, s in enumerate(states):
             m.put(i, i % 3, s)
         first = m.snapshot()
@@ -156,7 +166,7 @@ c = Cycle(); c.snap = m.snapshot(); c.m = m; m.put("c", "ns", c)
 
 @needs_c
 def test_release_on_a_writer_thread_while_the_owner_mutates() -> None:
-    m = C_MAP(initial_capacity=4)
+    m = c_map(initial_capacity=4)
     expected: dict[tuple[int, int], list[int]] = {}
     pending: list[Any] = []
     lock = threading.Lock()
@@ -207,7 +217,7 @@ def test_release_on_a_writer_thread_while_the_owner_mutates() -> None:
 
 @needs_c
 def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
-    m = C_MAP(initial_capacity=4096)
+    m = c_map(initial_capacity=4096)
     for i in range(3000):
         m.put(i, "ns", i)
     before = MapView(m).primary_directory
@@ -226,14 +236,16 @@ def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
 
 @needs_c
 def test_growth_allocates_the_new_tables_chunks_as_the_rehash_reaches_them() -> None:
-    m = C_MAP(initial_capacity=8192)
+    m = c_map(initial_capacity=8192)
     for i in range(6146):  # the insert that finds 6145 > 6144 starts it
         m.put(HashKey(i, i), 0, i)
     view = MapView(m)
     assert view.rehash_directory is not None and view._rehash_index == 0
     assert [a for a, _ in view.rehash_directory[3]] == [0] * 16  # nothing allocated yet
     m.get(HashKey(0, 0), 0)  # one step: buckets 0..3
-    allocated = [i for i, (a, _) in enumerate(MapView(m).rehash_directory[3]) if a]
+    directory = MapView(m).rehash_directory
+    assert directory is not None
+    allocated = [i for i, (a, _) in enumerate(directory[3]) if a]
     assert allocated == [0, 8]  # chunk of j and of j + L
     check_map(m)
 
@@ -257,7 +269,7 @@ def test_a_map_of_ints_and_strs_costs_the_collector_nothing_until_it_holds_a_con
     # Invariant 12: tp_traverse returns at once while no live entry holds an
     # object of a GC type, as CPython untracks a dict of such objects.
     assert C_MAP is not None
-    m = C_MAP()
+    m = c_map()
     for i in range(1000):
         m.put(i, "ns", i)
     assert MapView(m).gc_entries == 0 and gc.get_referents(m) == [m.serializer]
@@ -272,7 +284,7 @@ def test_a_map_of_ints_and_strs_costs_the_collector_nothing_until_it_holds_a_con
 
 def corrupted(what: str, *, snapshot: bool = False) -> tuple[Any, list[Any]]:
     assert C_MAP is not None
-    m = C_MAP(initial_capacity=8)
+    m = c_map(initial_capacity=8)
     for i in range(5):
         m.put(HashKey(i, 3), 0, [i])
     fps = [fingerprint(m.snapshot())] if snapshot else []
@@ -316,7 +328,7 @@ def test_a_relinked_snapshot_entry_is_caught() -> None:
 @needs_c
 def test_highest_required_below_the_open_snapshot_is_invariant_5() -> None:
     assert C_MAP is not None
-    m = C_MAP()
+    m = c_map()
     m.put(1, 0, [1])
     fps = [fingerprint(m.snapshot())]
     m._corrupt("highest_required", 0)
@@ -333,7 +345,7 @@ def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_ear
     # one that releases the snapshot being read. The C snapshot is pinned while
     # read, and the release finishes once the read ends.
     assert C_MAP is not None
-    m = C_MAP(initial_capacity=4)
+    m = c_map(initial_capacity=4)
     for i in range(200):
         m.put(i, "ns", [i])
     snap = m.snapshot()

@@ -21,6 +21,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -619,7 +620,7 @@ def test_key_groups_are_the_same_in_every_process(seed: str) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 32769, True, 1.5, "8"], ids=repr)
 def test_bad_max_parallelism(bad: Any) -> None:
-    calls = [
+    calls: list[Callable[[], object]] = [
         lambda: fast.assign_to_key_group("k", bad),
         lambda: fast.compute_key_group_for_key_hash(0, bad),
         lambda: fast.compute_key_group_range_for_operator_index(bad, 1, 0),
@@ -675,6 +676,7 @@ def test_bad_key_group(group: Any) -> None:
 
 
 def test_none_key() -> None:
+    call: Callable[[], object]
     for call in (
         lambda: fast.assign_to_key_group(None, 128),
         lambda: fast.assign_key_to_parallel_operator(None, 128, 2),

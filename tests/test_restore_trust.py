@@ -37,7 +37,7 @@ from cowstate.key_groups import assign_to_key_group, compute_key_group_range_for
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
 MAXP = 16
-VALUE = ValueStateDescriptor("value")
+VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
 BACKENDS = {"heap": HeapKeyedStateBackend, "rocksdb": RocksDBKeyedStateBackend}
 EITHER = pytest.mark.parametrize("kind", sorted(BACKENDS))
 

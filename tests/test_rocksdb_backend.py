@@ -127,7 +127,7 @@ def checkpoint(
 
 
 def savepoint(
-    b: AbstractKeyedStateBackend,
+    b: AbstractKeyedStateBackend[Any],
     directory: Path,
     checkpoint_id: int,
     savepoint_format: Any = "native",
@@ -137,11 +137,11 @@ def savepoint(
     return b.snapshot_to(checkpoint_id, savepoint_location(directory), options).result(timeout=30)
 
 
-def dump(b: AbstractKeyedStateBackend) -> Contents:
+def dump(b: AbstractKeyedStateBackend[Any]) -> Contents:
     return {name: {(k, n): s for k, n, s in b.entries(name)} for name in b.state_names}
 
 
-def fill(b: AbstractKeyedStateBackend, keys: range = range(300), *, tag: int = 0) -> None:
+def fill(b: AbstractKeyedStateBackend[Any], keys: range = range(300), *, tag: int = 0) -> None:
     """One entry per key in each of the five states (two namespaces for values)."""
     value, lst, m = b.get_state(VALUE), b.get_state(LIST), b.get_state(MAP)
     reducing, aggregating = b.get_state(REDUCING), b.get_state(AGGREGATING)
@@ -159,7 +159,7 @@ def fill(b: AbstractKeyedStateBackend, keys: range = range(300), *, tag: int = 0
         value.update(key + tag)
 
 
-def change_a_few(b: AbstractKeyedStateBackend, keys: range = range(5)) -> None:
+def change_a_few(b: AbstractKeyedStateBackend[Any], keys: range = range(5)) -> None:
     value = b.get_state(VALUE)
     for key in keys:
         b.set_current_key(key)

@@ -132,7 +132,7 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     # -- snapshot(): the seed's snapshot 0 is our version 1; V and H become 1
     snap1 = m.snapshot()
     assert snap1.version == 1
-    assert (m._version, m._highest_required, m._open_versions) == (1, 1, {1})
+    assert (m._version, m._highest_required, m._open_versions) == (1, 1, frozenset({1}))
     d1 = IS(snap1)._data
     assert d1 is not None and d1 is not I(m)._primary and len(d1) == 4
     assert all(a is b for a, b in zip(d1, I(m)._primary, strict=True))  # shallow copy
@@ -193,14 +193,14 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     # -- release(0): our version 1; H back to 0, the snapshot drops its table
     m.release(snap1)
     assert snap1.is_released and IS(snap1)._data is None
-    assert (m._version, m._highest_required, m._open_versions) == (1, 0, set())
+    assert (m._version, m._highest_required, m._open_versions) == (1, 0, frozenset())
     assert chain(I(m)._primary[BUCKET_42]) == [head, second]
     assert len(ser.copies) == 2
 
     # -- snapshot(): the seed's snapshot 1 is our version 2; V and H become 2
     snap2 = m.snapshot()
     assert snap2.version == 2
-    assert (m._version, m._highest_required, m._open_versions) == (2, 2, {2})
+    assert (m._version, m._highest_required, m._open_versions) == (2, 2, frozenset({2}))
     d2 = IS(snap2)._data
     assert d2 is not None
     assert d2[BUCKET_42] is head and d2[BUCKET_13] is e13
@@ -228,7 +228,7 @@ def test_seed_copy_on_write_sequence_copies_exactly_the_pictured_entries() -> No
     # -- release(1): our version 2; no snapshot is open any more
     m.release(snap2)
     assert snap2.is_released
-    assert (m._version, m._highest_required, m._open_versions) == (2, 0, set())
+    assert (m._version, m._highest_required, m._open_versions) == (2, 0, frozenset())
     # with no snapshot open, get hands out the stored objects (no more copies)
     assert m.get(K42, NS) is got42
     assert m.get(K13, NS) is s2

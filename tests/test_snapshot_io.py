@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from conftest import TABLES
+from conftest import HEAP_TABLES as TABLES
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -66,7 +66,7 @@ from cowstate.snapshot import (
     restore_table,
     write_snapshot,
 )
-from cowstate.state_meta import StateMetaInfo
+from cowstate.state_meta import StateKind, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     NestedMapsStateTable,
@@ -430,6 +430,7 @@ def apply_mutation(
     if mutate_in_place(live, item):
         assert mutate_in_place(model.get(key, namespace), item)
     else:
+        assert live is not None
         table.put(key, namespace, live + 1)
         model.put(key, namespace, model.get(key, namespace) + 1)
 
@@ -470,7 +471,7 @@ def test_round_trip_file_holds_the_snapshot_time_contents(
     }
 
     other = NestedMapsStateTable if cls is CopyOnWriteStateTable else CopyOnWriteStateTable
-    fresh = other(full, max_parallelism)
+    fresh: Table = other(full, max_parallelism)
     assert restore_table(fresh, [data_bytes]) == len(expected)
     assert contents(fresh) == expected
 
@@ -482,7 +483,9 @@ def test_changes_after_snapshot_never_reach_the_file(cls: TableClass) -> None:
     snapshot = table.snapshot()
     expected = dict(model.snapshot().contents)
     for key in range(0, 30, 3):
-        table.get(key, "other").append("changed")  # in place, through get()
+        got = table.get(key, "other")
+        assert got is not None
+        got.append("changed")  # in place, through get()
     for key in range(1, 30, 3):
         table.put(key, "ns", ["replaced"])
     for key in range(2, 30, 3):
@@ -495,7 +498,7 @@ def test_changes_after_snapshot_never_reach_the_file(cls: TableClass) -> None:
 
 
 def test_reading_from_a_stream_that_does_not_start_at_offset_zero() -> None:
-    table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
     fill(table, None, small_entries())
     stream = io.BytesIO()
     stream.write(b"some other file's bytes" * 4)
@@ -540,8 +543,8 @@ def test_writing_on_another_thread_while_the_table_keeps_changing() -> None:
         k = step % 2500
         if step % 3 == 0:
             table.put(k, "ns", [k, "new"])
-        elif step % 3 == 1 and table.get(k, "ns") is not None:
-            table.get(k, "ns").append(step)
+        elif step % 3 == 1 and (got := table.get(k, "ns")) is not None:
+            got.append(step)
         else:
             table.remove((k * 7) % 2500, "ns")
         if step % 20 == 0:
@@ -573,9 +576,9 @@ def multi_state_tables() -> tuple[list[Table], list[ReferenceStateTable]]:
     """Three states over [2, 7] of 10 with Java encodings: int32 keys, utf8 namespaces."""
     key_group_range = KeyGroupRange(2, 7)
     metas = [
-        StateMetaInfo("counts", "value", StringSerializer(), IntSerializer()),
-        StateMetaInfo("lists", "list", StringSerializer(), DefaultSerializer()),
-        StateMetaInfo("empty", "map", StringSerializer(), DefaultSerializer()),
+        StateMetaInfo("counts", StateKind.VALUE, StringSerializer(), IntSerializer()),
+        StateMetaInfo("lists", StateKind.LIST, StringSerializer(), DefaultSerializer()),
+        StateMetaInfo("empty", StateKind.MAP, StringSerializer(), DefaultSerializer()),
     ]
     tables: list[Table] = []
     models: list[ReferenceStateTable] = []
@@ -711,10 +714,10 @@ def test_a_crafted_file_in_the_documented_layout_is_read() -> None:
     assert restored_contents(restored, "s") == {
         (k, "n"): i for ks in keys.values() for i, k in enumerate(ks)
     }
-    table = CopyOnWriteStateTable(
+    table: Table = CopyOnWriteStateTable(
         KeyGroupRange(0, 3),
         4,
-        meta=StateMetaInfo("s", "value", StringSerializer(), IntSerializer()),
+        meta=StateMetaInfo("s", StateKind.VALUE, StringSerializer(), IntSerializer()),
         key_serializer=StringSerializer(),
     )
     assert restore_table(table, [data]) == sum(len(ks) for ks in keys.values())
@@ -724,7 +727,7 @@ def test_a_crafted_file_in_the_documented_layout_is_read() -> None:
 
 
 def big_file() -> tuple[bytes, Contents]:
-    table = CopyOnWriteStateTable(KeyGroupRange(0, 999), 1000)
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 999), 1000)
     entries = [(k, "ns", f"{k:06d}" * 10) for k in range(3000)]
     fill(table, None, entries)
     return written(table.snapshot()), contents(entries)
@@ -764,7 +767,7 @@ def test_a_non_seekable_stream_is_read_correctly() -> None:
         if 3 <= assign_to_key_group(kn[0], SMALL_MAXP) <= 6
     }
     assert expected and restored_contents(restored) == expected
-    table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
     assert restore_table(table, [NonSeekableStream(STANDARD)]) == 20
     assert contents(table) == contents(small_entries())
 
@@ -833,7 +836,7 @@ def test_scale_down_accumulates_several_files_with_into() -> None:
     everything: Contents = {}
     for index in range(3):
         key_group_range = compute_key_group_range_for_operator_index(SMALL_MAXP, 3, index)
-        table = CopyOnWriteStateTable(key_group_range, SMALL_MAXP)
+        table: Table = CopyOnWriteStateTable(key_group_range, SMALL_MAXP)
         mine = [
             e for e in small_entries(40) if assign_to_key_group(e[0], SMALL_MAXP) in key_group_range
         ]
@@ -866,7 +869,7 @@ def ttl(state: list[Any]) -> Any:
 def test_snapshot_transformer_writes_transformed_entries_and_leaves_the_table(
     cls: TableClass,
 ) -> None:
-    meta = StateMetaInfo("ttl", "value", snapshot_transformer=ttl)
+    meta = StateMetaInfo("ttl", StateKind.VALUE, snapshot_transformer=ttl)
     table, model = make_pair(cls, SMALL_RANGE, SMALL_MAXP, meta=meta)
     entries: list[tuple[Any, Any, Any]] = []
     for k in range(60):
@@ -879,7 +882,9 @@ def test_snapshot_transformer_writes_transformed_entries_and_leaves_the_table(
     snapshot = table.snapshot()
     expected = {kn: ttl(s) for kn, s in model.snapshot().contents.items() if ttl(s) is not None}
     # renewing an expired entry after the snapshot does not resurrect it in the file
-    table.get(1, "ns")[1] = NOW + 1000
+    renewed = table.get(1, "ns")
+    assert renewed is not None
+    renewed[1] = NOW + 1000
     model.get(1, "ns")[1] = NOW + 1000
     stream = io.BytesIO()
     info = write_snapshot(snapshot, stream)
@@ -1226,7 +1231,7 @@ def test_checksum_mismatches_name_the_corrupt_part() -> None:
 
 
 def test_index_entry_outside_the_file_range_raises_key_group_mismatch() -> None:
-    table = CopyOnWriteStateTable(KeyGroupRange(2, 5), SMALL_MAXP)
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(2, 5), SMALL_MAXP)
     fill(
         table, None, [e for e in small_entries() if 2 <= assign_to_key_group(e[0], SMALL_MAXP) <= 5]
     )
@@ -1298,7 +1303,7 @@ def test_other_max_parallelism_raises_max_parallelism_mismatch() -> None:
 
 
 def small_file_of_max_parallelism(max_parallelism: int) -> bytes:
-    table = CopyOnWriteStateTable(KeyGroupRange(0, max_parallelism - 1), max_parallelism)
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, max_parallelism - 1), max_parallelism)
     fill(table, None, small_entries())
     return written(table.snapshot())
 
@@ -1419,7 +1424,7 @@ def test_unknown_state_kind_in_metadata_is_a_format_error() -> None:
     metadata["states"][2]["kind"] = "bogus"
     target = Prefilled(
         key_serializer=IntSerializer(),
-        meta=StateMetaInfo("counts", "value", StringSerializer(), IntSerializer()),
+        meta=StateMetaInfo("counts", StateKind.VALUE, StringSerializer(), IntSerializer()),
     )
     with pytest.raises(CowStateError) as excinfo:
         restore_table(target.table, [with_metadata(data, metadata)])
@@ -1508,7 +1513,7 @@ def test_serializer_mismatch_is_refused() -> None:
         SerializerMismatchError,
         "of kind 'list'",
         "holds kind 'value'",
-        target=Prefilled(meta=StateMetaInfo(kind="list")),
+        target=Prefilled(meta=StateMetaInfo(kind=StateKind.LIST)),
     )
     # a serializer the reader does not know, named in the file
     unknown = with_metadata(STANDARD, patched_state(state_serializer="my.Serializer"))
@@ -1518,7 +1523,7 @@ def test_serializer_mismatch_is_refused() -> None:
 
 
 def test_files_with_different_key_serializers_are_refused_together() -> None:
-    int_keys = CopyOnWriteStateTable(
+    int_keys: Table = CopyOnWriteStateTable(
         KeyGroupRange(0, 4), SMALL_MAXP, key_serializer=IntSerializer()
     )
     fill(int_keys, None, [e for e in small_entries() if assign_to_key_group(e[0], SMALL_MAXP) <= 4])
@@ -1535,7 +1540,7 @@ def test_a_multi_state_file_restores_an_unknown_name_nowhere() -> None:
     data = written([t.snapshot() for t in tables])
     target = Prefilled(
         key_serializer=IntSerializer(),
-        meta=StateMetaInfo("absent", "value", StringSerializer(), IntSerializer()),
+        meta=StateMetaInfo("absent", StateKind.VALUE, StringSerializer(), IntSerializer()),
     )
     with pytest.raises(UnknownStateError) as excinfo:
         restore_table(target.table, [data])
@@ -1550,7 +1555,7 @@ def operator_files(max_parallelism: int, parallelism: int) -> list[bytes]:
         key_group_range = compute_key_group_range_for_operator_index(
             max_parallelism, parallelism, index
         )
-        table = CopyOnWriteStateTable(key_group_range, max_parallelism)
+        table: Table = CopyOnWriteStateTable(key_group_range, max_parallelism)
         fill(
             table,
             None,
@@ -1567,7 +1572,7 @@ def operator_files(max_parallelism: int, parallelism: int) -> list[bytes]:
 def corrupt_last(data: bytes) -> dict[str, tuple[bytes, type[CowStateError]]]:
     layout = decode_layout(data)
     block = next(b for b in reversed(layout.blocks) if b.count)
-    int_keys = CopyOnWriteStateTable(
+    int_keys: Table = CopyOnWriteStateTable(
         KeyGroupRange(7, 9), SMALL_MAXP, key_serializer=IntSerializer()
     )
     return {
@@ -1589,7 +1594,7 @@ def test_only_the_last_of_several_files_is_corrupt(corruption: str) -> None:
     bad, error = corrupt_last(good[2])[corruption]
     assert_restores_nothing([good[0], good[1], bad], error)
     # the good files alone restore fine
-    table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
     assert restore_table(table, good) == 60
 
 
@@ -1695,8 +1700,8 @@ def test_several_states_in_one_file_restore_each_by_name() -> None:
 
 
 def test_a_multi_state_file_must_share_one_range() -> None:
-    a = CopyOnWriteStateTable(KeyGroupRange(0, 4), SMALL_MAXP, meta=StateMetaInfo("a"))
-    b = CopyOnWriteStateTable(KeyGroupRange(0, 5), SMALL_MAXP, meta=StateMetaInfo("b"))
+    a: Table = CopyOnWriteStateTable(KeyGroupRange(0, 4), SMALL_MAXP, meta=StateMetaInfo("a"))
+    b: Table = CopyOnWriteStateTable(KeyGroupRange(0, 5), SMALL_MAXP, meta=StateMetaInfo("b"))
     snapshots = [a.snapshot(), b.snapshot()]
     with pytest.raises(InvalidArgumentError, match="expected every table snapshot to cover"):
         write_snapshot(snapshots, io.BytesIO())
@@ -1709,10 +1714,10 @@ def test_a_multi_state_file_must_share_one_key_serializer() -> None:
     with utf8 keys is then decoded as int32: the key 'abcd' comes back as
     1633837924, silently. Expected: InvalidArgumentError when writing (as for
     differing ranges), or keys that read back as written."""
-    a = CopyOnWriteStateTable(
+    a: Table = CopyOnWriteStateTable(
         SMALL_RANGE, SMALL_MAXP, meta=StateMetaInfo("a"), key_serializer=IntSerializer()
     )
-    b = CopyOnWriteStateTable(
+    b: Table = CopyOnWriteStateTable(
         SMALL_RANGE, SMALL_MAXP, meta=StateMetaInfo("b"), key_serializer=StringSerializer()
     )
     a.put(1, "ns", 1)

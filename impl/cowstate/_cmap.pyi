@@ -1,15 +1,11 @@
 """Type stub of the C map (impl/cowstate/_cmap.c): the pure map's public API."""
 
-from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic
 
 from cowstate.serializers import StateSerializer
 from cowstate.state_map import StateEntry
-
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
+from cowstate.type_vars import K, N, S, V
 
 CHUNK_BUCKETS: int
 BUG: int

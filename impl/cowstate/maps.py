@@ -45,7 +45,7 @@ else:
 IMPLEMENTATION = "c" if _cmap is not None and not FORCED_PURE else "python"
 
 
-def c_map_class() -> type[Any] | None:
+def c_map_class() -> type[_cmap.CopyOnWriteStateMap[Any, Any, Any]] | None:
     """The C map's class whether or not it is the default, or None if not built."""
     return None if _cmap is None else _cmap.CopyOnWriteStateMap
 

@@ -13,8 +13,8 @@ slow to snapshot, simple to trust.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Generic, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Generic
 
 from cowstate.errors import (
     ConcurrentModificationError,
@@ -25,13 +25,9 @@ from cowstate.errors import (
 from cowstate.serializers import DefaultSerializer, StateSerializer
 from cowstate.state_meta import StateEntry, apply_transform
 from cowstate.state_table import StateTable, StateTableSnapshot
+from cowstate.type_vars import K, N, S, V
 
 __all__ = ["NestedMapsStateTable", "NestedMapsStateTableSnapshot", "NestedStateMap"]
-
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 
 class NestedMapsStateTable(StateTable[K, N, S]):
@@ -61,10 +57,10 @@ class NestedMapsStateTableSnapshot(StateTableSnapshot[K, N, S]):
         assert entries is not None
         return iter(entries)
 
-    def _items(self, index: int) -> list[tuple[K, N, S]]:
+    def _items(self, index: int) -> Sequence[tuple[K, N, S]]:
         entries = self._copies[index]
         assert entries is not None
-        return entries  # type: ignore[return-value]       # StateEntry is a tuple
+        return entries  # StateEntry is a tuple
 
     def _size(self, index: int) -> int:
         entries = self._copies[index]

@@ -16,24 +16,23 @@
   :class:`~cowstate.rocksdb.table.RocksDBStateTable`.
 
 mypy checks each implementation against these where the layers meet
-(``StateTable.state_map``, ``StateHolder.table``, ``_new_table``).
+(``StateTable.state_map``, ``StateHolder.table``, ``_new_table``), and, at
+the bottom of this module, each one generically: a map or table of
+``K, N, S`` is a :class:`StateMap` or :class:`KeyedTable` of the very same
+``K, N, S`` (with ``Any`` arguments a wrong signature could still pass).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterator
-from typing import Protocol, TypeVar, runtime_checkable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateEntry, StateMetaInfo
+from cowstate.type_vars import K, N, S, V
 
 __all__ = ["KeyedTable", "MapSnapshot", "SnapshottingStateMap", "StateMap"]
-
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 
 @runtime_checkable
@@ -160,3 +159,26 @@ class KeyedTable(Protocol[K, N, S]):
     def keys(self, namespace: N) -> Iterator[K]: ...
 
     def size_of_namespace(self, namespace: N) -> int: ...
+
+
+if TYPE_CHECKING:  # each implementation, proved by mypy; nothing runs
+    from cowstate._cmap import CopyOnWriteStateMap as CMap
+    from cowstate.nested_table import NestedStateMap
+    from cowstate.rocksdb.table import RocksDBStateTable
+    from cowstate.state_map import CopyOnWriteStateMap
+    from cowstate.state_table import StateTable
+
+    def _pure_map(m: CopyOnWriteStateMap[K, N, S]) -> SnapshottingStateMap[K, N, S]:
+        return m
+
+    def _c_map(m: CMap[K, N, S]) -> SnapshottingStateMap[K, N, S]:
+        return m
+
+    def _nested_map(m: NestedStateMap[K, N, S]) -> StateMap[K, N, S]:
+        return m
+
+    def _heap_table(table: StateTable[K, N, S]) -> KeyedTable[K, N, S]:
+        return table
+
+    def _rocksdb_table(table: RocksDBStateTable[K, N, S]) -> KeyedTable[K, N, S]:
+        return table

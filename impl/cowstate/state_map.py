@@ -108,8 +108,8 @@ does both) while the owner works on; ``release`` shares a lock with
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Hashable, Iterator
-from typing import Any, Generic, NamedTuple, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, NamedTuple
 
 from cowstate.arithmetic import (
     DEFAULT_CAPACITY,
@@ -143,6 +143,7 @@ from cowstate.errors import (
     VersionOverflowError,
 )
 from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.type_vars import K, N, S, V
 
 __all__ = [
     "DEFAULT_CAPACITY",
@@ -152,13 +153,9 @@ __all__ = [
     "CopyOnWriteStateMap",
     "StateEntry",
     "StateMapSnapshot",
+    "apply_transform",
     "composite_hash",
 ]
-
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 
 class StateEntry(NamedTuple, Generic[K, N, S]):
@@ -167,6 +164,22 @@ class StateEntry(NamedTuple, Generic[K, N, S]):
     key: K
     namespace: N
     state: S
+
+
+def apply_transform(
+    fn: Callable[[S | None, V], S], old: S | None, value: V, key: object, namespace: object
+) -> S:
+    """``fn(old, value)``, the new state of a ``transform``, with the contract's
+    errors: :class:`TransformFunctionError` if ``fn`` raises,
+    :class:`NoneStateError` if it returns ``None`` (the caller then writes
+    nothing). Every map and table transforms through it."""
+    try:
+        new = fn(old, value)
+    except Exception as exc:
+        raise TransformFunctionError.of(fn, exc, key, namespace) from exc
+    if new is None:
+        raise NoneStateError.from_transform(key, namespace)
+    return new
 
 
 # --------------------------------------------------------------------------
@@ -363,12 +376,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             old = e.state
             if e.state_version < self._highest_required:  # rule S
                 old = self._serializer.copy(old)
-        try:
-            new = fn(old, value)
-        except Exception as exc:
-            raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-        if new is None:
-            raise NoneStateError.from_transform(key, namespace)
+        new = apply_transform(fn, old, value, key, namespace)
         if self._rehash is not None:  # this operation's rehash step, once fn succeeded
             self._incremental_rehash()
         e = self._put_entry(h, key, namespace)

@@ -3,7 +3,8 @@ is described, and in which format it was written.
 
 - :class:`StateEntry`: one mapping ``(key, namespace, state)`` as maps, tables
   and backends yield it (defined beside the map in :mod:`cowstate.state_map`,
-  which must not import upwards; re-exported here).
+  which must not import upwards; re-exported here, as is
+  :func:`apply_transform`).
 - :class:`StateKind`: value, list, map, reducing, aggregating -- the one
   definition of a state's kind.
 - :class:`SnapshotFormat`: ``heap`` (a heap backend's snapshot file),
@@ -31,14 +32,14 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cowstate.errors import InvalidArgumentError, NoneStateError, TransformFunctionError
+from cowstate.errors import InvalidArgumentError
 from cowstate.serializers import (
     DefaultSerializer,
     StateSerializer,
     duplicate_serializer,
     serializer_identifier,
 )
-from cowstate.state_map import StateEntry
+from cowstate.state_map import StateEntry, apply_transform
 
 __all__ = [
     "MAX_STATES",
@@ -90,22 +91,6 @@ class SnapshotFormat(StrEnum):
 #: ``transformer(state)``: ``None`` drops the mapping from the snapshot, anything
 #: else is written instead of ``state``. Must not mutate ``state``.
 SnapshotTransformer = Callable[[Any], Any]
-
-
-def apply_transform(
-    fn: Callable[[Any, Any], Any], old: Any, value: Any, key: object, namespace: object
-) -> Any:
-    """``fn(old, value)``, the new state of a ``transform``, with the contract's
-    errors: :class:`TransformFunctionError` if ``fn`` raises,
-    :class:`NoneStateError` if it returns ``None`` (the caller then writes
-    nothing)."""
-    try:
-        new = fn(old, value)
-    except Exception as exc:
-        raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-    if new is None:
-        raise NoneStateError.from_transform(key, namespace)
-    return new
 
 
 @dataclass(frozen=True)

@@ -46,8 +46,8 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterator, Sequence
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, ClassVar, Generic, Protocol
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
@@ -70,6 +70,7 @@ from cowstate.serializers import (
 )
 from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
 from cowstate.table_base import TableBase
+from cowstate.type_vars import K, N, S, V
 
 __all__ = [
     "CopyOnWriteStateTable",
@@ -80,10 +81,6 @@ __all__ = [
     "TableFactory",
 ]
 
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
-V = TypeVar("V")
 
 # ------------------------------------------------------------------ the tables
 
@@ -282,6 +279,10 @@ class CopyOnWriteStateTable(StateTable[K, N, S]):
     #: map when built); the specification also runs tables over the other one.
     map_class: ClassVar[MapFactory] = CopyOnWriteStateMap
 
+    def state_map(self, key_group: int) -> SnapshottingStateMap[K, N, S]:
+        """The copy-on-write map holding ``key_group``."""
+        return self._maps[self._range.index_of(key_group)]
+
     def _create_map(self) -> SnapshottingStateMap[K, N, S]:
         return self.map_class(self._meta.state_serializer, self._initial_capacity)
 
@@ -341,8 +342,8 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
             return entries
         return _transformed(entries, transformer)
 
-    def key_group_items(self, key_group: int) -> list[tuple[K, N, S]]:
-        """:meth:`key_group_entries` as plain tuples in one list (the writer's fast path)."""
+    def key_group_items(self, key_group: int) -> Sequence[tuple[K, N, S]]:
+        """:meth:`key_group_entries` as tuples in one list (the writer's fast path)."""
         index = self._open_index(key_group)
         items = self._items(index)
         transformer = self.meta.snapshot_transformer
@@ -406,7 +407,7 @@ class StateTableSnapshot(ABC, Generic[K, N, S]):
     def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]: ...
 
     @abstractmethod
-    def _items(self, index: int) -> list[tuple[K, N, S]]: ...
+    def _items(self, index: int) -> Sequence[tuple[K, N, S]]: ...
 
     @abstractmethod
     def _size(self, index: int) -> int: ...

@@ -11,20 +11,16 @@ adds its storage and the keyed operations.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Hashable
 from dataclasses import replace
-from typing import Generic, TypeVar
+from typing import Generic
 
 from cowstate.errors import InvalidArgumentError
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group, check_key_group_range
 from cowstate.serializers import DefaultSerializer, StateSerializer
 from cowstate.state_meta import StateMetaInfo
+from cowstate.type_vars import K, N, S
 
 __all__ = ["TableBase"]
-
-K = TypeVar("K", bound=Hashable)
-N = TypeVar("N", bound=Hashable)
-S = TypeVar("S")
 
 
 class TableBase(ABC, Generic[K, N, S]):

@@ -13,7 +13,8 @@ State machines (need the ``dev`` extra: Hypothesis):
 
 What the machines and the differential run check:
 
-- :mod:`cowstate_spec.implementations`: ``IMPLEMENTATIONS``, every map and table;
+- :mod:`cowstate_spec.implementations`: ``IMPLEMENTATIONS`` and ``TABLE_TYPES``, every
+  map and table, with their capabilities;
 - :mod:`cowstate_spec.backends`: ``BACKENDS``, every keyed state backend, and
   the ``WriteGate`` that interleaves writers with the owner;
 - :mod:`cowstate_spec.invariants`: the structural checkers and snapshot fingerprints;

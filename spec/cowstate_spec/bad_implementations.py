@@ -20,13 +20,16 @@ from typing import Any
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
-from cowstate_model.state_table import ReferenceStateTable
+from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
-from cowstate_spec.implementations import SUB_RANGE, TABLE_MAX_PARALLELISM, Implementation
+from cowstate_spec.implementations import (
+    SUB_RANGE,
+    Implementation,
+    TableType,
+    table_implementation,
+)
 from cowstate_spec.invariants import (
     check_map,
-    check_table,
     fingerprint,
     rehash_step_check,
     table_fingerprint,
@@ -234,21 +237,12 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
 
         return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
-    def table_factory(initial_capacity: int = capacity) -> Any:
-        return cls(SUB_RANGE, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
-
-    def model() -> ReferenceStateTable:
-        return ReferenceStateTable(SUB_RANGE, TABLE_MAX_PARALLELISM)
-
-    copy_on_write = issubclass(bug.cls, CopyOnWriteStateTable)
-    return Implementation(
-        name,
-        table_factory,
-        check_table,
-        table_fingerprint if copy_on_write else None,
-        model=model,
-        table=True,
+    assert issubclass(cls, StateTable), f"expected a map or a heap table, got {bug.cls}"
+    copy_on_write = issubclass(cls, CopyOnWriteStateTable)
+    table_type: TableType[Any] = TableType(
+        name, cls, fingerprint=table_fingerprint if copy_on_write else None
     )
+    return table_implementation(table_type, SUB_RANGE, name)
 
 
 # ----------------------------------------------------------------- backends
@@ -258,7 +252,7 @@ def _cow_table_with(map_bug: str) -> type[Any]:
     """A copy-on-write table whose key-group maps carry the map bug ``map_bug``."""
     broken_map = broken_class(next(bug for bug in BUGS if bug.name == map_bug))
 
-    class BrokenMaps(CopyOnWriteStateTable):  # type: ignore[type-arg]
+    class BrokenMaps(CopyOnWriteStateTable[Any, Any, Any]):
         def _create_map(self) -> Any:
             return broken_map(self._meta.state_serializer, self._initial_capacity)
 

@@ -14,6 +14,11 @@ model side by side and stops at the first divergence:
 - an exception inside the implementation that is not a refusal from
   ``cowstate.errors`` (recorded with its traceback, never a crash of the run).
 
+Where an implementation's capabilities differ (the RocksDB table), the run
+follows them as the state machine does: ``put`` must return ``None``, a
+mutated state reaches the model only where mutations persist, and
+snapshot operations are skipped where there are no snapshots.
+
 ``minimize`` shrinks a diverging operation list by delta debugging to a
 locally minimal one, and ``write_trace`` saves it as a replayable JSON trace
 plus a ready pytest regression file.
@@ -127,7 +132,12 @@ class _Pair:
 
     def apply(self, op: Operation) -> None:
         name = op[0]
-        if name in _SIMPLE:
+        capabilities = self.implementation.capabilities
+        if name == "put" and not capabilities.put_reports_insert:
+            impl, _ = self.call(name, op[1:])
+            if impl is not None:
+                raise Divergence("None", repr(impl))
+        elif name in _SIMPLE:
             self.same(name, op[1:])
         elif name in _HANDS_OUT:
             # The caller owns what these return and mutates it in place.
@@ -137,10 +147,12 @@ class _Pair:
             else:
                 impl, model = self.same(name, op[1:])
                 item = 7
-            if c.mutate_in_place(impl, item):
+            if c.mutate_in_place(impl, item) and capabilities.mutations_persist:
                 c.mutate_in_place(model, item)
         elif name == "transform":
             self.call(name, (op[1], op[2], op[3], TRANSFORMS[op[4]]))
+        elif name in ("snapshot", "release") and not capabilities.snapshots:
+            pass
         elif name == "snapshot":
             impl = self.impl.snapshot()
             # Identities only: the model comparison at release checks the values.
@@ -194,6 +206,7 @@ class _Pair:
             if not impl.is_released:
                 impl.release()
             model.release()
+        self.implementation.close(self.impl)
 
 
 _SIMPLE = frozenset({"get", "contains_key", "remove", "put"})

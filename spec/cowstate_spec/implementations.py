@@ -1,37 +1,115 @@
 """Every implementation the specification checks.
 
-Adding an implementation to the whole suite costs one line in
-:data:`IMPLEMENTATIONS`: a name, a factory, and the structural checker for its
-internals (or ``None`` when it has no internals worth checking).
+Adding an implementation to the whole suite costs one line: a map in
+:data:`IMPLEMENTATIONS` (a name, a factory, and the structural checker for its
+internals, or ``None`` when it has no internals worth checking), a state
+table in :data:`TABLE_TYPES` (which also puts it in ``IMPLEMENTATIONS``, over
+all key groups and over a sub-range).
+
+Implementations differ where the contract lets them; each difference is a
+:class:`Capabilities` flag the state machine and the table tests consult,
+never a missing entry. The RocksDB table, for one, has no table snapshots
+(its snapshots are the backend's RocksDB checkpoints), does not say whether
+``put`` inserted, hands out fresh copies of its states and does not fail fast.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
-from cowstate.key_groups import KeyGroupRange
+from cowstate.arithmetic import DEFAULT_CAPACITY
+from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
+from cowstate.protocols import KeyedTable
+from cowstate.serializers import StateSerializer
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, MapFactory, StateTable
+from cowstate.state_meta import StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, MapFactory
 from cowstate_model import ReferenceStateMap
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.invariants import (
     SnapshotFingerprint,
     TableFingerprint,
     check_map,
+    check_rocksdb_table,
     check_table,
     fingerprint,
     rehash_step_check,
     table_fingerprint,
 )
 
+if TYPE_CHECKING:
+    from rocksdict import Rdict
+
+    from cowstate.rocksdb.table import RocksDBStateTable
+
+__all__ = [
+    "C_MAP",
+    "IMPLEMENTATIONS",
+    "SUB_RANGE",
+    "TABLE_MAX_PARALLELISM",
+    "TABLE_TYPES",
+    "CMapsTable",
+    "Capabilities",
+    "Implementation",
+    "PureMapsTable",
+    "TableMaker",
+    "TableType",
+    "by_name",
+    "close_rocksdb_table",
+    "rocksdb_table",
+    "table_implementation",
+]
+
 Checker = Callable[[Any, Sequence[Any]], None]
 Fingerprinter = Callable[..., SnapshotFingerprint | TableFingerprint]
 #: Called before a keyed operation; what it returns is called after it succeeded.
 StepChecker = Callable[[Any], Callable[[], None]]
+
+TableT = TypeVar("TableT", bound="KeyedTable[Any, Any, Any]")
+TableT_co = TypeVar("TableT_co", bound="KeyedTable[Any, Any, Any]", covariant=True)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """Where an implementation legitimately departs from the heap map's contract.
+
+    - ``snapshots``: ``snapshot()`` and ``release(snapshot)``, with per-key-group
+      contents and releases for a table. The RocksDB table has none: its
+      snapshots are the backend's RocksDB checkpoints.
+    - ``put_reports_insert``: ``put`` returns True for a new mapping, False for
+      a replaced one. The RocksDB table returns ``None`` (knowing would cost a
+      read).
+    - ``mutations_persist``: a state ``get`` returns is the stored object, so
+      mutating it in place changes the mapping (until the next snapshot).
+      False where it is a fresh copy (RocksDB: mutating it changes nothing).
+    - ``fail_fast``: adding or removing a mapping while iterating raises
+      ``ConcurrentModificationError``. RocksDB's iteration reads in chunks and
+      sees such a change or not, never raising.
+    """
+
+    snapshots: bool = True
+    put_reports_insert: bool = True
+    mutations_persist: bool = True
+    fail_fast: bool = True
+
+
+#: The copy-on-write maps and the heap tables: everything.
+HEAP = Capabilities()
+#: The RocksDB table (see :class:`Capabilities`).
+ROCKSDB = Capabilities(
+    snapshots=False, put_reports_insert=False, mutations_persist=False, fail_fast=False
+)
+
+
+def _keep(instance: object) -> None:
+    """Nothing to free: the garbage collector takes a heap map or table."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +124,10 @@ class Implementation:
     the structural invariants, ``fingerprint`` records what an open snapshot
     reaches, ``step_check`` watches one keyed operation (rehash progress);
     each is ``None`` where the implementation has no such internals.
+    ``capabilities`` say what the machine may expect; ``close(instance)``
+    frees what the factory took (the machine calls it in its teardown).
+    ``example_share`` is the share of the profile's examples the machine
+    runs on it (an implementation slow to make runs fewer).
     """
 
     name: str
@@ -55,6 +137,9 @@ class Implementation:
     step_check: StepChecker | None = None
     model: Callable[[], Any] = ReferenceStateMap
     table: bool = False
+    capabilities: Capabilities = HEAP
+    close: Callable[[Any], None] = _keep
+    example_share: float = 1.0
 
     def create(self, initial_capacity: int | None = None) -> Any:
         """A fresh instance, with ``initial_capacity`` if given."""
@@ -90,23 +175,176 @@ class CMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
     map_class = cast(MapFactory, C_MAP if C_MAP is not None else CopyOnWriteStateMap)
 
 
-#: The tables' key groups: 8 in all; the sub-range tables hold 1..6, so a
-#: third of the spec's keys (2, 4, 8, HashKey(3, 0), ...) are refused.
+class TableMaker(Protocol[TableT_co]):
+    """What makes a table: a table class, or a function with its arguments."""
+
+    def __call__(
+        self,
+        key_group_range: KeyGroupRange | None,
+        max_parallelism: int,
+        *,
+        meta: StateMetaInfo | None,
+        key_serializer: StateSerializer | None,
+        initial_capacity: int,
+    ) -> TableT_co: ...
+
+
+@dataclass(frozen=True)
+class TableType(Generic[TableT]):
+    """One kind of state table, as the table machine and the table tests use it.
+
+    Calling it makes a table with the heap tables' arguments (every key group
+    of ``max_parallelism`` by default; ``initial_capacity`` is a heap table's
+    knob). ``check`` and ``fingerprint`` judge its internals (``None``:
+    nothing to judge), ``capabilities`` say what it offers, and
+    ``close(table)`` frees what making it took: a test that makes tables
+    closes each when it ends (``tests/conftest.py``: the ``table_type``
+    fixture). ``example_share`` goes to the machine's implementations.
+    """
+
+    name: str
+    make: TableMaker[TableT]
+    check: Checker | None = check_table
+    fingerprint: Fingerprinter | None = None
+    capabilities: Capabilities = HEAP
+    close: Callable[[TableT], None] = _keep
+    example_share: float = 1.0
+
+    def __call__(
+        self,
+        key_group_range: KeyGroupRange | None = None,
+        max_parallelism: int = DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
+        *,
+        meta: StateMetaInfo | None = None,
+        key_serializer: StateSerializer | None = None,
+        initial_capacity: int = DEFAULT_CAPACITY,
+    ) -> TableT:
+        return self.make(
+            key_group_range,
+            max_parallelism,
+            meta=meta,
+            key_serializer=key_serializer,
+            initial_capacity=initial_capacity,
+        )
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+# ------------------------------------------------------------ the RocksDB table
+
+#: The database under each RocksDB table :func:`rocksdb_table` made, closed and
+#: deleted by :func:`close_rocksdb_table` (or when the table is collected).
+_DATABASES: weakref.WeakKeyDictionary[RocksDBStateTable[Any, Any, Any], Callable[[], object]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def rocksdb_table(
+    key_group_range: KeyGroupRange | None,
+    max_parallelism: int,
+    *,
+    meta: StateMetaInfo | None,
+    key_serializer: StateSerializer | None,
+    initial_capacity: int = DEFAULT_CAPACITY,
+    table_class: type[RocksDBStateTable[Any, Any, Any]] | None = None,
+) -> RocksDBStateTable[Any, Any, Any]:
+    """A RocksDB table in a database of its own, under the spec's RocksDB root
+    (tmpfs where it has room). ``initial_capacity`` is ignored; ``table_class``
+    is a subclass to make instead (a deliberately broken one). Close it with
+    :func:`close_rocksdb_table`.
+
+    ``cowstate.rocksdb`` is imported here, not at the top: rocksdict is an
+    optional dependency (the ``rocksdb`` extra) that the maps do not need.
+    """
+    from rocksdict import Options, Rdict
+
+    from cowstate.rocksdb.table import RocksDBStateTable
+    from cowstate_spec.backends import _rocksdb_snapshot_root  # the backends' root too
+
+    path = tempfile.mkdtemp(prefix="table-", dir=_rocksdb_snapshot_root())
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_keep_log_file_num(1)
+    db = Rdict(path, options)
+    try:
+        table: RocksDBStateTable[Any, Any, Any] = (table_class or RocksDBStateTable)(
+            db.create_column_family("state", options),
+            key_group_range,
+            max_parallelism,
+            meta=meta,
+            key_serializer=key_serializer,
+        )
+    except BaseException:
+        _drop_database(db, path)
+        raise
+    _DATABASES[table] = weakref.finalize(table, _drop_database, db, path)
+    return table
+
+
+def close_rocksdb_table(table: RocksDBStateTable[Any, Any, Any]) -> None:
+    """Detach ``table`` and delete its database (a table of :func:`rocksdb_table`)."""
+    table.detach()
+    _DATABASES.pop(table)()
+
+
+def _drop_database(db: Rdict, path: str) -> None:
+    try:
+        db.close()
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# --------------------------------------------------------------- the tables
+
+#: The tables' key groups in the machine: 8 in all; the sub-range tables hold
+#: 1..6, so a third of the spec's keys (2, 4, 8, HashKey(3, 0), ...) are refused.
 TABLE_MAX_PARALLELISM = 8
 SUB_RANGE = KeyGroupRange(1, 6)
 
+#: Every state table. The copy-on-write ones over both maps (the C map where it
+#: was built), the nested-dict one, the RocksDB one.
+TABLE_TYPES: list[TableType[Any]] = [
+    TableType("cow-table", PureMapsTable, fingerprint=table_fingerprint),
+    TableType("nested-table", NestedMapsStateTable),
+    TableType(
+        "rocksdb-table",
+        rocksdb_table,
+        check_rocksdb_table,
+        capabilities=ROCKSDB,
+        close=close_rocksdb_table,
+        example_share=1 / 3,  # a database per example: about 2.5 times a heap table's time
+    ),
+]
+if C_MAP is not None:
+    TABLE_TYPES.insert(1, TableType("c-table", CMapsTable, fingerprint=table_fingerprint))
 
-def _table(
-    name: str, cls: type[StateTable[Any, Any, Any]], key_groups: KeyGroupRange | None, checked: bool
+
+def table_implementation(
+    table_type: TableType[Any], key_groups: KeyGroupRange | None, name: str | None = None
 ) -> Implementation:
-    def factory(initial_capacity: int = 4) -> StateTable[Any, Any, Any]:
-        return cls(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
+    """``table_type`` in the machine over ``key_groups`` of 8 (None: all), against
+    the reference table of the same key groups. Named after the table type
+    (``-sub-range`` over a sub-range) unless ``name`` is given."""
+
+    def factory(initial_capacity: int = 4) -> Any:
+        return table_type(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
 
     def model() -> ReferenceStateTable:
         return ReferenceStateTable(key_groups, TABLE_MAX_PARALLELISM)
 
+    if name is None:
+        name = table_type.name + ("" if key_groups is None else "-sub-range")
     return Implementation(
-        name, factory, check_table, table_fingerprint if checked else None, model=model, table=True
+        name,
+        factory,
+        table_type.check,
+        table_type.fingerprint,
+        model=model,
+        table=True,
+        capabilities=table_type.capabilities,
+        close=table_type.close,
+        example_share=table_type.example_share,
     )
 
 
@@ -114,18 +352,14 @@ IMPLEMENTATIONS: list[Implementation] = [
     _cow("cow-map", 4),  # tiny table: rehashes start while snapshots are open
     _cow("cow-map-128", 128),  # Flink's default capacity
     Implementation("reference-model", ReferenceStateMap),  # the model against itself
-    _table("cow-table", PureMapsTable, None, checked=True),
-    _table("cow-table-sub-range", PureMapsTable, SUB_RANGE, checked=True),
-    _table("nested-table", NestedMapsStateTable, None, checked=False),
-    _table("nested-table-sub-range", NestedMapsStateTable, SUB_RANGE, checked=False),
 ]
-if C_MAP is not None:  # the C map and tables over it: the same spec, one line each
-    IMPLEMENTATIONS += [
-        _cow("c-map", 4, C_MAP),
-        _cow("c-map-128", 128, C_MAP),
-        _table("c-table", CMapsTable, None, checked=True),
-        _table("c-table-sub-range", CMapsTable, SUB_RANGE, checked=True),
-    ]
+if C_MAP is not None:  # the C map: the same spec, one line each
+    IMPLEMENTATIONS += [_cow("c-map", 4, C_MAP), _cow("c-map-128", 128, C_MAP)]
+IMPLEMENTATIONS += [
+    table_implementation(table_type, key_groups)
+    for table_type in TABLE_TYPES
+    for key_groups in (None, SUB_RANGE)
+]
 
 
 def by_name(name: str) -> Implementation:

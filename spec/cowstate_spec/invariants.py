@@ -11,6 +11,9 @@ stalled rehash, a wrong counter that happens to cancel out); this checker can.
 ``rehash_step_check(m)``, called before a keyed operation, returns the check
 to run after it: the operation moved at least 4 entries or finished the
 rehash (invariant 9), so a rehash ends within a bounded number of operations.
+``check_table(table, snapshots)`` judges a heap table (routing, size, and
+every copy-on-write map as above); ``check_rocksdb_table(table)`` judges the
+RocksDB table's key layout, the one structure it has.
 
 The checker computes hashes, thresholds, versions and the snapshot layout
 with the plain formulations of :mod:`cowstate_model.arithmetic`, never with
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cowstate.serializers import is_known_immutable
 from cowstate.state_map import StateMapSnapshot
@@ -39,7 +42,7 @@ from cowstate_model.arithmetic import (
     snapshot_layout,
     threshold_for,
 )
-from cowstate_model.key_groups import assign_to_key_group
+from cowstate_model.key_groups import assign_to_key_group, java_hash, murmur_hash
 from cowstate_spec.cmap_view import (
     MAP_CLASSES,
     MapView,
@@ -49,12 +52,16 @@ from cowstate_spec.cmap_view import (
 )
 from cowstate_spec.cmap_view import view_of as view_of_map
 
+if TYPE_CHECKING:
+    from cowstate.rocksdb.table import RocksDBStateTable
+
 __all__ = [
     "InvariantViolation",
     "SnapshotFingerprint",
     "TableFingerprint",
     "chain",
     "check_map",
+    "check_rocksdb_table",
     "check_table",
     "fingerprint",
     "rehash_step_check",
@@ -474,4 +481,83 @@ def check_table(
     if len(table) != total:
         raise InvariantViolation(
             f"table invariant (size) violated: len(table) = {len(table)}, the maps hold {total}"
+        )
+
+
+# ------------------------------------------------------------ the RocksDB table
+
+
+def check_rocksdb_table(
+    table: RocksDBStateTable[Any, Any, Any], snapshots: Iterable[object] = ()
+) -> None:
+    """Assert the RocksDB table's key layout over every raw entry of its column
+    family, read with plain slicing (never the table's own encoder):
+
+    - a RocksDB key is 2 bytes of key group, 4 of key length, the key's bytes
+      and the namespace's bytes, and the key group is one of the table's;
+    - the key group is the key's own (Flink's assignment, said plainly in
+      :mod:`cowstate_model.key_groups`, over the table's key serializer);
+    - key and namespace bytes are canonical: they decode to a key (namespace)
+      that serializes to the very same bytes, so one mapping has one RocksDB key;
+    - the value decodes to a state (never ``None``);
+    - ``len(table)`` counts exactly these entries, and iterating the table
+      yields them in key order.
+
+    ``snapshots`` is ignored: the table has none (the backend's checkpoints are
+    its snapshots).
+    """
+    key_serializer = table.key_serializer
+    namespace_serializer = table.meta.namespace_serializer
+    state_serializer = table.meta.state_serializer
+    key_groups = table.key_group_range
+    decoded = []
+    for rocks_key, value in table.raw_items():
+        where = f"RocksDB key {rocks_key!r}"
+        if len(rocks_key) < 6:
+            raise InvariantViolation(f"RocksDB layout violated: {where} is shorter than 6 bytes")
+        key_group = int.from_bytes(rocks_key[:2], "big")
+        length = int.from_bytes(rocks_key[2:6], "big")
+        if 6 + length > len(rocks_key):
+            raise InvariantViolation(
+                f"RocksDB layout violated: {where} frames a key of {length} bytes, "
+                f"{len(rocks_key) - 6} follow"
+            )
+        if key_group not in key_groups:
+            raise InvariantViolation(
+                f"RocksDB layout violated: {where} is in key group {key_group}, outside "
+                f"{key_groups!r}"
+            )
+        key_bytes, namespace_bytes = rocks_key[6 : 6 + length], rocks_key[6 + length :]
+        key = key_serializer.deserialize(key_bytes)
+        namespace = namespace_serializer.deserialize(namespace_bytes)
+        for what, data, again in (
+            ("key", key_bytes, key_serializer.serialize(key)),
+            ("namespace", namespace_bytes, namespace_serializer.serialize(namespace)),
+        ):
+            if again != data:
+                raise InvariantViolation(
+                    f"RocksDB layout violated: the {what} bytes of {where} are not "
+                    f"canonical: they decode to {key if what == 'key' else namespace!r}, "
+                    f"which serializes to {again!r}"
+                )
+        own = murmur_hash(java_hash(key, key_serializer.serialize)) % table.max_parallelism
+        if own != key_group:
+            raise InvariantViolation(
+                f"RocksDB routing violated: ({key!r}, {namespace!r}) is stored in key group "
+                f"{key_group}, its key group is {own}"
+            )
+        state = state_serializer.deserialize(value)
+        if state is None:
+            raise InvariantViolation(f"RocksDB values violated: {where} holds None")
+        decoded.append((key, namespace, state))
+    if len(table) != len(decoded):
+        raise InvariantViolation(
+            f"RocksDB size violated: len(table) = {len(table)}, the column family holds "
+            f"{len(decoded)} entries of the table"
+        )
+    listed = [tuple(entry) for entry in table]
+    if listed != decoded:
+        raise InvariantViolation(
+            f"RocksDB iteration violated: the table yields {listed!r}, its column family "
+            f"holds {decoded!r} in key order"
         )

@@ -14,6 +14,14 @@ contract (DESIGN.md section 3) is in the rules and the invariants:
   and changes nothing;
 - the implementation's structural checker holds after every step.
 
+Where an implementation legitimately departs from this (its
+:class:`~cowstate_spec.implementations.Capabilities`), the rule consults the
+flag and checks what it does instead: without ``snapshots`` no snapshot is
+taken; without ``put_reports_insert`` ``put`` must return ``None``; without
+``mutations_persist`` a state ``get`` returned is mutated on the
+implementation's side only, so the next ``get`` proves the mutation reached
+nothing stored.
+
 State tables (``implementation.table``) get :class:`StateTableMachine`: the
 same rules against the reference table of the same key groups, plus the
 key-group rules -- operations with an explicit key group, a key group
@@ -121,9 +129,27 @@ class StateMapMachine(RuleBasedStateMachine):
 
     # --------------------------------------------------------------- rules
 
+    def put_checked(self, kn: tuple[Any, Any], state: Any, **kwargs: Any) -> None:
+        """``put`` on both: True exactly when the mapping is new, or ``None``
+        from an implementation that does not report it."""
+        if self.implementation.capabilities.put_reports_insert:
+            self.equal_results("put", *kn, state, **kwargs)
+        else:
+            impl, _ = self.both("put", *kn, state, **kwargs)
+            assert impl is None, f"put{kn!r} returned {impl!r}, expected None"
+
+    def caller_mutates(self, impl: Any, model: Any, item: int, *, got: bool = False) -> None:
+        """A caller mutates a state the implementation handed out; the model's
+        state follows, except a state ``get`` returned (``got``) from an
+        implementation whose mutations do not persist: that one is a fresh
+        copy, so mutating it must change nothing stored."""
+        persists = not got or self.implementation.capabilities.mutations_persist
+        if c.mutate_in_place(impl, item) and persists:
+            c.mutate_in_place(model, item)
+
     @rule(target=mappings, kn=any_key, state=s.states)
     def put(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
-        self.equal_results("put", *kn, state)  # True exactly when the mapping is new
+        self.put_checked(kn, state)
         return kn
 
     @rule(kn=any_key)
@@ -132,9 +158,7 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key, item=st.integers(0, 99))
     def get_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
-        impl, model = self.equal_results("get", *kn)
-        if c.mutate_in_place(impl, item):
-            c.mutate_in_place(model, item)
+        self.caller_mutates(*self.equal_results("get", *kn), item, got=True)
 
     @rule(kn=any_key)
     def contains_key(self, kn: tuple[Any, Any]) -> None:
@@ -142,10 +166,8 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key, state=s.states, item=st.integers(0, 99))
     def put_and_get_old(self, kn: tuple[Any, Any], state: Any, item: int) -> None:
-        impl, model = self.equal_results("put_and_get_old", *kn, state)
         # The old state is the caller's now: mutating it must not reach a snapshot.
-        if c.mutate_in_place(impl, item):
-            c.mutate_in_place(model, item)
+        self.caller_mutates(*self.equal_results("put_and_get_old", *kn, state), item)
 
     @rule(kn=any_key)
     def remove(self, kn: tuple[Any, Any]) -> None:
@@ -153,14 +175,13 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key, item=st.integers(0, 99))
     def remove_and_get_old(self, kn: tuple[Any, Any], item: int) -> None:
-        impl, model = self.equal_results("remove_and_get_old", *kn)
-        if c.mutate_in_place(impl, item):
-            c.mutate_in_place(model, item)
+        self.caller_mutates(*self.equal_results("remove_and_get_old", *kn), item)
 
     @rule(kn=any_key, value=st.integers(0, 9), fn=s.transform_functions)
     def transform(self, kn: tuple[Any, Any], value: int, fn: Callable[[Any, int], Any]) -> None:
         self.both("transform", *kn, value, fn)
 
+    @precondition(lambda self: self.implementation.capabilities.snapshots)
     @rule()
     def snapshot(self) -> None:
         impl = self.impl.snapshot()
@@ -230,6 +251,7 @@ class StateMapMachine(RuleBasedStateMachine):
         for impl, model, _ in self.open:
             impl.release()
             model.release()
+        self.implementation.close(self.impl)
 
 
 class StateTableMachine(StateMapMachine):
@@ -245,20 +267,20 @@ class StateTableMachine(StateMapMachine):
     def own_key_group(self, key: Any) -> int | None:
         """The key's key group by the model's plain assignment (None if it has none)."""
         try:
-            return self.model.key_group_of(key)  # type: ignore[no-any-return]
+            key_group: int = self.model.key_group_of(key)
         except (ValueError, TypeError):
             return None
+        return key_group
 
     @rule(target=StateMapMachine.mappings, kn=StateMapMachine.any_key, state=s.states)
     def put_in_key_group(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
-        self.both("put", *kn, state, key_group=self.own_key_group(kn[0]))
+        self.put_checked(kn, state, key_group=self.own_key_group(kn[0]))
         return kn
 
     @rule(kn=StateMapMachine.any_key, item=st.integers(0, 99))
     def get_in_key_group_and_mutate(self, kn: tuple[Any, Any], item: int) -> None:
-        impl, model = self.equal_results("get", *kn, key_group=self.own_key_group(kn[0]))
-        if c.mutate_in_place(impl, item):
-            c.mutate_in_place(model, item)
+        got = self.equal_results("get", *kn, key_group=self.own_key_group(kn[0]))
+        self.caller_mutates(*got, item, got=True)
 
     @rule(kn=StateMapMachine.any_key, key_group=st.sampled_from([-1, 8, 4096]))
     def key_group_outside_the_table(self, kn: tuple[Any, Any], key_group: int) -> None:

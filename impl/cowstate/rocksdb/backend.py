@@ -149,6 +149,7 @@ import weakref
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future
 from pathlib import Path
+from typing import Any
 
 from rocksdict import Checkpoint, Options
 
@@ -195,7 +196,7 @@ CANONICAL_FORMAT = SnapshotFormat.CANONICAL
 RocksDBSnapshotFuture = SnapshotFuture[KeyedStateHandle]
 
 
-class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
+class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, Any, Any]]):
     """Keyed state in an embedded RocksDB for the key groups of ``key_group_range``.
 
     ``local_dir`` holds the instance directory (database, local checkpoints,
@@ -250,7 +251,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         self._aborted: set[int] = set()
         self._generation = 0
         self._backend_uid = uuid.uuid4().hex
-        self._tables: list[RocksDBStateTable] = []
+        self._tables: list[RocksDBStateTable[Any, Any, Any]] = []
         try:
             self._root.mkdir(parents=True)
             (self._root / "checkpoints").mkdir()
@@ -453,7 +454,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
 
     # ------------------------------------------------------------- tables
 
-    def _new_table(self, meta: StateMetaInfo) -> RocksDBStateTable:
+    def _new_table(self, meta: StateMetaInfo) -> RocksDBStateTable[Any, Any, Any]:
         self._check_open()
         name = column_family_name(meta.name)
         if name in self._column_families:
@@ -461,7 +462,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable]):
         else:
             cf = self._db.create_column_family(name, self._options)
             self._column_families.add(name)
-        table = RocksDBStateTable(
+        table: RocksDBStateTable[Any, Any, Any] = RocksDBStateTable(
             cf,
             self.key_group_range,
             self.max_parallelism,

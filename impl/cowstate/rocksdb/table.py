@@ -16,9 +16,10 @@ and within a key group the length frame lets the key and the namespace be
 parsed back.
 
 :class:`RocksDBStateTable` has the table API,
-:class:`~cowstate.protocols.KeyedTable` (mypy checks it: the backend's table
-type is bound to the protocol; properties and argument checks come from
-:class:`~cowstate.table_base.TableBase`): ``get``, ``contains_key``,
+:class:`~cowstate.protocols.KeyedTable` of the same key, namespace and state
+types (mypy proves it at the bottom of :mod:`cowstate.protocols`; properties
+and argument checks come from :class:`~cowstate.table_base.TableBase`):
+``get``, ``contains_key``,
 ``put``, ``put_and_get_old``, ``remove``, ``remove_and_get_old``,
 ``transform`` -- each with ``key_group=`` --, iteration in key-group order,
 ``keys(namespace)``, ``size_of_namespace``, ``len``, and refuses the same
@@ -34,13 +35,17 @@ arguments with the same errors. It differs where bytes differ from objects:
   it is not fail-fast: a mapping added or removed behind the iteration point
   is simply seen or not, never an error;
 - ``len`` counts by scanning (RocksDB keeps no exact count).
+
+No method keeps the column family in a local variable across a call that may
+raise (a serializer, a transform function): an exception's traceback keeps
+its frames' locals, and a column family kept alive keeps the whole database
+open after the backend closed it.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Generator, Iterator
-from typing import Any
 
 from rocksdict import Rdict, ReadOptions, WriteOptions
 
@@ -50,10 +55,15 @@ from cowstate.errors import (
     NoneStateError,
     UnhashableKeyError,
 )
-from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.key_groups import (
+    DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
+    KeyGroupRange,
+    assign_to_key_group,
+)
 from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateEntry, StateMetaInfo, apply_transform
 from cowstate.table_base import TableBase
+from cowstate.type_vars import K, N, S, V
 
 __all__ = [
     "KEY_GROUP_PREFIX_BYTES",
@@ -64,6 +74,7 @@ __all__ = [
     "scan",
     "write_options",
 ]
+
 
 #: Bytes of the key-group prefix of every RocksDB key.
 KEY_GROUP_PREFIX_BYTES = 2
@@ -99,9 +110,13 @@ def write_options() -> WriteOptions:
 
 
 def scan(
-    column: Rdict | Callable[[], Rdict], lower: bytes, upper: bytes, chunk: int = _SCAN_CHUNK
+    column: Rdict | Callable[[], Rdict],
+    lower: bytes,
+    upper: bytes | None,
+    chunk: int = _SCAN_CHUNK,
 ) -> Generator[tuple[bytes, bytes], None, None]:
-    """Every ``(key, value)`` of a column family in ``[lower, upper)``, in key order.
+    """Every ``(key, value)`` of a column family in ``[lower, upper)`` (``upper``
+    None: to the end), in key order.
 
     ``column`` is the column family, or a function returning it (asked again
     for every chunk, so a table detached meanwhile raises instead of reading
@@ -115,7 +130,8 @@ def scan(
     position = lower
     while True:
         read_options = ReadOptions()
-        read_options.set_iterate_upper_bound(upper)
+        if upper is not None:
+            read_options.set_iterate_upper_bound(upper)
         cf = column if isinstance(column, Rdict) else column()
         iterator = cf.iter(read_options)
         batch: list[tuple[bytes, bytes]] = []
@@ -123,7 +139,7 @@ def scan(
             iterator.seek(position)
             while len(batch) < chunk and iterator.valid():
                 key = iterator.key()
-                if key >= upper:
+                if upper is not None and key >= upper:
                     break
                 batch.append((key, iterator.value()))
                 iterator.next()
@@ -135,30 +151,31 @@ def scan(
         position = batch[-1][0] + b"\x00"
 
 
-class RocksDBStateTable(TableBase[Any, Any, Any]):
+class RocksDBStateTable(TableBase[K, N, S]):
     """The mappings of one state in one column family (see the module doc).
 
-    ``cf`` is the column family (an ``Rdict`` bound to it); the backend
-    detaches the table when it replaces or closes the database, after which
-    every operation raises :class:`~cowstate.errors.BackendClosedError`.
+    ``cf`` is the column family (an ``Rdict`` bound to it); the other
+    arguments are the heap tables' (:class:`~cowstate.table_base.TableBase`
+    checks them: by default all key groups of ``max_parallelism``, an
+    unnamed value state, pickled keys). The backend detaches the table when
+    it replaces or closes the database, after which every operation raises
+    :class:`~cowstate.errors.BackendClosedError`.
     """
 
     def __init__(
         self,
         cf: Rdict,
-        key_group_range: KeyGroupRange,
-        max_parallelism: int,
+        key_group_range: KeyGroupRange | None = None,
+        max_parallelism: int = DEFAULT_LOWER_BOUND_MAX_PARALLELISM,
         *,
-        meta: StateMetaInfo,
+        meta: StateMetaInfo | None = None,
         key_serializer: StateSerializer | None = None,
     ) -> None:
-        if not isinstance(meta, StateMetaInfo):
-            raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
         super().__init__(key_group_range, max_parallelism, meta=meta, key_serializer=key_serializer)
         self._cf: Rdict | None = cf
         self._write_options = write_options()
-        self._lower = key_group_prefix(key_group_range.start_key_group)
-        self._upper = key_group_prefix(key_group_range.end_key_group + 1)
+        self._lower = key_group_prefix(self._range.start_key_group)
+        self._upper = key_group_prefix(self._range.end_key_group + 1)
 
     @property
     def is_attached(self) -> bool:
@@ -171,40 +188,48 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
 
     # ---------------------------------------------------------------- reads
 
-    def get(self, key: Any, namespace: Any, *, key_group: int | None = None) -> Any:
+    def get(self, key: K, namespace: N, *, key_group: int | None = None) -> S | None:
         """A fresh copy of the state of ``(key, namespace)``, or ``None``."""
-        data = self._column().get(self._rocks_key(key, namespace, key_group))
-        return None if data is None else self._meta.state_serializer.deserialize(data)
+        data = self._read(self._rocks_key(key, namespace, key_group))
+        return None if data is None else self._decode_state(data)
 
-    def contains_key(self, key: Any, namespace: Any, *, key_group: int | None = None) -> bool:
-        return self._column().get(self._rocks_key(key, namespace, key_group)) is not None
+    def contains_key(self, key: K, namespace: N, *, key_group: int | None = None) -> bool:
+        return self._read(self._rocks_key(key, namespace, key_group)) is not None
 
     def __len__(self) -> int:
         return sum(1 for _ in scan(self._column, self._lower, self._upper))
 
-    def __iter__(self) -> Iterator[StateEntry[Any, Any, Any]]:
+    def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
         """Every mapping once, in key-group order, decoded (fresh objects)."""
         return self._entries(self._lower, self._upper)
 
-    def entries_in_key_group(self, key_group: int) -> Iterator[StateEntry[Any, Any, Any]]:
+    def entries_in_key_group(self, key_group: int) -> Iterator[StateEntry[K, N, S]]:
         """The mappings of one key group."""
         self._check_key_group(key_group)
         return self._entries(key_group_prefix(key_group), key_group_prefix(key_group + 1))
 
-    def keys(self, namespace: Any) -> Iterator[Any]:
+    def keys(self, namespace: N) -> Iterator[K]:
         """The keys mapped in ``namespace`` (compared by its bytes), in key-group order."""
         wanted = self._namespace_bytes(namespace)
         key_decode = self._key_serializer.deserialize
         return (key_decode(key) for key, ns in self._raw_keys() if ns == wanted)
 
-    def size_of_namespace(self, namespace: Any) -> int:
+    def size_of_namespace(self, namespace: N) -> int:
         wanted = self._namespace_bytes(namespace)
         return sum(1 for _, ns in self._raw_keys() if ns == wanted)
 
+    def raw_items(self) -> Iterator[tuple[bytes, bytes]]:
+        """Every raw ``(RocksDB key, value)`` of the column family, in key order,
+        whatever the key -- also outside the table's key groups. For checkers:
+        the key layout (the module doc) is an invariant of the table."""
+        self._column()
+        return scan(self._column, b"", None)
+
     # --------------------------------------------------------------- writes
 
-    def put(self, key: Any, namespace: Any, state: Any, *, key_group: int | None = None) -> None:
-        """Map ``(key, namespace)`` to ``state`` (never ``None``)."""
+    def put(self, key: K, namespace: N, state: S, *, key_group: int | None = None) -> None:
+        """Map ``(key, namespace)`` to ``state`` (never ``None``). Returns ``None``, not
+        whether the mapping is new as the heap tables do: that would cost a read."""
         rocks_key = self._rocks_key(key, namespace, key_group)
         self._check_state(key, namespace, state, "put")
         self._column().put(
@@ -212,37 +237,35 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         )
 
     def put_and_get_old(
-        self, key: Any, namespace: Any, state: Any, *, key_group: int | None = None
-    ) -> Any:
+        self, key: K, namespace: N, state: S, *, key_group: int | None = None
+    ) -> S | None:
         """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""
         rocks_key = self._rocks_key(key, namespace, key_group)
         self._check_state(key, namespace, state, "put_and_get_old")
-        serializer = self._meta.state_serializer
-        cf = self._column()
-        old = cf.get(rocks_key)
-        cf.put(rocks_key, serializer.serialize(state), self._write_options)
-        return None if old is None else serializer.deserialize(old)
+        data = self._meta.state_serializer.serialize(state)
+        old = self._read(rocks_key)
+        self._column().put(rocks_key, data, self._write_options)
+        return None if old is None else self._decode_state(old)
 
-    def remove(self, key: Any, namespace: Any, *, key_group: int | None = None) -> None:
+    def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None:
         """Unmap ``(key, namespace)``; absent mappings are ignored."""
         self._column().delete(self._rocks_key(key, namespace, key_group), self._write_options)
 
-    def remove_and_get_old(self, key: Any, namespace: Any, *, key_group: int | None = None) -> Any:
+    def remove_and_get_old(self, key: K, namespace: N, *, key_group: int | None = None) -> S | None:
         """Unmap ``(key, namespace)``; return its state or ``None`` if absent."""
         rocks_key = self._rocks_key(key, namespace, key_group)
-        cf = self._column()
-        old = cf.get(rocks_key)
+        old = self._read(rocks_key)
         if old is None:
             return None
-        cf.delete(rocks_key, self._write_options)
-        return self._meta.state_serializer.deserialize(old)
+        self._column().delete(rocks_key, self._write_options)
+        return self._decode_state(old)
 
     def transform(
         self,
-        key: Any,
-        namespace: Any,
-        value: Any,
-        fn: Callable[[Any, Any], Any],
+        key: K,
+        namespace: N,
+        value: V,
+        fn: Callable[[S | None, V], S],
         *,
         key_group: int | None = None,
     ) -> None:
@@ -250,12 +273,10 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
         ``fn`` raises (:class:`TransformFunctionError`) or returns ``None``
         (:class:`NoneStateError`) nothing is written. ``fn`` gets a fresh copy."""
         rocks_key = self._rocks_key(key, namespace, key_group)
-        serializer = self._meta.state_serializer
-        cf = self._column()
-        data = cf.get(rocks_key)
-        old = None if data is None else serializer.deserialize(data)
-        new = apply_transform(fn, old, value, key, namespace)
-        cf.put(rocks_key, serializer.serialize(new), self._write_options)
+        data = self._read(rocks_key)
+        old = None if data is None else self._decode_state(data)
+        new = self._meta.state_serializer.serialize(apply_transform(fn, old, value, key, namespace))
+        self._column().put(rocks_key, new, self._write_options)
 
     def __repr__(self) -> str:
         state = "attached" if self._cf is not None else "detached"
@@ -276,7 +297,17 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
             )
         return cf
 
-    def _rocks_key(self, key: Any, namespace: Any, key_group: int | None) -> bytes:
+    def _read(self, rocks_key: bytes) -> bytes | None:
+        """The raw value under ``rocks_key`` (raw mode: bytes), or ``None``."""
+        data: bytes | None = self._column().get(rocks_key)
+        return data
+
+    def _decode_state(self, data: bytes) -> S:
+        """The state whose bytes are ``data`` (the serializer's contract: an ``S``)."""
+        state: S = self._meta.state_serializer.deserialize(data)
+        return state
+
+    def _rocks_key(self, key: K, namespace: N, key_group: int | None) -> bytes:
         if key is None:
             raise InvalidArgumentError(
                 "expected a key, got None; keyed state needs a key (no key set?)"
@@ -299,12 +330,12 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
             )
         self._range.index_of(key_group)  # KeyGroupOutOfRangeError outside
 
-    def _namespace_bytes(self, namespace: Any) -> bytes:
+    def _namespace_bytes(self, namespace: N) -> bytes:
         UnhashableKeyError.check(namespace, "namespace")
         return self._meta.namespace_serializer.serialize(namespace)
 
     @staticmethod
-    def _check_state(key: Any, namespace: Any, state: Any, op: str) -> None:
+    def _check_state(key: object, namespace: object, state: object, op: str) -> None:
         if state is None:
             raise NoneStateError(
                 f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
@@ -316,11 +347,11 @@ class RocksDBStateTable(TableBase[Any, Any, Any]):
             _, key, namespace = decode_rocks_key(rocks_key)
             yield key, namespace
 
-    def _entries(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[Any, Any, Any]]:
+    def _entries(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[K, N, S]]:
         self._column()  # BackendClosedError now, not at next()
         return self._decoded(lower, upper)
 
-    def _decoded(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[Any, Any, Any]]:
+    def _decoded(self, lower: bytes, upper: bytes) -> Iterator[StateEntry[K, N, S]]:
         key_decode = self._key_serializer.deserialize
         namespace_decode = self._meta.namespace_serializer.deserialize
         state_decode = self._meta.state_serializer.deserialize
