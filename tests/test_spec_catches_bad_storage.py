@@ -19,6 +19,7 @@ from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
 
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate_spec.bad_implementations import (
     STORAGE_BUGS,
@@ -74,6 +75,10 @@ def machine_with(bug: Bug) -> type[StorageMachine]:
     if issubclass(broken, SharedStateRegistry):
         broken = type(
             "CoordinatorWithBrokenRegistry", (CheckpointCoordinator,), {"registry_class": broken}
+        )
+    elif issubclass(broken, Recovery):
+        broken = type(
+            "CoordinatorWithBrokenRecovery", (CheckpointCoordinator,), {"recovery_class": broken}
         )
     classes = (
         {"coordinator_class": broken}

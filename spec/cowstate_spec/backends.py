@@ -294,7 +294,14 @@ def backend_named(name: str) -> BackendImplementation:
 
 
 #: Where each handle of ``snapshot_rocksdb`` was written (its relative paths resolve there).
-_SNAPSHOT_DIRECTORIES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+#: By ``id(handle)`` (equal handles of two snapshots are two entries): the
+#: handle (weakly) and its directory; an entry leaves with its handle.
+_SNAPSHOT_DIRECTORIES: dict[int, tuple[weakref.ref[Any], str]] = {}
+
+
+def _directory_of(handle: Any) -> str | None:
+    entry = _SNAPSHOT_DIRECTORIES.get(id(handle))
+    return entry[1] if entry is not None and entry[0]() is handle else None
 
 
 def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
@@ -320,7 +327,10 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
         if finished.cancelled() or finished.exception() is not None:
             shutil.rmtree(directory, ignore_errors=True)
         else:
-            _SNAPSHOT_DIRECTORIES[finished.result()] = os.path.join(directory, "chk")
+            handle = finished.result()
+            key = id(handle)
+            _SNAPSHOT_DIRECTORIES[key] = (weakref.ref(handle), os.path.join(directory, "chk"))
+            weakref.finalize(handle, _SNAPSHOT_DIRECTORIES.pop, key, None)
             weakref.finalize(finished.result(), shutil.rmtree, directory, True)
 
     future.add_done_callback(done)
@@ -332,24 +342,24 @@ def restore_results(backend: Any, results: list[Any]) -> None:
     handles of ``snapshot_rocksdb`` from the directory they were written to."""
     handles = [r for r in results if _is_handle(r)]
     if handles:
-        (directory,) = {_SNAPSHOT_DIRECTORIES[h] for h in handles}
+        (directory,) = {_directory_of(h) for h in handles}
+        assert directory is not None
         backend.restore(results, SnapshotSource(FileSystem(), directory))
     else:
         backend.restore(results)
 
 
 def _is_handle(result: Any) -> bool:
-    try:
-        return result in _SNAPSHOT_DIRECTORIES
-    except TypeError:  # unhashable: not a handle
-        return False
+    return _directory_of(result) is not None
 
 
 def read_rocksdb_snapshot(result: Any, backend: Any) -> Contents:
     """The contents of a RocksDB snapshot handle, restored into a fresh backend of
     ``backend``'s key-group range and max parallelism."""
     with rocksdb_backend(backend.key_group_range, backend.max_parallelism) as fresh:
-        fresh.restore_from([result], SnapshotSource(FileSystem(), _SNAPSHOT_DIRECTORIES[result]))
+        directory = _directory_of(result)
+        assert directory is not None, "a RocksDB handle of snapshot_rocksdb"
+        fresh.restore_from([result], SnapshotSource(FileSystem(), directory))
         return {
             name: {(key, namespace): state for key, namespace, state in fresh.entries(name)}
             for name in fresh.state_names

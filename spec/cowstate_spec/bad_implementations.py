@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
@@ -310,7 +311,7 @@ STORAGE_BUGS: list[Bug] = [
         "filesystem.delete(path)",
         "pass",
         "recovery must delete what no retained checkpoint uses",
-        CheckpointCoordinator,
+        Recovery,
     ),
     Bug(
         "claim-does-not-own",
@@ -323,10 +324,10 @@ STORAGE_BUGS: list[Bug] = [
     Bug(
         "garbage-deletes-what-the-job-does-not-own",
         "_delete_garbage",
-        "if path not in keep and self.storage.owns(path):",
+        "if path not in keep and storage.owns(path):",
         "if path not in keep:",
         "rule 8: recovery never deletes a savepoint stored inside the job directory",
-        CheckpointCoordinator,
+        Recovery,
     ),
 ]
 STORAGE_BUGS += [

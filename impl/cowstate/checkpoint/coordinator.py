@@ -51,8 +51,9 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
 9. Nothing is deleted before what replaces it is verified: recovery restores
    first, then subsumes and collects garbage.
 
-Recovery (:meth:`CheckpointCoordinator.recover`) rebuilds a coordinator after a
-crash from what is on disk. It tries the completed checkpoints newest first
+Recovery (:meth:`CheckpointCoordinator.recover`, steps R1-R5 in
+:mod:`~cowstate.checkpoint.recovery`) rebuilds a coordinator after a crash
+from what is on disk. It tries the completed checkpoints newest first
 (then the snapshot the job was restored from): the first whose ``_metadata``
 and files verify and restore into every backend (all or nothing) wins; each
 one passed over is reported in :attr:`CheckpointCoordinator.recovery` with the
@@ -87,8 +88,10 @@ from cowstate.checkpoint.handles import (
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import CheckpointingBackend, overlapping
+from cowstate.checkpoint.recovery import Recovery, RecoveryReport, Skipped
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import (
+    SAVEPOINT_MARKER,
     CheckpointStorage,
     RestoreRecord,
     SavepointIntent,
@@ -97,14 +100,9 @@ from cowstate.checkpoint.storage import (
 )
 from cowstate.errors import (
     CheckpointError,
-    CheckpointNotFoundError,
-    CorruptCheckpointError,
     CowStateError,
-    IncompatibleSnapshotError,
     InvalidArgumentError,
     MaxParallelismMismatchError,
-    SerializerMismatchError,
-    SnapshotFormatError,
     UnknownCheckpointError,
     UnsafePathError,
 )
@@ -115,16 +113,10 @@ __all__ = [
     "CheckpointCoordinator",
     "CompletedCheckpoint",
     "PendingCheckpoint",
+    "Recovery",
     "RecoveryReport",
     "Skipped",
 ]
-
-#: The prefix of the file a savepoint in progress keeps in its directory,
-#: ``<prefix><token>`` (removed once its ``_metadata`` is written): recovery
-#: removes an unfinished savepoint's directory only if it holds the marker
-#: (or the marker's own unfinished temporary file) with the token of the
-#: job's intent -- a random 128-bit token only that intent knows.
-SAVEPOINT_MARKER = ".cowstate-savepoint-"
 
 
 @dataclass
@@ -162,31 +154,13 @@ class CompletedCheckpoint:
         return sorted({source.path(f) for f in self.metadata.files if f.scope == "shared"})
 
 
-@dataclass(frozen=True)
-class Skipped:
-    """A snapshot recovery passed over, and why."""
-
-    directory: str
-    reason: str
-
-
-@dataclass
-class RecoveryReport:
-    """What :meth:`CheckpointCoordinator.recover` did."""
-
-    #: The directory the backends were restored from (None: left empty).
-    restored_from: str | None = None
-    #: Snapshots that did not verify or restore, newest first.
-    skipped: list[Skipped] = field(default_factory=list)
-    #: The interrupted savepoint directory it removed, if any.
-    removed_savepoint: str | None = None
-
-
 class CheckpointCoordinator:
     """Checkpoints and savepoints of one job's subtasks (see the module doc)."""
 
     #: The registry of shared files (a subclass may bring another).
     registry_class: type[SharedStateRegistry] = SharedStateRegistry
+    #: What ``recover`` runs (a subclass may bring another).
+    recovery_class: type[Recovery] = Recovery
 
     def __init__(
         self,
@@ -534,96 +508,10 @@ class CheckpointCoordinator:
         snapshot the job was restored from, else leave them empty; then clean
         up. ``coordinator.recovery`` says what was restored and skipped."""
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
-        coordinator._recover()
+        coordinator.recovery = coordinator.recovery_class(coordinator).run()
         return coordinator
 
     # -------------------------------------------------------- private helpers
-
-    def _recover(self) -> None:
-        """``recover``'s work on the new coordinator."""
-        storage = self.storage
-        report = RecoveryReport()
-        self.recovery = report
-        report.removed_savepoint = self._finish_interrupted_savepoint(report)
-        try:
-            record = storage.read_restore_record()
-        except CowStateError as exc:
-            report.skipped.append(Skipped(storage.job_dir + "/_restore", str(exc)))
-            record = None
-        self.restored_from = record
-        on_disk = storage.checkpoints_on_disk()
-        broken = [
-            c
-            for c in on_disk
-            if c.problem is not None and not isinstance(c.problem, CheckpointNotFoundError)
-        ]
-        for found in reversed(broken):
-            report.skipped.append(Skipped(found.directory, str(found.problem)))
-        own = [c for c in on_disk if c.metadata is not None]
-        if record is not None:
-            self._last_id = max(self._last_id, record.checkpoint_id)
-        restored_metadata: CheckpointMetadata | None = None
-        source_broken = False
-        if record is not None:
-            try:
-                restored_metadata = read_metadata(storage.filesystem, record.directory)
-            except CheckpointNotFoundError:
-                restored_metadata = None  # subsumed (CLAIM) or deleted by its owner
-            except CowStateError as exc:
-                report.skipped.append(Skipped(record.directory, str(exc)))
-                source_broken = True
-        # Newest first: the first that restores into every backend wins (rule 9).
-        chosen: int | None = None
-        for index in range(len(own) - 1, -1, -1):
-            found = own[index]
-            assert found.metadata is not None
-            if self._try_restore(found.directory, found.metadata, report):
-                chosen = index
-                break
-        if (
-            chosen is None
-            and record is not None
-            and restored_metadata is not None
-            and not self._try_restore(record.directory, restored_metadata, report)
-        ):
-            source_broken = True
-        if report.restored_from is None and (
-            own or broken or source_broken or restored_metadata is not None
-        ):
-            reasons = "; ".join(f"{s.directory}: {s.reason}" for s in report.skipped[:5])
-            raise CorruptCheckpointError(
-                f"expected a checkpoint of job {storage.job_id!r} that verifies, none does "
-                f"({reasons}); nothing was restored or deleted"
-            )
-        # The store: the CLAIMed snapshot (if still there), then the job's own
-        # checkpoints up to the one restored; subsumption trims it.
-        if record is not None and restored_metadata is not None:
-            self._adopt(record, restored_metadata, has_own_checkpoints=chosen is not None)
-        if chosen is not None:
-            for found in own[: chosen + 1][-self.num_retained :]:
-                assert found.metadata is not None
-                self._retain(
-                    CompletedCheckpoint(found.checkpoint_id, found.directory, found.metadata)
-                )
-        self._subsume()
-        self._delete_garbage(record, restored_metadata)
-        storage.write_counter(self._last_id)
-
-    def _try_restore(
-        self, directory: str, metadata: CheckpointMetadata, report: RecoveryReport
-    ) -> bool:
-        """Restore every backend from ``directory``; False (reported) if it is
-        corrupt; configuration errors propagate."""
-        try:
-            self._check_max_parallelism(metadata)
-            self._restore_from(directory, metadata)
-        except (SerializerMismatchError, MaxParallelismMismatchError, IncompatibleSnapshotError):
-            raise
-        except (CorruptCheckpointError, CheckpointNotFoundError, SnapshotFormatError) as exc:
-            report.skipped.append(Skipped(directory, f"{type(exc).__name__}: {exc}"))
-            return False
-        report.restored_from = directory
-        return True
 
     def _check_max_parallelism(self, metadata: CheckpointMetadata) -> None:
         if metadata.max_parallelism != self.max_parallelism:
@@ -706,65 +594,6 @@ class CheckpointCoordinator:
             self.storage.filesystem.delete(path)
         else:
             self.refused_deletions.append(path)
-
-    def _delete_garbage(
-        self, record: RestoreRecord | None, restored: CheckpointMetadata | None
-    ) -> None:
-        """Delete every file the job owns that no retained checkpoint (nor the
-        snapshot the job was restored from) uses (rules 8 and 9)."""
-        filesystem = self.storage.filesystem
-        keep = {filesystem.join(self.storage.job_dir, name) for name in ("_counter", "_restore")}
-        snapshots = [(c.directory, c.metadata) for c in self._completed]
-        if record is not None and restored is not None:
-            snapshots.append((record.directory, restored))
-        for directory, metadata in snapshots:
-            source = SnapshotSource(filesystem, directory)
-            keep.add(filesystem.join(directory, METADATA_FILE))
-            keep.update(source.path(f) for f in metadata.files)
-        for path in self.storage.files():
-            if path not in keep and self.storage.owns(path):
-                filesystem.delete(path)
-        for checkpoint_id in self.storage.checkpoint_ids_on_disk():
-            directory = self.storage.checkpoint_dir(checkpoint_id)
-            if not filesystem.list_files(directory):
-                filesystem.delete_dir(directory)
-
-    def _finish_interrupted_savepoint(self, report: RecoveryReport) -> str | None:
-        """A savepoint a crash interrupted: if its directory has no ``_metadata``
-        and holds the marker with the intent's token (or is empty), remove the
-        directory -- it was new when the savepoint began, so all it holds is
-        the savepoint's; if the savepoint completed, only its marker goes.
-        Returns the directory removed, if any."""
-        filesystem = self.storage.filesystem
-        try:
-            intent = self.storage.read_savepoint_intent()
-        except CowStateError as exc:
-            report.skipped.append(Skipped(self.storage.savepoint_intent_path, str(exc)))
-            filesystem.delete(self.storage.savepoint_intent_path)
-            return None
-        if intent is None:
-            return None
-        removed = None
-        directory = intent.directory
-        if self.storage.relation(directory) in ("outside", "foreign") and filesystem.is_dir(
-            directory
-        ):
-            entries = filesystem.list_dir(directory)
-            markers = [
-                e
-                for e in entries
-                if filesystem.name(e)
-                .lstrip(".")
-                .startswith(SAVEPOINT_MARKER.lstrip(".") + intent.token)
-            ]
-            if filesystem.exists(filesystem.join(directory, METADATA_FILE)):
-                for marker in markers:
-                    filesystem.delete(marker)
-            elif markers or not entries:
-                filesystem.delete_dir(directory)
-                removed = directory
-        filesystem.delete(self.storage.savepoint_intent_path)
-        return removed
 
 
 def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:

@@ -53,6 +53,7 @@ from cowstate.errors import (
 )
 
 __all__ = [
+    "SAVEPOINT_MARKER",
     "CheckpointStorage",
     "OnDisk",
     "RestoreRecord",
@@ -61,6 +62,12 @@ __all__ = [
     "write_metadata",
 ]
 
+#: The prefix of the file a savepoint in progress keeps in its directory,
+#: ``<prefix><token>`` (removed once its ``_metadata`` is written): recovery
+#: removes an unfinished savepoint's directory only if it holds the marker
+#: (or the marker's own unfinished temporary file) with the token of the
+#: job's intent -- a random 128-bit token only that intent knows.
+SAVEPOINT_MARKER = ".cowstate-savepoint-"
 _CHECKPOINT_DIR = re.compile(r"chk-(\d+)$")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
 

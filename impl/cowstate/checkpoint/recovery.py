@@ -1,0 +1,225 @@
+"""Recovery after a crash: what :meth:`CheckpointCoordinator.recover` runs.
+
+A :class:`Recovery` works on a fresh coordinator over the job's storage, in
+five steps (cited as R1-R5):
+
+R1. An interrupted savepoint: if ``_savepoint`` names a directory outside what
+    the job owns that has no ``_metadata`` and holds the marker with the
+    intent's token (or nothing at all), that directory goes; if the savepoint
+    completed, only its marker does. A directory without the marker is never
+    touched.
+R2. The candidates, newest first: the job's checkpoints whose ``_metadata``
+    verifies, then the snapshot the job was restored from. The first that
+    restores into every backend (all subtasks or none) wins; each one passed
+    over is reported with its reason. Corruption (``CorruptCheckpointError``,
+    ``CheckpointNotFoundError``, ``SnapshotFormatError``) passes over a
+    candidate; a configuration error (a serializer or max-parallelism
+    mismatch, an incompatible format) stops recovery at once.
+R3. If there were candidates (or broken checkpoints) and none restored:
+    :class:`~cowstate.errors.CorruptCheckpointError`, nothing deleted.
+R4. The store: the CLAIMed snapshot if it still exists, then the job's own
+    checkpoints up to the one restored, registered in the shared-state
+    registry.
+R5. Only now, deletion (rules 5, 8, 9 of the coordinator): subsumption beyond
+    ``num_retained``, then every file the job owns that no retained
+    checkpoint (nor the restored-from snapshot) uses -- unfinished and
+    passed-over checkpoints, temporary files, orphaned shared files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata
+from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.storage import SAVEPOINT_MARKER, RestoreRecord, read_metadata
+from cowstate.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    CowStateError,
+    IncompatibleSnapshotError,
+    MaxParallelismMismatchError,
+    SerializerMismatchError,
+    SnapshotFormatError,
+)
+
+if TYPE_CHECKING:
+    from cowstate.checkpoint.coordinator import CheckpointCoordinator
+
+__all__ = ["Recovery", "RecoveryReport", "Skipped"]
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A snapshot recovery passed over, and why."""
+
+    directory: str
+    reason: str
+
+
+@dataclass
+class RecoveryReport:
+    """What :meth:`CheckpointCoordinator.recover` did."""
+
+    #: The directory the backends were restored from (None: left empty).
+    restored_from: str | None = None
+    #: Snapshots that did not verify or restore, newest first.
+    skipped: list[Skipped] = field(default_factory=list)
+    #: The interrupted savepoint directory it removed, if any.
+    removed_savepoint: str | None = None
+
+
+class Recovery:
+    """R1-R5 over ``job``, a coordinator fresh from its constructor."""
+
+    def __init__(self, job: CheckpointCoordinator) -> None:
+        self.job = job
+
+    def run(self) -> RecoveryReport:
+        """R1-R5 (module doc); returns what was restored and skipped."""
+        storage = self.job.storage
+        report = RecoveryReport()
+        report.removed_savepoint = self._finish_interrupted_savepoint(report)
+        try:
+            record = storage.read_restore_record()
+        except CowStateError as exc:
+            report.skipped.append(Skipped(storage.job_dir + "/_restore", str(exc)))
+            record = None
+        self.job.restored_from = record
+        on_disk = storage.checkpoints_on_disk()
+        broken = [
+            c
+            for c in on_disk
+            if c.problem is not None and not isinstance(c.problem, CheckpointNotFoundError)
+        ]
+        for found in reversed(broken):
+            report.skipped.append(Skipped(found.directory, str(found.problem)))
+        own = [c for c in on_disk if c.metadata is not None]
+        if record is not None:
+            self.job._last_id = max(self.job._last_id, record.checkpoint_id)
+        restored_metadata: CheckpointMetadata | None = None
+        source_broken = False
+        if record is not None:
+            try:
+                restored_metadata = read_metadata(storage.filesystem, record.directory)
+            except CheckpointNotFoundError:
+                restored_metadata = None  # subsumed (CLAIM) or deleted by its owner
+            except CowStateError as exc:
+                report.skipped.append(Skipped(record.directory, str(exc)))
+                source_broken = True
+        # R2: newest first; the first that restores into every backend wins (rule 9).
+        chosen: int | None = None
+        for index in range(len(own) - 1, -1, -1):
+            found = own[index]
+            assert found.metadata is not None
+            if self._try_restore(found.directory, found.metadata, report):
+                chosen = index
+                break
+        if (
+            chosen is None
+            and record is not None
+            and restored_metadata is not None
+            and not self._try_restore(record.directory, restored_metadata, report)
+        ):
+            source_broken = True
+        if report.restored_from is None and (
+            own or broken or source_broken or restored_metadata is not None
+        ):
+            reasons = "; ".join(f"{s.directory}: {s.reason}" for s in report.skipped[:5])
+            raise CorruptCheckpointError(
+                f"expected a checkpoint of job {storage.job_id!r} that verifies, none does "
+                f"({reasons}); nothing was restored or deleted"
+            )
+        # R4: the store -- the CLAIMed snapshot (if still there), then the job's own
+        # checkpoints up to the one restored; subsumption trims it.
+        if record is not None and restored_metadata is not None:
+            self.job._adopt(record, restored_metadata, has_own_checkpoints=chosen is not None)
+        if chosen is not None:
+            from cowstate.checkpoint.coordinator import CompletedCheckpoint  # no import cycle
+
+            for found in own[: chosen + 1][-self.job.num_retained :]:
+                assert found.metadata is not None
+                self.job._retain(
+                    CompletedCheckpoint(found.checkpoint_id, found.directory, found.metadata)
+                )
+        self.job._subsume()  # R5
+        self._delete_garbage(record, restored_metadata)
+        storage.write_counter(self.job._last_id)
+        return report
+
+    def _try_restore(
+        self, directory: str, metadata: CheckpointMetadata, report: RecoveryReport
+    ) -> bool:
+        """Restore every backend from ``directory``; False (reported) if it is
+        corrupt; configuration errors propagate."""
+        try:
+            self.job._check_max_parallelism(metadata)
+            self.job._restore_from(directory, metadata)
+        except (SerializerMismatchError, MaxParallelismMismatchError, IncompatibleSnapshotError):
+            raise
+        except (CorruptCheckpointError, CheckpointNotFoundError, SnapshotFormatError) as exc:
+            report.skipped.append(Skipped(directory, f"{type(exc).__name__}: {exc}"))
+            return False
+        report.restored_from = directory
+        return True
+
+    def _finish_interrupted_savepoint(self, report: RecoveryReport) -> str | None:
+        """A savepoint a crash interrupted: if its directory has no ``_metadata``
+        and holds the marker with the intent's token (or is empty), remove the
+        directory -- it was new when the savepoint began, so all it holds is
+        the savepoint's; if the savepoint completed, only its marker goes.
+        Returns the directory removed, if any."""
+        filesystem = self.job.storage.filesystem
+        try:
+            intent = self.job.storage.read_savepoint_intent()
+        except CowStateError as exc:
+            report.skipped.append(Skipped(self.job.storage.savepoint_intent_path, str(exc)))
+            filesystem.delete(self.job.storage.savepoint_intent_path)
+            return None
+        if intent is None:
+            return None
+        removed = None
+        directory = intent.directory
+        if self.job.storage.relation(directory) in ("outside", "foreign") and filesystem.is_dir(
+            directory
+        ):
+            entries = filesystem.list_dir(directory)
+            markers = [
+                e
+                for e in entries
+                if filesystem.name(e)
+                .lstrip(".")
+                .startswith(SAVEPOINT_MARKER.lstrip(".") + intent.token)
+            ]
+            if filesystem.exists(filesystem.join(directory, METADATA_FILE)):
+                for marker in markers:
+                    filesystem.delete(marker)
+            elif markers or not entries:
+                filesystem.delete_dir(directory)
+                removed = directory
+        filesystem.delete(self.job.storage.savepoint_intent_path)
+        return removed
+
+    def _delete_garbage(
+        self, record: RestoreRecord | None, restored: CheckpointMetadata | None
+    ) -> None:
+        """Delete every file the job owns that no retained checkpoint (nor the
+        snapshot the job was restored from) uses (rules 8 and 9)."""
+        storage = self.job.storage
+        filesystem = storage.filesystem
+        keep = {filesystem.join(storage.job_dir, name) for name in ("_counter", "_restore")}
+        snapshots = [(c.directory, c.metadata) for c in self.job._completed]
+        if record is not None and restored is not None:
+            snapshots.append((record.directory, restored))
+        for directory, metadata in snapshots:
+            source = SnapshotSource(filesystem, directory)
+            keep.add(filesystem.join(directory, METADATA_FILE))
+            keep.update(source.path(f) for f in metadata.files)
+        for path in storage.files():
+            if path not in keep and storage.owns(path):
+                filesystem.delete(path)
+        for checkpoint_id in storage.checkpoint_ids_on_disk():
+            directory = storage.checkpoint_dir(checkpoint_id)
+            if not filesystem.list_files(directory):
+                filesystem.delete_dir(directory)
