@@ -233,6 +233,48 @@ def test_nesting_up_to_the_limits_round_trips() -> None:
     assert canon(decode(encode(tuples))) == canon(tuples)
 
 
+WORST_CASE_SCRIPT = """
+import sys, threading
+from cowstate.value_codec import MAX_CONTAINER_DEPTH, MAX_EXT_DEPTH, decode, encode
+
+def deepest():
+    value = 0
+    for _ in range(MAX_EXT_DEPTH):
+        for _ in range(MAX_CONTAINER_DEPTH - 1):
+            value = [value]
+        value = (value,)
+    return value
+
+def run():
+    data = encode(deepest())
+    back = decode(data)
+    for _ in range(MAX_EXT_DEPTH):
+        back = back[0]
+        for _ in range(MAX_CONTAINER_DEPTH - 1):
+            back = back[0]
+    print("ok" if back == 0 else "wrong", len(data))
+
+thread = threading.Thread(target=run)
+thread.start()
+thread.join()
+"""
+
+
+def test_the_deepest_value_allowed_fits_a_threads_stack() -> None:
+    """The packer recurses in C per nested container: the limits keep the worst
+    value (every ext level full of nested lists) inside a writer thread's stack
+    (a subprocess, since an overflow is a crash)."""
+    done = subprocess.run(
+        [sys.executable, "-c", WORST_CASE_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"exit {done.returncode}: {done.stderr[-2000:]}"
+    assert done.stdout.startswith("ok ")
+
+
 def test_threads_encode_and_decode_at_once() -> None:
     values = [
         ((i, (str(i), frozenset({i, -i}))), [{"k": (i,)}], "\udc80" * (i % 2)) for i in range(300)

@@ -59,9 +59,13 @@ serializer if its type must survive.
 
 Limits (the same on both sides, so whatever encodes also decodes): at most
 :data:`MAX_CONTAINER_DEPTH` (1,024) lists and dicts nested in one another
-between two ext levels -- MessagePack's own stack -- and at most
-:data:`MAX_EXT_DEPTH` (32) tuples, sets and frozensets nested in one another
-(each is decoded by a nested call, which costs C stack).
+between two ext levels -- MessagePack's own limit -- and at most
+:data:`MAX_EXT_DEPTH` (8) tuples, sets and frozensets nested in one another.
+Each ext level is packed by a nested call of MessagePack's packer, which
+recurses in C once per nested container, so the worst value allowed (8
+levels of 1,024 nested lists) stays well inside a thread's default 8 MiB
+stack (32 levels of 1,020 overflowed it); decoding is iterative within a
+level.
 
 Decoding refuses, with :class:`~cowstate.errors.UndecodableValueError`: an
 empty input, another version byte, a truncated object, bytes after the
@@ -111,8 +115,8 @@ __all__ = [
 VERSION: Final = 1
 #: Lists and dicts nested in one another within one ext level (MessagePack's limit).
 MAX_CONTAINER_DEPTH: Final = 1024
-#: Tuples, sets and frozensets nested in one another.
-MAX_EXT_DEPTH: Final = 32
+#: Tuples, sets and frozensets nested in one another (each level costs C stack).
+MAX_EXT_DEPTH: Final = 8
 #: The exact types the codec encodes (besides ``VOID_NAMESPACE``).
 SUPPORTED_TYPES: Final = (
     type(None),
@@ -155,15 +159,15 @@ def encode(value: Any) -> bytes:
         pass  # a lone surrogate somewhere: again, with the surrogatepass packers
     except CowStateError:
         raise
-    except ValueError as exc:  # msgpack: "recursion limit exceeded"
-        raise _too_deep(value, exc) from None
+    except (ValueError, TypeError) as exc:  # e.g. msgpack's "recursion limit exceeded"
+        raise _refusal(value, exc) from None
     local.packers = local.surrogatepass
     try:
         return _VERSION_BYTE + local.packers[0].pack(value)
     except CowStateError:
         raise
-    except ValueError as exc:
-        raise _too_deep(value, exc) from None
+    except (ValueError, TypeError) as exc:
+        raise _refusal(value, exc) from None
     finally:
         local.packers = local.strict
 
@@ -293,10 +297,16 @@ def _pack_set(packer: _Packer, members: set[Any] | frozenset[Any]) -> bytes:
     return packer.pack_array_header(len(encoded)) + b"".join(encoded)
 
 
-def _too_deep(value: Any, exc: Exception) -> UnsupportedValueError:
+def _refusal(value: Any, exc: Exception) -> UnsupportedValueError:
+    """The error for what the packer itself refused (too deep, too large)."""
+    if "recursion" in str(exc):
+        return UnsupportedValueError(
+            f"expected at most {MAX_CONTAINER_DEPTH} lists and dicts nested in one another, "
+            f"got a deeper {type(value).__name__}"
+        )
     return UnsupportedValueError(
-        f"expected at most {MAX_CONTAINER_DEPTH} lists and dicts nested in one another, "
-        f"got a deeper {type(value).__name__} ({exc})"
+        f"expected a value the value codec can write, got {type(value).__name__} that "
+        f"MessagePack refused: {type(exc).__name__}: {exc}"
     )
 
 
