@@ -42,7 +42,7 @@ from cowstate.key_groups import (
 )
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.nested_table import NestedMapsStateTable, NestedStateMap
-from cowstate.serializers import DefaultSerializer, ImmutableSerializer
+from cowstate.serializers import DefaultSerializer, ImmutableSerializer, PickleSerializer
 from cowstate.snapshot import (
     RestoredSnapshot,
     SnapshotReader,
@@ -64,7 +64,7 @@ def message(exc_type: type[Exception], call: Any) -> str:
 
 
 class ReprSerializer:
-    """A key serializer whose bytes differ from the default (pickle)."""
+    """A key serializer whose bytes differ from pickle's."""
 
     def copy(self, state: Any) -> Any:
         return state
@@ -85,12 +85,13 @@ class Point:
 
 
 def keys_told_apart(max_parallelism: int) -> list[Point]:
-    """Keys that the two serializers put in different key groups."""
+    """Keys that the two serializers put in different key groups (Points need an
+    explicit serializer: the default one refuses user classes)."""
     return [
         key
         for key in (Point(i, i + 1) for i in range(50))
         if assign_to_key_group(key, max_parallelism, ReprSerializer())
-        != assign_to_key_group(key, max_parallelism)
+        != assign_to_key_group(key, max_parallelism, PickleSerializer())
     ]
 
 
@@ -284,10 +285,12 @@ def test_nested_map_transform_errors_name_the_function_and_the_mapping() -> None
 
 
 def two_state_file() -> tuple[bytes, dict[tuple[Any, Any], Any]]:
-    """A file with states ``a`` (plain) and ``b`` (whose states cannot be
-    unpickled); ``a``'s contents."""
+    """A file with states ``a`` (plain) and ``b`` (pickled, and whose states
+    cannot be unpickled); ``a``'s contents."""
     a = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("a"))
-    b = CopyOnWriteStateTable(None, MAXP, meta=StateMetaInfo("b"))
+    b = CopyOnWriteStateTable(
+        None, MAXP, meta=StateMetaInfo("b", state_serializer=PickleSerializer())
+    )
     for key in range(40):
         a.put(key, "ns", key * 10)
         b.put(key, "ns", Unpicklable(key))

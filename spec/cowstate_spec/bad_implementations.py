@@ -24,7 +24,12 @@ from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
-from cowstate_spec.implementations import SUB_RANGE, TABLE_MAX_PARALLELISM, Implementation
+from cowstate_spec.implementations import (
+    SUB_RANGE,
+    TABLE_KEY_SERIALIZER,
+    TABLE_MAX_PARALLELISM,
+    Implementation,
+)
 from cowstate_spec.invariants import (
     check_map,
     check_table,
@@ -236,10 +241,17 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
         return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
     def table_factory(initial_capacity: int = capacity) -> Any:
-        return cls(SUB_RANGE, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
+        return cls(
+            SUB_RANGE,
+            TABLE_MAX_PARALLELISM,
+            initial_capacity=initial_capacity,
+            key_serializer=TABLE_KEY_SERIALIZER,
+        )
 
     def model() -> ReferenceStateTable:
-        return ReferenceStateTable(SUB_RANGE, TABLE_MAX_PARALLELISM)
+        return ReferenceStateTable(
+            SUB_RANGE, TABLE_MAX_PARALLELISM, key_serializer=TABLE_KEY_SERIALIZER.serialize
+        )
 
     copy_on_write = issubclass(bug.cls, CopyOnWriteStateTable)
     return Implementation(

@@ -14,6 +14,7 @@ from typing import Any, cast
 from cowstate.key_groups import KeyGroupRange
 from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
+from cowstate.serializers import PickleSerializer
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, MapFactory, StateTable
 from cowstate_model import ReferenceStateMap
@@ -94,16 +95,27 @@ class CMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
 #: third of the spec's keys (2, 4, 8, HashKey(3, 0), ...) are refused.
 TABLE_MAX_PARALLELISM = 8
 SUB_RANGE = KeyGroupRange(1, 6)
+#: The tables' key serializer: the spec's keys include ``HashKey``s, user
+#: objects the default serializer refuses, so the tables hash them (and would
+#: write them) with pickle -- in-process, trusted; the models hash the same bytes.
+TABLE_KEY_SERIALIZER = PickleSerializer()
 
 
 def _table(
     name: str, cls: type[StateTable[Any, Any, Any]], key_groups: KeyGroupRange | None, checked: bool
 ) -> Implementation:
     def factory(initial_capacity: int = 4) -> StateTable[Any, Any, Any]:
-        return cls(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
+        return cls(
+            key_groups,
+            TABLE_MAX_PARALLELISM,
+            initial_capacity=initial_capacity,
+            key_serializer=TABLE_KEY_SERIALIZER,
+        )
 
     def model() -> ReferenceStateTable:
-        return ReferenceStateTable(key_groups, TABLE_MAX_PARALLELISM)
+        return ReferenceStateTable(
+            key_groups, TABLE_MAX_PARALLELISM, key_serializer=TABLE_KEY_SERIALIZER.serialize
+        )
 
     return Implementation(
         name, factory, check_table, table_fingerprint if checked else None, model=model, table=True
