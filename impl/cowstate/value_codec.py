@@ -80,13 +80,15 @@ items than the input has bytes (so a hostile length cannot allocate memory).
 Accepted though the encoder never writes them (none yields a type outside
 the table): ints in a wider MessagePack width than needed, a map that repeats
 a key (the last value wins, as in a dict display), a set's members in another
-order, raw (non-bin) strings of MessagePack 1.0, single-precision floats, and
-MessagePack's reserved timestamp extension (ext -1), which the MessagePack
-library always interprets itself: it decodes to an ``int`` (nanoseconds).
+order, single-precision floats, and MessagePack's reserved timestamp
+extension (ext -1), which the MessagePack library always interprets itself:
+it decodes to an ``int`` (nanoseconds).
 
 The encoding is MessagePack so that both directions run in C (the
-``msgpack`` package); only ints beyond 64 bits, surrogates, tuples, sets and
-frozensets call back into Python, once per such value.
+``msgpack`` package); only ints beyond 64 bits, tuples, sets, frozensets and
+``VOID_NAMESPACE`` call back into Python, once per such value (and a string
+with a lone surrogate makes the whole value be encoded a second time, by
+packers that let surrogates pass).
 """
 
 from __future__ import annotations
