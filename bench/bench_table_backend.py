@@ -42,7 +42,7 @@ the full key-group range ``[0, 127]`` (128 per-key-group maps).
   ``NAMESPACES[i % 4]`` (interned ``"ns0".."ns3"``), state ``[i]`` -- a
   one-element list, so it is mutable: ``DefaultSerializer.copy`` deep-copies
   it and the nested table's snapshot does real work per entry. Meta info
-  ``StateMetaInfo("bench", "value")``: ``DefaultSerializer`` (pickle) for key,
+  ``StateMetaInfo("bench", "value")``: ``DefaultSerializer`` (value codec) for key,
   namespace and state. Each table gets its own list objects; built by
   ``table.put`` in key order.
 - Backends: one ``ValueState`` (``ValueStateDescriptor("bench_value")``,
@@ -87,7 +87,7 @@ Rows (main table; timed with ``time.perf_counter_ns``):
 2. ``table write -> BytesIO`` (ms, MB/s, M entries/s): untimed before:
    ``snap = table.snapshot()`` and a new ``io.BytesIO()``; timed:
    ``write_snapshot(snap, stream)`` -- reading every entry of the snapshot,
-   pickling key, namespace and state, building and writing each key group's
+   serializing key, namespace and state, building and writing each key group's
    block with its CRC32, releasing each key group once written and the rest
    at the end (``release=True``), the index, the footer and ``flush()``.
    Freeing the buffer is untimed.

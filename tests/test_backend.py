@@ -248,7 +248,8 @@ def test_registration_must_describe_the_same_state(backend: HeapKeyedStateBacken
     ):
         backend.get_state(ListStateDescriptor("value"))
     with pytest.raises(
-        StateRegistrationError, match="with serializer 'pickle', got 'pickle-immutable'"
+        StateRegistrationError,
+        match="with serializer 'cowstate-value', got 'cowstate-value-immutable'",
     ):
         backend.get_state(ValueStateDescriptor("value", serializer=ImmutableSerializer()))
     with pytest.raises(UnknownStateError, match="expected a registered state name"):
@@ -632,7 +633,7 @@ def test_restore_refuses_a_native_snapshot_of_another_backend() -> None:
             format="rocksdb-native",
             max_parallelism=128,
             key_group_range=(0, 127),
-            key_serializer="pickle",
+            key_serializer="cowstate-value",
             states=(),
         ),
     ).finish()

@@ -721,7 +721,7 @@ def test_inspect_command_prints_what_a_snapshot_holds(jobs: Any, tmp_path: Path)
     report = format_report(inspect_snapshot(directory))
     assert f"checkpoint {metadata.checkpoint_id} of job 'job'" in report
     assert "rocksdb/rocksdb-native" in report and "key groups 0..7" in report
-    assert "value (value, pickle)" in report and "files: all present" in report
+    assert "value (value, cowstate-value)" in report and "files: all present" in report
     out = io.StringIO()
     with redirect_stdout(out):
         assert cowstate_main(["savepoint", "inspect", directory]) == 0

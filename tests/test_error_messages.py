@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import bind_map_class
 
-from cowstate import CopyOnWriteStateMap, state_map
+from cowstate import CopyOnWriteStateMap, state_map, value_codec
 from cowstate.arithmetic import MAX_VERSION
 from cowstate.errors import (
     ConcurrentModificationError,
@@ -28,7 +28,12 @@ from cowstate.errors import (
     VersionOverflowError,
 )
 from cowstate.introspection import MapInternals, describe
-from cowstate.serializers import DefaultSerializer, ImmutableSerializer, is_known_immutable
+from cowstate.serializers import (
+    DefaultSerializer,
+    ImmutableSerializer,
+    PickleSerializer,
+    is_known_immutable,
+)
 from cowstate_spec.keys import value_key
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
@@ -224,8 +229,11 @@ def test_default_serializer() -> None:
     assert copy[0] is not nested[0] and copy[1]["a"] is not nested[1]["a"]
     assert not is_known_immutable((1, [2])) and is_known_immutable((1, (2, "x")))
     data = s.serialize(nested)
-    assert data == pickle.dumps(nested, protocol=pickle.HIGHEST_PROTOCOL)
+    assert data == value_codec.encode(nested) and data[0] == value_codec.VERSION
     assert s.deserialize(data) == nested
+    pickled = PickleSerializer().serialize(nested)
+    assert pickled == pickle.dumps(nested, protocol=pickle.HIGHEST_PROTOCOL)
+    assert PickleSerializer().deserialize(pickled) == nested
     assert ImmutableSerializer().copy(nested) is nested
 
 

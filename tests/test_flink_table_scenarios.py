@@ -78,7 +78,7 @@ class DisableableSerializer(DefaultSerializer):
         assert self.enabled, "a disabled serializer was used"
         return super().serialize(state)
 
-    def deserialize(self, data: bytes) -> Any:
+    def deserialize(self, data: bytes | bytearray | memoryview) -> Any:
         assert self.enabled, "a disabled serializer was used"
         return super().deserialize(data)
 

@@ -32,9 +32,16 @@ from hypothesis import strategies as st
 
 import cowstate.key_groups as fast
 import cowstate_model.key_groups as plain
-from cowstate.errors import InvalidArgumentError, KeyGroupOutOfRangeError
+import cowstate_model.value_codec as plain_codec
+from cowstate import value_codec
+from cowstate.errors import InvalidArgumentError, KeyGroupOutOfRangeError, UnsupportedValueError
 from cowstate.key_groups import KeyGroupRange
-from cowstate.serializers import DefaultSerializer, IntSerializer, LongSerializer
+from cowstate.serializers import (
+    DefaultSerializer,
+    IntSerializer,
+    LongSerializer,
+    PickleSerializer,
+)
 from cowstate_spec.keys import HashKey
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -386,10 +393,15 @@ def test_tuple_hash_is_flinks_tuple(s: str) -> None:
     assert fast.java_hash((None, s)) == fast.java_string_hash(s)
 
 
+#: Keys without a Java hashCode that the default serializer (the value codec) encodes.
 OTHER_KEYS = st.one_of(
     st.integers(min_value=2**63),
     st.integers(max_value=-(2**63) - 1),
     st.lists(st.integers(), max_size=4),
+    st.lists(st.frozensets(st.text(max_size=3), max_size=4), max_size=2),
+)
+#: Keys the value codec refuses: they need an explicit serializer (here pickle).
+USER_KEYS = st.one_of(
     st.builds(HashKey, st.text(max_size=4), st.integers(-5, 5)),
     st.tuples(st.integers(), st.builds(HashKey, st.integers(), st.integers())),
     st.complex_numbers(allow_nan=False),
@@ -397,13 +409,29 @@ OTHER_KEYS = st.one_of(
 
 
 @given(OTHER_KEYS, MAX_PARALLELISMS)
-def test_key_groups_of_other_keys_hash_their_pickle(key: Any, max_parallelism: int) -> None:
+def test_key_groups_of_other_keys_hash_the_value_codecs_bytes(
+    key: Any, max_parallelism: int
+) -> None:
     code = fast.java_hash(key)
     assert code == plain.java_hash(key)
-    if type(key) is not tuple:
-        assert code == plain.bytes_hash(pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL))
+    assert code == plain.bytes_hash(value_codec.encode(key))
+    assert code == plain.bytes_hash(plain_codec.encode(key))
     assert fast.assign_to_key_group(key, max_parallelism) == plain.assign_to_key_group(
         key, max_parallelism
+    )
+
+
+@given(USER_KEYS, MAX_PARALLELISMS)
+def test_user_keys_need_an_explicit_key_serializer(key: Any, max_parallelism: int) -> None:
+    with pytest.raises(UnsupportedValueError, match="explicit serializer"):
+        fast.assign_to_key_group(key, max_parallelism)
+    pickled = PickleSerializer()
+    code = fast.java_hash(key, pickled)
+    assert code == plain.java_hash(key, pickled.serialize)
+    if type(key) is not tuple:
+        assert code == plain.bytes_hash(pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL))
+    assert fast.assign_to_key_group(key, max_parallelism, pickled) == plain.assign_to_key_group(
+        key, max_parallelism, pickled.serialize
     )
 
 
@@ -418,7 +446,7 @@ class _FixedBytes(DefaultSerializer):
 
 @BOTH
 def test_other_keys_hash_the_key_serializers_bytes(kg: ModuleType) -> None:
-    key = HashKey("x", 1)
+    key = 2**70
     if kg is fast:
         code = kg.java_hash(key, _FixedBytes())
         assert kg.assign_to_key_group(key, 128, _FixedBytes()) == kg.murmur_hash(code) % 128
@@ -426,7 +454,7 @@ def test_other_keys_hash_the_key_serializers_bytes(kg: ModuleType) -> None:
         code = kg.java_hash(key, lambda k: b"abc")
     # Arrays.hashCode(new byte[] {97, 98, 99}) = ((31 + 97) * 31 + 98) * 31 + 99
     assert code == ((31 + 97) * 31 + 98) * 31 + 99 == kg.java_hash(b"abc")
-    assert kg.java_hash(key) != code  # the default serializer is pickle
+    assert kg.java_hash(key) != code  # the default serializer is the value codec
     # Keys with a Java counterpart ignore the serializer.
     serializer: Any = _FixedBytes() if kg is fast else (lambda k: b"abc")
     assert kg.java_hash("flink", serializer) == 97520992
@@ -575,7 +603,8 @@ def test_key_group_range_examples() -> None:
 
 STABLE_KEYS_SOURCE = (
     "['flink', '', '\\u65e5\\u672c\\u8a9e', ('a', 1), (1, ('b', None), 2.5), b'xyz', "
-    "HashKey('x', 3), HashKey(('y', 1), -7), 2 ** 70, [1, 'two'], 1.5, True, -(2 ** 40)]"
+    "[{'x', 'y', 'z', 'w'}], (2 ** 64, ('y', 1), -7), 2 ** 70, [1, 'two'], 1.5, True, "
+    "-(2 ** 40)]"
 )
 STABLE_SCRIPT = (
     "import json\n"

@@ -254,7 +254,7 @@ def test_registration_conflicts(backend: RocksDBKeyedStateBackend) -> None:
     backend.get_state(VALUE)
     with pytest.raises(StateRegistrationError, match="as a value state, got a list state"):
         backend.get_state(ListStateDescriptor("value"))
-    with pytest.raises(StateRegistrationError, match="serializer 'pickle', got 'utf8'"):
+    with pytest.raises(StateRegistrationError, match="serializer 'cowstate-value', got 'utf8'"):
         backend.get_state(ValueStateDescriptor("value", serializer=StringSerializer()))
     backend.get_state(ValueStateDescriptor("value"))  # same kind and serializer
     assert backend.state_names == ["value"]
@@ -432,7 +432,7 @@ def test_custom_serializers_round_trip(make: Factory, tmp_path: Path) -> None:
     heap.restore_from([handle], source(tmp_path / "sp"))
     assert dump(heap) == dump(b) and len(dump(b)["v"]) == 50
     plain = make()
-    with pytest.raises(SerializerMismatchError, match=r"key serializer 'pickle'.*'int32'"):
+    with pytest.raises(SerializerMismatchError, match=r"key serializer 'cowstate-value'.*'int32'"):
         plain.restore_from([handle], source(tmp_path / "sp"))
 
 
@@ -942,7 +942,7 @@ def test_mismatches_are_refused_before_anything_changes(make: Factory, tmp_path:
                     id=len(handle.states),
                     name="custom",
                     kind="value",
-                    namespace_serializer="pickle",
+                    namespace_serializer="cowstate-value",
                     state_serializer="my.Serializer",
                 ),
             )

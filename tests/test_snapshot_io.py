@@ -16,7 +16,6 @@ from __future__ import annotations
 import copy
 import io
 import json
-import pickle
 import struct
 import threading
 import time
@@ -26,6 +25,7 @@ from concurrent.futures import CancelledError
 from dataclasses import dataclass
 from typing import Any
 
+import msgpack
 import pytest
 from conftest import HEAP_TABLES as TABLES
 from hypothesis import given
@@ -595,6 +595,12 @@ def multi_state_tables() -> tuple[list[Table], list[ReferenceStateTable]]:
     return tables, models
 
 
+def value_codec_v1(data: bytes) -> Any:
+    """The value codec's bytes read as its docstring says: version 1, one MessagePack object."""
+    assert data[0] == 1
+    return msgpack.unpackb(data[1:])
+
+
 def test_independent_decoder_agrees_with_the_docstring() -> None:
     tables, models = multi_state_tables()
     stream = io.BytesIO()
@@ -621,14 +627,14 @@ def test_independent_decoder_agrees_with_the_docstring() -> None:
                 "name": "lists",
                 "kind": "list",
                 "namespace_serializer": "utf8",
-                "state_serializer": "pickle",
+                "state_serializer": "cowstate-value",
             },
             {
                 "id": 2,
                 "name": "empty",
                 "kind": "map",
                 "namespace_serializer": "utf8",
-                "state_serializer": "pickle",
+                "state_serializer": "cowstate-value",
             },
         ],
     }
@@ -641,8 +647,8 @@ def test_independent_decoder_agrees_with_the_docstring() -> None:
 
     decoders: list[tuple[Callable[[bytes], Any], Callable[[bytes], Any]]] = [
         (lambda b: b.decode("utf-8"), lambda b: struct.unpack(">i", b)[0]),
-        (lambda b: b.decode("utf-8"), pickle.loads),
-        (lambda b: b.decode("utf-8"), pickle.loads),
+        (lambda b: b.decode("utf-8"), value_codec_v1),
+        (lambda b: b.decode("utf-8"), value_codec_v1),
     ]
     decoded: list[Contents] = [{}, {}, {}]
     total = 0
@@ -847,7 +853,7 @@ def test_scale_down_accumulates_several_files_with_into() -> None:
     for data in files[1:]:
         assert read_snapshot(data, SMALL_RANGE, into=restored) is restored
     assert restored_contents(restored) == everything
-    assert restored.formats == {"heap"} and restored.key_serializer == "pickle"
+    assert restored.formats == {"heap"} and restored.key_serializer == "cowstate-value"
 
 
 # ================================================================ 5. transformers
@@ -1493,7 +1499,7 @@ def test_serializer_mismatch_is_refused() -> None:
         [STANDARD],
         SerializerMismatchError,
         "expected the key serializer to be 'int32'",
-        "written with 'pickle'",
+        "written with 'cowstate-value'",
         target=Prefilled(key_serializer=IntSerializer()),
     )
     assert_restores_nothing(
@@ -1531,7 +1537,7 @@ def test_files_with_different_key_serializers_are_refused_together() -> None:
     before = copy.deepcopy(restored.states)
     error = read_error(written(int_keys.snapshot()), SMALL_RANGE, into=restored)
     assert type(error) is SerializerMismatchError
-    assert "expected every file to use key serializer 'pickle', got 'int32'" in str(error)
+    assert "expected every file to use key serializer 'cowstate-value', got 'int32'" in str(error)
     assert restored.states == before
 
 

@@ -42,12 +42,15 @@ __all__ = [
     "StateRegistrationError",
     "TransformFunctionError",
     "TruncatedSnapshotError",
+    "UndecodableValueError",
     "UnhashableKeyError",
     "UnknownCheckpointError",
     "UnknownStateError",
     "UnsafePathError",
     "UnsupportedMetadataVersionError",
+    "UnsupportedValueError",
     "UnsupportedVersionError",
+    "UntrustedSerializerError",
     "VersionOverflowError",
 ]
 
@@ -182,6 +185,24 @@ class MaxParallelismMismatchError(SnapshotFormatError):
 
 class SerializerMismatchError(CowStateError, ValueError):
     """A state is restored or re-registered with a serializer other than its own."""
+
+
+class UntrustedSerializerError(SerializerMismatchError):
+    """A file names the pickle serializer for a state, key or namespace that was
+    not registered with it: cowstate never unpickles a file unless the user
+    chose :class:`~cowstate.serializers.PickleSerializer` for it (pickle runs
+    code from the file)."""
+
+
+class UndecodableValueError(SnapshotFormatError):
+    """Bytes that the value codec (:mod:`cowstate.value_codec`) cannot have
+    written: truncated, trailing bytes, an unknown tag, too deep, an unhashable
+    dict key or set member, another version. Nothing was built from them."""
+
+
+class UnsupportedValueError(InvalidArgumentError):
+    """A value the default serializer cannot encode (a user class, a subclass of
+    a built-in type, ...): give its state an explicit serializer."""
 
 
 # ---------------------------------------------------------------- the backend

@@ -277,6 +277,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 metas=metas,
                 key_serializer=self._key_serializer,
                 into=restored,
+                namespace_serializer=self._namespace_serializer,
             )
         foreign = restored.formats - RESTORABLE_FORMATS
         if foreign:

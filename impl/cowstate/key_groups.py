@@ -29,11 +29,13 @@ anything else          ``Arrays.hashCode`` of the key serializer's bytes
 =====================  ===================================================
 
 The last row is cowstate's own documented stable hash for keys Java has no
-counterpart for (ints beyond int64, dataclasses, ...): it is stable across
-processes as long as the serializer's bytes are a function of the key's
-value, which pickle is for such keys -- but not for sets, whose pickles follow
-the salted iteration order: set, frozenset and dict keys are refused, and a
-set *inside* another key is the caller's to avoid. Python's own ``hash()`` is
+counterpart for (ints beyond int64, lists, dataclasses with their own
+serializer, ...): it is stable across processes as long as the serializer's
+bytes are a function of the key's value. The default serializer's are (the
+value codec sorts a set's members by their bytes); pickle's are not for
+sets, whose pickles follow the salted iteration order. Set, frozenset and
+dict keys are refused all the same, and with a pickle key serializer a set
+*inside* another key is the caller's to avoid. Python's own ``hash()`` is
 never used: ``hash(str)`` changes with ``PYTHONHASHSEED``.
 
 With a :class:`~cowstate.serializers.LongSerializer` as key serializer, every
@@ -198,8 +200,9 @@ def assign_to_key_group(
     """The key group of ``key``: ``murmur_hash(java_hash(key)) % max_parallelism``.
 
     ``key_serializer`` supplies the bytes of keys without a Java counterpart
-    (default: pickle). Raises :class:`InvalidArgumentError` for a ``None``
-    key or a max parallelism outside ``1..32768``.
+    (default: :class:`~cowstate.serializers.DefaultSerializer`, the value
+    codec). Raises :class:`InvalidArgumentError` for a ``None`` key or a max
+    parallelism outside ``1..32768``.
     """
     _check_max_parallelism(max_parallelism)
     if key is None:

@@ -3,12 +3,28 @@
 The copy-on-write map never mutates a state object a snapshot can still reach;
 when it must hand such a state to a caller who may mutate it, it asks the
 state's serializer for a *deep* copy (rule S in :mod:`cowstate.state_map`).
-``serialize``/``deserialize`` are used when snapshots are written to files.
+``serialize``/``deserialize`` are used when snapshots are written to files,
+for RocksDB's keys and values, and for the key-group hash of keys Java has no
+counterpart for (:mod:`cowstate.key_groups`).
 
-- :class:`DefaultSerializer` returns known-immutable states as they are and
-  deep-copies everything else; it pickles for bytes.
-- :class:`ImmutableSerializer` never copies: for users who promise their states
-  are never mutated in place (the promise is theirs to keep).
+- :class:`DefaultSerializer` (identifier ``"cowstate-value"``; the default of
+  every descriptor, table and backend) returns known-immutable states as they
+  are and deep-copies everything else; its bytes are the value codec's
+  (:mod:`cowstate.value_codec`): None, bool, int, float, str, bytes, list,
+  dict, tuple, set, frozenset and ``VOID_NAMESPACE``, nested, exact types
+  preserved. Decoding never executes code; other types are refused with
+  :class:`~cowstate.errors.UnsupportedValueError` when they are written.
+- :class:`ImmutableSerializer` (``"cowstate-value-immutable"``) never copies:
+  for users who promise their states are never mutated in place (the
+  promise is theirs to keep); the same bytes.
+- :class:`PickleSerializer` (``"pickle"``) and
+  :class:`ImmutablePickleSerializer` (``"pickle-immutable"``) pickle, so any
+  picklable state works -- **for trusted files only**: unpickling runs code
+  the bytes name, so whoever can write a snapshot file, checkpoint, savepoint
+  or RocksDB directory that such a state is restored from can run code in
+  your process. cowstate unpickles only for a state, key or namespace whose
+  serializer the user set to one of these (the identifiers of files written
+  by cowstate before the value codec existed).
 - :class:`IntSerializer`, :class:`LongSerializer`, :class:`StringSerializer`
   and :class:`BytesSerializer` write Java's encodings of ints (4 and 8 bytes,
   big-endian), strings (UTF-8) and raw bytes, for keys and namespaces that
@@ -16,11 +32,17 @@ state's serializer for a *deep* copy (rule S in :mod:`cowstate.state_map`).
 
 Every serializer has an ``identifier``: snapshot files record it beside each
 state, and a restore refuses a serializer whose identifier differs
-(:class:`~cowstate.errors.SerializerMismatchError`). :func:`serializer_for`
-turns an identifier back into a serializer. A serializer may offer
-``duplicate()``: a snapshot takes its serializers through
+(:class:`~cowstate.errors.SerializerMismatchError`) before it decodes a
+byte. :func:`serializer_for` turns an identifier back into a serializer, for
+states that are in a file but not registered on the restoring backend; it
+never returns a pickle serializer
+(:class:`~cowstate.errors.UntrustedSerializerError`: register the state's
+descriptor with a pickle serializer if you trust the file). A serializer may
+offer ``duplicate()``: a snapshot takes its serializers through
 :func:`duplicate_serializer` in its synchronous part, so a stateful
 serializer is never shared with the background writer (Flink's FLINK-6207).
+The serializers here are stateless (the value codec keeps its buffers per
+thread).
 """
 
 from __future__ import annotations
@@ -30,14 +52,21 @@ import pickle
 import struct
 from typing import Any, Protocol, runtime_checkable
 
-from cowstate.errors import InvalidArgumentError, SerializerMismatchError
+from cowstate import value_codec
+from cowstate.errors import (
+    InvalidArgumentError,
+    SerializerMismatchError,
+    UntrustedSerializerError,
+)
 
 __all__ = [
     "BytesSerializer",
     "DefaultSerializer",
+    "ImmutablePickleSerializer",
     "ImmutableSerializer",
     "IntSerializer",
     "LongSerializer",
+    "PickleSerializer",
     "StateSerializer",
     "StringSerializer",
     "duplicate_serializer",
@@ -80,28 +109,61 @@ def is_known_immutable(state: object) -> bool:
     return False
 
 
+def _deep_copy(state: Any) -> Any:
+    """Known-immutable states as they are, everything else deep-copied."""
+    kind = type(state)
+    if kind in _IMMUTABLE_SCALARS:
+        return state
+    # Flat lists and dicts of immutable scalars: what deepcopy would build, 10x faster.
+    if kind is list and _IMMUTABLE_SCALARS.issuperset(map(type, state)):
+        return list(state)
+    if (
+        kind is dict
+        and _IMMUTABLE_SCALARS.issuperset(map(type, state))
+        and _IMMUTABLE_SCALARS.issuperset(map(type, state.values()))
+    ):
+        return dict(state)
+    if is_known_immutable(state):
+        return state
+    return _copy.deepcopy(state)
+
+
 class DefaultSerializer:
-    """Deep-copies mutable states, returns immutable ones unchanged; pickles."""
+    """Deep-copies mutable states, returns immutable ones unchanged; the value
+    codec's bytes (:mod:`cowstate.value_codec`: built-in value types only)."""
+
+    __slots__ = ()
+    identifier = "cowstate-value"
+
+    copy = staticmethod(_deep_copy)
+
+    #: ``value_codec.encode``: raises UnsupportedValueError for other types.
+    serialize = staticmethod(value_codec.encode)
+    #: ``value_codec.decode``: raises UndecodableValueError for bad bytes.
+    deserialize = staticmethod(value_codec.decode)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ImmutableSerializer(DefaultSerializer):
+    """Never copies: the caller promises states are never mutated in place."""
+
+    __slots__ = ()
+    identifier = "cowstate-value-immutable"
+
+    def copy(self, state: Any) -> Any:
+        return state
+
+
+class PickleSerializer:
+    """Copies as :class:`DefaultSerializer` does; pickles. **Trusted files
+    only**: unpickling a file's bytes runs whatever code they name."""
 
     __slots__ = ()
     identifier = "pickle"
 
-    def copy(self, state: Any) -> Any:
-        kind = type(state)
-        if kind in _IMMUTABLE_SCALARS:
-            return state
-        # Flat lists and dicts of immutable scalars: what deepcopy would build, 10x faster.
-        if kind is list and _IMMUTABLE_SCALARS.issuperset(map(type, state)):
-            return list(state)
-        if (
-            kind is dict
-            and _IMMUTABLE_SCALARS.issuperset(map(type, state))
-            and _IMMUTABLE_SCALARS.issuperset(map(type, state.values()))
-        ):
-            return dict(state)
-        if is_known_immutable(state):
-            return state
-        return _copy.deepcopy(state)
+    copy = staticmethod(_deep_copy)
 
     def serialize(self, state: Any) -> bytes:
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
@@ -110,20 +172,17 @@ class DefaultSerializer:
         return pickle.loads(data)
 
     def __repr__(self) -> str:
-        return "DefaultSerializer()"
+        return f"{type(self).__name__}()"
 
 
-class ImmutableSerializer(DefaultSerializer):
-    """Never copies: the caller promises states are never mutated in place."""
+class ImmutablePickleSerializer(PickleSerializer):
+    """Never copies; pickles. **Trusted files only** (see :class:`PickleSerializer`)."""
 
     __slots__ = ()
     identifier = "pickle-immutable"
 
     def copy(self, state: Any) -> Any:
         return state
-
-    def __repr__(self) -> str:
-        return "ImmutableSerializer()"
 
 
 class _FixedSerializer:
@@ -220,6 +279,8 @@ _BY_IDENTIFIER: dict[str, type[Any]] = {
         BytesSerializer,
     )
 }
+#: Serializers that run code from the bytes: never chosen from a file's word.
+_PICKLE_IDENTIFIERS = frozenset({PickleSerializer.identifier, ImmutablePickleSerializer.identifier})
 
 
 def serializer_identifier(serializer: StateSerializer) -> str:
@@ -236,8 +297,19 @@ def serializer_for(identifier: str) -> StateSerializer:
     """A fresh serializer of the built-in ``identifier``.
 
     Serializers of the user's own classes are not known here: a restore of
-    such a state needs its descriptor (registered before restoring).
+    such a state needs its descriptor (registered before restoring). Neither
+    are the pickle serializers, whatever a file says: a file cannot make
+    cowstate unpickle (:class:`~cowstate.errors.UntrustedSerializerError`).
     """
+    if identifier in _PICKLE_IDENTIFIERS:
+        remedy = "Immutable" * (identifier == "pickle-immutable") + "PickleSerializer()"
+        raise UntrustedSerializerError(
+            f"expected a serializer identifier cowstate decodes without running code from "
+            f"the file ({', '.join(sorted(_BY_IDENTIFIER))}), got {identifier!r}: unpickling "
+            "runs whatever the file says; if you trust the file, register the state's "
+            "descriptor (or give the backend a key or namespace serializer) with "
+            f"{remedy} before restoring"
+        )
     try:
         return _BY_IDENTIFIER[identifier]()  # type: ignore[no-any-return]
     except KeyError:

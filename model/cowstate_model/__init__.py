@@ -12,7 +12,9 @@ such dict per state name. Nothing here is optimised: it must be obviously right.
 - :mod:`cowstate_model.storage`: ``ReferenceStorage``, which snapshots exist and
   what each holds;
 - :mod:`cowstate_model.arithmetic`, :mod:`cowstate_model.key_groups`: the map's
-  and the key groups' arithmetic said the obvious way (the checkers' yardstick).
+  and the key groups' arithmetic said the obvious way (the checkers' yardstick);
+- :mod:`cowstate_model.value_codec`: the default serializer's bytes written by
+  hand, byte by byte (the key-group hash of keys without a Java hash).
 """
 
 from cowstate_model.backend import ReferenceBackendSnapshot, ReferenceKeyedStateBackend

@@ -10,17 +10,19 @@ quotient; ranges are ceilings of fractions. ``crosshair diffbehavior`` proves th
 (``cowstate_spec.equivalences``) and ``tests/test_key_groups.py`` checks both
 against vectors printed by Java (``tests/java/KeyGroupVectors.java``).
 
-Standard library only: nothing of cowstate's. Out-of-domain arguments raise
-``ValueError`` (the implementation's ``InvalidArgumentError`` is one).
+Standard library and the model's own value codec only: nothing of
+cowstate's. Out-of-domain arguments raise ``ValueError`` (the
+implementation's ``InvalidArgumentError`` is one).
 """
 
 from __future__ import annotations
 
 import math
-import pickle
 import struct
 from collections.abc import Callable
 from typing import Any
+
+from cowstate_model import value_codec
 
 __all__ = [
     "INT_MAX",
@@ -133,8 +135,9 @@ def bytes_hash(data: bytes) -> int:
 
 def java_hash(key: Any, serialize: Callable[[Any], bytes] | None = None) -> int:
     """The Java ``hashCode()`` of ``key``; keys Java has no counterpart for hash
-    as the bytes ``serialize`` gives them (default: pickle at the highest
-    protocol, like ``cowstate.serializers.DefaultSerializer``)."""
+    as the bytes ``serialize`` gives them (default: the value codec's, like
+    ``cowstate.serializers.DefaultSerializer``; it has no bytes for other
+    types, such as the spec's ``HashKey``: pass their serializer's)."""
     kind = type(key)
     if kind is bool:
         return 1231 if key else 1237
@@ -157,11 +160,7 @@ def java_hash(key: Any, serialize: Callable[[Any], bytes] | None = None) -> int:
         return to_int32(_polynomial_31(codes))
     if kind in (set, frozenset, dict):
         raise ValueError(f"expected a key with a stable hash, got a {kind.__name__}")
-    data = (
-        serialize(key)
-        if serialize is not None
-        else pickle.dumps(key, protocol=pickle.HIGHEST_PROTOCOL)
-    )
+    data = serialize(key) if serialize is not None else value_codec.encode(key)
     return bytes_hash(data)
 
 
@@ -213,12 +212,15 @@ def _require_parallelism(max_parallelism: int, parallelism: int) -> None:
         raise ValueError(f"expected parallelism in 1..{max_parallelism}, got {parallelism!r}")
 
 
-def assign_to_key_group(key: Any, max_parallelism: int) -> int:
-    """The remainder of the key's murmur hash divided by the max parallelism."""
+def assign_to_key_group(
+    key: Any, max_parallelism: int, serialize: Callable[[Any], bytes] | None = None
+) -> int:
+    """The remainder of the key's murmur hash divided by the max parallelism
+    (``serialize``: as for :func:`java_hash`)."""
     _require_max_parallelism(max_parallelism)
     if key is None:
         raise ValueError("expected a key, got None")
-    return murmur_hash(java_hash(key)) % max_parallelism
+    return murmur_hash(java_hash(key, serialize)) % max_parallelism
 
 
 def compute_key_group_range_for_operator_index(

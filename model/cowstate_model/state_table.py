@@ -77,7 +77,11 @@ class ReferenceTableSnapshot:
 
 
 class ReferenceStateTable(ReferenceStateMap):
-    """A dict of the mappings whose key's key group is in ``key_group_range``."""
+    """A dict of the mappings whose key's key group is in ``key_group_range``.
+
+    ``key_serializer`` gives the bytes of keys without a Java ``hashCode()``
+    (default: the value codec's, as the tables' default key serializer).
+    """
 
     def __init__(
         self,
@@ -85,15 +89,18 @@ class ReferenceStateTable(ReferenceStateMap):
         max_parallelism: int = 128,
         serializer: object = None,
         initial_capacity: int = 128,
+        *,
+        key_serializer: Callable[[Any], bytes] | None = None,
     ) -> None:
         super().__init__()
         self.max_parallelism = max_parallelism
         self.key_groups: Collection[int] = (
             range(max_parallelism) if key_group_range is None else key_group_range
         )
+        self.key_serializer = key_serializer
 
     def key_group_of(self, key: Any) -> int:
-        return assign_to_key_group(key, self.max_parallelism)
+        return assign_to_key_group(key, self.max_parallelism, self.key_serializer)
 
     def _owned(self, key: Any, key_group: int | None) -> None:
         """Refuse a key this table does not hold (or a key group that is not the key's)."""

@@ -27,7 +27,7 @@ from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRan
 from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.protocols import KeyedTable
-from cowstate.serializers import StateSerializer
+from cowstate.serializers import PickleSerializer, StateSerializer
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, MapFactory
@@ -301,6 +301,10 @@ def _drop_database(db: Rdict, path: str) -> None:
 #: 1..6, so a third of the spec's keys (2, 4, 8, HashKey(3, 0), ...) are refused.
 TABLE_MAX_PARALLELISM = 8
 SUB_RANGE = KeyGroupRange(1, 6)
+#: The tables' key serializer: the spec's keys include ``HashKey``s, user
+#: objects the default serializer refuses, so the tables hash them (and would
+#: write them) with pickle -- in-process, trusted; the models hash the same bytes.
+TABLE_KEY_SERIALIZER = PickleSerializer()
 
 #: Every state table. The copy-on-write ones over both maps (the C map where it
 #: was built), the nested-dict one, the RocksDB one.
@@ -328,10 +332,17 @@ def table_implementation(
     (``-sub-range`` over a sub-range) unless ``name`` is given."""
 
     def factory(initial_capacity: int = 4) -> Any:
-        return table_type(key_groups, TABLE_MAX_PARALLELISM, initial_capacity=initial_capacity)
+        return table_type(
+            key_groups,
+            TABLE_MAX_PARALLELISM,
+            initial_capacity=initial_capacity,
+            key_serializer=TABLE_KEY_SERIALIZER,
+        )
 
     def model() -> ReferenceStateTable:
-        return ReferenceStateTable(key_groups, TABLE_MAX_PARALLELISM)
+        return ReferenceStateTable(
+            key_groups, TABLE_MAX_PARALLELISM, key_serializer=TABLE_KEY_SERIALIZER.serialize
+        )
 
     if name is None:
         name = table_type.name + ("" if key_groups is None else "-sub-range")

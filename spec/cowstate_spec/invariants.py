@@ -456,7 +456,8 @@ def check_table(
     table: StateTable[Any, Any, Any], snapshots: Iterable[TableFingerprint] = ()
 ) -> None:
     """Assert a table's invariants: every mapping sits in the map of its key
-    group (computed with the model's plain assignment), the size is the sum of
+    group (computed with the model's plain assignment, over the table's key
+    serializer's bytes for keys without a Java hash), the size is the sum of
     the maps', and every copy-on-write map holds invariants 1-9 against the
     open snapshots of its key group."""
     fingerprints: dict[int, list[SnapshotFingerprint]] = {}
@@ -466,10 +467,11 @@ def check_table(
                 fingerprints.setdefault(id(owner_of(fp.snapshot)), []).append(fp)
     total = 0
     max_parallelism = table.max_parallelism
+    key_bytes = table.key_serializer.serialize
     for key_group in table.key_group_range:
         m = table.state_map(key_group)
         for key, namespace, _state in m:
-            actual = assign_to_key_group(key, max_parallelism)
+            actual = assign_to_key_group(key, max_parallelism, key_bytes)
             if actual != key_group:
                 raise InvariantViolation(
                     f"table invariant (routing) violated: ({key!r}, {namespace!r}) is in the "

@@ -48,6 +48,7 @@ from cowstate.descriptors import ListStateDescriptor, StateDescriptor, ValueStat
 from cowstate.errors import CheckpointError
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.serializers import serializer_identifier
 from cowstate_model.backend import ReferenceBackendSnapshot, ReferenceKeyedStateBackend
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_model.state_map import deep_copy
@@ -185,7 +186,7 @@ class StorageMachine(RuleBasedStateMachine):
                     0,
                     MAX_PARALLELISM,
                     _proxy({d.name: d.kind for d in DESCRIPTORS}),
-                    _proxy({d.name: "pickle" for d in DESCRIPTORS}),
+                    _proxy({d.name: serializer_identifier(d.serializer) for d in DESCRIPTORS}),
                     _proxy({name: _proxy(dict(c)) for name, c in contents.items()}),
                 )
             ]

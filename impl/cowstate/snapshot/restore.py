@@ -67,6 +67,7 @@ def read_snapshot(
     key_serializer: StateSerializer | None = None,
     states: Collection[str] | None = None,
     into: RestoredSnapshot | None = None,
+    namespace_serializer: StateSerializer | None = None,
 ) -> RestoredSnapshot:
     """Decode the key groups of ``key_group_range`` from one snapshot file.
 
@@ -74,10 +75,13 @@ def read_snapshot(
     state name) and ``key_serializer`` supply the serializers; a state without
     one is decoded with the built-in serializer its identifier names. A
     serializer whose identifier differs from the file's is refused.
-    ``states`` limits decoding to those names. ``into`` accumulates several
-    files (scale down); a key group found in two files is refused. Nothing is
-    added unless the whole requested part of the file decoded; a stream is
-    left where it started.
+    ``namespace_serializer`` (a backend's) decodes the namespaces of states
+    without meta info, checked against the file like the others: every
+    serializer is checked before a byte is decoded. ``states`` limits
+    decoding to those names. ``into`` accumulates several files (scale
+    down); a key group found in two files is refused. Nothing is added
+    unless the whole requested part of the file decoded; a stream is left
+    where it started.
     """
     if not isinstance(key_group_range, KeyGroupRange):
         raise InvalidArgumentError(
@@ -86,7 +90,14 @@ def read_snapshot(
     reader = SnapshotReader(stream)
     try:
         return _decode(
-            reader, key_group_range, max_parallelism, metas or {}, key_serializer, states, into
+            reader,
+            key_group_range,
+            max_parallelism,
+            metas or {},
+            key_serializer,
+            states,
+            into,
+            namespace_serializer,
         )
     finally:
         reader.rewind()
@@ -146,6 +157,7 @@ def _decode(
     key_serializer: StateSerializer | None,
     wanted: Collection[str] | None,
     into: RestoredSnapshot | None,
+    namespace_serializer: StateSerializer | None = None,
 ) -> RestoredSnapshot:
     meta = reader.metadata
     if max_parallelism is not None and meta.max_parallelism != max_parallelism:
@@ -184,7 +196,7 @@ def _decode(
                 f"{state.kind!r}"
             )
         namespace_ser = _resolve(
-            given.namespace_serializer if given else None,
+            given.namespace_serializer if given else namespace_serializer,
             state.namespace_serializer,
             f"the namespace serializer of {state.name!r}",
         )
