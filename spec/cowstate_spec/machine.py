@@ -22,6 +22,12 @@ taken; without ``put_reports_insert`` ``put`` must return ``None``; without
 implementation's side only, so the next ``get`` proves the mutation reached
 nothing stored.
 
+Some rules aim at the rare paths (:mod:`cowstate_spec.coverage` records each
+as a Hypothesis event): ``put_many`` grows the map within a run; a snapshot
+rule enabled only during a rehash and one only late in it; releases of any
+snapshot but the oldest; rule S rules on mapped keys while a snapshot is open;
+an iterator interrupted by a keyed operation's rehash step must fail fast.
+
 State tables (``implementation.table``) get :class:`StateTableMachine`: the
 same rules against the reference table of the same key groups, plus the
 key-group rules -- operations with an explicit key group, a key group
