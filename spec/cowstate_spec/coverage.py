@@ -4,8 +4,8 @@ The design is about a few paths a random walk rarely takes: a snapshot taken
 in the middle of a rehash, a state copied because a snapshot shares it
 (rule S), a chain copied past its head (rule E), a rehash relinking a shared
 entry, a release out of order, an iterator that a rehash step interrupts. The
-map and table state machines (:mod:`cowstate_spec.machine`) name each one
-they reach with :func:`record`: a Hypothesis
+state machines (:mod:`cowstate_spec.machine`, :mod:`cowstate_spec.
+backend_machine`) name each one they reach with :func:`record`: a Hypothesis
 ``event()`` (shown by ``pytest --hypothesis-show-statistics``) and a count in
 :data:`EVENTS`, which ``tests/test_coverage_events.py`` holds to thresholds.
 
@@ -17,7 +17,9 @@ the mapping's ``state_version`` was below ``H`` when the operation began; for
 a chain copy, a live entry stands for an entry of the same mapping that was
 replaced by a copy, at a chain position past the head, and was not moved by
 the rehash step; for a rehash, an entry of a bucket the step moved had
-``entry_version < H``.
+``entry_version < H``; for the backend, the owner's state operation found the
+current key group's map with a snapshot version open while a writer was
+pending.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ __all__ = [
     "SNAPSHOT_IN_REHASH_LATE",
     "SNAPSHOT_IN_REHASH_STARTED",
     "TABLE_SNAPSHOT_IN_REHASH",
+    "WRITER_AND_OWNER_SAME_KEY_GROUP",
     "MapState",
     "is_late_in_rehash",
     "is_rehashing",
@@ -63,9 +66,9 @@ REHASH_MOVES_SHARED_ENTRY = "rehash step moved a shared entry"
 RELEASE_OUT_OF_ORDER = "release out of order with others open"
 ITERATION_INTERRUPTED_BY_REHASH = "iteration interrupted by a rehash step"
 TABLE_SNAPSHOT_IN_REHASH = "table snapshot with a key group's map rehashing"
+WRITER_AND_OWNER_SAME_KEY_GROUP = "owner touches a key group a pending writer holds"
 
-#: Every rare path the machines record (the backend machine's writer and owner
-#: in one key group is not recorded yet).
+#: Every rare path the machines record.
 RARE_PATHS: tuple[str, ...] = (
     SNAPSHOT_IN_REHASH,
     SNAPSHOT_IN_REHASH_STARTED,
@@ -76,6 +79,7 @@ RARE_PATHS: tuple[str, ...] = (
     RELEASE_OUT_OF_ORDER,
     ITERATION_INTERRUPTED_BY_REHASH,
     TABLE_SNAPSHOT_IN_REHASH,
+    WRITER_AND_OWNER_SAME_KEY_GROUP,
 )
 
 #: How often each label was recorded in this process (reset by the coverage test).

@@ -107,6 +107,7 @@ class StateMapMachine(RuleBasedStateMachine):
         self.model = self.implementation.model()
         # (implementation snapshot, model snapshot, fingerprint or None)
         self.open: list[tuple[Any, Any, Any]] = []
+        self.rehash_seen = (False, False)  # (rehashing, late in it): note_the_rehash
 
     # ------------------------------------------------------------- helpers
 
@@ -176,9 +177,19 @@ class StateMapMachine(RuleBasedStateMachine):
         self.put_checked(kn, state)
         return kn
 
-    @rule(target=mappings, kns=st.lists(s.composite_keys, min_size=2, max_size=8), state=s.states)
-    def put_many(self, kns: list[tuple[Any, Any]], state: Any) -> MultipleResults[tuple[Any, Any]]:
-        """Several puts in one step: the map grows (and rehashes) within a run."""
+    @rule(
+        target=mappings,
+        start=st.integers(0, len(s.MANY_KEYS) - 1),
+        count=st.integers(2, 8),
+        namespace=s.namespaces,
+        state=s.states,
+    )
+    def put_many(
+        self, start: int, count: int, namespace: Any, state: Any
+    ) -> MultipleResults[tuple[Any, Any]]:
+        """``count`` puts in one step, of consecutive keys of ``MANY_KEYS`` from
+        ``start`` (wrapping): the map grows (and rehashes) within a run."""
+        kns = [(s.MANY_KEYS[(start + i) % len(s.MANY_KEYS)], namespace) for i in range(count)]
         for kn in kns:
             self.put_checked(kn, copy.deepcopy(state))
         return multiple(*kns)
@@ -273,12 +284,20 @@ class StateMapMachine(RuleBasedStateMachine):
         assert impl.is_released
 
     def rehashing(self) -> bool:
-        """True while the implementation's copy-on-write map is rehashing."""
-        return isinstance(self.impl, MAP_CLASSES) and cov.is_rehashing(self.impl)
+        """True while the implementation's copy-on-write map is rehashing (as of
+        the end of the last step: see ``note_the_rehash``)."""
+        return self.rehash_seen[0]
 
     def late_in_rehash(self) -> bool:
-        """True while the map rehashes with the index at 3/4 of the old table or later."""
-        return isinstance(self.impl, MAP_CLASSES) and cov.is_late_in_rehash(self.impl)
+        """True while the map rehashes with the index at 3/4 of the old table or
+        later (as of the end of the last step)."""
+        return self.rehash_seen[1]
+
+    def read_rehash(self) -> tuple[bool, bool]:
+        """(rehashing, late in the rehash), read from the map's structure."""
+        if not isinstance(self.impl, MAP_CLASSES):
+            return (False, False)
+        return (cov.is_rehashing(self.impl), cov.is_late_in_rehash(self.impl))
 
     def record_snapshot(self) -> None:
         if isinstance(self.impl, MAP_CLASSES):
@@ -333,6 +352,13 @@ class StateMapMachine(RuleBasedStateMachine):
         self.both("get", *args)
 
     # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def note_the_rehash(self) -> None:
+        """Not a check: reads once per step whether a rehash runs, for the
+        preconditions of the rules that aim at it (a C map's structure export
+        per precondition would cost more than the step)."""
+        self.rehash_seen = self.read_rehash()
 
     @invariant()
     def sizes_agree(self) -> None:
@@ -433,15 +459,15 @@ class StateTableMachine(StateMapMachine):
         m = self.impl.state_map(key_group)
         return m if isinstance(m, MAP_CLASSES) else None
 
-    def rehashing(self) -> bool:
-        """True while the copy-on-write map of some key group is rehashing."""
+    def read_rehash(self) -> tuple[bool, bool]:
+        """(the copy-on-write map of some key group is rehashing, False)."""
         if not self.implementation.capabilities.snapshots:
-            return False
+            return (False, False)
         for key_group in self.model.key_groups:
             m = self.impl.state_map(key_group)
             if isinstance(m, MAP_CLASSES) and cov.is_rehashing(m):
-                return True
-        return False
+                return (True, False)
+        return (False, False)
 
     def record_snapshot(self) -> None:
         if self.rehashing():

@@ -25,6 +25,13 @@ keys: st.SearchStrategy[Any] = st.one_of(
     st.sampled_from(["a", "b"]),
 )
 
+#: The keys ``put_many`` puts a run of (cheap to draw: a start and a count):
+#: ints, then HashKeys spread over the first and last buckets of 8 and 16.
+MANY_KEYS: tuple[Any, ...] = (
+    *range(10),
+    *(HashKey(v, h) for h in (7, 0, 15, 4) for v in range(3)),
+)
+
 namespaces: st.SearchStrategy[Any] = st.sampled_from([0, 1, "ns", HashKey("n", 0)])
 
 #: A fresh composite key.
