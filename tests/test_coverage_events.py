@@ -98,3 +98,18 @@ def test_backend_machine_has_the_owner_meet_the_writer(forced_interleavings: Non
 
 def test_every_rare_path_has_a_measured_count() -> None:
     assert set(cov.RARE_PATHS) == MEASURED.keys() | BACKEND_MEASURED.keys()
+
+
+def test_a_step_list_replays_outside_hypothesis() -> None:
+    """A failing step list runs as plain Python: recording a path then only counts."""
+    machine = machine_for(by_name("cow-map"))()
+    cov.EVENTS.clear()
+    machine.put(kn=(1, 0), state=[1])
+    machine.snapshot()
+    machine.snapshot()
+    machine.get(kn=(1, 0))
+    machine.release_out_of_order(index=0)
+    machine.teardown()
+    counts = Counter(cov.EVENTS)
+    cov.EVENTS.clear()
+    assert counts == {cov.SHARED_STATE_COPY["get"]: 1, cov.RELEASE_OUT_OF_ORDER: 1}, counts
