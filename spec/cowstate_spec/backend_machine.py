@@ -47,13 +47,14 @@ from cowstate.state_table import StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_spec import contract as c
+from cowstate_spec import coverage as cov
 from cowstate_spec.backends import (
     DESCRIPTORS,
     BackendImplementation,
     WriteGate,
     restore_results,
 )
-from cowstate_spec.cmap_view import MAP_CLASSES
+from cowstate_spec.cmap_view import MAP_CLASSES, view_of
 from cowstate_spec.machine import Outcome
 
 __all__ = ["BackendMachine", "backend_machine_for"]
@@ -111,6 +112,8 @@ class BackendMachine(RuleBasedStateMachine):
 
     def on_state(self, name: str, operation: str, *args: Any) -> tuple[Any, Any]:
         self.gate.tick()
+        if self.pending:
+            self.record_writer_in_key_group(name)
         impl_state, model_state = self.states[name]
         model_args = copy.deepcopy(args)
         impl = Outcome(lambda: getattr(impl_state, operation)(*args))
@@ -127,6 +130,20 @@ class BackendMachine(RuleBasedStateMachine):
             f"{name}.{operation}{args!r}: implementation {impl.value!r}, model {model.value!r}"
         )
         return impl.value, model.value
+
+    def record_writer_in_key_group(self, name: str) -> None:
+        """A coverage event when the owner is about to touch state ``name`` in a
+        key group whose map a pending writer still holds (a snapshot version of
+        the map is open: the writer has not released that key group yet)."""
+        table = self.backend.table(name)
+        if not isinstance(table, StateTable):
+            return  # the RocksDB backend: no per-key-group maps to read
+        try:
+            m = table.state_map(self.backend.current_key_group)
+        except CowStateError:
+            return  # no current key: the operation is refused anyway
+        if isinstance(m, MAP_CLASSES) and view_of(m)._open_versions:
+            cov.record(cov.WRITER_AND_OWNER_SAME_KEY_GROUP)
 
     def mutate(self, pair: tuple[Any, Any], item: int) -> None:
         """The caller mutates what it got (allowed until the next snapshot): on both

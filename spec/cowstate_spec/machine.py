@@ -22,6 +22,12 @@ taken; without ``put_reports_insert`` ``put`` must return ``None``; without
 implementation's side only, so the next ``get`` proves the mutation reached
 nothing stored.
 
+Some rules aim at the rare paths (:mod:`cowstate_spec.coverage` records each
+as a Hypothesis event): ``put_many`` grows the map within a run; a snapshot
+rule enabled only during a rehash and one only late in it; releases of any
+snapshot but the oldest; rule S rules on mapped keys while a snapshot is open;
+an iterator interrupted by a keyed operation's rehash step must fail fast.
+
 State tables (``implementation.table``) get :class:`StateTableMachine`: the
 same rules against the reference table of the same key groups, plus the
 key-group rules -- operations with an explicit key group, a key group
@@ -36,6 +42,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -43,16 +50,20 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     Bundle,
+    MultipleResults,
     RuleBasedStateMachine,
     invariant,
+    multiple,
     precondition,
     rule,
 )
 
-from cowstate.errors import CowStateError
+from cowstate.errors import ConcurrentModificationError, CowStateError
 from cowstate_model import ReferenceStateMap
 from cowstate_spec import contract as c
+from cowstate_spec import coverage as cov
 from cowstate_spec import strategies as s
+from cowstate_spec.cmap_view import MAP_CLASSES
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.implementations import Implementation
 
@@ -96,6 +107,7 @@ class StateMapMachine(RuleBasedStateMachine):
         self.model = self.implementation.model()
         # (implementation snapshot, model snapshot, fingerprint or None)
         self.open: list[tuple[Any, Any, Any]] = []
+        self.rehash_seen = (False, False)  # (rehashing, late in it): note_the_rehash
 
     # ------------------------------------------------------------- helpers
 
@@ -107,10 +119,16 @@ class StateMapMachine(RuleBasedStateMachine):
         """
         model_args = copy.deepcopy(args)
         step_check = self.implementation.step_check
-        after = step_check(self.impl) if step_check and operation in KEYED_OPERATIONS else None
+        keyed = operation in KEYED_OPERATIONS
+        after = step_check(self.impl) if step_check and keyed else None
+        observed = self.map_of(args[0], kwargs.get("key_group")) if keyed and self.open else None
+        before = cov.MapState(observed) if observed is not None else None
         impl = Outcome(lambda: getattr(self.impl, operation)(*args, **kwargs))
         if after is not None and impl.error is None:
             after()  # invariant 9: the rehash moved on
+        if before is not None and impl.error is None:
+            kn = (args[0], args[1])
+            cov.record_keyed_operation(operation, kn, before, cov.MapState(observed))
         model = Outcome(lambda: getattr(self.model, operation)(*model_args, **kwargs))
         call = f"{operation}{args!r}{kwargs or ''}"
         assert (impl.error is None) == (model.error is None), (
@@ -121,6 +139,13 @@ class StateMapMachine(RuleBasedStateMachine):
                 f"{call} raised {impl.error!r}, expected a cowstate.errors exception"
             )
         return impl.value, model.value
+
+    def map_of(self, key: Any, key_group: int | None = None) -> Any:
+        """The copy-on-write map that holds ``key`` (None: no such map, or a
+        key without one), whose structure the coverage events read."""
+        if isinstance(self.impl, MAP_CLASSES):
+            return self.impl
+        return None
 
     def equal_results(self, operation: str, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
         impl, model = self.both(operation, *args, **kwargs)
@@ -151,6 +176,23 @@ class StateMapMachine(RuleBasedStateMachine):
     def put(self, kn: tuple[Any, Any], state: Any) -> tuple[Any, Any]:
         self.put_checked(kn, state)
         return kn
+
+    @rule(
+        target=mappings,
+        start=st.integers(0, len(s.MANY_KEYS) - 1),
+        count=st.integers(2, 8),
+        namespace=s.namespaces,
+        state=s.states,
+    )
+    def put_many(
+        self, start: int, count: int, namespace: Any, state: Any
+    ) -> MultipleResults[tuple[Any, Any]]:
+        """``count`` puts in one step, of consecutive keys of ``MANY_KEYS`` from
+        ``start`` (wrapping): the map grows (and rehashes) within a run."""
+        kns = [(s.MANY_KEYS[(start + i) % len(s.MANY_KEYS)], namespace) for i in range(count)]
+        for kn in kns:
+            self.put_checked(kn, copy.deepcopy(state))
+        return multiple(*kns)
 
     @rule(kn=any_key)
     def get(self, kn: tuple[Any, Any]) -> None:
@@ -184,15 +226,56 @@ class StateMapMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.implementation.capabilities.snapshots)
     @rule()
     def snapshot(self) -> None:
+        self.record_snapshot()
         impl = self.impl.snapshot()
         model = self.model.snapshot()
         fp = self.implementation.fingerprint(impl) if self.implementation.fingerprint else None
         self.open.append((impl, model, fp))
 
+    @precondition(lambda self: self.implementation.capabilities.snapshots and self.rehashing())
+    @rule()
+    def snapshot_in_a_rehash(self) -> None:
+        """The same as ``snapshot``, enabled only while a rehash runs: a second
+        chance for the rare moment the compact layout is about."""
+        self.snapshot()
+
+    @precondition(lambda self: self.implementation.capabilities.snapshots and self.late_in_rehash())
+    @rule()
+    def snapshot_late_in_a_rehash(self) -> None:
+        """The same as ``snapshot``, enabled only when the rehash index is past
+        three quarters of the old table (the layout's moved high half is large)."""
+        self.snapshot()
+
+    @precondition(lambda self: len(self.open) >= 2)
+    @rule(index=st.integers(0, 7))
+    def release_out_of_order(self, index: int) -> None:
+        """``release`` of any open snapshot but the oldest, with others open."""
+        self.release(1 + index % (len(self.open) - 1))
+
+    # Rule S on a mapped key while a snapshot is open: the rules that hand out
+    # states, drawn from the put mappings only (the plain rules draw any key).
+
+    @precondition(lambda self: bool(self.open))
+    @rule(kn=mappings, state=s.states, item=st.integers(0, 99))
+    def put_and_get_old_shared(self, kn: tuple[Any, Any], state: Any, item: int) -> None:
+        self.put_and_get_old(kn, state, item)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(kn=mappings, item=st.integers(0, 99))
+    def remove_and_get_old_shared(self, kn: tuple[Any, Any], item: int) -> None:
+        self.remove_and_get_old(kn, item)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(kn=mappings, value=st.integers(0, 9), fn=s.succeeding_transform_functions)
+    def transform_shared(
+        self, kn: tuple[Any, Any], value: int, fn: Callable[[Any, int], Any]
+    ) -> None:
+        self.transform(kn, value, fn)
+
     @precondition(lambda self: bool(self.open))
     @rule(index=st.integers(0, 7))
     def release(self, index: int) -> None:
-        impl, model, _ = self.open.pop(index % len(self.open))
+        impl, model, _ = self.pop_open(index)
         assert snapshot_contents(impl) == model.contents, (
             f"snapshot {impl.version} differs from the model's at release"
         )
@@ -200,9 +283,54 @@ class StateMapMachine(RuleBasedStateMachine):
         model.release()
         assert impl.is_released
 
+    def rehashing(self) -> bool:
+        """True while the implementation's copy-on-write map is rehashing (as of
+        the end of the last step: see ``note_the_rehash``)."""
+        return self.rehash_seen[0]
+
+    def late_in_rehash(self) -> bool:
+        """True while the map rehashes with the index at 3/4 of the old table or
+        later (as of the end of the last step)."""
+        return self.rehash_seen[1]
+
+    def read_rehash(self) -> tuple[bool, bool]:
+        """(rehashing, late in the rehash), read from the map's structure."""
+        if not isinstance(self.impl, MAP_CLASSES):
+            return (False, False)
+        return (cov.is_rehashing(self.impl), cov.is_late_in_rehash(self.impl))
+
+    def record_snapshot(self) -> None:
+        if isinstance(self.impl, MAP_CLASSES):
+            cov.record_snapshot(self.impl)
+
+    def pop_open(self, index: int) -> tuple[Any, Any, Any]:
+        """Take the open snapshot ``index`` (modulo) off the list, oldest first."""
+        index %= len(self.open)
+        if index > 0:
+            cov.record(cov.RELEASE_OUT_OF_ORDER)
+        return self.open.pop(index)
+
     @rule()
     def iterate(self) -> None:
         assert snapshot_contents(self.impl) == snapshot_contents(self.model)
+
+    @precondition(lambda self: self.rehashing() and not self.implementation.table)
+    @rule(kn=any_key, taken=st.integers(0, 3))
+    def iterate_across_a_rehash_step(self, kn: tuple[Any, Any], taken: int) -> None:
+        """An iterator, then a keyed operation (its rehash step relinks entries):
+        the iterator must fail fast, having yielded only live mappings."""
+        live = {(k, n) for k, n, _ in self.impl}
+        iterator = iter(self.impl)
+        seen = [(k, n) for k, n, _ in itertools.islice(iterator, taken)]
+        assert set(seen) <= live and len(seen) == len(set(seen)), (
+            f"iteration yielded {seen!r}, the map holds {live!r}"
+        )
+        self.equal_results("contains_key", *kn)
+        outcome = Outcome(lambda: list(iterator))
+        assert isinstance(outcome.error, ConcurrentModificationError), (
+            f"iteration across a rehash step {outcome}, expected ConcurrentModificationError"
+        )
+        cov.record(cov.ITERATION_INTERRUPTED_BY_REHASH)
 
     @rule(namespace=s.namespaces)
     def keys(self, namespace: Any) -> None:
@@ -224,6 +352,13 @@ class StateMapMachine(RuleBasedStateMachine):
         self.both("get", *args)
 
     # ------------------------------------------------------------ invariants
+
+    @invariant()
+    def note_the_rehash(self) -> None:
+        """Not a check: reads once per step whether a rehash runs, for the
+        preconditions of the rules that aim at it (a C map's structure export
+        per precondition would cost more than the step)."""
+        self.rehash_seen = self.read_rehash()
 
     @invariant()
     def sizes_agree(self) -> None:
@@ -311,11 +446,32 @@ class StateTableMachine(StateMapMachine):
     @precondition(lambda self: bool(self.open))
     @rule(index=st.integers(0, 7))
     def release(self, index: int) -> None:
-        impl, model, _ = self.open.pop(index % len(self.open))
+        impl, model, _ = self.pop_open(index)
         self.compare_snapshot(impl, model)
         impl.release()
         model.release()
         assert impl.is_released
+
+    def map_of(self, key: Any, key_group: int | None = None) -> Any:
+        key_group = self.own_key_group(key) if key_group is None else key_group
+        if key_group is None or key_group not in self.model.key_groups:
+            return None
+        m = self.impl.state_map(key_group)
+        return m if isinstance(m, MAP_CLASSES) else None
+
+    def read_rehash(self) -> tuple[bool, bool]:
+        """(the copy-on-write map of some key group is rehashing, False)."""
+        if not self.implementation.capabilities.snapshots:
+            return (False, False)
+        for key_group in self.model.key_groups:
+            m = self.impl.state_map(key_group)
+            if isinstance(m, MAP_CLASSES) and cov.is_rehashing(m):
+                return (True, False)
+        return (False, False)
+
+    def record_snapshot(self) -> None:
+        if self.rehashing():
+            cov.record(cov.TABLE_SNAPSHOT_IN_REHASH)
 
     def compare_key_group(self, impl: Any, model: Any, key_group: int) -> None:
         if model.is_key_group_released(key_group):

@@ -16,11 +16,20 @@ from hypothesis import strategies as st
 from cowstate_spec.contract import TRANSFORMS
 from cowstate_spec.keys import HashKey
 
-#: Keys: small ints (long chains in tiny tables), colliding HashKeys, short strings.
+#: Keys: small ints (long chains in tiny tables), colliding HashKeys (hashes 0, 4
+#: and 64 share low buckets, 7 and 15 the last ones of 8 and 16 buckets, so a
+#: rehash step can stop late in the table), short strings.
 keys: st.SearchStrategy[Any] = st.one_of(
     st.integers(min_value=0, max_value=9),
-    st.builds(HashKey, st.integers(min_value=0, max_value=3), st.sampled_from([0, 4, 64])),
+    st.builds(HashKey, st.integers(min_value=0, max_value=3), st.sampled_from([0, 4, 64, 7, 15])),
     st.sampled_from(["a", "b"]),
+)
+
+#: The keys ``put_many`` puts a run of (cheap to draw: a start and a count):
+#: ints, then HashKeys spread over the first and last buckets of 8 and 16.
+MANY_KEYS: tuple[Any, ...] = (
+    *range(10),
+    *(HashKey(v, h) for h in (7, 0, 15, 4) for v in range(3)),
 )
 
 namespaces: st.SearchStrategy[Any] = st.sampled_from([0, 1, "ns", HashKey("n", 0)])
@@ -45,3 +54,8 @@ unhashables: st.SearchStrategy[Any] = st.sampled_from([[], {}, {1}, ["k"]])
 
 
 transform_functions = st.sampled_from(list(TRANSFORMS.values()))
+
+#: Transform functions that return a state (for the rules that aim at rule S).
+succeeding_transform_functions = st.sampled_from(
+    [f for f in TRANSFORMS.values() if f.__name__ in ("add_or_append", "replace_with_value")]
+)
