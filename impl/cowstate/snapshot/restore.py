@@ -1,14 +1,16 @@
 """Restoring from snapshot files: :func:`read_snapshot` decodes the key groups of
 a range from one or more files into a :class:`RestoredSnapshot`, checking max
-parallelism, serializers, kinds and key-group overlaps first;
-:func:`restore_table` fills one table. A file is decoded completely before
-anything is merged, so a bad file restores nothing.
+parallelism, serializers, kinds and key-group overlaps first, and every entry
+as it is decoded (E1-E3 of :mod:`cowstate.snapshot.checks`);
+:func:`restore_table` fills one table (E4 checked first). A file is decoded
+completely before anything is merged, so a bad file restores nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import IO, Any
 
 from cowstate.errors import (
@@ -16,11 +18,16 @@ from cowstate.errors import (
     KeyGroupMismatchError,
     MaxParallelismMismatchError,
     SerializerMismatchError,
-    SnapshotFormatError,
     UnknownStateError,
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
+from cowstate.snapshot.checks import (
+    EntryDecoder,
+    check_key_groups,
+    duplicate_error,
+    find_duplicate,
+)
 from cowstate.snapshot.reader import SnapshotReader
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import StateTable
@@ -59,7 +66,7 @@ class RestoredSnapshot:
 
 
 def read_snapshot(
-    stream: IO[bytes] | bytes,
+    stream: IO[bytes] | bytes | SnapshotReader,
     key_group_range: KeyGroupRange,
     *,
     max_parallelism: int | None = None,
@@ -68,14 +75,17 @@ def read_snapshot(
     states: Collection[str] | None = None,
     into: RestoredSnapshot | None = None,
 ) -> RestoredSnapshot:
-    """Decode the key groups of ``key_group_range`` from one snapshot file.
+    """Decode the key groups of ``key_group_range`` from one snapshot file (bytes,
+    a binary stream, or a :class:`SnapshotReader` of it).
 
     ``max_parallelism``, when given, must equal the file's. ``metas`` (by
     state name) and ``key_serializer`` supply the serializers; a state without
     one is decoded with the built-in serializer its identifier names. A
     serializer whose identifier differs from the file's is refused.
     ``states`` limits decoding to those names. ``into`` accumulates several
-    files (scale down); a key group found in two files is refused. Nothing is
+    files (scale down); a key group found in two files is refused. Every
+    entry is checked (E1-E3 of :mod:`cowstate.snapshot.checks`; a mapping
+    given twice, E4, is for whoever fills a table to refuse). Nothing is
     added unless the whole requested part of the file decoded; a stream is
     left where it started.
     """
@@ -83,7 +93,7 @@ def read_snapshot(
         raise InvalidArgumentError(
             f"expected a KeyGroupRange, got {type(key_group_range).__name__}"
         )
-    reader = SnapshotReader(stream)
+    reader = stream if isinstance(stream, SnapshotReader) else SnapshotReader(stream)
     try:
         return _decode(
             reader, key_group_range, max_parallelism, metas or {}, key_serializer, states, into
@@ -99,8 +109,9 @@ def restore_table(
 
     ``streams`` is one file (bytes or a binary stream) or an iterable of them.
     Reads only the table's key-group range of each file; every file is
-    decoded before the first ``put``, so a bad file leaves the table as it
-    was. Returns the number of mappings restored.
+    decoded and checked (E1-E4 of :mod:`cowstate.snapshot.checks`) before the
+    first ``put``, so a bad file leaves the table as it was. Returns the
+    number of mappings restored.
     """
     files: Iterable[Any]
     if isinstance(streams, bytes | bytearray | memoryview) or callable(
@@ -131,10 +142,16 @@ def restore_table(
             f"expected state {name!r} in the snapshot files, got states "
             f"{sorted(restored.all_states)}"
         )
+    blocks = sorted(restored.states.get(name, {}).items())
+    for key_group, rows in blocks:  # E4 before the first put: the table is live
+        duplicate = find_duplicate(rows)
+        if duplicate is not None:
+            raise duplicate_error(name, key_group, *duplicate)
     count = 0
-    for key_group, key, namespace, state in restored.entries(name):
-        table.put(key, namespace, state, key_group=key_group)
-        count += 1
+    for key_group, rows in blocks:
+        for key, namespace, state in rows:
+            table.put(key, namespace, state, key_group=key_group)
+        count += len(rows)
     return count
 
 
@@ -171,8 +188,10 @@ def _decode(
             f"expected every key group in one snapshot file only, got key groups "
             f"{sorted(overlap)[:5]} in two files"
         )
-    decoders = {}
+    decoders: dict[int, EntryDecoder] = {}
     state_metas = {}
+    # One namespace cache per namespace serializer: decoded once per distinct bytes.
+    namespace_caches: dict[int, dict[bytes, Any]] = {}
     for state in meta.states:
         if wanted is not None and state.name not in wanted:
             continue
@@ -193,28 +212,26 @@ def _decode(
             state.state_serializer,
             f"the state serializer of {state.name!r}",
         )
-        decoders[state.id] = (state.name, namespace_ser.deserialize, state_ser.deserialize)
+        decoders[state.id] = EntryDecoder(
+            state.name,
+            key_ser.deserialize,
+            namespace_ser.deserialize,
+            state_ser.deserialize,
+            namespace_caches.setdefault(id(namespace_ser), {}),
+        )
         state_metas[state.name] = given or StateMetaInfo(
             state.name, state.kind, namespace_ser, state_ser
         )
     decoded: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = {}
-    key_decode = key_ser.deserialize
     read = key_group_range.intersection(meta.range)
+    first_key = itemgetter(0)
     for key_group in read:
-        for state_id, rows in reader.read_key_group(key_group).items():
-            if state_id not in decoders:
-                continue
-            name, namespace_decode, state_decode = decoders[state_id]
-            try:
-                decoded.setdefault(name, {})[key_group] = [
-                    (key_decode(key), namespace_decode(namespace), state_decode(state))
-                    for namespace, key, state in rows
-                ]
-            except Exception as exc:
-                raise SnapshotFormatError(
-                    f"expected entries of state {name!r} in key group {key_group} that its "
-                    f"serializers can decode, got {type(exc).__name__}: {exc}"
-                ) from exc
+        for state_id, rows in reader.decode_key_group(key_group, decoders).items():
+            name = decoders[state_id].name
+            check_key_groups(
+                name, key_group, list(map(first_key, rows)), meta.max_parallelism, key_ser
+            )
+            decoded.setdefault(name, {})[key_group] = rows
     # Everything decoded: now (and only now) merge into the result.
     result.formats.add(meta.format)
     result.key_serializer = meta.key_serializer
