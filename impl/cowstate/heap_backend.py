@@ -81,7 +81,7 @@ from cowstate.snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from cowstate.snapshot.checks import duplicate_error
+from cowstate.snapshot.checks import DecodedBlock, duplicate_error
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
@@ -392,21 +392,23 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 reader.rewind()
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
-            tables[name] = self._filled_table(metas.get(name, meta), restored.states.pop(name, {}))
+            tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
         for name, holder in self._holders.items():  # registered, absent: empty
             if name not in tables:
                 tables[name] = self._new_table(metas.get(name, holder.table.meta))
         return HeapPreparedRestore(self, tables, metas)
 
     def _filled_table(
-        self, meta: StateMetaInfo, blocks: dict[int, list[tuple[Any, Any, Any]]]
+        self, meta: StateMetaInfo, blocks: dict[int, DecodedBlock]
     ) -> StateTable[Any, Any, Any]:
         """A new table of ``meta`` holding ``blocks`` (key group -> entries, all
         checked but E4), its maps sized for them; refuses a duplicate mapping."""
-        table = self._restored_table(meta, [len(rows) for rows in blocks.values()])
-        for key_group, rows in blocks.items():
+        table = self._restored_table(meta, [len(block) for block in blocks.values()])
+        for key_group, block in blocks.items():
             put = table.state_map(key_group).put  # a fresh table: straight into its map
-            for key, namespace, state in rows:
+            for key, namespace, state in zip(
+                block.keys, block.namespaces, block.states, strict=True
+            ):
                 if not put(key, namespace, state):
                     raise duplicate_error(meta.name, key_group, key, namespace)
         return table

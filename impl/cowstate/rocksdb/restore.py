@@ -31,7 +31,6 @@ import os
 import shutil
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -316,16 +315,13 @@ class Restorer:
         of a canonical file, after checks E1-E4."""
         decoded = decode_rows(decoder, key_group, rows)
         check_key_groups(
-            decoder.name,
-            key_group,
-            list(map(itemgetter(0), decoded)),
-            self.max_parallelism,
-            self.key_serializer,
+            decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
         )
         rocks_keys = [encode_rocks_key(key_group, key, namespace) for namespace, key, _ in rows]
         if len(set(rocks_keys)) != len(rocks_keys):
             seen: set[bytes] = set()
-            for rocks_key, (key, namespace, _) in zip(rocks_keys, decoded, strict=True):
+            pairs = zip(decoded.keys, decoded.namespaces, strict=True)
+            for rocks_key, (key, namespace) in zip(rocks_keys, pairs, strict=True):
                 if rocks_key in seen:
                     raise duplicate_error(decoder.name, key_group, key, namespace)
                 seen.add(rocks_key)
@@ -342,11 +338,7 @@ class Restorer:
             raw.append((namespace, key, value))
         decoded = decode_rows(decoder, key_group, raw)
         check_key_groups(
-            decoder.name,
-            key_group,
-            list(map(itemgetter(0), decoded)),
-            self.max_parallelism,
-            self.key_serializer,
+            decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
         )
 
 

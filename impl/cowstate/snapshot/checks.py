@@ -46,7 +46,7 @@ second; the checks must stay under 10% of it, ``bench/bench_checkpoints.py``):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,7 @@ except ImportError:  # no compiler at install time: every key in Python
 
 __all__ = [
     "NAMESPACE_CACHE_LIMIT",
+    "DecodedBlock",
     "EntryDecoder",
     "check_key_groups",
     "decode_rows",
@@ -79,6 +80,33 @@ __all__ = [
 #: Distinct namespace bytes an :class:`EntryDecoder` keeps decoded; past it the
 #: cache starts over (many distinct namespaces gain nothing from it).
 NAMESPACE_CACHE_LIMIT = 1 << 16
+
+
+@dataclass
+class DecodedBlock:
+    """The decoded entries of one state in one key group, as three columns.
+
+    Columns, not ``(key, namespace, state)`` tuples: a million tuples are a
+    million objects the garbage collector tracks and traverses again and
+    again while a restore allocates (that doubled the time of a heap
+    restore); three lists are three.
+    """
+
+    keys: list[Any] = field(default_factory=list)
+    namespaces: list[Any] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def rows(self) -> list[tuple[Any, Any, Any]]:
+        """The entries as ``(key, namespace, state)`` tuples."""
+        return list(zip(self.keys, self.namespaces, self.states, strict=True))
+
+    def extend(self, other: DecodedBlock) -> None:
+        self.keys += other.keys
+        self.namespaces += other.namespaces
+        self.states += other.states
 
 
 @dataclass
@@ -117,13 +145,13 @@ class EntryDecoder:
 
 def decode_rows(
     decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes, bytes]]
-) -> list[tuple[Any, Any, Any]]:
-    """``(key, namespace, state)`` of raw ``(namespace, key, state)`` rows (E1,
-    and E2 for namespaces; E3 is :func:`check_key_groups`)."""
+) -> DecodedBlock:
+    """The decoded entries of raw ``(namespace, key, state)`` rows (E1, and E2
+    for namespaces; E3 is :func:`check_key_groups`)."""
     key_decode, state_decode = decoder.key, decoder.state
     namespaces = decoder.namespaces
-    out: list[tuple[Any, Any, Any]] = []
-    append = out.append
+    out = DecodedBlock()
+    add_key, add_namespace, add_state = out.keys.append, out.namespaces.append, out.states.append
     for namespace_bytes, key_bytes, state_bytes in rows:
         try:
             key = key_decode(key_bytes)
@@ -135,7 +163,9 @@ def decode_rows(
             namespace = decoder.decode_namespace(key_group, namespace_bytes)
         if key is None or state is None:
             raise none_error(decoder.name, key_group, "key" if key is None else "state")
-        append((key, namespace, state))
+        add_key(key)
+        add_namespace(namespace)
+        add_state(state)
     return out
 
 
@@ -179,11 +209,10 @@ def check_key_groups(
             index = accelerated.first_not_in(keys, key_group, max_parallelism, long_keys, index)
 
 
-def find_duplicate(rows: Sequence[tuple[Hashable, Hashable, Any]]) -> tuple[Any, Any] | None:
-    """The first ``(key, namespace)`` given twice in ``(key, namespace, state)`` rows."""
+def find_duplicate(block: DecodedBlock) -> tuple[Any, Any] | None:
+    """The first ``(key, namespace)`` given twice in ``block``."""
     seen: set[tuple[Any, Any]] = set()
-    for key, namespace, _ in rows:
-        pair = (key, namespace)
+    for pair in zip(block.keys, block.namespaces, strict=True):
         if pair in seen:
             return pair
         seen.add(pair)

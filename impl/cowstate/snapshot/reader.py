@@ -25,7 +25,7 @@ from cowstate.errors import (
     TruncatedSnapshotError,
     UnsupportedVersionError,
 )
-from cowstate.snapshot.checks import EntryDecoder, none_error, undecodable_error
+from cowstate.snapshot.checks import DecodedBlock, EntryDecoder, none_error, undecodable_error
 from cowstate.snapshot.format import (
     _BLOCK,
     _FOOTER,
@@ -83,9 +83,9 @@ class SnapshotReader:
 
     def decode_key_group(
         self, key_group: int, decoders: Mapping[int, EntryDecoder]
-    ) -> dict[int, list[tuple[Any, Any, Any]]]:
-        """The decoded ``(key, namespace, state)`` entries of ``key_group`` per state
-        id, for the state ids of ``decoders`` (the others are skipped).
+    ) -> dict[int, DecodedBlock]:
+        """The decoded entries of ``key_group`` per state id, for the state ids of
+        ``decoders`` (the others are skipped).
 
         One pass parses and decodes (the hot loop of a heap restore) and checks
         E1 and, per distinct namespace, E2 of :mod:`cowstate.snapshot.checks`;
@@ -244,10 +244,10 @@ class SnapshotReader:
         payload: bytes,
         count: int,
         decoders: Mapping[int, EntryDecoder] | None,
-    ) -> dict[int, list[Any]]:
-        """The sections of a block: raw rows (``decoders`` None) or decoded ones
-        of the states ``decoders`` names; the framing is checked either way."""
-        out: dict[int, list[Any]] = {}
+    ) -> dict[int, Any]:
+        """The sections of a block: raw rows (``decoders`` None) or the decoded
+        blocks of the states ``decoders`` names; the framing is checked either way."""
+        out: dict[int, Any] = {}
         seen: set[int] = set()
         position = 0
         total = 0
@@ -264,17 +264,17 @@ class SnapshotReader:
                         + (" twice" if state_id in seen else "")
                     )
                 seen.add(state_id)
-                rows: list[Any] = []
-                if decoders is None:
+                if decoders is None or state_id not in decoders:
+                    rows: list[RawEntry] = []
                     position = _raw_section(payload, position, entries, end, rows)
-                    out[state_id] = rows
-                elif state_id in decoders:
-                    position = _decoded_section(
-                        decoders[state_id], key_group, payload, position, entries, end, rows
-                    )
-                    out[state_id] = rows
+                    if decoders is None:
+                        out[state_id] = rows
                 else:
-                    position = _raw_section(payload, position, entries, end, rows)
+                    block = DecodedBlock()
+                    position = _decoded_section(
+                        decoders[state_id], key_group, payload, position, entries, end, block
+                    )
+                    out[state_id] = block
                 total += entries
         except struct.error:
             raise TruncatedSnapshotError(
@@ -287,7 +287,9 @@ class SnapshotReader:
         return out
 
 
-def _raw_section(payload: bytes, position: int, entries: int, end: int, rows: list[Any]) -> int:
+def _raw_section(
+    payload: bytes, position: int, entries: int, end: int, rows: list[RawEntry]
+) -> int:
     """Append the ``(namespace, key, state)`` bytes of one section's ``entries`` to
     ``rows``; the position after them (``struct.error`` past the block's end)."""
     unpack = _U32.unpack_from
@@ -317,12 +319,16 @@ def _decoded_section(
     position: int,
     entries: int,
     end: int,
-    rows: list[Any],
+    block: DecodedBlock,
 ) -> int:
-    """:func:`_raw_section`, decoding each entry as it goes into ``(key, namespace,
-    state)`` (E1; namespaces through the decoder's cache, E1 and E2 once each)."""
+    """:func:`_raw_section`, decoding each entry as it goes into ``block`` (E1;
+    namespaces through the decoder's cache, E1 and E2 once each)."""
     unpack = _U32.unpack_from
-    append = rows.append
+    add_key, add_namespace, add_state = (
+        block.keys.append,
+        block.namespaces.append,
+        block.states.append,
+    )
     key_decode, state_decode = decoder.key, decoder.state
     namespaces = decoder.namespaces
     for _ in range(entries):  # the hot loop of a heap restore
@@ -349,7 +355,9 @@ def _decoded_section(
             namespace = decoder.decode_namespace(key_group, namespace_bytes)
         if key is None or state is None:
             raise none_error(decoder.name, key_group, "key" if key is None else "state")
-        append((key, namespace, state))
+        add_key(key)
+        add_namespace(namespace)
+        add_state(state)
     return position
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import IO, Any
 
 from cowstate.errors import (
@@ -23,6 +22,7 @@ from cowstate.errors import (
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
 from cowstate.snapshot.checks import (
+    DecodedBlock,
     EntryDecoder,
     check_key_groups,
     duplicate_error,
@@ -39,9 +39,10 @@ __all__ = ["RestoredSnapshot", "read_snapshot", "restore_table"]
 class RestoredSnapshot:
     """Decoded contents of snapshot files for one key-group range.
 
-    ``states[name][key_group]`` is the list of ``(key, namespace, state)``
-    restored for that key group; ``metas[name]`` the state's meta info with
-    the serializers that decoded it.
+    ``blocks[name][key_group]`` is the :class:`DecodedBlock` (keys, namespaces,
+    states as columns) restored for that key group; ``states`` gives the same
+    as lists of ``(key, namespace, state)``. ``metas[name]`` is the state's
+    meta info with the serializers that decoded it.
     """
 
     key_group_range: KeyGroupRange
@@ -49,20 +50,31 @@ class RestoredSnapshot:
     formats: set[SnapshotFormat] = field(default_factory=set)
     key_serializer: str = ""
     metas: dict[str, StateMetaInfo] = field(default_factory=dict)
-    states: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = field(default_factory=dict)
+    blocks: dict[str, dict[int, DecodedBlock]] = field(default_factory=dict)
     #: Key groups read so far (each may come from one file only).
     key_groups: set[int] = field(default_factory=set)
     #: Every state name the files hold, decoded or not.
     all_states: set[str] = field(default_factory=set)
 
+    @property
+    def states(self) -> dict[str, dict[int, list[tuple[Any, Any, Any]]]]:
+        """``states[name][key_group]``: the entries as ``(key, namespace, state)``
+        lists (built on each access, from ``blocks``)."""
+        return {
+            name: {key_group: block.rows() for key_group, block in groups.items()}
+            for name, groups in self.blocks.items()
+        }
+
     def entries(self, name: str) -> Iterator[tuple[int, Any, Any, Any]]:
         """``(key_group, key, namespace, state)`` of state ``name``, by key group."""
-        for key_group, entries in sorted(self.states.get(name, {}).items()):
-            for key, namespace, state in entries:
+        for key_group, block in sorted(self.blocks.get(name, {}).items()):
+            for key, namespace, state in zip(
+                block.keys, block.namespaces, block.states, strict=True
+            ):
                 yield key_group, key, namespace, state
 
     def size(self, name: str) -> int:
-        return sum(len(entries) for entries in self.states.get(name, {}).values())
+        return sum(len(block) for block in self.blocks.get(name, {}).values())
 
 
 def read_snapshot(
@@ -142,16 +154,16 @@ def restore_table(
             f"expected state {name!r} in the snapshot files, got states "
             f"{sorted(restored.all_states)}"
         )
-    blocks = sorted(restored.states.get(name, {}).items())
-    for key_group, rows in blocks:  # E4 before the first put: the table is live
-        duplicate = find_duplicate(rows)
+    blocks = sorted(restored.blocks.get(name, {}).items())
+    for key_group, block in blocks:  # E4 before the first put: the table is live
+        duplicate = find_duplicate(block)
         if duplicate is not None:
             raise duplicate_error(name, key_group, *duplicate)
     count = 0
-    for key_group, rows in blocks:
-        for key, namespace, state in rows:
+    for key_group, block in blocks:
+        for key, namespace, state in zip(block.keys, block.namespaces, block.states, strict=True):
             table.put(key, namespace, state, key_group=key_group)
-        count += len(rows)
+        count += len(block)
     return count
 
 
@@ -222,16 +234,13 @@ def _decode(
         state_metas[state.name] = given or StateMetaInfo(
             state.name, state.kind, namespace_ser, state_ser
         )
-    decoded: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = {}
+    decoded: dict[str, dict[int, DecodedBlock]] = {}
     read = key_group_range.intersection(meta.range)
-    first_key = itemgetter(0)
     for key_group in read:
-        for state_id, rows in reader.decode_key_group(key_group, decoders).items():
+        for state_id, block in reader.decode_key_group(key_group, decoders).items():
             name = decoders[state_id].name
-            check_key_groups(
-                name, key_group, list(map(first_key, rows)), meta.max_parallelism, key_ser
-            )
-            decoded.setdefault(name, {})[key_group] = rows
+            check_key_groups(name, key_group, block.keys, meta.max_parallelism, key_ser)
+            decoded.setdefault(name, {})[key_group] = block
     # Everything decoded: now (and only now) merge into the result.
     result.formats.add(meta.format)
     result.key_serializer = meta.key_serializer
@@ -239,11 +248,14 @@ def _decode(
     result.all_states.update(state.name for state in meta.states)
     for name, state_meta in state_metas.items():
         result.metas.setdefault(name, state_meta)
-        result.states.setdefault(name, {})
+        result.blocks.setdefault(name, {})
     for name, groups in decoded.items():
-        target = result.states[name]
-        for key_group, entries in groups.items():
-            target.setdefault(key_group, []).extend(entries)
+        target = result.blocks[name]
+        for key_group, block in groups.items():
+            if key_group in target:
+                target[key_group].extend(block)
+            else:
+                target[key_group] = block
     return result
 
 
