@@ -127,10 +127,15 @@ def crafted_raw(
     *,
     key_group_range: KeyGroupRange = FULL,
     snapshot_format: SnapshotFormat = SnapshotFormat.CANONICAL,
+    namespace_serializer: str = SER.identifier,
 ) -> bytes:
     """:func:`crafted` from raw ``(namespace, key, state)`` bytes."""
     stream = io.BytesIO()
-    writer = SnapshotWriter(stream, metadata_of(key_group_range, snapshot_format))
+    metadata = metadata_of(key_group_range, snapshot_format)
+    if namespace_serializer != SER.identifier:
+        state = STATE_META.model_copy(update={"namespace_serializer": namespace_serializer})
+        metadata = metadata.model_copy(update={"states": (state,)})
+    writer = SnapshotWriter(stream, metadata)
     for kg in sorted(blocks):
         writer.write_key_group(kg, {0: blocks[kg]})
     writer.finish()

@@ -53,7 +53,7 @@ from cowstate.errors import (
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
-from cowstate.serializers import IntSerializer, LongSerializer
+from cowstate.serializers import IntSerializer, LongSerializer, StringSerializer
 from cowstate.snapshot import checks, read_snapshot, restore_table
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable
@@ -486,3 +486,30 @@ def test_a_serializer_mismatch_is_a_snapshot_format_error() -> None:
     assert issubclass(DuplicateMappingError, SnapshotEntryError)
     for name in ("SnapshotEntryError", "DuplicateMappingError", "CorruptStorageError"):
         assert name in errors.__all__
+
+
+# ------------------------------------------------------ the decoding loop
+
+
+def test_runs_of_one_namespace_decode_exactly() -> None:
+    """The loop reuses the previous entry's namespace when the same frame
+    follows: runs, alternations, the empty namespace, a namespace whose bytes
+    are another's prefix, all decode to exactly what was written."""
+    namespaces = ["", "", "w", "w", "", "ww", "w", "a" * 300, "a" * 300, "", "x"]
+    entries = [(k, ns, f"s{i}") for i, ns in enumerate(namespaces) for k in (KEY, KEY + 1)]
+    blocks: dict[int, list[Entry]] = {}
+    for key, ns, state in entries:
+        blocks.setdefault(group_of(key), []).append((key, ns, state))
+    utf8 = StringSerializer()
+    raw = {
+        kg: [(utf8.serialize(ns), pickle.dumps(key), pickle.dumps(s)) for key, ns, s in rows]
+        for kg, rows in blocks.items()
+    }
+    metas = {"value": StateMetaInfo("value", "value", utf8, SER)}
+    data = crafted_raw(raw, namespace_serializer=utf8.identifier)
+    restored = read_snapshot(data, FULL, key_serializer=SER, metas=metas)
+    assert sorted(restored.entries("value")) == sorted(
+        (group_of(k), k, ns, s) for k, ns, s in entries
+    )
+    for block in restored.blocks["value"].values():  # one object per distinct namespace
+        assert len({id(ns) for ns in block.namespaces}) == len(set(block.namespaces))

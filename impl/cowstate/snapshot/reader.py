@@ -322,7 +322,13 @@ def _decoded_section(
     block: DecodedBlock,
 ) -> int:
     """:func:`_raw_section`, decoding each entry as it goes into ``block`` (E1;
-    namespaces through the decoder's cache, E1 and E2 once each)."""
+    namespaces through the decoder's cache, E1 and E2 once each).
+
+    Runs of entries of one namespace (every entry of ``VOID_NAMESPACE``, a
+    window's entries) skip the namespace's parse: when the bytes at the
+    position are the previous entry's namespace frame (length and bytes), it
+    is the same namespace object.
+    """
     unpack = _U32.unpack_from
     add_key, add_namespace, add_state = (
         block.keys.append,
@@ -331,11 +337,17 @@ def _decoded_section(
     )
     key_decode, state_decode = decoder.key, decoder.state
     namespaces = decoder.namespaces
+    frame: bytes | None = None  # the previous namespace's length and bytes
+    namespace: Any = None
     for _ in range(entries):  # the hot loop of a heap restore
-        (length,) = unpack(payload, position)
-        start = position + 4
-        position = start + length
-        namespace_bytes = payload[start:position]
+        if frame is not None and payload.startswith(frame, position):
+            position += len(frame)
+            namespace_bytes = None
+        else:
+            (length,) = unpack(payload, position)
+            start = position + 4
+            position = start + length
+            namespace_bytes = payload[start:position]
         (length,) = unpack(payload, position)
         start = position + 4
         position = start + length
@@ -350,9 +362,11 @@ def _decoded_section(
             state = state_decode(payload[start:position])
         except Exception as exc:
             raise undecodable_error(decoder.name, key_group, exc) from exc
-        namespace = namespaces.get(namespace_bytes)
-        if namespace is None:
-            namespace = decoder.decode_namespace(key_group, namespace_bytes)
+        if namespace_bytes is not None:
+            namespace = namespaces.get(namespace_bytes)
+            if namespace is None:
+                namespace = decoder.decode_namespace(key_group, namespace_bytes)
+            frame = _U32.pack(len(namespace_bytes)) + namespace_bytes
         if key is None or state is None:
             raise none_error(decoder.name, key_group, "key" if key is None else "state")
         add_key(key)
