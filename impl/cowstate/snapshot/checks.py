@@ -152,7 +152,7 @@ def decode_rows(
     key_decode, state_decode = decoder.key, decoder.state
     namespaces = decoder.namespaces
     out = DecodedBlock()
-    add_key, add_namespace, add_state = out.keys.append, out.namespaces.append, out.states.append
+    keys, namespace_column, states = out.keys, out.namespaces, out.states
     for namespace_bytes, key_bytes, state_bytes in rows:
         try:
             key = key_decode(key_bytes)
@@ -164,9 +164,9 @@ def decode_rows(
             namespace = decoder.decode_namespace(key_group, namespace_bytes)
         if key is None or state is None:
             raise none_error(decoder.name, key_group, "key" if key is None else "state")
-        add_key(key)
-        add_namespace(namespace)
-        add_state(state)
+        keys.append(key)
+        namespace_column.append(namespace)
+        states.append(state)
     return out
 
 

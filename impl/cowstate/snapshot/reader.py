@@ -330,18 +330,16 @@ def _decoded_section(
     is the same namespace object.
     """
     unpack = _U32.unpack_from
-    add_key, add_namespace, add_state = (
-        block.keys.append,
-        block.namespaces.append,
-        block.states.append,
-    )
+    # list.append called as a method of a local list: the interpreter's fast path
+    keys, namespace_column, states = block.keys, block.namespaces, block.states
     key_decode, state_decode = decoder.key, decoder.state
     namespaces = decoder.namespaces
     frame: bytes | None = None  # the previous namespace's length and bytes
+    frame_length = 0
     namespace: Any = None
     for _ in range(entries):  # the hot loop of a heap restore
         if frame is not None and payload.startswith(frame, position):
-            position += len(frame)
+            position += frame_length
             namespace_bytes = None
         else:
             (length,) = unpack(payload, position)
@@ -367,11 +365,12 @@ def _decoded_section(
             if namespace is None:
                 namespace = decoder.decode_namespace(key_group, namespace_bytes)
             frame = _U32.pack(len(namespace_bytes)) + namespace_bytes
+            frame_length = len(frame)
         if key is None or state is None:
             raise none_error(decoder.name, key_group, "key" if key is None else "state")
-        add_key(key)
-        add_namespace(namespace)
-        add_state(state)
+        keys.append(key)
+        namespace_column.append(namespace)
+        states.append(state)
     return position
 
 
