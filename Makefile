@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
-$(CMAP): $(STAMP) impl/cowstate/_cmap.c setup.py
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 

@@ -1,4 +1,5 @@
-"""Build the C map, cowstate._cmap (everything else is in pyproject.toml).
+"""Build the C map, cowstate._cmap, and cowstate._keygroups (everything else is in
+pyproject.toml).
 
 The extension is optional: without a compiler the install still succeeds and
 ``cowstate.CopyOnWriteStateMap`` is the pure-Python map (``cowstate.IMPLEMENTATION``
@@ -23,6 +24,17 @@ setup(
                                 *extra],
             extra_link_args=[f for f in extra if f.startswith("-fsanitize")],
             optional=os.environ.get("COWSTATE_REQUIRE_C") != "1",
-        )
+        ),
+        # Key groups of many keys at once (the restore's key-group check);
+        # optional: without it the check runs in Python (cowstate.snapshot.checks).
+        Extension(
+            "cowstate._keygroups",
+            sources=["impl/cowstate/_keygroups.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers", "-Wno-cast-function-type",
+                                *extra],
+            extra_link_args=[f for f in extra if f.startswith("-fsanitize")],
+            optional=True,
+        ),
     ],
 )

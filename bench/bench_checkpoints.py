@@ -111,9 +111,17 @@ median of the per-round ratios.
    untimed afterwards. ``savepoint size`` [MB]: ``full_size``.
 
 3. Restores -- columns ``native`` (RocksDB from the native savepoint),
-   ``canonical`` (RocksDB from the canonical savepoint) and ``heap <-
+   ``canonical`` (RocksDB from the canonical savepoint), ``heap <-
    canonical`` (a ``HeapKeyedStateBackend``, copy-on-write tables, from the
-   same canonical savepoint; informational, no target). One savepoint of each
+   same canonical savepoint) and ``heap, no E3`` (the same heap restore with
+   the key-group check of ``cowstate.snapshot.checks`` switched off --
+   ``cowstate.snapshot.restore.check_key_groups`` replaced by a no-op for that
+   run; informational: it runs right after the checked one, whose memory the
+   allocator then reuses, so the difference of the two columns is not a fair
+   measure of the check). The ``heap`` run also times every call of
+   ``check_key_groups`` inside it (one per state and key group, a
+   ``perf_counter_ns`` pair around each): rows ``key-group check, inside the
+   restore`` [ms] and its ``share of the restore`` [%]. One savepoint of each
    format is taken (untimed) right after row 2, of the same state. Untimed
    before: a fresh backend (RocksDB ones in ``local/``) with the value state
    registered (``get_state``), and a ``CheckpointStorage`` for a new job
@@ -123,10 +131,13 @@ median of the per-round ratios.
 
    (read ``_metadata``; ``backend.restore_from``: native -- copy every file
    into a scratch directory checking size and CRC32, open the database;
-   canonical into RocksDB -- read the file, check it, and write every raw entry
-   of every key group through ``WriteBatch``es into a fresh column family;
-   canonical into the heap -- deserialize every key, namespace and value into
-   the state table; then swap, and write ``_counter`` and ``_restore``).
+   canonical into RocksDB -- read the file, check it, decode and check every
+   entry (E1-E4), and write every raw entry of every key group through
+   ``WriteBatch``es into a fresh column family; canonical into the heap --
+   parse and deserialize every key and value in one pass (each distinct
+   namespace decoded once), check every entry, and put it into the key
+   group's map of a new table sized for it; then swap, and write ``_counter``
+   and ``_restore``).
    Untimed after: the backend holds ``N`` entries and 1,000 random keys read
    through the ``ValueState`` handle have their expected values; the backend
    is closed and the job directory deleted.
@@ -138,7 +149,13 @@ Targets, printed MET / NOT MET (from the issue):
 - the native savepoint is at least 3x faster than the canonical one
   (``canonical / native`` of the savepoint time);
 - restoring the native savepoint is at least 3x faster than restoring the
-  canonical one (RocksDB both; ``canonical / native`` of the restore time).
+  canonical one (RocksDB both; ``canonical / native`` of the restore time);
+- (issue 15, with the heap column) the heap restore from the canonical
+  savepoint takes at most 2 s per 1M entries (the limit scales with
+  ``--entries``: 0.2 s with ``--quick``), every check on; and the key-group
+  check costs at most 10% of it (the median over rounds of the time inside
+  ``check_key_groups`` over the restore's time; the per-round shares are
+  printed too).
 
 The process pins itself to one CPU (``--no-pin`` to disable) before anything
 runs, as ``bench_table_backend.py`` does; RocksDB's background threads,
@@ -191,6 +208,7 @@ from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.keyed_state import VOID_NAMESPACE, ValueState
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+from cowstate.snapshot import restore as snapshot_restore
 
 RESULTS_PATH = Path(__file__).resolve().parent / "results" / "checkpoints.json"
 STATE_NAME = "bench_value"
@@ -212,11 +230,46 @@ SAVEPOINT_COMPETITORS: tuple[Competitor, ...] = (
     Competitor(NATIVE, "native"),
     Competitor(CANONICAL, "canonical"),
 )
+HEAP_UNCHECKED = "heap-unchecked"
 RESTORE_COMPETITORS: tuple[Competitor, ...] = (
     Competitor(NATIVE, "native"),
     Competitor(CANONICAL, "canonical"),
     Competitor(HEAP, "heap <- canon."),
+    Competitor(HEAP_UNCHECKED, "heap, no E3"),
 )
+#: The heap restore of 1M entries from a canonical savepoint (issue 15), per entry.
+HEAP_RESTORE_MS_PER_MILLION = 2000.0
+#: The key-group check (E3) may cost at most this share of the heap restore.
+KEY_GROUP_CHECK_SHARE = 0.10
+
+
+def heap_targets(entries: int) -> tuple[Target, ...]:
+    """The heap restore targets of issue 15 (the time limit scales with ``entries``)."""
+    limit = HEAP_RESTORE_MS_PER_MILLION * entries / 1_000_000
+    return (
+        Target(
+            f"heap restore from a canonical savepoint <= {limit / 1000:g} s "
+            f"({HEAP_RESTORE_MS_PER_MILLION / 1000:g} s per 1M entries)",
+            "restore_ms",
+            HEAP,
+            None,
+            "<=",
+            limit,
+            "CheckpointCoordinator.restore(NO_CLAIM) time into a fresh HeapKeyedStateBackend "
+            "(copy-on-write tables), every check on",
+        ),
+        Target(
+            f"the key-group check costs <= {KEY_GROUP_CHECK_SHARE:.0%} of the heap restore",
+            "restore_check_pct",
+            HEAP,
+            None,
+            "<=",
+            100 * KEY_GROUP_CHECK_SHARE,
+            "time spent in check_key_groups during the heap restore over the restore's time, "
+            "per round, median (the 'heap, no E3' column is the same restore without it)",
+        ),
+    )
+
 
 TARGETS: tuple[Target, ...] = (
     Target(
@@ -547,12 +600,12 @@ def phase_savepoints(job: Job, notes: dict[str, Any]) -> list[Result]:
 # --------------------------------------------------------------------------
 
 
-def run_restore(job: Job, kind: str, source: Path) -> int:
+def run_restore(job: Job, kind: str, source: Path, rec: Recorder | None = None) -> int:
     cfg = job.cfg
     mp = cfg.max_parallelism
     key_groups = KeyGroupRange(0, mp - 1)
     backend: AnyBackend
-    if kind == HEAP:
+    if kind in (HEAP, HEAP_UNCHECKED):
         backend = HeapKeyedStateBackend(key_groups, mp)
     else:
         backend = RocksDBKeyedStateBackend(key_groups, mp, local_dir=job.local_dir)
@@ -560,17 +613,42 @@ def run_restore(job: Job, kind: str, source: Path) -> int:
     storage = CheckpointStorage(str(job.checkpoints_dir), job_id)
     try:
         state = backend.get_state(DESCRIPTOR)
-        t0 = clock()
-        coordinator = CheckpointCoordinator.restore(
-            storage, [backend], str(source), RestoreMode.NO_CLAIM
-        )
-        elapsed = clock() - t0
+        with key_group_check(kind != HEAP_UNCHECKED) as spent:
+            t0 = clock()
+            coordinator = CheckpointCoordinator.restore(
+                storage, [backend], str(source), RestoreMode.NO_CLAIM
+            )
+            elapsed = clock() - t0
+        if rec is not None:
+            rec.add(kind, check=spent[0], share=spent[0] / elapsed)
         verify(backend, state, job, f"{kind} restore of {source.name}")
         coordinator.close()
     finally:
         backend.close()
         shutil.rmtree(job.checkpoints_dir / job_id, ignore_errors=True)
     return elapsed
+
+
+@contextlib.contextmanager
+def key_group_check(on: bool) -> Iterator[list[int]]:
+    """The key-group check of a restore (E3 of ``cowstate.snapshot.checks``,
+    called once per state and key group): timed, its nanoseconds summed into
+    the yielded list's one item; or (``on`` False) replaced by a no-op."""
+    checked = snapshot_restore.check_key_groups
+    spent = [0]
+
+    def timed(*args: Any, **kwargs: Any) -> None:
+        t0 = clock()
+        try:
+            checked(*args, **kwargs)
+        finally:
+            spent[0] += clock() - t0
+
+    snapshot_restore.check_key_groups = timed if on else (lambda *args, **kwargs: None)
+    try:
+        yield spent
+    finally:
+        snapshot_restore.check_key_groups = checked
 
 
 def phase_restores(job: Job, notes: dict[str, Any]) -> list[Result]:
@@ -582,19 +660,30 @@ def phase_restores(job: Job, notes: dict[str, Any]) -> list[Result]:
         NATIVE: functools.partial(run_restore, job, NATIVE, native_dir),
         CANONICAL: functools.partial(run_restore, job, CANONICAL, canonical_dir),
     }
+    rec = Recorder(cfg.warmup)
     if cfg.heap:
-        runs[HEAP] = functools.partial(run_restore, job, HEAP, canonical_dir)
+        runs[HEAP] = functools.partial(run_restore, job, HEAP, canonical_dir, rec)
+        runs[HEAP_UNCHECKED] = functools.partial(run_restore, job, HEAP_UNCHECKED, canonical_dir)
     samples = measure_interleaved(runs, warmup=cfg.warmup, repeats=cfg.repeats)
     r_ms = Result("restore_ms", "restore time (Coordinator.restore)", "ms", paired=True)
     r_rate = Result("restore_meps", "restored entries", "M/s", paired=True)
+    r_check = Result("restore_check_ms", "key-group check, inside the restore", "ms")
+    r_share = Result("restore_check_pct", "key-group check share of the restore", "%")
+    for k in (NATIVE, CANONICAL, HEAP_UNCHECKED):
+        r_check.missing[k] = r_share.missing[k] = "-"
     if not cfg.heap:
-        r_ms.missing[HEAP] = r_rate.missing[HEAP] = "skipped"
+        for k in (HEAP, HEAP_UNCHECKED):
+            r_ms.missing[k] = r_rate.missing[k] = "skipped"
+        r_check.missing[HEAP] = r_share.missing[HEAP] = "skipped"
     for k, s in samples.items():
         r_ms.set(k, s.scaled(1e-6))
         r_rate.set(k, Sample(tuple(cfg.entries / (ns / 1e9) / 1e6 for ns in s.values)))
+    if cfg.heap:
+        r_check.set(HEAP, rec.sample(HEAP, "check", 1e-6))
+        r_share.set(HEAP, rec.sample(HEAP, "share", 100.0))
     shutil.rmtree(native_dir)
     shutil.rmtree(canonical_dir)
-    return [r_ms, r_rate]
+    return [r_ms, r_rate, r_check, r_share]
 
 
 # --------------------------------------------------------------------------
@@ -650,7 +739,8 @@ def run(cfg: Config) -> dict[str, Any]:
     left = workdir.exists()
     wall = time.perf_counter() - started
     results = [*ckpt_rows, *sp_rows, *restore_rows]
-    outcomes = check_targets(TARGETS, results)
+    targets = TARGETS + (heap_targets(cfg.entries) if cfg.heap else ())
+    outcomes = check_targets(targets, results)
     by_metric = {r.metric: r for r in results}
 
     print()
@@ -729,6 +819,22 @@ def run(cfg: Config) -> dict[str, Any]:
                 NATIVE,
             )
         )
+        print(
+            ratio_line(
+                "restore time: heap with / without the key-group check",
+                by_metric["restore_ms"],
+                HEAP,
+                HEAP_UNCHECKED,
+            )
+        )
+        shares = by_metric["restore_check_pct"].samples.get(HEAP)
+        if shares is not None:
+            print(
+                "  key-group check share of the heap restore, timed inside it: median "
+                f"{shares.median:.2f} % (per round: "
+                + ", ".join(f"{v:.2f} %" for v in shares.values)
+                + ")"
+            )
     print()
     print("TARGETS")
     print(format_targets(outcomes))

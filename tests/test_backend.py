@@ -297,7 +297,7 @@ def test_snapshot_writes_the_synchronous_moment(table: Any) -> None:
 def test_empty_backend_snapshot_has_no_handle(backend: HeapKeyedStateBackend) -> None:
     result = backend.snapshot(3, io.BytesIO).result(10)
     assert result.handle is None and result.info is None and result.size == 0
-    backend.restore([])
+    backend.restore([result])  # restore([]) is refused: tests/test_all_or_nothing_restore.py
     assert backend.num_state_entries() == 0
 
 

@@ -22,7 +22,9 @@ __all__ = [
     "ChecksumMismatchError",
     "ConcurrentModificationError",
     "CorruptCheckpointError",
+    "CorruptStorageError",
     "CowStateError",
+    "DuplicateMappingError",
     "ForeignSnapshotError",
     "IncompatibleSnapshotError",
     "InconsistentMetadataError",
@@ -36,6 +38,7 @@ __all__ = [
     "NoneStateError",
     "SerializerMismatchError",
     "SnapshotCancelledError",
+    "SnapshotEntryError",
     "SnapshotFormatError",
     "SnapshotReleasedError",
     "SnapshotWriteError",
@@ -170,8 +173,19 @@ class ChecksumMismatchError(SnapshotFormatError):
 
 
 class KeyGroupMismatchError(SnapshotFormatError):
-    """A key group in the file lies outside the file's own key-group range,
-    or a block holds another key group than its index entry says."""
+    """A key group in the file lies outside the file's own key-group range, a
+    block holds another key group than its index entry says, or a key lies in
+    the block of another key group than its own (recomputed on restore)."""
+
+
+class SnapshotEntryError(SnapshotFormatError):
+    """An entry of a snapshot is not a mapping a table can hold: a ``None`` key,
+    namespace or state, or an unhashable key or namespace. The message names
+    the state, the key group and what was wrong; nothing was restored."""
+
+
+class DuplicateMappingError(SnapshotEntryError):
+    """A snapshot gives one state the same ``(key, namespace)`` twice."""
 
 
 class IncompatibleSnapshotError(SnapshotFormatError):
@@ -183,8 +197,11 @@ class MaxParallelismMismatchError(SnapshotFormatError):
     """The file was written with another max parallelism (number of key groups)."""
 
 
-class SerializerMismatchError(CowStateError, ValueError):
-    """A state is restored or re-registered with a serializer other than its own."""
+class SerializerMismatchError(SnapshotFormatError):
+    """A snapshot's serializer identifiers (key, namespace or state serializer)
+    differ from the restoring backend's or table's, or name no serializer
+    cowstate knows; nothing was restored. (Re-registering a state with another
+    serializer is a :class:`StateRegistrationError`.)"""
 
 
 class UntrustedSerializerError(SerializerMismatchError):
@@ -233,6 +250,13 @@ class SnapshotCancelledError(CowStateError, CancelledError):
 
 class SnapshotWriteError(CowStateError, OSError):
     """The asynchronous part of a snapshot failed; the cause is chained."""
+
+
+class CorruptStorageError(CowStateError, OSError):
+    """The storage under a backend (a RocksDB database, live or opened from a
+    snapshot) reported corruption while it was read: the read stopped with this
+    error instead of returning fewer entries. A restore reports it as a
+    :class:`CorruptCheckpointError` with this error chained."""
 
 
 # ------------------------------------------------ checkpoints and savepoints

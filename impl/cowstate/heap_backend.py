@@ -30,8 +30,25 @@ cancelled (FLINK-13469): the copy-on-write maps stop copying.
 
 ``restore(snapshot_streams)`` rebuilds every state for this backend's
 key-group range from snapshot files, possibly written by backends with other
-ranges (rescaling). All files are decoded and checked before any table
-changes, so a bad file leaves the backend as it was.
+ranges (rescaling); ``prepare_restore(handles, source)`` does the same from
+the handles of a checkpoint or savepoint and returns a
+:class:`HeapPreparedRestore` (``restore_from`` commits it at once). Both go
+the same way, and a bad file leaves the backend exactly as it was:
+
+1. every file's metadata is checked first (format, max parallelism, key and
+   namespace serializers; with handles, each file against its handle), so
+   no byte is decoded from a file the backend would refuse;
+2. every file is parsed and decoded in one pass per key group
+   (:meth:`~cowstate.snapshot.reader.SnapshotReader.decode_key_group`; a
+   namespace is decoded once per distinct bytes), every entry checked
+   (E1-E3 of :mod:`cowstate.snapshot.checks`);
+3. new tables are built beside the live ones, each key group's map sized for
+   its entries (for the table classes of :mod:`cowstate.state_table`) and
+   filled directly; a ``put`` that did not insert is a mapping given twice
+   (E4);
+4. ``commit()`` swaps the new tables in (registered states absent from the
+   files become empty, their empty tables made in step 3): no I/O, no
+   decoding, nothing that fails on checked data.
 """
 
 from __future__ import annotations
@@ -44,23 +61,27 @@ from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from typing import IO, Any
 
+from cowstate.arithmetic import DEFAULT_CAPACITY, clamp_capacity
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.checkpoint.protocol import map_future, overlapping
+from cowstate.checkpoint.protocol import map_future
 from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
+    SnapshotFormatError,
 )
 from cowstate.key_groups import KeyGroupRange
-from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
+from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture, StagedRestore
 from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot import (
     BinaryWriter,
     RestoredSnapshot,
     SnapshotFileInfo,
+    SnapshotReader,
     read_snapshot,
     write_snapshot,
 )
+from cowstate.snapshot.checks import DecodedBlock, duplicate_error
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
@@ -72,6 +93,7 @@ from cowstate.state_table import (
 __all__ = [
     "HEAP_FORMAT",
     "HeapKeyedStateBackend",
+    "HeapPreparedRestore",
     "KeyedStateSnapshotResult",
     "SnapshotFuture",
     "StreamFactory",
@@ -220,21 +242,36 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """Nothing to do: heap snapshots never build on earlier ones."""
 
-    def restore_from(
+    def prepare_restore(
         self,
         handles: Sequence[KeyedStateHandle],
         source: SnapshotSource,
         *,
         incremental_base: bool = False,
-    ) -> None:
-        """Restore from the heap or canonical handles of one snapshot (only those
-        meeting this backend's key groups are read; each file is checked
-        against its size and CRC32 first)."""
-        handles = list(handles)
-        self._check_formats(handles)
-        mine = overlapping(handles, self.key_group_range)
+    ) -> HeapPreparedRestore:
+        """Read, verify and decode the heap or canonical handles of one snapshot
+        into new tables, changing nothing; ``commit()`` installs them.
+
+        Reads only the handles meeting this backend's key groups (each key
+        group in one handle only); each file is checked against its handle's
+        size and CRC32 and must hold the handle's key groups, format and
+        states. ``incremental_base`` is ignored: heap snapshots are always full.
+        """
+        mine = self._handles_to_read(handles, source)
         self._check_handles(mine)
-        self.restore([source.read(f) for handle in mine for f in handle.files])
+        readers: list[SnapshotReader] = []
+        for handle in mine:
+            if handle.states and not handle.files:
+                raise SnapshotFormatError(
+                    f"expected the snapshot file of the handle of key groups "
+                    f"{list(handle.key_group_range)}, which lists states "
+                    f"{[s.name for s in handle.states]}, got a handle without files"
+                )
+            for file in handle.files:
+                reader = SnapshotReader(source.read(file))
+                self._check_file_of(handle, source.path(file), reader.metadata)
+                readers.append(reader)
+        return self._prepare(readers)
 
     def _handle_of(
         self, snapshot_format: SnapshotFormat, result: KeyedStateSnapshotResult
@@ -260,42 +297,37 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         """Rebuild every state for this backend's key groups from snapshot files.
 
         Each item is the bytes of a file, a binary stream, a
-        :class:`KeyedStateSnapshotResult`, or a handle with ``open()``. States
-        in the files replace the tables of the same name; registered states
-        absent from the files become empty. Nothing changes unless every file
-        decodes and matches this backend (max parallelism, key and namespace
-        serializers, kinds and serializers of registered states).
+        :class:`KeyedStateSnapshotResult` (that of a backend without states
+        holds no file: it restores to empty states), or a handle with
+        ``open()``. States in the files replace the tables of the same name;
+        registered states absent from the files become empty. Everything is
+        read, checked (max parallelism, formats, key and namespace serializers,
+        kinds and serializers of registered states, the contents:
+        :mod:`cowstate.snapshot.checks`) and decoded into new tables before any
+        table changes: on any error the backend is exactly as it was.
+
+        At least one item is required: ``restore([])`` raises
+        :class:`~cowstate.errors.InvalidArgumentError` rather than empty every
+        state (restore an empty backend's snapshot result to do that).
         """
         self._check_open()
-        metas = self._registered_metas()
-        restored = RestoredSnapshot(self.key_group_range, self.max_parallelism)
-        for item in snapshot_streams:
-            read_snapshot(
-                _open_snapshot(item),
-                self.key_group_range,
-                max_parallelism=self.max_parallelism,
-                metas=metas,
-                key_serializer=self._key_serializer,
-                into=restored,
-                namespace_serializer=self._namespace_serializer,
+        if isinstance(snapshot_streams, bytes | bytearray | memoryview | str) or not isinstance(
+            snapshot_streams, Iterable
+        ):
+            raise InvalidArgumentError(
+                f"expected an iterable of snapshots (bytes, binary streams, snapshot results "
+                f"or handles with open()), got {type(snapshot_streams).__name__}"
             )
-        foreign = restored.formats - RESTORABLE_FORMATS
-        if foreign:
-            raise IncompatibleSnapshotError(
-                f"expected a heap or canonical snapshot, got format {sorted(foreign)}: a "
-                "native snapshot of another backend; restore from a canonical savepoint"
+        items = list(snapshot_streams)
+        if not items:
+            raise InvalidArgumentError(
+                "expected at least one snapshot to restore from, got none: restore([]) would "
+                "empty every state; restore the snapshot result of an empty backend for that"
             )
-        for name, meta in restored.metas.items():
-            self._check_namespace_serializer(
-                name, serializer_identifier(meta.namespace_serializer), "file"
-            )
-        tables: dict[str, StateTable[Any, Any, Any]] = {}
-        for name, meta in restored.metas.items():
-            table = self._new_table(metas.get(name, meta))
-            for key_group, key, namespace, state in restored.entries(name):
-                table.put(key, namespace, state, key_group=key_group)
-            tables[name] = table
-        self._install_tables(tables, metas)  # every file decoded: swap them in
+        with contextlib.ExitStack() as opened:
+            snapshots = [_open_snapshot(item, opened) for item in items]
+            prepared = self._prepare([s for s in snapshots if s is not None])
+        prepared.commit()
 
     def __enter__(self) -> HeapKeyedStateBackend:
         return self
@@ -327,6 +359,79 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             _discard(stream)
             raise
 
+    def _prepare(
+        self, snapshots: Sequence[SnapshotReader | IO[bytes] | bytes]
+    ) -> HeapPreparedRestore:
+        """Check every file's metadata, then decode every file and fill new tables
+        (the backend unchanged; see :meth:`restore`)."""
+        readers = [s if isinstance(s, SnapshotReader) else SnapshotReader(s) for s in snapshots]
+        try:
+            for reader in readers:  # every file's metadata before any byte is decoded
+                header = reader.metadata
+                if header.format not in RESTORABLE_FORMATS:
+                    raise IncompatibleSnapshotError(
+                        f"expected a heap or canonical snapshot, got format {header.format!r}: "
+                        "a native snapshot of another backend; restore from a canonical savepoint"
+                    )
+                self._check_snapshot(header.max_parallelism, header.key_serializer, "file")
+                for state in header.states:
+                    self._check_namespace_serializer(state.name, state.namespace_serializer, "file")
+            metas = self._registered_metas()
+            restored = RestoredSnapshot(self.key_group_range, self.max_parallelism)
+            for reader in readers:
+                read_snapshot(
+                    reader,
+                    self.key_group_range,
+                    max_parallelism=self.max_parallelism,
+                    metas=metas,
+                    key_serializer=self._key_serializer,
+                    into=restored,
+                    namespace_serializer=self._namespace_serializer,
+                )
+        finally:
+            for reader in readers:
+                reader.rewind()
+        tables: dict[str, StateTable[Any, Any, Any]] = {}
+        for name, meta in restored.metas.items():
+            tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
+        for name, holder in self._holders.items():  # registered, absent: empty
+            if name not in tables:
+                tables[name] = self._new_table(metas.get(name, holder.table.meta))
+        return HeapPreparedRestore(self, tables, metas)
+
+    def _filled_table(
+        self, meta: StateMetaInfo, blocks: dict[int, DecodedBlock]
+    ) -> StateTable[Any, Any, Any]:
+        """A new table of ``meta`` holding ``blocks`` (key group -> entries, all
+        checked but E4), its maps sized for them; refuses a duplicate mapping."""
+        table = self._restored_table(meta, [len(block) for block in blocks.values()])
+        for key_group, block in blocks.items():
+            put = table.state_map(key_group).put  # a fresh table: straight into its map
+            for key, namespace, state in zip(
+                block.keys, block.namespaces, block.states, strict=True
+            ):
+                if not put(key, namespace, state):
+                    raise duplicate_error(meta.name, key_group, key, namespace)
+        return table
+
+    def _restored_table(self, meta: StateMetaInfo, sizes: list[int]) -> StateTable[Any, Any, Any]:
+        """A new table for ``sizes`` entries per key group: a table class of ours
+        is asked for maps that need not grow (any other factory as it is)."""
+        factory = self._table_factory
+        if not sizes or not (isinstance(factory, type) and issubclass(factory, StateTable)):
+            return self._new_table(meta)
+        groups = len(self.key_group_range)
+        capacity = _capacity_for(max(sizes))
+        if capacity * groups > 4 * sum(sizes) + DEFAULT_CAPACITY * groups:  # skewed: not all
+            capacity = _capacity_for(-(-sum(sizes) // groups))
+        return factory(
+            self.key_group_range,
+            self.max_parallelism,
+            meta=meta,
+            key_serializer=self._key_serializer,
+            initial_capacity=max(capacity, DEFAULT_CAPACITY),
+        )
+
     def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
         return self._table_factory(
             self.key_group_range,
@@ -336,9 +441,12 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         )
 
 
-def _open_snapshot(item: Any) -> IO[bytes] | bytes:
-    """The bytes or stream of one snapshot to restore."""
+def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes | None:
+    """The bytes or stream of one snapshot to restore (None: an empty backend's
+    snapshot, no file); a stream opened here is closed by ``opened``."""
     if isinstance(item, KeyedStateSnapshotResult):
+        if item.handle is None:
+            return None
         item = item.handle
     if isinstance(item, bytes | bytearray | memoryview):
         return bytes(item)
@@ -346,13 +454,46 @@ def _open_snapshot(item: Any) -> IO[bytes] | bytes:
         return item.getvalue()
     opener = getattr(item, "open", None)
     if callable(opener):
-        return opener()  # type: ignore[no-any-return]
+        stream = opener()
+        close = getattr(stream, "close", None)
+        if callable(close):
+            opened.callback(close)
+        return stream  # type: ignore[no-any-return]
     if hasattr(item, "read"):
         return item  # type: ignore[no-any-return]
     raise InvalidArgumentError(
         f"expected snapshot bytes, a binary stream, a snapshot result or a handle with "
         f"open(), got {type(item).__name__}"
     )
+
+
+def _capacity_for(entries: int) -> int:
+    """The map capacity holding ``entries`` without growing (load factor 3/4)."""
+    return clamp_capacity(entries + entries // 3 + 1)
+
+
+class HeapPreparedRestore(StagedRestore):
+    """A heap restore verified and decoded into new tables, not installed yet
+    (:meth:`HeapKeyedStateBackend.prepare_restore`): ``commit()`` swaps the
+    tables in (no I/O, no decoding), ``discard()`` drops them."""
+
+    def __init__(
+        self,
+        backend: HeapKeyedStateBackend,
+        tables: dict[str, StateTable[Any, Any, Any]],
+        metas: dict[str, StateMetaInfo],
+    ) -> None:
+        super().__init__(backend)
+        self._heap = backend
+        self._tables = tables
+        self._metas = metas
+
+    def _apply(self) -> None:
+        tables, self._tables = self._tables, {}
+        self._heap._install_tables(tables, self._metas)
+
+    def _drop(self) -> None:
+        self._tables = {}
 
 
 def _discard(stream: BinaryWriter | None) -> None:

@@ -8,6 +8,14 @@ table from ``_new_table``; keyed states read and write it at the current key
 and namespace. A name registered again must describe the same state (same
 kind, serializer of the same identifier). Subclasses decide what a table is
 (objects on the heap, bytes in RocksDB) and how snapshots and restores work.
+
+Restores are two-phase (:mod:`cowstate.checkpoint.protocol`): a subclass's
+``prepare_restore`` verifies and stages everything and returns a
+:class:`StagedRestore` whose ``commit()`` swaps it in; ``restore_from`` is
+both. The checks every backend makes on the handles it is given live here:
+each key group in one handle only
+(:meth:`AbstractKeyedStateBackend._handles_to_read`), and each snapshot file
+holding what its handle says (:meth:`AbstractKeyedStateBackend._check_file_of`).
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ from concurrent.futures import wait as wait_futures
 from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from cowstate.checkpoint.handles import BackendName, KeyedStateHandle
+from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.protocol import overlapping
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -32,9 +42,11 @@ from cowstate.errors import (
     BackendClosedError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
+    KeyGroupMismatchError,
     MaxParallelismMismatchError,
     SerializerMismatchError,
     SnapshotCancelledError,
+    SnapshotFormatError,
     SnapshotWriteError,
     StateRegistrationError,
     UnknownStateError,
@@ -58,9 +70,10 @@ from cowstate.serializers import (
     serializer_for,
     serializer_identifier,
 )
+from cowstate.snapshot.format import SnapshotMetadata
 from cowstate.state_meta import SnapshotFormat, StateEntry, StateKind, StateMetadata, StateMetaInfo
 
-__all__ = ["AbstractKeyedStateBackend", "SnapshotFuture"]
+__all__ = ["AbstractKeyedStateBackend", "SnapshotFuture", "StagedRestore"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -89,6 +102,52 @@ class SnapshotFuture(Future[T]):
             self._release_resources()
             return True
         return not self.done()
+
+
+class StagedRestore(ABC):
+    """A restore a backend verified and staged (a
+    :class:`~cowstate.checkpoint.protocol.PreparedRestore`): ``commit()`` once,
+    or ``discard()``. Committing a used one raises
+    :class:`~cowstate.errors.InvalidArgumentError`; committing into a backend
+    closed meanwhile raises :class:`~cowstate.errors.BackendClosedError` and
+    discards. ``discard()`` of a used one does nothing."""
+
+    def __init__(self, backend: AbstractKeyedStateBackend[Any]) -> None:
+        self._backend = backend
+        self._status = "prepared"
+
+    @property
+    def status(self) -> str:
+        """``prepared``, ``committed`` or ``discarded``."""
+        return self._status
+
+    def commit(self) -> None:
+        """Swap the staged state into the backend (in memory; no new checks)."""
+        if self._status != "prepared":
+            raise InvalidArgumentError(
+                f"expected a prepared restore to commit, got one already {self._status}"
+            )
+        if self._backend._closed:
+            self.discard()
+            raise BackendClosedError(
+                "expected an open backend to commit the restore into, got one that was closed"
+            )
+        self._status = "committed"
+        self._apply()
+
+    def discard(self) -> None:
+        """Drop the staged state; the backend stays as it was."""
+        if self._status == "prepared":
+            self._status = "discarded"
+            self._drop()
+
+    @abstractmethod
+    def _apply(self) -> None:
+        """Swap the staged state in; must not fail on prepared data."""
+
+    @abstractmethod
+    def _drop(self) -> None:
+        """Release what the staging holds (memory, staged files)."""
 
 
 class AbstractKeyedStateBackend(ABC, Generic[TableT]):
@@ -257,9 +316,106 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
             f"states {self.state_names}>"
         )
 
+    # --------------------------------------------------------------- restores
+
+    @abstractmethod
+    def prepare_restore(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        *,
+        incremental_base: bool = False,
+    ) -> StagedRestore:
+        """Read, verify and stage a restore from ``handles`` of one snapshot without
+        changing the backend; ``commit()`` applies it (see
+        :mod:`cowstate.checkpoint.protocol`)."""
+
+    def restore_from(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        *,
+        incremental_base: bool = False,
+    ) -> None:
+        """``prepare_restore(handles, source, ...).commit()``: nothing changes unless
+        everything verified."""
+        self.prepare_restore(handles, source, incremental_base=incremental_base).commit()
+
     # -------------------------------------------------------- for subclasses
 
     # ------------------------------------------------- restore compatibility
+
+    def _handles_to_read(
+        self, handles: Sequence[KeyedStateHandle], source: SnapshotSource
+    ) -> list[KeyedStateHandle]:
+        """The handles meeting this backend's key groups, after the checks every
+        restore makes: an open backend, a source, at least one handle, of this
+        backend's format or canonical, max parallelism and key serializer, each
+        key group in one handle only. (Key groups no handle holds restore
+        empty: a snapshot of part of the key groups is a valid snapshot; that a
+        job's ``_metadata`` covers every key group is the checkpoint package's
+        check.)"""
+        self._check_open()
+        if not isinstance(source, SnapshotSource):
+            raise InvalidArgumentError(f"expected a SnapshotSource, got {type(source).__name__}")
+        if isinstance(handles, KeyedStateHandle) or not isinstance(handles, Sequence):
+            raise InvalidArgumentError(
+                f"expected a sequence of KeyedStateHandles, got {type(handles).__name__}"
+            )
+        handles = list(handles)
+        if not handles:
+            raise InvalidArgumentError(
+                "expected the handles of a snapshot to restore from, got none: a restore "
+                "from nothing would empty every state"
+            )
+        self._check_formats(handles)
+        for handle in handles:
+            self._check_snapshot(handle.max_parallelism, handle.key_serializer, "snapshot")
+        mine = overlapping(handles, self.key_group_range)
+        owner: dict[int, int] = {}
+        own = self.key_group_range
+        for index, handle in enumerate(mine):
+            for key_group in own.intersection(KeyGroupRange.of(*handle.key_group_range)):
+                other = owner.setdefault(key_group, index)
+                if other != index:
+                    raise KeyGroupMismatchError(
+                        f"expected every key group in one handle only, got key group "
+                        f"{key_group} in the handles of {list(mine[other].key_group_range)} "
+                        f"and {list(handle.key_group_range)}"
+                    )
+        return mine
+
+    def _check_file_of(
+        self, handle: KeyedStateHandle, path: str, metadata: SnapshotMetadata
+    ) -> None:
+        """A snapshot file (at ``path``) holds what its handle says: its key-group
+        range, format, max parallelism, key serializer and states."""
+        expected = (
+            tuple(handle.key_group_range),
+            handle.format,
+            handle.max_parallelism,
+            handle.key_serializer,
+        )
+        got = (
+            tuple(metadata.key_group_range),
+            metadata.format,
+            metadata.max_parallelism,
+            metadata.key_serializer,
+        )
+        if expected != got:
+            raise SnapshotFormatError(
+                f"expected {path!r} to hold key groups {list(expected[0])} in format "
+                f"{expected[1]} of max parallelism {expected[2]} with key serializer "
+                f"{expected[3]!r} as its handle says, the file holds key groups "
+                f"{list(got[0])} in format {got[1]} of max parallelism {got[2]} with key "
+                f"serializer {got[3]!r}"
+            )
+        if tuple(metadata.states) != tuple(handle.states):
+            raise SnapshotFormatError(
+                f"expected {path!r} to hold the states its handle lists "
+                f"{[s.name for s in handle.states]}, the file holds "
+                f"{[s.name for s in metadata.states]} (or other ids, kinds or serializers)"
+            )
 
     def _check_formats(self, handles: Sequence[KeyedStateHandle]) -> None:
         """Refuse anything but handles of this backend's native format or canonical."""

@@ -70,6 +70,7 @@ The coordinator runs on one thread; the backends write on their own.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import uuid
@@ -87,7 +88,7 @@ from cowstate.checkpoint.handles import (
     SnapshotOptions,
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.checkpoint.protocol import CheckpointingBackend, overlapping
+from cowstate.checkpoint.protocol import CheckpointingBackend, PreparedRestore, overlapping
 from cowstate.checkpoint.recovery import Recovery, RecoveryReport, Skipped
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import (
@@ -631,14 +632,31 @@ def _restore_backends(
     *,
     incremental_base: bool,
 ) -> None:
-    """Restore every subtask from the handles meeting its key groups; a subtask
-    builds incrementally on them only without rescaling."""
-    for backend in backends:
-        mine = overlapping(metadata.subtasks, backend.key_group_range)
-        same_range = (
-            len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == backend.key_group_range
-        )
-        backend.restore_from(mine, source, incremental_base=incremental_base and same_range)
+    """Restore every subtask from the handles meeting its key groups, all or
+    nothing: prepare every subtask's restore (read, verify, stage; no backend
+    changes), then commit them all; on any error every prepared restore is
+    discarded and every backend is as it was. A subtask builds incrementally
+    on the handles only without rescaling."""
+    prepared: list[PreparedRestore] = []
+    try:
+        for backend in backends:
+            mine = overlapping(metadata.subtasks, backend.key_group_range)
+            same_range = (
+                len(mine) == 1
+                and KeyGroupRange.of(*mine[0].key_group_range) == backend.key_group_range
+            )
+            prepared.append(
+                backend.prepare_restore(
+                    mine, source, incremental_base=incremental_base and same_range
+                )
+            )
+    except BaseException:
+        for staged in prepared:
+            with contextlib.suppress(Exception):  # the first error is the one to report
+                staged.discard()
+        raise
+    for staged in prepared:  # cheap, in memory, on verified data
+        staged.commit()
 
 
 def _remove_if_empty(storage: CheckpointStorage, directory: str) -> None:

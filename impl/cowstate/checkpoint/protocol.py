@@ -7,6 +7,29 @@ It hears which checkpoints completed or were aborted (an incremental backend
 reuses files of the last *confirmed* checkpoint only), and restores from the
 handles of a completed snapshot, reading through a
 :class:`~cowstate.checkpoint.location.SnapshotSource`.
+
+Restores are two-phase, so that a job of several subtasks restores all of
+them or none (the coordinator's ``_restore_backends``):
+
+1. ``prepare_restore(handles, source)`` reads and verifies everything -- the
+   files' sizes and CRC32s, formats, max parallelism, serializer ids,
+   key-group ranges (each key group in one handle only, each file holding
+   its handle's range and states) and the contents
+   (:mod:`cowstate.snapshot.checks`) -- and decodes or stages it beside the
+   live state, without changing the backend. Any problem raises a
+   :mod:`cowstate.errors` exception and leaves nothing behind. No handles at
+   all is refused (:class:`~cowstate.errors.InvalidArgumentError`); key
+   groups no handle holds restore empty.
+2. :meth:`PreparedRestore.commit` swaps the staged state in. It does only
+   cheap in-memory steps on data already checked (heap: install the tables
+   built in step 1; RocksDB: switch to the database built in step 1), so it
+   does not fail on prepared data. :meth:`PreparedRestore.discard` drops the
+   staging instead (RocksDB: closes and deletes the staged database).
+
+A prepared restore is used once (``commit`` or ``discard``; ``discard``
+after either is a no-op) by the owner's thread, and nothing may use the
+backend between ``prepare_restore`` and ``commit``. ``restore_from`` is
+``prepare_restore`` then ``commit``.
 """
 
 from __future__ import annotations
@@ -19,10 +42,23 @@ from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.key_groups import KeyGroupRange
 
-__all__ = ["CheckpointingBackend", "map_future", "overlapping"]
+__all__ = ["CheckpointingBackend", "PreparedRestore", "map_future", "overlapping"]
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+@runtime_checkable
+class PreparedRestore(Protocol):
+    """A restore read, verified and staged by ``prepare_restore``, not yet applied."""
+
+    def commit(self) -> None:
+        """Swap the staged state in (cheap, in memory; see the module doc)."""
+        ...
+
+    def discard(self) -> None:
+        """Drop the staged state; the backend stays as it was (no-op once used)."""
+        ...
 
 
 @runtime_checkable
@@ -49,6 +85,21 @@ class CheckpointingBackend(Protocol):
         """Checkpoint ``checkpoint_id`` will never complete."""
         ...
 
+    def prepare_restore(
+        self,
+        handles: Sequence[KeyedStateHandle],
+        source: SnapshotSource,
+        *,
+        incremental_base: bool = False,
+    ) -> PreparedRestore:
+        """Read, verify and stage a restore from ``handles`` of one snapshot,
+        changing nothing (see the module doc); ``commit()`` applies it.
+
+        With ``incremental_base`` the backend may build later checkpoints on
+        the restored files (restore modes CLAIM and LEGACY, no rescaling).
+        """
+        ...
+
     def restore_from(
         self,
         handles: Sequence[KeyedStateHandle],
@@ -56,11 +107,8 @@ class CheckpointingBackend(Protocol):
         *,
         incremental_base: bool = False,
     ) -> None:
-        """Rebuild the backend's key groups from ``handles`` of one snapshot.
-
-        With ``incremental_base`` the backend may build later checkpoints on
-        the restored files (restore modes CLAIM and LEGACY, no rescaling).
-        """
+        """Rebuild the backend's key groups from ``handles`` of one snapshot:
+        ``prepare_restore(...).commit()``."""
         ...
 
     def close(self) -> None: ...

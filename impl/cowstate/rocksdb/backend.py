@@ -92,18 +92,22 @@ The base rules
   shared files, a canonical snapshot) leaves no base: the first checkpoint
   is full.
 
-Restores (``restore_from``)
-===========================
+Restores (``prepare_restore``, then ``commit()``)
+=================================================
 
-1. Refuse a heap snapshot (:class:`~cowstate.errors.IncompatibleSnapshotError`:
-   take a canonical savepoint to change backends) and mixed formats; keep the
-   handles whose key groups meet this backend's (``overlapping``).
+1. Refuse no handles, a heap snapshot
+   (:class:`~cowstate.errors.IncompatibleSnapshotError`: take a canonical
+   savepoint to change backends) and mixed formats; keep the handles whose
+   key groups meet this backend's (``overlapping``), each key group in one
+   handle only.
 2. Check every handle against this backend: max parallelism, key serializer,
    namespace serializer, and kind and state serializer of registered states.
 3. Build the new database in a fresh directory, never touching the live one:
 
    - canonical: read each file (size and CRC32 checked), validate its
-     metadata, and write the raw entries of this backend's key groups with
+     metadata (and that it holds what its handle says), decode and check
+     every entry of this backend's key groups (E1-E4 of
+     :mod:`cowstate.snapshot.checks`), and write the raw entries with
      ``WriteBatch`` into new column families;
    - native: download each handle's files under their local names (size and
      CRC32 checked: :class:`~cowstate.errors.CorruptCheckpointError`), open
@@ -112,14 +116,21 @@ Restores (``restore_from``)
      handle sharing most key groups is opened read-write and everything
      outside this backend's range is dropped with ``delete_range`` in every
      column family; every other handle is opened read-only and the keys of
-     this range are copied over (``seek`` + upper bound), then it is closed
-     and deleted.
+     this range are copied over (``seek`` + upper bound), each entry decoded
+     and checked (E1-E3), then it is closed and deleted. Reads check the
+     iterator's status: a corrupt block is a
+     :class:`~cowstate.errors.CorruptCheckpointError`, never fewer entries.
 
-4. Only then swap: the old tables are detached, the old database is closed
-   and deleted, every restored state gets a table (registered states missing
-   from the snapshot become empty), and the base is reset as above. Any
-   failure before the swap deletes what was built and leaves the backend
-   exactly as it was.
+   Every state the backend has gets its column family in the new database.
+   Steps 1-3 are ``prepare_restore``, which returns a
+   :class:`RocksDBPreparedRestore` holding the new database.
+
+4. Only then swap (``commit()``; ``restore_from`` is prepare and commit):
+   the old tables are detached, the old database is closed and deleted,
+   every restored state gets a table (registered states missing from the
+   snapshot become empty), and the base is reset as above. Any failure
+   before the swap -- or ``discard()`` -- deletes what was built and leaves
+   the backend exactly as it was.
 
 Thread model
 ============
@@ -155,14 +166,13 @@ from rocksdict import Checkpoint, Options
 
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.checkpoint.protocol import overlapping
 from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
     SnapshotWriteError,
 )
 from cowstate.key_groups import KeyGroupRange
-from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture
+from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture, StagedRestore
 from cowstate.rocksdb.db import (
     Database,
     InstanceDirectory,
@@ -183,6 +193,7 @@ from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 __all__ = [
     "NATIVE_FORMAT",
     "RocksDBKeyedStateBackend",
+    "RocksDBPreparedRestore",
     "RocksDBSnapshotFuture",
     "column_family_name",
 ]
@@ -396,54 +407,67 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
             if checkpoint_id > self._last_completed:
                 self._aborted.add(checkpoint_id)
 
-    def restore_from(
+    def prepare_restore(
         self,
         handles: Sequence[KeyedStateHandle],
         source: SnapshotSource,
         *,
         incremental_base: bool = False,
-    ) -> None:
-        """Rebuild the backend's key groups from ``handles`` of one snapshot (RocksDB
-        native or canonical); see the module doc. Nothing changes unless it all
-        succeeds."""
-        self._check_open()
-        if not isinstance(source, SnapshotSource):
-            raise InvalidArgumentError(f"expected a SnapshotSource, got {type(source).__name__}")
-        handles = list(handles)
-        self._check_formats(handles)
+    ) -> RocksDBPreparedRestore:
+        """Build the database of the handles of one snapshot (RocksDB native or
+        canonical) beside the live one, every check done, changing nothing;
+        ``commit()`` switches to it (see the module doc)."""
+        mine = self._handles_to_read(handles, source)
         formats = sorted({h.format for h in handles})
         if len(formats) > 1:
             raise IncompatibleSnapshotError(
                 f"expected the handles of one snapshot (one format), got formats {formats}"
             )
-        mine = overlapping(handles, self.key_group_range)
         metas = self._check_handles(mine)
         same_range = (
             len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == self.key_group_range
         )
-        if formats == [CANONICAL_FORMAT]:
-            built = Restorer(self._instance, self.key_group_range).from_canonical(
-                mine, source, metas, self._check_file
-            )
-            self._swap(built, metas, seed=None, backend_uid=uuid.uuid4().hex)
-            return
-        built = Restorer(self._instance, self.key_group_range).from_native(
-            mine, source, metas, same_range
+        restorer = Restorer(
+            self._instance, self.key_group_range, self.max_parallelism, self._key_serializer
         )
         seed: tuple[int, dict[str, FileHandle]] | None = None
         backend_uid = uuid.uuid4().hex
-        if same_range:
-            handle = mine[0]
-            backend_uid = handle.backend_uid or backend_uid
-            shared = {f.local_name: f for f in handle.shared_files if f.local_name}
-            if incremental_base and shared:
-                seed = (handle.checkpoint_id, shared)
-        self._swap(built, metas, seed=seed, backend_uid=backend_uid)
+        if formats == [CANONICAL_FORMAT]:
+            built = restorer.from_canonical(mine, source, metas, self._check_file)
+        else:
+            built = restorer.from_native(mine, source, metas, same_range)
+            if same_range:
+                handle = mine[0]
+                backend_uid = handle.backend_uid or backend_uid
+                shared = {f.local_name: f for f in handle.shared_files if f.local_name}
+                if incremental_base and shared:
+                    seed = (handle.checkpoint_id, shared)
+        try:  # every state the backend will have gets its column family now
+            for name in self._holders:
+                self._instance.ensure_column_family(built, column_family_name(name))
+        except BaseException:
+            built.discard()
+            raise
+        return RocksDBPreparedRestore(self, built, metas, seed, backend_uid)
 
     def restore(self, handles: Iterable[KeyedStateHandle], source: SnapshotSource) -> None:
         """``restore_from(handles, source)`` without an incremental base (``source``:
-        the snapshot's directory, where its relative paths resolve)."""
-        self.restore_from(list(handles), source)
+        the snapshot's directory, where its relative paths resolve). At
+        least one handle is required (``restore([])`` raises
+        :class:`~cowstate.errors.InvalidArgumentError` instead of emptying
+        every state)."""
+        self._check_open()
+        if isinstance(handles, KeyedStateHandle) or not isinstance(handles, Iterable):
+            raise InvalidArgumentError(
+                f"expected an iterable of KeyedStateHandles, got {type(handles).__name__}"
+            )
+        handles = list(handles)
+        if not handles:
+            raise InvalidArgumentError(
+                "expected at least one handle to restore from, got none: restore([]) would "
+                "empty every state"
+            )
+        self.restore_from(handles, source)
 
     def _release_resources(self) -> None:
         """Close and delete the database (no writer runs any more)."""
@@ -493,8 +517,16 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
 
     # ------------------------------------------------------------- restores
 
-    def _check_file(self, metadata: SnapshotMetadata, metas: dict[str, StateMetaInfo]) -> None:
-        """A canonical file this backend restores (its states' meta info go to ``metas``)."""
+    def _check_file(
+        self,
+        handle: KeyedStateHandle,
+        path: str,
+        metadata: SnapshotMetadata,
+        metas: dict[str, StateMetaInfo],
+    ) -> None:
+        """A canonical file (at ``path``, of ``handle``) this backend restores: it
+        holds what its handle says, and its states' meta info go to ``metas``."""
+        self._check_file_of(handle, path, metadata)
         self._check_snapshot(metadata.max_parallelism, metadata.key_serializer, "file")
         for state in metadata.states:
             self._restored_meta(state, metas)
@@ -530,3 +562,36 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
 
     def _remove_directories(self) -> None:
         remove_trees(self._root, self._local_dir if self._own_local_dir else None)
+
+
+class RocksDBPreparedRestore(StagedRestore):
+    """A RocksDB restore built and checked in a database beside the live one
+    (:meth:`RocksDBKeyedStateBackend.prepare_restore`): ``commit()`` switches
+    the backend to it (the old database is closed and deleted),
+    ``discard()`` closes and deletes it."""
+
+    def __init__(
+        self,
+        backend: RocksDBKeyedStateBackend,
+        built: Database,
+        metas: dict[str, StateMetaInfo],
+        seed: tuple[int, dict[str, FileHandle]] | None,
+        backend_uid: str,
+    ) -> None:
+        super().__init__(backend)
+        self._rocks = backend
+        self._built = built
+        self._metas = metas
+        self._seed = seed
+        self._backend_uid = backend_uid
+
+    @property
+    def path(self) -> Path:
+        """The directory of the staged database."""
+        return self._built.path
+
+    def _apply(self) -> None:
+        self._rocks._swap(self._built, self._metas, seed=self._seed, backend_uid=self._backend_uid)
+
+    def _drop(self) -> None:
+        self._built.discard()

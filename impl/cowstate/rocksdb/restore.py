@@ -4,12 +4,21 @@
 instance directory for the key groups of one backend:
 
 - :meth:`Restorer.from_canonical`: the raw entries of canonical snapshot files
-  (size and CRC32 checked), written with ``WriteBatch`` into new column
-  families;
+  (size and CRC32 checked, each file holding what its handle says), every
+  entry decoded and checked (:mod:`cowstate.snapshot.checks`: E1-E3, and E4
+  on the raw RocksDB keys of each key group) before it is written with
+  ``WriteBatch`` into new column families: undecodable or ``None`` entries
+  are refused here, never found at first read;
 - :meth:`Restorer.from_native`: RocksDB files downloaded under their local
-  names; one handle of the same range is the new database as it is, else the
-  handle sharing most key groups is clipped to the range (``delete_range``)
-  and the others' keys of the range are copied in.
+  names; one handle of the same range is the new database as it is (no entry
+  is read), else the handle sharing most key groups is clipped to the range
+  (``delete_range``) and the others' keys of the range are copied in, each
+  copied entry decoded and checked (E1-E3; RocksDB keys are unique, so E4
+  holds) on the way.
+
+Reads check the iterator's status (:func:`~cowstate.rocksdb.table.scan`):
+RocksDB files that fail to open or to read back whole are a
+:class:`~cowstate.errors.CorruptCheckpointError`, never fewer entries.
 
 Any failure deletes what was built; the backend swaps the result in only
 when everything succeeded.
@@ -17,10 +26,11 @@ when everything succeeded.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,8 @@ from cowstate.checkpoint.handles import KeyedStateHandle
 from cowstate.checkpoint.location import SnapshotSource
 from cowstate.errors import (
     CorruptCheckpointError,
+    CorruptStorageError,
+    CowStateError,
     IncompatibleSnapshotError,
     KeyGroupMismatchError,
 )
@@ -43,30 +55,48 @@ from cowstate.rocksdb.db import (
     raw_options,
 )
 from cowstate.rocksdb.table import (
+    decode_rocks_key,
     encode_rocks_key,
     key_group_prefix,
     scan,
     write_options,
 )
+from cowstate.serializers import StateSerializer
 from cowstate.snapshot import (
     SnapshotMetadata,
     SnapshotReader,
+)
+from cowstate.snapshot.checks import (
+    EntryDecoder,
+    check_key_groups,
+    decode_rows,
+    duplicate_error,
 )
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 __all__ = ["Restorer", "download"]
 
-#: ``check_file(metadata, metas)``: refuse a snapshot file the backend cannot
-#: restore; add the meta info of its states to ``metas``.
-FileCheck = Callable[[SnapshotMetadata, dict[str, StateMetaInfo]], None]
+#: ``check_file(handle, path, metadata, metas)``: refuse a snapshot file (at
+#: ``path``, of ``handle``) the backend cannot restore; add the meta info of
+#: its states to ``metas``.
+FileCheck = Callable[[KeyedStateHandle, str, SnapshotMetadata, dict[str, StateMetaInfo]], None]
 
 
 class Restorer:
-    """Builds databases for ``key_group_range`` in ``instance``."""
+    """Builds databases for ``key_group_range`` of ``max_parallelism`` in
+    ``instance``; ``key_serializer`` decodes keys for the checks."""
 
-    def __init__(self, instance: InstanceDirectory, key_group_range: KeyGroupRange) -> None:
+    def __init__(
+        self,
+        instance: InstanceDirectory,
+        key_group_range: KeyGroupRange,
+        max_parallelism: int,
+        key_serializer: StateSerializer,
+    ) -> None:
         self.instance = instance
         self.key_group_range = key_group_range
+        self.max_parallelism = max_parallelism
+        self.key_serializer = key_serializer
 
     def from_canonical(
         self,
@@ -75,8 +105,8 @@ class Restorer:
         metas: dict[str, StateMetaInfo],
         check_file: FileCheck,
     ) -> Database:
-        """A new database with the raw entries of this backend's key groups
-        (``check_file`` refuses a file the backend cannot restore)."""
+        """A new database with the raw entries of this backend's key groups, each
+        checked (``check_file`` refuses a file the backend cannot restore)."""
         built = self.instance.open_fresh()
         try:
             handles_of: dict[str, Any] = {}
@@ -84,15 +114,19 @@ class Restorer:
             seen: set[int] = set()
             for handle in handles:
                 for file in handle.files:
+                    path = source.path(file)
                     reader = SnapshotReader(source.read(file))
                     meta = reader.metadata
                     if meta.format != SnapshotFormat.CANONICAL:
                         raise IncompatibleSnapshotError(
                             f"expected a canonical snapshot file, got format {meta.format!r} "
-                            f"in {source.path(file)!r}: restore a canonical savepoint"
+                            f"in {path!r}: restore a canonical savepoint"
                         )
-                    check_file(meta, metas)
+                    check_file(handle, path, meta, metas)
                     names = {}
+                    decoders = self._decoders(
+                        {state.id: state.name for state in meta.states}, metas
+                    )
                     for state in meta.states:
                         names[state.id] = column_family_name(state.name)
                         self.instance.ensure_column_family(built, names[state.id])
@@ -113,8 +147,9 @@ class Restorer:
                                 cf = handles_of[cf_name] = built.db.get_column_family_handle(
                                     cf_name
                                 )
-                            for namespace, key, value in rows:
-                                batch.put(encode_rocks_key(key_group, key, namespace), value, cf)
+                            rocks_keys = self._checked(decoders[state_id], key_group, rows)
+                            for rocks_key, (_, _, value) in zip(rocks_keys, rows, strict=True):
+                                batch.put(rocks_key, value, cf)
                     batch.flush()
             for name in metas:
                 self.instance.ensure_column_family(built, column_family_name(name))
@@ -179,9 +214,25 @@ class Restorer:
             built.column_families &= wanted
             if not same_range:
                 self._clip(built)
+                decoders = self._decoders({column_family_name(name): name for name in metas}, metas)
                 for index, directory in enumerate(directories):
                     if index != first:
-                        self._copy_range(directory, built, wanted)
+                        try:
+                            self._copy_range(directory, built, wanted, decoders)
+                        except CowStateError as exc:
+                            if not isinstance(exc, CorruptStorageError):
+                                raise
+                            raise CorruptCheckpointError(
+                                f"expected the RocksDB files of key groups "
+                                f"{list(handles[index].key_group_range)} to read back whole, "
+                                f"got: {exc}"
+                            ) from exc
+                        except Exception as exc:  # rocksdict's own errors (files, open)
+                            raise CorruptCheckpointError(
+                                f"expected the RocksDB files of key groups "
+                                f"{list(handles[index].key_group_range)} to open and read, "
+                                f"got {type(exc).__name__}: {exc}"
+                            ) from exc
                         shutil.rmtree(directory, ignore_errors=True)
             return built
         except BaseException:
@@ -206,8 +257,15 @@ class Restorer:
             finally:
                 del cf
 
-    def _copy_range(self, directory: Path, built: Database, wanted: set[str]) -> None:
-        """Copy this backend's key groups of the database in ``directory`` into ``built``."""
+    def _copy_range(
+        self,
+        directory: Path,
+        built: Database,
+        wanted: set[str],
+        decoders: dict[str, EntryDecoder],
+    ) -> None:
+        """Copy this backend's key groups of the database in ``directory`` into
+        ``built``, every entry checked (decoded with ``decoders``, by column family)."""
         r = self.key_group_range
         lower = key_group_prefix(r.start_key_group)
         upper = key_group_prefix(r.end_key_group + 1)
@@ -220,14 +278,76 @@ class Restorer:
                 target = built.db.get_column_family_handle(name)
                 entries = scan(other.get_column_family(name), lower, upper)
                 try:
-                    for key, value in entries:
-                        batch.put(key, value, target)
+                    for key_group, rows in _by_key_group(entries):
+                        self._check_stored(decoders[name], key_group, rows)
+                        for key, value in rows:
+                            batch.put(key, value, target)
                     batch.flush()
                 finally:
                     entries.close()  # releases the column family
                     del target
         finally:
             other.close()
+
+    def _decoders(
+        self, names: dict[Any, str], metas: dict[str, StateMetaInfo]
+    ) -> dict[Any, EntryDecoder]:
+        """An entry decoder per key of ``names`` (state id or column family) for
+        the state it names, with the serializers of ``metas``."""
+        key_decode = self.key_serializer.deserialize
+        caches: dict[int, dict[bytes, Any]] = {}
+        out: dict[Any, EntryDecoder] = {}
+        for key, name in names.items():
+            meta = metas[name]
+            out[key] = EntryDecoder(
+                name,
+                key_decode,
+                meta.namespace_serializer.deserialize,
+                meta.state_serializer.deserialize,
+                caches.setdefault(id(meta.namespace_serializer), {}),
+            )
+        return out
+
+    def _checked(
+        self, decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes, bytes]]
+    ) -> list[bytes]:
+        """The RocksDB keys of one key group's raw ``(namespace, key, state)`` rows
+        of a canonical file, after checks E1-E4."""
+        decoded = decode_rows(decoder, key_group, rows)
+        check_key_groups(
+            decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
+        )
+        rocks_keys = [encode_rocks_key(key_group, key, namespace) for namespace, key, _ in rows]
+        if len(set(rocks_keys)) != len(rocks_keys):
+            seen: set[bytes] = set()
+            pairs = zip(decoded.keys, decoded.namespaces, strict=True)
+            for rocks_key, (key, namespace) in zip(rocks_keys, pairs, strict=True):
+                if rocks_key in seen:
+                    raise duplicate_error(decoder.name, key_group, key, namespace)
+                seen.add(rocks_key)
+        return rocks_keys
+
+    def _check_stored(
+        self, decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes]]
+    ) -> None:
+        """Checks E1-E3 of one key group's ``(RocksDB key, value)`` rows read from
+        a snapshot's database (a RocksDB key is unique: E4 holds)."""
+        raw = []
+        for rocks_key, value in rows:
+            _, key, namespace = decode_rocks_key(rocks_key)
+            raw.append((namespace, key, value))
+        decoded = decode_rows(decoder, key_group, raw)
+        check_key_groups(
+            decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
+        )
+
+
+def _by_key_group(
+    entries: Iterable[tuple[bytes, bytes]],
+) -> Iterable[tuple[int, list[tuple[bytes, bytes]]]]:
+    """``(key group, its rows)`` of ``(RocksDB key, value)`` rows in key order."""
+    for prefix, rows in itertools.groupby(entries, key=lambda row: row[0][:2]):
+        yield int.from_bytes(prefix, "big"), list(rows)
 
 
 def download(handle: KeyedStateHandle, source: SnapshotSource, directory: Path) -> None:

@@ -33,7 +33,9 @@ arguments with the same errors. It differs where bytes differ from objects:
 - iteration reads the column family in chunks (no native iterator stays open
   between chunks, so an abandoned iteration never keeps the database open);
   it is not fail-fast: a mapping added or removed behind the iteration point
-  is simply seen or not, never an error;
+  is simply seen or not, never an error; a corrupt block read on the way
+  raises :class:`~cowstate.errors.CorruptStorageError` (:func:`scan` checks
+  the iterator's status), it never ends the iteration early;
 - ``len`` counts by scanning (RocksDB keeps no exact count).
 
 No method keeps the column family in a local variable across a call that may
@@ -47,10 +49,11 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Generator, Iterator
 
-from rocksdict import Rdict, ReadOptions, WriteOptions
+from rocksdict import Rdict, RdictIter, ReadOptions, WriteOptions
 
 from cowstate.errors import (
     BackendClosedError,
+    CorruptStorageError,
     InvalidArgumentError,
     NoneStateError,
     UnhashableKeyError,
@@ -94,9 +97,21 @@ def encode_rocks_key(key_group: int, key_bytes: bytes, namespace_bytes: bytes) -
 
 
 def decode_rocks_key(rocks_key: bytes) -> tuple[int, bytes, bytes]:
-    """``(key_group, key bytes, namespace bytes)`` of a RocksDB key."""
-    key_group, length = _PREFIX_AND_LENGTH.unpack_from(rocks_key)
+    """``(key_group, key bytes, namespace bytes)`` of a RocksDB key
+    (:class:`CorruptStorageError` for bytes that are not one: shorter than the
+    prefix and length, or a key length past the end)."""
     start = _PREFIX_AND_LENGTH.size
+    if len(rocks_key) < start:
+        raise CorruptStorageError(
+            f"expected a RocksDB key of at least {start} bytes (key group, key length), got "
+            f"{rocks_key.hex()}"
+        )
+    key_group, length = _PREFIX_AND_LENGTH.unpack_from(rocks_key)
+    if start + length > len(rocks_key):
+        raise CorruptStorageError(
+            f"expected a RocksDB key holding the {length} key bytes its length frame says, "
+            f"got {len(rocks_key) - start} bytes after the frame: {rocks_key[:40].hex()}"
+        )
     return key_group, rocks_key[start : start + length], rocks_key[start + length :]
 
 
@@ -126,6 +141,12 @@ def scan(
     the upper bound goes into ``ReadOptions``: rocksdict 0.3.29's
     ``set_iterate_lower_bound`` sets the upper bound, so the lower bound is a
     ``seek``.
+
+    A RocksDB iterator that meets an error (a corrupt block: checksums are
+    verified on every read) just becomes invalid, as at the end of the range;
+    only its status tells the two apart. Every chunk checks it, so corruption
+    raises :class:`~cowstate.errors.CorruptStorageError` instead of ending the
+    scan early with fewer entries.
     """
     position = lower
     while True:
@@ -143,12 +164,26 @@ def scan(
                     break
                 batch.append((key, iterator.value()))
                 iterator.next()
+            _check_status(iterator, position if not batch else batch[-1][0], upper)
         finally:
             del iterator, cf
         yield from batch
         if len(batch) < chunk:
             return
         position = batch[-1][0] + b"\x00"
+
+
+def _check_status(iterator: RdictIter, last: bytes, upper: bytes | None) -> None:
+    """Raise :class:`CorruptStorageError` if ``iterator`` stopped on an error
+    (rocksdict's ``RdictIter.status()`` raises one)."""
+    try:
+        iterator.status()
+    except Exception as exc:
+        bound = "the end" if upper is None else upper.hex()
+        raise CorruptStorageError(
+            f"expected RocksDB to read every entry up to {bound}, it stopped after "
+            f"{last.hex()}: {exc}"
+        ) from exc
 
 
 class RocksDBStateTable(TableBase[K, N, S]):

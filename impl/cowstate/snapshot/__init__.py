@@ -7,7 +7,10 @@ Modules:
 - :mod:`cowstate.snapshot.writer`: :class:`SnapshotWriter` (raw bytes) and
   :func:`write_snapshot` (table snapshots);
 - :mod:`cowstate.snapshot.reader`: :class:`SnapshotReader`, the checked
-  reader of headers, index and key-group blocks;
+  reader of headers, index and key-group blocks (raw, or decoded in one pass);
+- :mod:`cowstate.snapshot.checks`: what a restore refuses in the contents of
+  a file whose checksums are valid (E1-E4: ``None`` parts, unhashable keys,
+  keys in another key group's block, mappings given twice);
 - :mod:`cowstate.snapshot.restore`: :func:`read_snapshot` (decode files into
   a :class:`RestoredSnapshot`) and :func:`restore_table`.
 

@@ -40,6 +40,9 @@ exactly one reader.
 A reader trusts nothing: it checks both magics, the version, every CRC, that
 every indexed key group lies in the file's range and that each block holds
 the key group its index entry names, and that lengths stay inside the file.
+A restore then checks what the bytes decode to (:mod:`cowstate.snapshot.checks`):
+every key in the block of its own key group, no ``None`` key, namespace or
+state, hashable keys and namespaces, no mapping twice.
 Any failure raises a :class:`~cowstate.errors.SnapshotFormatError` subclass
 naming the offset, and because :func:`~cowstate.snapshot.restore.read_snapshot` decodes everything
 before returning and :func:`~cowstate.snapshot.restore.restore_table` writes

@@ -1,6 +1,9 @@
 """Reading snapshot files: :class:`SnapshotReader` checks the header, metadata
-and index at once and reads (CRC-checked) key-group blocks on demand, as raw
-bytes; nothing is deserialized here (see :mod:`cowstate.snapshot.restore`).
+and index at once and reads (CRC-checked) key-group blocks on demand: as raw
+bytes (:meth:`SnapshotReader.read_key_group`), or parsed and decoded in one
+pass by the deserializers it is given (:meth:`SnapshotReader.decode_key_group`,
+the heap restore's hot loop; which serializers to trust is decided in
+:mod:`cowstate.snapshot.restore`).
 """
 
 from __future__ import annotations
@@ -8,7 +11,8 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from typing import IO
+from collections.abc import Mapping
+from typing import IO, Any
 
 from pydantic import ValidationError
 
@@ -21,6 +25,7 @@ from cowstate.errors import (
     TruncatedSnapshotError,
     UnsupportedVersionError,
 )
+from cowstate.snapshot.checks import DecodedBlock, EntryDecoder, none_error, undecodable_error
 from cowstate.snapshot.format import (
     _BLOCK,
     _FOOTER,
@@ -71,9 +76,47 @@ class SnapshotReader:
 
     def read_key_group(self, key_group: int) -> dict[int, list[RawEntry]]:
         """The raw entries of ``key_group`` per state id (empty if not in the file)."""
+        block = self._read_block(key_group)
+        if block is None:
+            return {}
+        return self._parse_payload(key_group, *block, None)
+
+    def decode_key_group(
+        self, key_group: int, decoders: Mapping[int, EntryDecoder]
+    ) -> dict[int, DecodedBlock]:
+        """The decoded entries of ``key_group`` per state id, for the state ids of
+        ``decoders`` (the others are skipped).
+
+        One pass parses and decodes (the hot loop of a heap restore) and checks
+        E1 and, per distinct namespace, E2 of :mod:`cowstate.snapshot.checks`;
+        a deserializer's error becomes a :class:`SnapshotFormatError`.
+        """
+        block = self._read_block(key_group)
+        if block is None:
+            return {}
+        return self._parse_payload(key_group, *block, decoders)
+
+        # ------------------------------------------------------ private helpers
+
+    def _read_at(self, offset: int, length: int, what: str) -> bytes:
+        if offset < 0 or offset + length > self._size:
+            raise TruncatedSnapshotError(
+                f"expected {length} bytes of {what} at offset {offset}, but the file has "
+                f"{self._size} bytes"
+            )
+        self._stream.seek(self._base + offset)
+        data = self._stream.read(length)
+        if len(data) != length:
+            raise TruncatedSnapshotError(
+                f"expected {length} bytes of {what} at offset {offset}, got {len(data)}"
+            )
+        return data
+
+    def _read_block(self, key_group: int) -> tuple[bytes, int] | None:
+        """The CRC-checked payload and entry count of ``key_group``'s block."""
         offset = self.offsets.get(key_group)
         if offset is None:
-            return {}
+            return None
         head = self._read_at(offset, _BLOCK.size, f"the block header of key group {key_group}")
         written_group, count, length = _BLOCK.unpack(head)
         if written_group != key_group:
@@ -93,23 +136,7 @@ class SnapshotReader:
                 f"expected CRC32 {crc:#010x} for key group {key_group} at offset {offset}, "
                 f"got {actual:#010x}: the block is corrupt"
             )
-        return self._parse_payload(key_group, payload, count)
-
-    # ------------------------------------------------------ private helpers
-
-    def _read_at(self, offset: int, length: int, what: str) -> bytes:
-        if offset < 0 or offset + length > self._size:
-            raise TruncatedSnapshotError(
-                f"expected {length} bytes of {what} at offset {offset}, but the file has "
-                f"{self._size} bytes"
-            )
-        self._stream.seek(self._base + offset)
-        data = self._stream.read(length)
-        if len(data) != length:
-            raise TruncatedSnapshotError(
-                f"expected {length} bytes of {what} at offset {offset}, got {len(data)}"
-            )
-        return data
+        return payload, count
 
     def _read_metadata(self) -> SnapshotMetadata:
         if self._size < _HEADER.size:
@@ -212,42 +239,42 @@ class SnapshotReader:
         return offsets
 
     def _parse_payload(
-        self, key_group: int, payload: bytes, count: int
-    ) -> dict[int, list[RawEntry]]:
-        out: dict[int, list[RawEntry]] = {}
+        self,
+        key_group: int,
+        payload: bytes,
+        count: int,
+        decoders: Mapping[int, EntryDecoder] | None,
+    ) -> dict[int, Any]:
+        """The sections of a block: raw rows (``decoders`` None) or the decoded
+        blocks of the states ``decoders`` names; the framing is checked either way."""
+        out: dict[int, Any] = {}
+        seen: set[int] = set()
         position = 0
         total = 0
         end = len(payload)
         known = {s.id for s in self.metadata.states}
-        unpack = _U32.unpack_from
         try:
             while position < end:
                 state_id, entries = _STATE.unpack_from(payload, position)
                 position += _STATE.size
-                if state_id not in known or state_id in out:
+                if state_id not in known or state_id in seen:
                     raise SnapshotFormatError(
                         f"expected one section per state id of {sorted(known)} in key group "
                         f"{key_group}, got state id {state_id}"
-                        + (" twice" if state_id in out else "")
+                        + (" twice" if state_id in seen else "")
                     )
-                rows: list[RawEntry] = []
-                append = rows.append
-                for _ in range(entries):  # (namespace, key, state), unrolled: the hot loop
-                    (length,) = unpack(payload, position)
-                    start = position + 4
-                    position = start + length
-                    namespace = payload[start:position]
-                    (length,) = unpack(payload, position)
-                    start = position + 4
-                    position = start + length
-                    key = payload[start:position]
-                    (length,) = unpack(payload, position)
-                    start = position + 4
-                    position = start + length
-                    append((namespace, key, payload[start:position]))
-                    if position > end:  # a slice past the end is silently short
-                        raise struct.error("field past the end of the block")
-                out[state_id] = rows
+                seen.add(state_id)
+                if decoders is None or state_id not in decoders:
+                    rows: list[RawEntry] = []
+                    position = _raw_section(payload, position, entries, end, rows)
+                    if decoders is None:
+                        out[state_id] = rows
+                else:
+                    block = DecodedBlock()
+                    position = _decoded_section(
+                        decoders[state_id], key_group, payload, position, entries, end, block
+                    )
+                    out[state_id] = block
                 total += entries
         except struct.error:
             raise TruncatedSnapshotError(
@@ -258,6 +285,93 @@ class SnapshotReader:
                 f"expected {count} entries in key group {key_group} as its header says, got {total}"
             )
         return out
+
+
+def _raw_section(
+    payload: bytes, position: int, entries: int, end: int, rows: list[RawEntry]
+) -> int:
+    """Append the ``(namespace, key, state)`` bytes of one section's ``entries`` to
+    ``rows``; the position after them (``struct.error`` past the block's end)."""
+    unpack = _U32.unpack_from
+    append = rows.append
+    for _ in range(entries):  # (namespace, key, state), unrolled: the hot loop
+        (length,) = unpack(payload, position)
+        start = position + 4
+        position = start + length
+        namespace = payload[start:position]
+        (length,) = unpack(payload, position)
+        start = position + 4
+        position = start + length
+        key = payload[start:position]
+        (length,) = unpack(payload, position)
+        start = position + 4
+        position = start + length
+        append((namespace, key, payload[start:position]))
+        if position > end:  # a slice past the end is silently short
+            raise struct.error("field past the end of the block")
+    return position
+
+
+def _decoded_section(
+    decoder: EntryDecoder,
+    key_group: int,
+    payload: bytes,
+    position: int,
+    entries: int,
+    end: int,
+    block: DecodedBlock,
+) -> int:
+    """:func:`_raw_section`, decoding each entry as it goes into ``block`` (E1;
+    namespaces through the decoder's cache, E1 and E2 once each).
+
+    Runs of entries of one namespace (every entry of ``VOID_NAMESPACE``, a
+    window's entries) skip the namespace's parse: when the bytes at the
+    position are the previous entry's namespace frame (length and bytes), it
+    is the same namespace object.
+    """
+    unpack = _U32.unpack_from
+    # list.append called as a method of a local list: the interpreter's fast path
+    keys, namespace_column, states = block.keys, block.namespaces, block.states
+    key_decode, state_decode = decoder.key, decoder.state
+    namespaces = decoder.namespaces
+    frame: bytes | None = None  # the previous namespace's length and bytes
+    frame_length = 0
+    namespace: Any = None
+    for _ in range(entries):  # the hot loop of a heap restore
+        if frame is not None and payload.startswith(frame, position):
+            position += frame_length
+            namespace_bytes = None
+        else:
+            (length,) = unpack(payload, position)
+            start = position + 4
+            position = start + length
+            namespace_bytes = payload[start:position]
+        (length,) = unpack(payload, position)
+        start = position + 4
+        position = start + length
+        key_bytes = payload[start:position]
+        (length,) = unpack(payload, position)
+        start = position + 4
+        position = start + length
+        if position > end:  # a slice past the end is silently short
+            raise struct.error("field past the end of the block")
+        try:
+            key = key_decode(key_bytes)
+            state = state_decode(payload[start:position])
+        except Exception as exc:
+            raise undecodable_error(decoder.name, key_group, exc) from exc
+        if namespace_bytes is not None:
+            namespace = namespaces.get(namespace_bytes)
+            if namespace is None:
+                namespace = decoder.decode_namespace(key_group, namespace_bytes)
+            frame = _U32.pack(len(namespace_bytes)) + namespace_bytes
+            frame_length = len(frame)
+        if key is None or state is None:
+            raise none_error(decoder.name, key_group, "key" if key is None else "state")
+        keys.append(key)
+        namespace_column.append(namespace)
+        states.append(state)
+    return position
 
 
 def _seekable(stream: IO[bytes]) -> bool:

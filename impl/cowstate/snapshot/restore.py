@@ -1,8 +1,9 @@
 """Restoring from snapshot files: :func:`read_snapshot` decodes the key groups of
 a range from one or more files into a :class:`RestoredSnapshot`, checking max
-parallelism, serializers, kinds and key-group overlaps first;
-:func:`restore_table` fills one table. A file is decoded completely before
-anything is merged, so a bad file restores nothing.
+parallelism, serializers, kinds and key-group overlaps first, and every entry
+as it is decoded (E1-E3 of :mod:`cowstate.snapshot.checks`);
+:func:`restore_table` fills one table (E4 checked first). A file is decoded
+completely before anything is merged, so a bad file restores nothing.
 """
 
 from __future__ import annotations
@@ -16,11 +17,17 @@ from cowstate.errors import (
     KeyGroupMismatchError,
     MaxParallelismMismatchError,
     SerializerMismatchError,
-    SnapshotFormatError,
     UnknownStateError,
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import StateSerializer, serializer_for, serializer_identifier
+from cowstate.snapshot.checks import (
+    DecodedBlock,
+    EntryDecoder,
+    check_key_groups,
+    duplicate_error,
+    find_duplicate,
+)
 from cowstate.snapshot.reader import SnapshotReader
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import StateTable
@@ -32,9 +39,10 @@ __all__ = ["RestoredSnapshot", "read_snapshot", "restore_table"]
 class RestoredSnapshot:
     """Decoded contents of snapshot files for one key-group range.
 
-    ``states[name][key_group]`` is the list of ``(key, namespace, state)``
-    restored for that key group; ``metas[name]`` the state's meta info with
-    the serializers that decoded it.
+    ``blocks[name][key_group]`` is the :class:`DecodedBlock` (keys, namespaces,
+    states as columns) restored for that key group; ``states`` gives the same
+    as lists of ``(key, namespace, state)``. ``metas[name]`` is the state's
+    meta info with the serializers that decoded it.
     """
 
     key_group_range: KeyGroupRange
@@ -42,24 +50,35 @@ class RestoredSnapshot:
     formats: set[SnapshotFormat] = field(default_factory=set)
     key_serializer: str = ""
     metas: dict[str, StateMetaInfo] = field(default_factory=dict)
-    states: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = field(default_factory=dict)
+    blocks: dict[str, dict[int, DecodedBlock]] = field(default_factory=dict)
     #: Key groups read so far (each may come from one file only).
     key_groups: set[int] = field(default_factory=set)
     #: Every state name the files hold, decoded or not.
     all_states: set[str] = field(default_factory=set)
 
+    @property
+    def states(self) -> dict[str, dict[int, list[tuple[Any, Any, Any]]]]:
+        """``states[name][key_group]``: the entries as ``(key, namespace, state)``
+        lists (built on each access, from ``blocks``)."""
+        return {
+            name: {key_group: block.rows() for key_group, block in groups.items()}
+            for name, groups in self.blocks.items()
+        }
+
     def entries(self, name: str) -> Iterator[tuple[int, Any, Any, Any]]:
         """``(key_group, key, namespace, state)`` of state ``name``, by key group."""
-        for key_group, entries in sorted(self.states.get(name, {}).items()):
-            for key, namespace, state in entries:
+        for key_group, block in sorted(self.blocks.get(name, {}).items()):
+            for key, namespace, state in zip(
+                block.keys, block.namespaces, block.states, strict=True
+            ):
                 yield key_group, key, namespace, state
 
     def size(self, name: str) -> int:
-        return sum(len(entries) for entries in self.states.get(name, {}).values())
+        return sum(len(block) for block in self.blocks.get(name, {}).values())
 
 
 def read_snapshot(
-    stream: IO[bytes] | bytes,
+    stream: IO[bytes] | bytes | SnapshotReader,
     key_group_range: KeyGroupRange,
     *,
     max_parallelism: int | None = None,
@@ -69,7 +88,8 @@ def read_snapshot(
     into: RestoredSnapshot | None = None,
     namespace_serializer: StateSerializer | None = None,
 ) -> RestoredSnapshot:
-    """Decode the key groups of ``key_group_range`` from one snapshot file.
+    """Decode the key groups of ``key_group_range`` from one snapshot file (bytes,
+    a binary stream, or a :class:`SnapshotReader` of it).
 
     ``max_parallelism``, when given, must equal the file's. ``metas`` (by
     state name) and ``key_serializer`` supply the serializers; a state without
@@ -79,15 +99,16 @@ def read_snapshot(
     without meta info, checked against the file like the others: every
     serializer is checked before a byte is decoded. ``states`` limits
     decoding to those names. ``into`` accumulates several files (scale
-    down); a key group found in two files is refused. Nothing is added
-    unless the whole requested part of the file decoded; a stream is left
-    where it started.
+    down); a key group found in two files is refused. Every entry is checked
+    (E1-E3 of :mod:`cowstate.snapshot.checks`; a mapping given twice, E4, is
+    for whoever fills a table to refuse). Nothing is added unless the whole
+    requested part of the file decoded; a stream is left where it started.
     """
     if not isinstance(key_group_range, KeyGroupRange):
         raise InvalidArgumentError(
             f"expected a KeyGroupRange, got {type(key_group_range).__name__}"
         )
-    reader = SnapshotReader(stream)
+    reader = stream if isinstance(stream, SnapshotReader) else SnapshotReader(stream)
     try:
         return _decode(
             reader,
@@ -110,8 +131,9 @@ def restore_table(
 
     ``streams`` is one file (bytes or a binary stream) or an iterable of them.
     Reads only the table's key-group range of each file; every file is
-    decoded before the first ``put``, so a bad file leaves the table as it
-    was. Returns the number of mappings restored.
+    decoded and checked (E1-E4 of :mod:`cowstate.snapshot.checks`) before the
+    first ``put``, so a bad file leaves the table as it was. Returns the
+    number of mappings restored.
     """
     files: Iterable[Any]
     if isinstance(streams, bytes | bytearray | memoryview) or callable(
@@ -142,10 +164,16 @@ def restore_table(
             f"expected state {name!r} in the snapshot files, got states "
             f"{sorted(restored.all_states)}"
         )
+    blocks = sorted(restored.blocks.get(name, {}).items())
+    for key_group, block in blocks:  # E4 before the first put: the table is live
+        duplicate = find_duplicate(block)
+        if duplicate is not None:
+            raise duplicate_error(name, key_group, *duplicate)
     count = 0
-    for key_group, key, namespace, state in restored.entries(name):
-        table.put(key, namespace, state, key_group=key_group)
-        count += 1
+    for key_group, block in blocks:
+        for key, namespace, state in zip(block.keys, block.namespaces, block.states, strict=True):
+            table.put(key, namespace, state, key_group=key_group)
+        count += len(block)
     return count
 
 
@@ -183,8 +211,10 @@ def _decode(
             f"expected every key group in one snapshot file only, got key groups "
             f"{sorted(overlap)[:5]} in two files"
         )
-    decoders = {}
+    decoders: dict[int, EntryDecoder] = {}
     state_metas = {}
+    # One namespace cache per namespace serializer: decoded once per distinct bytes.
+    namespace_caches: dict[int, dict[bytes, Any]] = {}
     for state in meta.states:
         if wanted is not None and state.name not in wanted:
             continue
@@ -205,28 +235,23 @@ def _decode(
             state.state_serializer,
             f"the state serializer of {state.name!r}",
         )
-        decoders[state.id] = (state.name, namespace_ser.deserialize, state_ser.deserialize)
+        decoders[state.id] = EntryDecoder(
+            state.name,
+            key_ser.deserialize,
+            namespace_ser.deserialize,
+            state_ser.deserialize,
+            namespace_caches.setdefault(id(namespace_ser), {}),
+        )
         state_metas[state.name] = given or StateMetaInfo(
             state.name, state.kind, namespace_ser, state_ser
         )
-    decoded: dict[str, dict[int, list[tuple[Any, Any, Any]]]] = {}
-    key_decode = key_ser.deserialize
+    decoded: dict[str, dict[int, DecodedBlock]] = {}
     read = key_group_range.intersection(meta.range)
     for key_group in read:
-        for state_id, rows in reader.read_key_group(key_group).items():
-            if state_id not in decoders:
-                continue
-            name, namespace_decode, state_decode = decoders[state_id]
-            try:
-                decoded.setdefault(name, {})[key_group] = [
-                    (key_decode(key), namespace_decode(namespace), state_decode(state))
-                    for namespace, key, state in rows
-                ]
-            except Exception as exc:
-                raise SnapshotFormatError(
-                    f"expected entries of state {name!r} in key group {key_group} that its "
-                    f"serializers can decode, got {type(exc).__name__}: {exc}"
-                ) from exc
+        for state_id, block in reader.decode_key_group(key_group, decoders).items():
+            name = decoders[state_id].name
+            check_key_groups(name, key_group, block.keys, meta.max_parallelism, key_ser)
+            decoded.setdefault(name, {})[key_group] = block
     # Everything decoded: now (and only now) merge into the result.
     result.formats.add(meta.format)
     result.key_serializer = meta.key_serializer
@@ -234,11 +259,14 @@ def _decode(
     result.all_states.update(state.name for state in meta.states)
     for name, state_meta in state_metas.items():
         result.metas.setdefault(name, state_meta)
-        result.states.setdefault(name, {})
+        result.blocks.setdefault(name, {})
     for name, groups in decoded.items():
-        target = result.states[name]
-        for key_group, entries in groups.items():
-            target.setdefault(key_group, []).extend(entries)
+        target = result.blocks[name]
+        for key_group, block in groups.items():
+            if key_group in target:
+                target[key_group].extend(block)
+            else:
+                target[key_group] = block
     return result
 
 

@@ -1,0 +1,244 @@
+"""The semantic checks of snapshot contents: what a restore refuses although
+every size and CRC32 matches.
+
+Checksums say a file holds the bytes its writer wrote; they do not say the
+entries make sense, and a file crafted with valid checksums (or written by a
+buggy writer) may hold entries no table can keep. Every restore -- heap
+snapshot files and canonical savepoints into either backend, and the RocksDB
+files whose entries a rescaling restore reads -- checks every entry of a
+state S found in the block of key group G, after decoding it:
+
+E1. its key, namespace and state are not ``None`` (``None`` means "absent");
+E2. its key and namespace hash (a table addresses a mapping by them);
+E3. its key's key group, recomputed as
+    :func:`~cowstate.key_groups.assign_to_key_group` does, is G: a key in
+    another key group's block is never found by its own key;
+E4. no ``(key, namespace)`` appears twice in S (the second would silently
+    replace the first; two files never share a key group, so a duplicate can
+    only be inside one block).
+
+A failure raises :class:`~cowstate.errors.SnapshotEntryError` (E1, E2),
+:class:`~cowstate.errors.KeyGroupMismatchError` (E3) or
+:class:`~cowstate.errors.DuplicateMappingError` (E4), naming the state, the
+key group, the entry and what was wrong; the restore then changes nothing.
+
+Who checks what, and what it costs (a heap restore of 1M entries from a
+canonical savepoint takes 1.5-2 s here; the checks must stay under 10% of
+it, ``bench/bench_checkpoints.py`` measures the key-group check):
+
+- E1 for keys and states is one identity test per entry in the decoding
+  loops (:meth:`~cowstate.snapshot.reader.SnapshotReader.decode_key_group`,
+  :func:`decode_rows`). Namespaces are decoded once per distinct namespace
+  bytes (:class:`EntryDecoder` caches them, whatever the serializer: every
+  entry of a window, or of ``VOID_NAMESPACE``, shares one object), so E1 and
+  E2 for namespaces run once per distinct namespace.
+- E3 and E2 for keys: :func:`check_key_groups`, in C
+  (:mod:`cowstate._keygroups`, 15-25 ms for 1M int keys) for the key types with a
+  Java hash (bool, int, str, float, bytes, tuples of them: all hashable), in
+  Python for every other key (``hash(key)``, then ``assign_to_key_group``;
+  microseconds a key). Without the C module everything goes the Python way.
+- E4 costs nothing where a table is filled: the heap backend fills fresh
+  tables and a map's ``put`` says whether the mapping was new
+  (:func:`duplicate_error`). :func:`~cowstate.snapshot.restore.read_snapshot`
+  alone does not check E4 (its result is columns); ``restore_table``, which
+  merges into a live table, checks each block with :func:`find_duplicate`
+  first; RocksDB compares the raw keys of each block.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cowstate.errors import (
+    CowStateError,
+    DuplicateMappingError,
+    KeyGroupMismatchError,
+    SnapshotEntryError,
+    SnapshotFormatError,
+)
+from cowstate.key_groups import assign_to_key_group
+from cowstate.serializers import StateSerializer
+
+try:
+    from cowstate import _keygroups
+except ImportError:  # no compiler at install time: every key in Python
+    _keygroups = None  # type: ignore[assignment]
+
+__all__ = [
+    "NAMESPACE_CACHE_LIMIT",
+    "DecodedBlock",
+    "EntryDecoder",
+    "check_key_groups",
+    "decode_rows",
+    "duplicate_error",
+    "find_duplicate",
+    "none_error",
+    "undecodable_error",
+]
+
+#: Distinct namespace bytes an :class:`EntryDecoder` keeps decoded; past it the
+#: cache starts over (many distinct namespaces gain nothing from it).
+NAMESPACE_CACHE_LIMIT = 1 << 16
+
+
+@dataclass
+class DecodedBlock:
+    """The decoded entries of one state in one key group, as three columns.
+
+    Columns, not ``(key, namespace, state)`` tuples: a million tuples are a
+    million objects the garbage collector tracks and traverses again and
+    again while a restore allocates (that doubled the time of a heap
+    restore); three lists are three.
+    """
+
+    keys: list[Any] = field(default_factory=list)
+    namespaces: list[Any] = field(default_factory=list)
+    states: list[Any] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def rows(self) -> list[tuple[Any, Any, Any]]:
+        """The entries as ``(key, namespace, state)`` tuples."""
+        return list(zip(self.keys, self.namespaces, self.states, strict=True))
+
+    def extend(self, other: DecodedBlock) -> None:
+        self.keys += other.keys
+        self.namespaces += other.namespaces
+        self.states += other.states
+
+
+@dataclass
+class EntryDecoder:
+    """How the entries of one state decode: its name (for messages), the key,
+    namespace and state deserializers, and the namespaces decoded so far by
+    their bytes (share one dict between the states of one namespace
+    serializer)."""
+
+    name: str
+    key: Callable[[bytes], Any]
+    namespace: Callable[[bytes], Any]
+    state: Callable[[bytes], Any]
+    namespaces: dict[bytes, Any] = field(default_factory=dict)
+
+    def decode_namespace(self, key_group: int, data: bytes) -> Any:
+        """The namespace of ``data`` (E1, E2 checked once per distinct bytes)."""
+        try:
+            namespace = self.namespace(data)
+        except Exception as exc:
+            raise undecodable_error(self.name, key_group, exc) from exc
+        if namespace is None:
+            raise none_error(self.name, key_group, "namespace")
+        try:
+            hash(namespace)
+        except Exception as exc:
+            raise SnapshotEntryError(
+                f"expected hashable namespaces in state {self.name!r}, key group {key_group}, "
+                f"got {type(namespace).__name__} {namespace!r:.80} ({type(exc).__name__}: {exc})"
+            ) from None
+        if len(self.namespaces) >= NAMESPACE_CACHE_LIMIT:
+            self.namespaces.clear()
+        self.namespaces[data] = namespace
+        return namespace
+
+
+def decode_rows(
+    decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes, bytes]]
+) -> DecodedBlock:
+    """The decoded entries of raw ``(namespace, key, state)`` rows (E1, and E2
+    for namespaces; E3 is :func:`check_key_groups`)."""
+    key_decode, state_decode = decoder.key, decoder.state
+    namespaces = decoder.namespaces
+    out = DecodedBlock()
+    keys, namespace_column, states = out.keys, out.namespaces, out.states
+    for namespace_bytes, key_bytes, state_bytes in rows:
+        try:
+            key = key_decode(key_bytes)
+            state = state_decode(state_bytes)
+        except Exception as exc:
+            raise undecodable_error(decoder.name, key_group, exc) from exc
+        namespace = namespaces.get(namespace_bytes)
+        if namespace is None:
+            namespace = decoder.decode_namespace(key_group, namespace_bytes)
+        if key is None or state is None:
+            raise none_error(decoder.name, key_group, "key" if key is None else "state")
+        keys.append(key)
+        namespace_column.append(namespace)
+        states.append(state)
+    return out
+
+
+def check_key_groups(
+    name: str,
+    key_group: int,
+    keys: Sequence[Any],
+    max_parallelism: int,
+    key_serializer: StateSerializer | None,
+) -> None:
+    """E3 (and E2 for keys): every key of ``keys`` belongs to ``key_group``."""
+    accelerated = _keygroups
+    long_keys = getattr(key_serializer, "identifier", None) == "int64"
+    count = len(keys)
+    index = 0
+    if accelerated is not None:
+        index = accelerated.first_not_in(keys, key_group, max_parallelism, long_keys, 0)
+    while index < count:
+        key = keys[index]
+        try:
+            hash(key)
+        except Exception as exc:
+            raise SnapshotEntryError(
+                f"expected hashable keys in state {name!r}, key group {key_group}, got "
+                f"{type(key).__name__} {key!r:.80} ({type(exc).__name__}: {exc})"
+            ) from None
+        try:
+            actual = assign_to_key_group(key, max_parallelism, key_serializer)
+        except CowStateError as exc:
+            raise SnapshotEntryError(
+                f"expected keys with a key group in state {name!r}, key group {key_group}, "
+                f"got {type(key).__name__} {key!r:.80}: {exc}"
+            ) from None
+        if actual != key_group:
+            raise KeyGroupMismatchError(
+                f"expected every key in the block of key group {key_group} to belong to it, "
+                f"state {name!r} has key {key!r:.80} there, whose key group is {actual}"
+            )
+        index += 1
+        if accelerated is not None:
+            index = accelerated.first_not_in(keys, key_group, max_parallelism, long_keys, index)
+
+
+def find_duplicate(block: DecodedBlock) -> tuple[Any, Any] | None:
+    """The first ``(key, namespace)`` given twice in ``block``."""
+    seen: set[tuple[Any, Any]] = set()
+    for pair in zip(block.keys, block.namespaces, strict=True):
+        if pair in seen:
+            return pair
+        seen.add(pair)
+    return None
+
+
+def duplicate_error(name: str, key_group: int, key: Any, namespace: Any) -> DuplicateMappingError:
+    """E4: state ``name`` holds ``(key, namespace)`` twice in ``key_group``."""
+    return DuplicateMappingError(
+        f"expected each (key, namespace) once per state, state {name!r} holds "
+        f"({key!r:.60}, {namespace!r:.60}) twice in key group {key_group}"
+    )
+
+
+def none_error(name: str, key_group: int, role: str) -> SnapshotEntryError:
+    """E1: an entry of state ``name`` in ``key_group`` whose ``role`` is ``None``."""
+    return SnapshotEntryError(
+        f"expected a {role} in every entry of state {name!r}, key group {key_group}, got "
+        f"an entry whose {role} is None"
+    )
+
+
+def undecodable_error(name: str, key_group: int, exc: BaseException) -> SnapshotFormatError:
+    """An entry of state ``name`` in ``key_group`` its serializers cannot decode."""
+    return SnapshotFormatError(
+        f"expected entries of state {name!r} in key group {key_group} that its serializers "
+        f"can decode, got {type(exc).__name__}: {exc}"
+    )
