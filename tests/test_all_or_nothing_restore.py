@@ -315,7 +315,7 @@ def test_an_empty_backends_snapshot_restores_to_empty_states(make: Make, tmp_pat
     backend = make()
     fill(backend, range(30))
     assert backend.num_state_entries() > 0
-    backend.restore_from([handle], SOURCE)
+    backend.restore_from([handle], SnapshotSource(FileSystem(), str(tmp_path / "chk-1")))
     assert dump(backend) == {"value": {}}
     if isinstance(bare, HeapKeyedStateBackend) and isinstance(backend, HeapKeyedStateBackend):
         result = bare.snapshot(2, io.BytesIO).result(30)

@@ -405,7 +405,7 @@ def test_rocksdb_rescaling_restore_checks_the_entries_it_copies(tmp_path: Path) 
         fill(target, range(100, 130), tag="mine")
         before = dump(target)
         with pytest.raises(error) as excinfo:
-            target.restore_from(handles, SnapshotSource(FileSystem(), "/"))
+            target.restore_from(handles, SnapshotSource(FileSystem(), str(root / "chk-1")))
         assert type(excinfo.value) is error and fragment in str(excinfo.value), case
         assert "'value'" in str(excinfo.value)
         assert dump(target) == before

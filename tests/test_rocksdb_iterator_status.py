@@ -33,7 +33,6 @@ from cowstate.rocksdb.table import encode_rocks_key, scan
 
 ENTRIES = 20_000
 LOW, HIGH, MIDDLE = KeyGroupRange(0, 7), KeyGroupRange(8, 15), KeyGroupRange(4, 11)
-SOURCE = SnapshotSource(FileSystem(), "/")
 
 
 def flip(path: Path, at: float) -> None:
@@ -104,13 +103,18 @@ def job(root: Path) -> tuple[list[KeyedStateHandle], dict[Any, Any]]:
     return handles, expected
 
 
-def with_corrupt_sst(handle: KeyedStateHandle) -> KeyedStateHandle:
+def source_of(root: Path) -> SnapshotSource:
+    """Where the checkpoint ``job(root)`` wrote resolves its relative paths."""
+    return SnapshotSource(FileSystem(), str(root / "chk-1"))
+
+
+def with_corrupt_sst(handle: KeyedStateHandle, root: Path) -> KeyedStateHandle:
     """``handle`` after a byte of its largest SST flipped, its size and CRC32
     updated to match: the files verify, RocksDB's block checksum does not."""
     sst = max(
         (f for f in handle.files if (f.local_name or "").endswith(".sst")), key=lambda f: f.size
     )
-    path = Path(sst.path)
+    path = Path(source_of(root).path(sst))
     flip(path, 0.25)  # a data block of key groups 8-11 (the SST holds 8-15 in order)
     data = path.read_bytes()
     fixed = sst.model_copy(update={"crc32": zlib.crc32(data), "size": len(data)})
@@ -120,12 +124,12 @@ def with_corrupt_sst(handle: KeyedStateHandle) -> KeyedStateHandle:
 
 def test_a_rescaling_restore_refuses_a_corrupt_sst(tmp_path: Path) -> None:
     handles, _ = job(tmp_path)
-    handles[1] = with_corrupt_sst(handles[1])  # the handle a MIDDLE restore copies from
+    handles[1] = with_corrupt_sst(handles[1], tmp_path)  # the handle a MIDDLE restore copies from
     target = rocks(tmp_path / "local", MIDDLE)
     target.table("value").put(next(k for k in range(99) if group_of(k) in MIDDLE), "m", "mine")
     before = dump(target)
     with pytest.raises(CorruptCheckpointError, match="to read back whole") as excinfo:
-        target.restore_from(handles, SOURCE)
+        target.restore_from(handles, source_of(tmp_path))
     assert isinstance(excinfo.value.__cause__, CorruptStorageError)
     assert dump(target) == before
     target.close()
@@ -135,10 +139,10 @@ def test_without_the_status_check_a_rescaling_restore_loses_entries(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     handles, expected = job(tmp_path)
-    handles[1] = with_corrupt_sst(handles[1])
+    handles[1] = with_corrupt_sst(handles[1], tmp_path)
     without_status_check(monkeypatch)
     target = rocks(tmp_path / "local", MIDDLE)
-    target.restore_from(handles, SOURCE)  # no error ...
+    target.restore_from(handles, source_of(tmp_path))  # no error ...
     got = dump(target)["value"]
     assert set(got) < set(expected)  # ... and entries are missing
     target.close()
@@ -147,7 +151,7 @@ def test_without_the_status_check_a_rescaling_restore_loses_entries(
 def test_the_control_rescaling_restore_restores_everything(tmp_path: Path) -> None:
     handles, expected = job(tmp_path)
     target = rocks(tmp_path / "local", MIDDLE)
-    target.restore_from(handles, SOURCE)
+    target.restore_from(handles, source_of(tmp_path))
     assert dump(target)["value"] == expected
     target.close()
 

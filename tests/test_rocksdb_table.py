@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from rocksdict import Options, Rdict
 
+from cowstate import value_codec
 from cowstate.errors import CowStateError
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.rocksdb.table import RocksDBStateTable, encode_rocks_key, write_options
@@ -103,13 +104,15 @@ def test_a_key_shorter_than_its_frame_is_a_layout_violation(
 def test_bytes_that_are_not_the_serializers_are_a_layout_violation(
     db: Rdict, table: RocksDBStateTable[Any, Any, Any]
 ) -> None:
-    """Pickle protocol 2 decodes to the same key but is not the table's bytes for
-    it: the same mapping could then live under two RocksDB keys."""
+    """An int written as a 32-bit MessagePack integer decodes to the same key but
+    is not the table's bytes for it (the codec writes the shortest form): the
+    same mapping could then live under two RocksDB keys."""
     key = keys_of_the_range(1)[0]
-    rocks_key = encode_rocks_key(
-        assign_to_key_group(key, MAXP), pickle.dumps(key, protocol=2), pickle.dumps("x")
-    )
-    message = violation(db, table, (rocks_key, pickle.dumps(1)), "are not canonical")
+    assert 0 <= key < 1 << 16  # so its canonical form is never the 32-bit one
+    longhand = bytes([value_codec.VERSION, 0xCE]) + key.to_bytes(4, "big")
+    assert value_codec.decode(longhand) == key and longhand != value_codec.encode(key)
+    rocks_key = encode_rocks_key(assign_to_key_group(key, MAXP), longhand, value_codec.encode("x"))
+    message = violation(db, table, (rocks_key, value_codec.encode(1)), "are not canonical")
     assert "the key bytes" in message
 
 

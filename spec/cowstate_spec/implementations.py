@@ -272,7 +272,14 @@ def rocksdb_table(
             db.create_column_family("state", options),
             key_group_range,
             max_parallelism,
-            meta=meta,
+            # The spec's namespaces include HashKeys, user objects the default
+            # serializer refuses: pickle them (in-process, trusted), as the keys.
+            meta=meta
+            or StateMetaInfo(
+                "state",
+                namespace_serializer=PickleSerializer(),
+                state_serializer=PickleSerializer(),
+            ),
             key_serializer=key_serializer,
         )
     except BaseException:

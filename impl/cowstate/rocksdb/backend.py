@@ -450,7 +450,9 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
             raise
         return RocksDBPreparedRestore(self, built, metas, seed, backend_uid)
 
-    def restore(self, handles: Iterable[KeyedStateHandle], source: SnapshotSource) -> None:
+    def restore(
+        self, handles: Iterable[KeyedStateHandle], source: SnapshotSource | None = None
+    ) -> None:
         """``restore_from(handles, source)`` without an incremental base (``source``:
         the snapshot's directory, where its relative paths resolve). At
         least one handle is required (``restore([])`` raises
@@ -466,6 +468,11 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
             raise InvalidArgumentError(
                 "expected at least one handle to restore from, got none: restore([]) would "
                 "empty every state"
+            )
+        if source is None:
+            raise InvalidArgumentError(
+                "expected the SnapshotSource of the snapshot's directory (handles' paths are "
+                "relative to it), got None"
             )
         self.restore_from(handles, source)
 
