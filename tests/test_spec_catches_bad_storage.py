@@ -67,6 +67,12 @@ def restart(mode: str, checkpoints: int) -> list[Step]:
 REPLAYS: dict[str, list[Step]] = {
     "no-claim-does-not-force-full": restart("no-claim", 1),
     "registry-deletes-disowned-files": restart("legacy", 6),
+    "garbage-deletes-what-the-job-does-not-own": [
+        *load(range(8), 1),
+        ("trigger_checkpoint", {"complete_now": True}),
+        ("savepoint", {"savepoint_format": "canonical", "where": "inside the job directory"}),
+        ("inject_fault", {"countdown": 1, "kind": "crash now"}),
+    ],
 }
 
 
@@ -99,6 +105,7 @@ def replay(machine_class: type[StorageMachine], steps: list[Step]) -> None:
             machine.live_state_agrees()
             machine.files_on_disk_are_exactly_the_referenced_ones()
             machine.every_snapshot_restores_to_its_moment()
+            machine.nothing_outside_the_job_was_asked_to_be_deleted()
     finally:
         machine.teardown()
 

@@ -497,6 +497,13 @@ class StorageMachine(RuleBasedStateMachine):
         )
 
     @invariant()
+    def nothing_outside_the_job_was_asked_to_be_deleted(self) -> None:
+        """Rule 8 refuses to delete what the job does not own; the registry and
+        the documents must never ask (a refusal hides a bookkeeping bug)."""
+        refused = self.coordinator.refused_deletions
+        assert not refused, f"the coordinator was asked to delete files it does not own: {refused}"
+
+    @invariant()
     def every_snapshot_restores_to_its_moment(self) -> None:
         for directory, snapshot in self.model.existing().items():
             metadata = read_metadata(self.filesystem, directory)
