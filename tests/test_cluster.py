@@ -13,10 +13,10 @@ output directory and the checkout's venv are substituted.
   executors' Python, the archive shipped;
 - the README's ``cowstate check`` command with a planted bug added: the bug
   is caught and minimized on the cluster, the real map agrees;
-- the README's ``cowstate check`` command as it stands (the full form, also
-  run by ``make cluster-demo``): like spark-submit's. It starts one more
-  driver and two more executors, about 30 s on two idle cores, so it runs
-  only with ``COWSTATE_CLUSTER_FULL=1``.
+- the README's ``cowstate check`` command as it stands (the full form; ``make
+  cluster-demo`` runs the same command by hand): like spark-submit's. It
+  starts one more driver and two more executors, so it runs only with
+  ``COWSTATE_CLUSTER_FULL=1``.
 
 The master and the workers are stopped by their process ids at the end.
 """
@@ -142,7 +142,7 @@ def test_the_readme_spark_submit_command_runs_on_the_cluster(
 
 @pytest.mark.skipif(
     os.environ.get("COWSTATE_CLUSTER_FULL") != "1",
-    reason="the full form: set COWSTATE_CLUSTER_FULL=1 (make cluster-demo runs it)",
+    reason="the full form: set COWSTATE_CLUSTER_FULL=1",
 )
 def test_the_readme_check_command_runs_on_the_cluster(
     cluster: LocalCluster, bare_python: Path, tmp_path: Path

@@ -29,6 +29,9 @@ status 3).
    process, so a cluster's setting used to be overridden silently.
 5. Under ``spark-submit`` the session, its master and its configuration are
    spark-submit's; ``--master`` and ``--conf`` of the command are not used.
+   Spark logs at ``ERROR`` from the moment the session is ours unless
+   ``spark.log.level`` is configured (spark-submit's own start-up lines are
+   printed before that).
 """
 
 from __future__ import annotations
@@ -292,6 +295,8 @@ def start_session(
         ) from None
     if under_spark_submit():
         spark = SparkSession.builder.appName(app_name).getOrCreate()
+        if not spark.sparkContext.getConf().contains("spark.log.level"):
+            spark.sparkContext.setLogLevel("ERROR")  # spark-submit's default is INFO
         return spark, _set_executor_python(spark.sparkContext)
     active = SparkContext._active_spark_context
     if active is not None and active.master == master:
