@@ -29,7 +29,11 @@ How a run flows on Spark (the rules are cited in the code):
    checker travels with the job (:mod:`cowstate_spec.shipping`).
 8. **Timing**: ``elapsed_seconds`` is the wall time of the job of rule 2
    alone, after a warm-up job started one Python worker per core and
-   imported the checker there (workers are reused).
+   imported the checker there (workers are reused); ``ops_per_second_per_core``
+   divides by it and the cores. ``cpu_seconds`` adds up the CPU time the
+   checking threads used (generating and checking the operations), so
+   ``ops_per_cpu_second`` is the checker's own speed even on a machine whose
+   cores other processes share.
 9. **Output directory**: the run writes ``records.parquet`` (or
    ``records.jsonl``), ``divergences.parquet``, ``summary.json``,
    ``traces/`` and, on Spark, ``spark-driver.log`` (what the driver JVM
@@ -81,7 +85,7 @@ __all__ = [
 #: The schema of one record (DDL, as mapInArrow takes it).
 RECORD_SCHEMA = (
     "implementation string, workload long, seed string, operations long, applied long, "
-    "elapsed double, operation_counts map<string,long>, divergence_at long, "
+    "elapsed double, cpu double, operation_counts map<string,long>, divergence_at long, "
     "divergence_operation string, expected string, actual string"
 )
 #: The schema of one minimized divergence (rule 4).
@@ -175,10 +179,14 @@ def prepare_output(out_dir: Path) -> None:
 
 
 def run_index(spec: WorkloadSpec, index: int) -> list[dict[str, Any]]:
-    """The records of workload ``index``: one per implementation of ``spec``."""
+    """The records of workload ``index``: one per implementation of ``spec``
+    (each record's ``cpu`` includes its share of generating the operations)."""
+    started = time.thread_time()
     ops = operations(spec, index)
-    return [
-        run_workload(
+    share = (time.thread_time() - started) / len(spec.implementations)
+    records = []
+    for name in spec.implementations:
+        record = run_workload(
             by_name(name),
             ops,
             workload=index,
@@ -186,8 +194,9 @@ def run_index(spec: WorkloadSpec, index: int) -> list[dict[str, Any]]:
             check_every=spec.check_every,
             initial_capacity=spec.initial_capacity,
         ).as_record()
-        for name in spec.implementations
-    ]
+        record["cpu"] += share
+        records.append(record)
+    return records
 
 
 def check_batches(
@@ -321,6 +330,7 @@ def _spark_totals(records: Any) -> dict[str, Any]:
             "records": row["records"],
             "operations": row["operations"] or 0,
             "task_seconds": row["task_seconds"] or 0.0,
+            "cpu_seconds": row["cpu_seconds"] or 0.0,
             "divergent": row["divergent"] or 0,
         }
         for row in records.groupBy("implementation")
@@ -328,6 +338,7 @@ def _spark_totals(records: Any) -> dict[str, Any]:
             f.count(f.lit(1)).alias("records"),
             f.sum("applied").alias("operations"),
             f.sum("elapsed").alias("task_seconds"),
+            f.sum("cpu").alias("cpu_seconds"),
             f.sum(f.when(f.col("divergence_at").isNotNull(), 1).otherwise(0)).alias("divergent"),
         )
         .collect()
@@ -458,11 +469,12 @@ def _add_to_totals(
 ) -> None:
     stats = per_implementation.setdefault(
         record["implementation"],
-        {"records": 0, "operations": 0, "task_seconds": 0.0, "divergent": 0},
+        {"records": 0, "operations": 0, "task_seconds": 0.0, "cpu_seconds": 0.0, "divergent": 0},
     )
     stats["records"] += 1
     stats["operations"] += record["applied"]
     stats["task_seconds"] += record["elapsed"]
+    stats["cpu_seconds"] += record["cpu"]
     stats["divergent"] += record["divergence_at"] is not None
     counts.update(record["operation_counts"])
 
@@ -607,6 +619,7 @@ def _summary(
 ) -> dict[str, Any]:
     per_implementation = totals["per_implementation"]
     checked = sum(s["operations"] for s in per_implementation.values())
+    cpu = sum(s["cpu_seconds"] for s in per_implementation.values())
     counts = sorted(totals["operation_counts"].items(), key=lambda item: (-item[1], item[0]))
     return {
         "spec": spec.name,
@@ -620,6 +633,8 @@ def _summary(
         "elapsed_seconds": round(elapsed, 3),
         "ops_per_second": round(checked / elapsed, 1) if elapsed else 0.0,
         "ops_per_second_per_core": round(checked / elapsed / cores, 1) if elapsed else 0.0,
+        "cpu_seconds": round(cpu, 3),
+        "ops_per_cpu_second": round(checked / cpu, 1) if cpu else 0.0,
         "ops_per_task_second": {
             name: round(s["operations"] / s["task_seconds"], 1) if s["task_seconds"] else 0.0
             for name, s in sorted(per_implementation.items())
@@ -644,6 +659,7 @@ def _record_schema() -> Any:
             ("operations", pa.int64()),
             ("applied", pa.int64()),
             ("elapsed", pa.float64()),
+            ("cpu", pa.float64()),
             ("operation_counts", pa.map_(pa.string(), pa.int64())),
             ("divergence_at", pa.int64()),
             ("divergence_operation", pa.string()),
