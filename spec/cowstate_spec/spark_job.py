@@ -78,6 +78,7 @@ __all__ = [
     "check_batches",
     "minimize_batches",
     "prepare_output",
+    "record_arrow_schema",
     "run_check",
     "run_index",
 ]
@@ -208,7 +209,7 @@ def check_batches(
     import pyarrow as pa
 
     spec = WorkloadSpec.model_validate_json(spec_json)
-    schema = _record_schema()
+    schema = record_arrow_schema()
     reporter = ProgressReporter(progress)
     try:
         for batch in batches:
@@ -496,7 +497,7 @@ class _RecordWriter:
         self.name = "records.parquet"
         directory = out_dir / self.name
         _replace_directory(directory)
-        self._parquet = pq.ParquetWriter(directory / "part-00000.parquet", _record_schema())
+        self._parquet = pq.ParquetWriter(directory / "part-00000.parquet", record_arrow_schema())
 
     def add(self, record: dict[str, Any]) -> None:
         self._pending.append(record)
@@ -517,7 +518,7 @@ class _RecordWriter:
             import pyarrow as pa
 
             self._parquet.write_batch(
-                pa.RecordBatch.from_pylist(self._pending, schema=_record_schema())
+                pa.RecordBatch.from_pylist(self._pending, schema=record_arrow_schema())
             )
         else:
             for record in self._pending:
@@ -648,7 +649,8 @@ def _summary(
     }
 
 
-def _record_schema() -> Any:
+def record_arrow_schema() -> Any:
+    """:data:`RECORD_SCHEMA` as a pyarrow schema."""
     import pyarrow as pa
 
     return pa.schema(
