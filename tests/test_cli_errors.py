@@ -369,18 +369,26 @@ def test_spark_that_cannot_start_is_an_environment_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_a_job_failing_on_the_executors_is_an_environment_line(tmp_path: Path) -> None:
-    arguments = check(
-        tmp_path,
+def test_a_job_failing_on_the_executors_is_an_environment_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process, on the session tests/test_spark.py uses too (same
+    master and settings): Spark's own report of the failure goes to the
+    driver's log in --out, the console gets one line."""
+    arguments = [
         "--master",
-        "local[1]",
+        "local[2]",
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
         "--conf",
         "spark.pyspark.python=/nonexistent/python",
         "--no-progress",
-    )
-    line = assert_one_line(run_cowstate(arguments), EXIT_ENVIRONMENT)
-    assert line.startswith("cowstate check: the Spark job failed: ")
+    ]
+    line = one_line(capsys, main(check(tmp_path, *arguments)), EXIT_ENVIRONMENT)
+    assert line.startswith("cowstate check: the Spark job failed: java.io.IOException: Cannot run ")
     assert "/nonexistent/python" in line
+    assert f"the driver's log is {tmp_path / 'out' / 'spark-driver.log'}" in line
+    assert "Cannot run program" in (tmp_path / "out" / "spark-driver.log").read_text()
 
 
 # ------------------------------------------------------------------ statuses

@@ -281,9 +281,11 @@ def start_session(
     """A SparkSession and the Python its executors run.
 
     Outside spark-submit: checks Java and the master first, starts the
-    driver JVM quietly (rule 3), with the UI off, its output to ``log``;
-    reuses an active session of the same master. Under spark-submit:
-    spark-submit's session.
+    driver JVM quietly (rule 3), with the UI off, its output to ``log``.
+    A session this module started is reused by a later call in the same
+    process with the same master and settings (``spark.pyspark.python``
+    aside: it is the Python side's, applied per call), else stopped and
+    started anew. Under spark-submit: spark-submit's session.
     """
     try:
         from pyspark import SparkConf, SparkContext
@@ -297,12 +299,13 @@ def start_session(
         spark = SparkSession.builder.appName(app_name).getOrCreate()
         if not spark.sparkContext.getConf().contains("spark.log.level"):
             spark.sparkContext.setLogLevel("ERROR")  # spark-submit's default is INFO
-        return spark, _set_executor_python(spark.sparkContext)
+        return spark, _set_executor_python(spark.sparkContext, {})
     active = SparkContext._active_spark_context
-    if active is not None and active.master == master:
+    wanted = (master, _without_python(conf))
+    if active is not None and _STARTED.get("key") == wanted:
         if _OUTPUT:
             _OUTPUT[-1].log_to(log)
-        return SparkSession(active), _set_executor_python(active)
+        return SparkSession(active), _set_executor_python(active, conf)
     if active is not None:
         active.stop()
     find_java()
@@ -321,10 +324,11 @@ def start_session(
     if is_loopback(master):
         settings["spark.driver.host"] = "127.0.0.1"
         settings["spark.driver.bindAddress"] = "127.0.0.1"
-    settings.update(conf)
+    settings.update(_without_python(conf))
     spark_conf = SparkConf(loadDefaults=False).setAll(sorted(settings.items()))
     context = _start_context(spark_conf, log)
-    return SparkSession(context), _set_executor_python(context)
+    _STARTED["key"] = wanted
+    return SparkSession(context), _set_executor_python(context, conf)
 
 
 def wait_for_executors(spark: Any, master: str, timeout: float) -> None:
@@ -402,11 +406,22 @@ def _start_context(spark_conf: Any, log: Path | None) -> Any:
     return context
 
 
-def _set_executor_python(context: Any) -> str:
-    """Apply rule 4 to ``context`` (PySpark reads ``pythonExec`` when it wraps
-    a Python function for the executors) and return the choice."""
-    conf = {key: value for key, value in context.getConf().getAll()}
-    chosen = executor_python(conf, context.master, os.environ)
+#: What the session this module started was started with: (master, settings).
+_STARTED: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {}
+
+
+def _without_python(conf: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The settings that need a new driver JVM when they change."""
+    return tuple(sorted((k, v) for k, v in conf.items() if k != "spark.pyspark.python"))
+
+
+def _set_executor_python(context: Any, conf: Mapping[str, str]) -> str:
+    """Apply rule 4 to ``context`` and this call's ``conf`` (PySpark reads
+    ``pythonExec`` when it wraps a Python function for the executors, so it
+    is never handed to the JVM) and return the choice."""
+    settings = {key: value for key, value in context.getConf().getAll()}
+    settings.update(conf)
+    chosen = executor_python(settings, context.master, os.environ)
     context.pythonExec = chosen
     return chosen
 

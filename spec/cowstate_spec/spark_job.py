@@ -416,9 +416,13 @@ def _reason(exc: BaseException) -> str:
     if python:
         return python[-1].strip()[:300]
     wrappers = ("SparkException", "Py4JJavaError", "PythonException", "Py4JError")
-    for name, message in re.findall(r"((?:[a-z_]\w*\.)+\w*(?:Error|Exception)): (.+)", text):
-        if not name.endswith(wrappers):
-            return f"{name}: {message.strip()}"[:300]
+    java = list(re.finditer(r"((?:[a-z_]\w*\.)+\w*(?:Error|Exception)): ", text))
+    for position, here in enumerate(java):
+        if here.group(1).endswith(wrappers):
+            continue
+        end = java[position + 1].start() if position + 1 < len(java) else len(text)
+        message = (text[here.end() : end].splitlines() or [""])[0]
+        return f"{here.group(1)}: {message.strip()}"[:300]
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[0][:300] if lines else type(exc).__name__
 
