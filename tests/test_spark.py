@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -182,3 +183,36 @@ def test_the_drivers_memory_does_not_grow_with_the_workloads(tmp_path: Path) -> 
     margin = 1_000_000
     assert collect_cost > 5 * margin, collect_cost
     assert large - small < margin, (small, large)
+
+
+def test_another_executor_python_gets_the_checker_shipped_every_run(tmp_path: Path) -> None:
+    """A local master whose executors run another Python (a wrapper here) is
+    shipped the archive; a second run in the same session ships it again
+    without Spark refusing the same file name."""
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    for run in (1, 2):
+        out = tmp_path / f"out-{run}"
+        code = main(
+            [
+                "check",
+                "--preset",
+                "tiny",
+                "--workloads",
+                "4",
+                "--master",
+                "local[2]",
+                *QUICK,
+                "--conf",
+                f"spark.pyspark.python={wrapper}",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        assert code == 0
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["executor_python"] == str(wrapper)
+        assert summary["shipped_archive"].startswith("cowstate-executor-")
+        assert summary["operations_checked"] == 4 * 500 * len(summary["implementations"])

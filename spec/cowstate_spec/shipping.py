@@ -116,15 +116,20 @@ def build_archive(directory: Path) -> Path:
     return path
 
 
-def ship(spark_context: Any, directory: Path) -> ArchiveInfo:
-    """Build the archive in ``directory``, hand it to ``spark_context``
-    (``addArchive``) and register this module to be pickled by value.
+def ship(spark_context: Any) -> ArchiveInfo:
+    """Build the archive, hand it to ``spark_context`` (``addArchive``) once
+    per application, and register this module to be pickled by value.
 
-    Returns what :func:`executor_entry` needs to activate it."""
+    Returns what :func:`executor_entry` needs to activate it. The archive
+    lives in a directory of this process until it exits: Spark serves the
+    file from there whenever an executor asks for it first."""
     from pyspark import cloudpickle
 
-    path = build_archive(directory)
-    spark_context.addArchive(str(path))
+    path = build_archive(_staging())
+    key = (str(spark_context.applicationId), path.name)
+    if key not in _SHIPPED:
+        spark_context.addArchive(str(path))
+        _SHIPPED.add(key)
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
     return {"name": path.name, "python": interpreter_tag()}
 
@@ -177,6 +182,23 @@ def activate(archive: ArchiveInfo) -> None:
 
 
 # ------------------------------------------------------------------ helpers
+
+#: (application id, archive name) of every archive this process shipped.
+_SHIPPED: set[tuple[str, str]] = set()
+_STAGING: list[Path] = []
+
+
+def _staging() -> Path:
+    """This process's directory for archives (removed when it exits)."""
+    if not _STAGING:
+        import atexit
+        import shutil
+        import tempfile
+
+        directory = Path(tempfile.mkdtemp(prefix="cowstate-ship-"))
+        atexit.register(shutil.rmtree, directory, True)
+        _STAGING.append(directory)
+    return _STAGING[0]
 
 
 def _package_files() -> Iterator[tuple[str, Path]]:

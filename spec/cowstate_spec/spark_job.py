@@ -261,57 +261,66 @@ def _run_on_spark(
     spark, python = start_session(master, conf, out_dir / "spark-driver.log")
     context = spark.sparkContext
     real_master = context.master
-    wait_for_executors(spark, real_master, executor_timeout)
-    cores = context.defaultParallelism
-    if not context.getConf().contains("spark.sql.shuffle.partitions"):
-        # the aggregations of rules 3 and 4 shuffle a few rows per task, not 200 partitions
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * 2, 2)))
-    with tempfile.TemporaryDirectory(prefix="cowstate-ship-") as staging:
+    with _job_errors(python, out_dir):
+        wait_for_executors(spark, real_master, executor_timeout)
+        cores = context.defaultParallelism
+        if not context.getConf().contains("spark.sql.shuffle.partitions"):
+            # the aggregations of rules 3 and 4 shuffle a few rows per task, not 200 partitions
+            spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * 2, 2)))
         archive = None
         if not (is_local(real_master) and python == sys.executable):
             from cowstate_spec.shipping import ship
 
-            archive = ship(context, Path(staging))  # rule 7
+            archive = ship(context)  # rule 7
         run = functools.partial(_on_executors, archive=archive)
         partitions = partitions or min(spec.workloads, max(cores * 4, 1))
         records_uri = (out_dir / "records.parquet").resolve().as_uri()
         spec_json = spec.model_dump_json()
-        with _job_errors(python, out_dir):
-            spark.range(0, cores, numPartitions=cores).mapInArrow(
-                run("cowstate_spec.spark_job:warm_batches", {}), "id long"
-            ).collect()
-            shown = display(spec.workloads, progress)
-            server = ProgressServer(context.getConf().get("spark.driver.host"), shown)
-            started = time.perf_counter()
-            finished = False
-            try:
-                frame = spark.range(0, spec.workloads, numPartitions=partitions).mapInArrow(
-                    run(
-                        "cowstate_spec.spark_job:check_batches",
-                        {"spec_json": spec_json, "progress": server.address},
-                    ),
-                    RECORD_SCHEMA,
-                )
-                frame.write.mode("overwrite").parquet(records_uri)  # rule 2
-                elapsed = time.perf_counter() - started
-                finished = True
-            finally:
-                server.close()
-                shown.update(spec.workloads if finished else server.done)
-                shown.close()
-            totals = _spark_totals(spark.read.parquet(records_uri))  # rule 3
-            divergent = sum(s["divergent"] for s in totals["per_implementation"].values())
-            minimized = (
-                _spark_minimize(spark, records_uri, out_dir, spec_json, max_minimized, cores, run)
-                if divergent and max_minimized
-                else _no_divergences(out_dir)
+        spark.range(0, cores, numPartitions=cores).mapInArrow(
+            run("cowstate_spec.spark_job:warm_batches", {}), "id long"
+        ).collect()
+        shown = display(spec.workloads, progress)
+        server = _progress_server(context.getConf().get("spark.driver.host"), shown)
+        started = time.perf_counter()
+        finished = False
+        try:
+            frame = spark.range(0, spec.workloads, numPartitions=partitions).mapInArrow(
+                run(
+                    "cowstate_spec.spark_job:check_batches",
+                    {"spec_json": spec_json, "progress": server.address if server else None},
+                ),
+                RECORD_SCHEMA,
             )
+            frame.write.mode("overwrite").parquet(records_uri)  # rule 2
+            elapsed = time.perf_counter() - started
+            finished = True
+        finally:
+            if server is not None:
+                server.close()
+            shown.update(spec.workloads if finished else server.done if server else 0)
+            shown.close()
+        totals = _spark_totals(spark.read.parquet(records_uri))  # rule 3
+        divergent = sum(s["divergent"] for s in totals["per_implementation"].values())
+        minimized = (
+            _spark_minimize(spark, records_uri, out_dir, spec_json, max_minimized, cores, run)
+            if divergent and max_minimized
+            else _no_divergences(out_dir)
+        )
     summary = _summary(spec, totals, elapsed, cores, real_master, "records.parquet")
     summary["executor_python"] = python
     summary["shipped_archive"] = archive["name"] if archive else None
     summary["divergences"] = _write_findings(spec, minimized, out_dir, regressions_dir)
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return CheckReport(summary)
+
+
+def _progress_server(host: str, shown: Any) -> ProgressServer | None:
+    """The progress server on the driver's address, or None where it cannot
+    listen (the run goes on; the display then jumps to the end)."""
+    try:
+        return ProgressServer(host, shown)
+    except OSError:
+        return None
 
 
 def _on_executors(target: str, arguments: dict[str, Any], archive: Any) -> Any:
