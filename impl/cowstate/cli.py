@@ -141,8 +141,8 @@ def _parser() -> OneLineParser:
 
     parser = OneLineParser(
         prog="cowstate",
-        description="Flink's heap keyed state in Python: inspect checkpoints and "
-        "savepoints, and check the implementations against the reference model.",
+        description="Flink's heap keyed state in Python: inspect checkpoints and savepoints,\n"
+        "and check the implementations against the reference model.",
         epilog="exit status:\n"
         + "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_STATUSES.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -22,8 +22,10 @@ too, so ``scripts/cowstate_check.py`` under spark-submit takes both.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -77,9 +79,11 @@ def check_parser() -> OneLineParser:
     and exit statuses)."""
     parser = OneLineParser(
         prog=PROG,
-        description="Run random workloads against cowstate's implementations and the "
-        "reference model side by side, on Spark or in this process; report every "
-        "divergence, minimized to a replayable trace and a pytest regression.",
+        description=textwrap.fill(
+            "Run random workloads against cowstate's implementations and the reference model "
+            "side by side, on Spark or in this process; report every divergence, minimized to "
+            "a replayable trace and a pytest regression."
+        ),
         epilog=_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -313,10 +317,17 @@ def _epilog() -> str:
     good = [n for n in names if not n.startswith("bad-")]
     bad = [n for n in names if n.startswith("bad-")]
     statuses = "\n".join(f"  {code}  {meaning}" for code, meaning in EXIT_STATUSES.items())
+    wrap = functools.partial(
+        textwrap.fill,
+        initial_indent="  ",
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
     return (
         f"presets:\n{presets}\n\n"
-        f"implementations (--implementation):\n  {', '.join(good)}\n"
-        f"  planted bugs the check must catch: {', '.join(bad)}\n\n"
+        f"implementations (--implementation):\n{wrap(', '.join(good))}\n"
+        f"{wrap('planted bugs the check must catch: ' + ', '.join(bad))}\n\n"
         f"exit status:\n{statuses}\n\n"
         "examples:\n"
         "  cowstate check --preset smoke\n"
