@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CMAP   := $(VENV)/.cmap-built
 
-.PHONY: test demo bench lint typecheck crosshair pytest deep verify mutate sanitize clean
+.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest deep verify mutate sanitize clean
 
 ## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
 ## when its source changes, without reinstalling everything.
@@ -45,6 +45,11 @@ pytest: $(CMAP)
 ## make demo: the main job, a differential run of the implementation against the model
 demo: $(CMAP)
 	$(VENV)/bin/cowstate check --preset smoke
+
+## make cluster-demo: the same on a Spark standalone cluster on loopback (a master and two
+## workers), executors on a Python without cowstate (build/executor-python); see the README
+cluster-demo: $(CMAP)
+	$(PY) scripts/cluster_demo.py
 
 ## make bench: the benchmarks, peers side by side (see bench/README.md)
 bench: $(CMAP)

@@ -31,10 +31,56 @@ def test_inspect_of_a_directory_without_metadata_exits_2(
 
 
 def test_check_is_handed_to_the_spec(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["check", "--help"])
-    assert exit_info.value.code == 0
-    assert "--preset" in capsys.readouterr().out
+    assert main(["check", "--help"]) == 0
+    help_text = capsys.readouterr().out
+    assert "--preset" in help_text
+    assert help_text.startswith("usage: cowstate check")
+
+
+def test_check_help_describes_the_run_and_lists_names_and_statuses(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from cowstate_spec.bad_implementations import BUGS
+    from cowstate_spec.implementations import IMPLEMENTATIONS
+    from cowstate_spec.workloads import PRESETS
+
+    assert main(["check", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "against cowstate's implementations and the reference model" in help_text
+    for implementation in IMPLEMENTATIONS:
+        assert implementation.name in help_text
+    for bug in BUGS:
+        assert f"bad-{bug.name}" in help_text
+    for name in PRESETS:
+        assert name in help_text
+    for status in ("0 success", "1 a finding", "2 bad input or usage", "3 environment"):
+        assert status in help_text
+
+
+def test_version_and_python_dash_m() -> None:
+    from cowstate import __version__
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    version = subprocess.run(
+        [sys.executable, "-m", "cowstate", "--version"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert version.returncode == 0
+    assert version.stdout == f"cowstate {__version__}\n"
+    help_text = subprocess.run(
+        [sys.executable, "-m", "cowstate", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert help_text.returncode == 0
+    assert help_text.stdout.startswith("usage: cowstate [-h] [--version] COMMAND")
+    assert "inspect checkpoints and savepoints" in help_text.stdout
+    assert "3  environment" in help_text.stdout
 
 
 def test_a_missing_extra_is_named() -> None:

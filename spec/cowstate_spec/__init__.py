@@ -28,6 +28,11 @@ The differential run (``cowstate check``; Spark needs the ``spark`` extra):
 - :mod:`cowstate_spec.differential`: one workload, an implementation against the
   model, minimized divergences;
 - :mod:`cowstate_spec.spark_job`: the run on Spark (or in process);
+- :mod:`cowstate_spec.spark_env`: starting Spark (master URLs, Java, a quiet
+  driver JVM, the executors' Python);
+- :mod:`cowstate_spec.shipping`: the archive that ships the checker to executors;
+- :mod:`cowstate_spec.progress`: progress per finished workload;
+- :mod:`cowstate_spec.local_cluster`: a standalone cluster on loopback (tests, demo);
 - :mod:`cowstate_spec.cli`: the ``check`` command (``cowstate.cli`` hands it over).
 
 Symbolic checks (CrossHair, ``dev`` extra):
@@ -58,6 +63,7 @@ EXTRAS = {
     "pyspark": "spark",
     "pyarrow": "spark",
     "pandas": "spark",
+    "rich": "spark",
 }
 
 

@@ -30,12 +30,14 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cowstate.errors import InvalidArgumentError
 from cowstate_spec.keys import HashKey
 
 __all__ = [
     "OPERATIONS",
     "PRESETS",
     "Operation",
+    "SpecFileError",
     "WorkloadSpec",
     "decode",
     "encode",
@@ -154,10 +156,29 @@ class WorkloadSpec(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> WorkloadSpec:
-        """Read a spec from a ``.json``, ``.yaml`` or ``.yml`` file."""
+        """Read a spec from a ``.json``, ``.yaml`` or ``.yml`` file.
+
+        Raises :class:`SpecFileError` when the file cannot be read or parsed
+        and pydantic's ``ValidationError`` when a field is wrong.
+        """
         path = Path(path)
-        text = path.read_text()
-        data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        if path.suffix not in (".json", ".yaml", ".yml"):
+            raise SpecFileError(path, f"expected a .json, .yaml or .yml file, got {path.name!r}")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise SpecFileError(path, "does not exist; expected a workload spec file") from None
+        except IsADirectoryError:
+            raise SpecFileError(path, "is a directory, expected a workload spec file") from None
+        except UnicodeDecodeError as exc:
+            raise SpecFileError(
+                path, f"is not UTF-8 text (byte {exc.start}); expected JSON or YAML"
+            ) from None
+        except OSError as exc:
+            raise SpecFileError(path, f"cannot be read ({exc.strerror or exc})") from None
+        data = _parse(path, text)
+        if data is None:
+            raise SpecFileError(path, "is empty, expected a mapping of spec fields")
         return cls.model_validate(data)
 
     def save(self, path: str | Path) -> None:
@@ -168,6 +189,33 @@ class WorkloadSpec(BaseModel):
             path.write_text(yaml.safe_dump(data, sort_keys=False))
         else:
             path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+class SpecFileError(InvalidArgumentError):
+    """A spec file that cannot be read or parsed (its fields are pydantic's to judge)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"spec file {str(path)!r} {problem}")
+        self.path = path
+        self.problem = problem
+
+
+def _parse(path: Path, text: str) -> Any:
+    """The data of a spec file's text, by its suffix."""
+    if path.suffix == ".json":
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SpecFileError(
+                path, f"is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            ) from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SpecFileError(path, f"is not valid YAML ({where}{problem})") from None
 
 
 def _default_implementations() -> list[str]:
@@ -182,6 +230,9 @@ PRESETS: dict[str, WorkloadSpec] = {
     for spec in (
         WorkloadSpec(
             name="smoke", workloads=2400, operations_per_workload=2500, key_domain=32, namespaces=2
+        ),
+        WorkloadSpec(
+            name="tiny", workloads=40, operations_per_workload=500, key_domain=32, namespaces=2
         ),
         WorkloadSpec(
             name="collisions",

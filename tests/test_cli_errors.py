@@ -1,0 +1,449 @@
+"""Every bad input of the ``cowstate`` command: one line, no traceback, the
+documented exit status (2 bad input or usage, 3 environment), and nothing
+lost (files the command was pointed at stay as they were).
+
+Most cases run ``cowstate.cli.main`` in this process; the ones about the
+environment (no Java, no Spark extra, a closed pipe) run ``python -m
+cowstate`` in a subprocess with that environment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cowstate.cli import EXIT_DIVERGENCE, EXIT_ENVIRONMENT, EXIT_OK, EXIT_USAGE, main
+from cowstate_spec.local_cluster import free_port
+from cowstate_spec.workloads import WorkloadSpec
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def one_line(capsys: pytest.CaptureFixture[str], status: int, expected_status: int) -> str:
+    """The single stderr line of a run that ended with ``expected_status``."""
+    captured = capsys.readouterr()
+    assert status == expected_status, captured.err
+    assert "Traceback" not in captured.err
+    assert "errors.pydantic.dev" not in captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1, captured.err
+    return lines[0]
+
+
+def check(tmp_path: Path, *arguments: str) -> list[str]:
+    """``cowstate check`` arguments with a valid source and --out unless given."""
+    args = ["check", *arguments]
+    if "--spec" not in arguments and "--preset" not in arguments:
+        args += ["--preset", "tiny"]
+    if "--out" not in arguments:
+        args += ["--out", str(tmp_path / "out")]
+    return args
+
+
+def spec_file(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ------------------------------------------------------------------ spec files
+
+
+@pytest.mark.parametrize(
+    "name, text, fragment",
+    [
+        ("bad.yaml", "workloads: [1, 2\nops: 3\n", "is not valid YAML (line 2, column"),
+        ("bad.json", '{"workloads": 3,}', "is not valid JSON (line 1, column 17"),
+        ("empty.yaml", "", "is empty, expected a mapping of spec fields"),
+        ("list.yaml", "- 1\n- 2\n", "expected a mapping of spec fields, got list"),
+        ("spec.txt", "workloads: 3\n", "expected a .json, .yaml or .yml file, got 'spec.txt'"),
+        ("zero.yaml", "workloads: 0\n", "workloads: expected a number >= 1, got 0"),
+        ("extra.yaml", "surprise: 1\n", "surprise: not a spec field (expected one of name,"),
+        (
+            "order.yaml",
+            "release_order: sideways\n",
+            "release_order: expected 'fifo', 'lifo' or 'random', got 'sideways'",
+        ),
+        ("impl.yaml", "implementations: [nope]\n", "implementations: expected one of cow-map,"),
+        (
+            "two.yaml",
+            "workloads: -1\ncollision_share: 2\n",
+            "workloads: expected a number >= 1, got -1; collision_share: expected a number <= 1",
+        ),
+        ("binary.yaml", "\udcff", "is not UTF-8 text"),
+    ],
+)
+def test_a_bad_spec_file_is_one_line_naming_the_file_and_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, text: str, fragment: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    before = path.read_bytes()
+    line = one_line(capsys, main(check(tmp_path, "--spec", str(path))), EXIT_USAGE)
+    assert line.startswith(f"cowstate check: --spec {str(path)!r}")
+    assert fragment in line
+    assert path.read_bytes() == before
+    assert not (tmp_path / "out").exists()  # nothing ran, nothing was written
+
+
+def test_a_missing_spec_file_and_a_directory_are_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "missing.yaml"
+    line = one_line(capsys, main(check(tmp_path, "--spec", str(missing))), EXIT_USAGE)
+    assert line == (
+        f"cowstate check: --spec {str(missing)!r} does not exist; expected a workload spec file"
+    )
+    folder = tmp_path / "folder.yaml"
+    folder.mkdir()
+    line = one_line(capsys, main(check(tmp_path, "--spec", str(folder))), EXIT_USAGE)
+    assert line.endswith("is a directory, expected a workload spec file")
+
+
+# ------------------------------------------------------------------ options
+
+
+@pytest.mark.parametrize(
+    "arguments, expected",
+    [
+        (
+            ["--partitions", "-3"],
+            "cowstate check: argument --partitions: expected an integer >= 1, got -3 "
+            "(see cowstate check --help)",
+        ),
+        (["--partitions", "0"], "argument --partitions: expected an integer >= 1, got 0"),
+        (["--ops", "0"], "argument --ops: expected an integer >= 1, got 0"),
+        (["--workloads", "many"], "argument --workloads: expected an integer >= 1, got 'many'"),
+        (["--seed", "-1"], "argument --seed: expected an integer >= 0, got -1"),
+        (["--max-minimized", "-2"], "argument --max-minimized: expected an integer >= 0, got -2"),
+        (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+        (
+            ["--master", "nonsense://x"],
+            "cowstate check: --master 'nonsense://x': expected local, local[N], local[*], "
+            "local[N,F], local-cluster[N,C,M], spark://HOST:PORT[,HOST:PORT...], yarn, "
+            "k8s://URL or in-process",
+        ),
+        (["--master", "local[0]"], "--master 'local[0]': expected local, local[N]"),
+        (["--master", "spark://host"], "--master 'spark://host': expected local"),
+        (["--implementation", "no-such-map"], "--implementation 'no-such-map': expected one of"),
+        (["--preset", "nope", "--spec", "x.yaml"], "not allowed with argument"),
+        (["--conf", "spark.x"], "--conf 'spark.x': expected KEY=VALUE"),
+        (["--executor-timeout", "0"], "--executor-timeout: expected seconds > 0, got 0.0"),
+        (
+            ["--master", "in-process", "--partitions", "4"],
+            "--partitions and --conf are Spark settings, expected neither with --master in-process",
+        ),
+    ],
+)
+def test_a_bad_option_is_one_line_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], expected: str
+) -> None:
+    line = one_line(capsys, main(check(tmp_path, *arguments)), EXIT_USAGE)
+    assert expected in line
+    assert "operations_per_workload" not in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_unknown_preset_lists_the_presets(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = one_line(capsys, main(["check", "--preset", "nope"]), EXIT_USAGE)
+    assert line == (
+        "cowstate check: --preset 'nope': expected one of collisions, long-lived-snapshots, "
+        "rehash-under-snapshots, smoke, tiny, zipf-hot-keys"
+    )
+
+
+def test_a_missing_source_is_a_usage_line(capsys: pytest.CaptureFixture[str]) -> None:
+    line = one_line(capsys, main(["check"]), EXIT_USAGE)
+    assert "one of the arguments --spec --preset is required" in line
+
+
+def test_no_command_and_an_unknown_command_are_usage_lines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    line = one_line(capsys, main([]), EXIT_USAGE)
+    assert line.startswith("cowstate: the following arguments are required: COMMAND")
+    line = one_line(capsys, main(["frobnicate"]), EXIT_USAGE)
+    assert line.startswith("cowstate: argument COMMAND: invalid choice: 'frobnicate'")
+    line = one_line(capsys, main(["savepoint", "inspect"]), EXIT_USAGE)
+    assert line.startswith("cowstate savepoint inspect: the following arguments are required")
+
+
+# ------------------------------------------------------------------ --out
+
+
+def test_out_naming_a_file_is_refused_and_the_file_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "x"
+    target.write_text("mine")
+    status = main(check(tmp_path, "--out", str(target), "--master", "in-process"))
+    line = one_line(capsys, status, EXIT_USAGE)
+    assert line == f"cowstate check: --out {str(target)!r} is a file, expected a directory"
+    assert target.read_text() == "mine"
+
+
+def test_out_under_a_file_is_not_writable(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("mine")
+    target = tmp_path / "file" / "out"
+    status = main(check(tmp_path, "--out", str(target), "--master", "in-process"))
+    line = one_line(capsys, status, EXIT_USAGE)
+    assert line == (
+        f"cowstate check: --out {str(target)!r} is not a directory this user can write "
+        "(Not a directory); expected a writable directory"
+    )
+
+
+def test_out_holding_records_no_check_wrote_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "records.parquet").write_text("someone else's")
+    status = main(check(tmp_path, "--out", str(out), "--master", "in-process"))
+    line = one_line(capsys, status, EXIT_USAGE)
+    assert "holds a records.parquet that no check wrote" in line
+    assert (out / "records.parquet").read_text() == "someone else's"
+
+
+def test_regressions_dir_naming_a_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "regressions"
+    target.write_text("mine")
+    status = main(
+        check(tmp_path, "--regressions-dir", str(target), "--master", "in-process", "--no-progress")
+    )
+    line = one_line(capsys, status, EXIT_USAGE)
+    assert line.endswith("is a file, expected a directory")
+    assert target.read_text() == "mine"
+
+
+# ------------------------------------------------------------------ environment
+
+
+def run_cowstate(
+    arguments: list[str], env: dict[str, str] | None = None, prelude: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``python -m cowstate`` in a subprocess (``prelude`` runs first)."""
+    code = f"import sys\n{prelude}\nfrom cowstate.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run(
+        [sys.executable, "-c", code, *arguments],
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], status: int) -> str:
+    assert result.returncode == status, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_no_java_is_an_environment_line(tmp_path: Path) -> None:
+    env = {"PATH": str(tmp_path), "JAVA_HOME": ""}
+    result = run_cowstate(check(tmp_path, "--master", "local[1]"), env)
+    line = assert_one_line(result, EXIT_ENVIRONMENT)
+    assert line == (
+        "cowstate check: Spark needs Java 17 or newer and found none (no JAVA_HOME, no java on "
+        "PATH); install one (e.g. apt-get install openjdk-17-jre-headless) or run without "
+        "Spark: --master in-process"
+    )
+
+
+def test_a_java_home_without_java_is_an_environment_line(tmp_path: Path) -> None:
+    result = run_cowstate(check(tmp_path, "--master", "local[1]"), {"JAVA_HOME": str(tmp_path)})
+    line = assert_one_line(result, EXIT_ENVIRONMENT)
+    assert f"JAVA_HOME is {str(tmp_path)!r} but {tmp_path}/bin/java is not an executable" in line
+
+
+def test_an_old_java_is_an_environment_line(tmp_path: Path) -> None:
+    java = tmp_path / "bin" / "java"
+    java.parent.mkdir()
+    java.write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    java.chmod(0o755)
+    result = run_cowstate(check(tmp_path, "--master", "local[1]"), {"JAVA_HOME": str(tmp_path)})
+    line = assert_one_line(result, EXIT_ENVIRONMENT)
+    assert f"Spark 4 needs Java 17 or newer, found Java 11 at {java}" in line
+
+
+def test_an_unreachable_master_is_an_environment_line(tmp_path: Path) -> None:
+    port = free_port()
+    result = run_cowstate(check(tmp_path, "--master", f"spark://127.0.0.1:{port}"))
+    line = assert_one_line(result, EXIT_ENVIRONMENT)
+    assert line.startswith(
+        f"cowstate check: cannot reach the Spark master spark://127.0.0.1:{port}: "
+        f"127.0.0.1:{port} (Connection refused); start it"
+    )
+
+
+#: Makes the spark extra's packages unimportable, as in an install without it.
+WITHOUT_SPARK_EXTRA = """
+class _NoSparkExtra:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pyspark", "pyarrow", "pandas", "rich"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, _NoSparkExtra())
+"""
+
+
+def test_without_the_spark_extra_spark_masters_say_what_to_install(tmp_path: Path) -> None:
+    result = run_cowstate(check(tmp_path, "--master", "local[1]"), prelude=WITHOUT_SPARK_EXTRA)
+    line = assert_one_line(result, EXIT_ENVIRONMENT)
+    assert line == (
+        "cowstate check: Spark is not installed here (No module named 'pyspark'); install it "
+        "with: pip install 'cowstate[spark]', or run without Spark: --master in-process"
+    )
+
+
+def test_without_the_spark_extra_in_process_runs_and_writes_json_lines(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    arguments = check(tmp_path, "--master", "in-process", "--workloads", "3", "--ops", "200")
+    result = run_cowstate([*arguments[:-2], "--out", str(out)], prelude=WITHOUT_SPARK_EXTRA)
+    assert result.returncode == EXIT_OK, result.stderr
+    assert (out / "records.jsonl").read_text().count("\n") == 3 * len(
+        WorkloadSpec().implementations
+    )
+    assert not (out / "records.parquet").exists()
+    assert "records.jsonl, summary.json" in result.stdout
+
+
+def write_checkpoint(root: Path) -> str:
+    """A checkpoint of one heap subtask with a few states; its directory."""
+    from cowstate import HeapKeyedStateBackend, KeyGroupRange, ValueStateDescriptor
+    from cowstate.checkpoint import CheckpointCoordinator, CheckpointStorage
+
+    with HeapKeyedStateBackend(KeyGroupRange(0, 127), 128) as backend:
+        coordinator = CheckpointCoordinator(CheckpointStorage(str(root), "job"), [backend])
+        for key in range(20):
+            backend.set_current_key(key)
+            backend.get_state(ValueStateDescriptor("clicks", default=0)).update(key)
+        return coordinator.complete_checkpoint(coordinator.trigger_checkpoint()).directory
+
+
+def test_a_closed_pipe_ends_inspect_and_check_quietly(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    for arguments in (
+        ["savepoint", "inspect", str(checkpoint)],
+        check(tmp_path, "--master", "in-process", "--workloads", "2", "--no-progress"),
+    ):
+        code = "import sys\nfrom cowstate.cli import main\nsys.exit(main(sys.argv[1:]))"
+        process = subprocess.Popen(
+            [sys.executable, "-c", code, *arguments],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert process.stdout is not None and process.stderr is not None
+        process.stdout.close()  # the reader is gone before the command prints
+        stderr = process.stderr.read()
+        assert process.wait(timeout=300) == EXIT_OK, stderr
+        assert stderr == ""
+
+
+# ------------------------------------------------------------------ Spark failing
+
+
+@pytest.mark.spark
+def test_spark_that_cannot_start_is_an_environment_line(tmp_path: Path) -> None:
+    arguments = check(tmp_path, "--master", "local[1]", "--conf", "spark.driver.memory=lots")
+    line = assert_one_line(run_cowstate(arguments), EXIT_ENVIRONMENT)
+    assert line.startswith("cowstate check: Spark could not start (")
+    assert "lots" in line
+    assert line.endswith("or run without Spark: --master in-process")
+
+
+@pytest.mark.spark
+def test_a_job_failing_on_the_executors_is_an_environment_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """In this process, on the session tests/test_spark.py uses too (same
+    master and settings): Spark's own report of the failure goes to the
+    driver's log in --out, the console gets one line."""
+    arguments = [
+        "--master",
+        "local[2]",
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1",
+        "--conf",
+        "spark.pyspark.python=/nonexistent/python",
+        "--no-progress",
+    ]
+    line = one_line(capsys, main(check(tmp_path, *arguments)), EXIT_ENVIRONMENT)
+    assert line.startswith("cowstate check: the Spark job failed: java.io.IOException: Cannot run ")
+    assert "/nonexistent/python" in line
+    assert f"the driver's log is {tmp_path / 'out' / 'spark-driver.log'}" in line
+    assert "Cannot run program" in (tmp_path / "out" / "spark-driver.log").read_text()
+
+
+# ------------------------------------------------------------------ statuses
+
+
+def test_agreement_is_0_and_a_divergence_is_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    common = ["--master", "in-process", "--workloads", "2", "--ops", "300", "--no-progress"]
+    status = main(check(tmp_path, *common, "--implementation", "cow-map"))
+    assert status == EXIT_OK
+    assert capsys.readouterr().err == ""
+    out = tmp_path / "bad"
+    status = main(
+        check(
+            tmp_path,
+            *common,
+            "--implementation",
+            "bad-get-skips-state-copy",
+            "--out",
+            str(out),
+            "--regressions-dir",
+            str(tmp_path / "regressions"),
+        )
+    )
+    assert status == EXIT_DIVERGENCE
+    report = capsys.readouterr().out
+    assert "minimized to" in report
+    for line in report.splitlines():
+        assert len(line) <= 200, line  # the minimized trace, never a whole state dump
+
+
+def test_the_report_shows_the_minimized_trace_not_the_expected_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = main(
+        check(
+            tmp_path,
+            "--master",
+            "in-process",
+            "--workloads",
+            "1",
+            "--ops",
+            "2000",
+            "--implementation",
+            "bad-get-skips-state-copy",
+            "--regressions-dir",
+            str(tmp_path / "regressions"),
+            "--no-progress",
+        )
+    )
+    assert status == EXIT_DIVERGENCE
+    report = capsys.readouterr().out
+    summary: dict[str, Any] = json.loads((tmp_path / "out" / "summary.json").read_text())
+    (divergence,) = summary["divergences"]
+    for op in divergence["minimized_trace"]:
+        assert f"        {op[0]}(" in report
+    assert divergence["expected"] not in report or len(divergence["expected"]) < 160
