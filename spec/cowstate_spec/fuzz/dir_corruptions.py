@@ -39,7 +39,7 @@ from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER
 from cowstate.checkpoint.handles import METADATA_FILE, METADATA_VERSION
 from cowstate.checkpoint.sealed import seal
 from cowstate.checkpoint.verify import METADATA_KIND
-from cowstate_spec.fuzz.jobs import MAX_PARALLELISM
+from cowstate_spec.fuzz.jobs import MAX_PARALLELISM, Original
 
 __all__ = ["DIR_CLASSES", "ENTRIES", "DirCase", "DirClass", "SnapshotInfo"]
 
@@ -55,7 +55,7 @@ class SnapshotInfo:
     name: str
     path: str
     kind: str
-    original: tuple[tuple[str, int, Any, Any, Any], ...]
+    original: Original
 
 
 @dataclass

@@ -39,7 +39,7 @@ import random
 import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
@@ -132,12 +132,13 @@ def build_dir_fixture(scratch: str, kind: str) -> DirFixture:
                 name, os.path.relpath(directory, tree), "checkpoint", original_of(backends)
             )
         fill(backends, 3, KEYS[1::3])
-        for name, where, savepoint_format in (
+        savepoints: tuple[tuple[str, str, Literal["canonical", "native"]], ...] = (
             ("sp-inside", "root/job/savepoints/sp-inside", "canonical"),
             ("sp-canonical", "savepoints/sp-canonical", "canonical"),
             ("sp-native", "savepoints/sp-native", "native"),
-        ):
-            coordinator.trigger_savepoint(os.path.join(tree, where), savepoint_format)  # type: ignore[arg-type]
+        )
+        for name, where, savepoint_format in savepoints:
+            coordinator.trigger_savepoint(os.path.join(tree, where), savepoint_format)
             snapshots[name] = SnapshotInfo(name, where, "savepoint", original_of(backends))
     finally:
         coordinator.close()

@@ -131,7 +131,13 @@ class FileSuite:
 
     @property
     def rocks_source(self) -> str:
+        """Where a corrupt canonical file waits for a RocksDB restore."""
         return os.path.join(self.scratch, "rocks-source")
+
+    @property
+    def rocks_local(self) -> str:
+        """The RocksDB backends' instance directories."""
+        return os.path.join(self.scratch, "rocks-local")
 
 
 Corruption = Callable[[FileFixture, random.Random, str], Mutation]
@@ -189,11 +195,12 @@ def run_file_case(
     first = rng.choice(["fresh", "registered"])
     where = f"{kind} backends over {which} key groups {ranges[which]!r} ({first}, prefilled)"
     before_canary = manifest(suite.canary, lambda p: True)
-    suite.watch.reset(suite.scratch, [suite.rocks_source])
-    verdicts = [
-        _restore_into(suite, fixture, mutation.data, kind, ranges[which], state)
-        for state in (first, "prefilled")
-    ]
+    suite.watch.reset(suite.scratch, [suite.rocks_source, suite.rocks_local])
+    with suite.watch.installed():  # a payload may run in the restore or at the first read
+        verdicts = [
+            _restore_into(suite, fixture, mutation.data, kind, ranges[which], state)
+            for state in (first, "prefilled")
+        ]
     changes = manifest_changes(before_canary, manifest(suite.canary, lambda p: True))
     if suite.watch.reads or changes:
         verdicts.append(Verdict(Outcome.OUTSIDE, "; ".join(suite.watch.reads + changes)[:300]))
@@ -232,10 +239,8 @@ def _bitflip(region: str) -> Corruption:
     def corrupt(fixture: FileFixture, rng: random.Random, canary: str) -> Mutation:
         r = _regions(fixture, region, rng)
         data = bytearray(fixture.data)
-        flips = [
-            (rng.randrange(r.start, r.end), rng.randrange(8))
-            for _ in range(rng.choice((1, 1, 2, 5)))
-        ]
+        bits = rng.sample(range(r.start * 8, r.end * 8), rng.choice((1, 1, 2, 5)))
+        flips = sorted(divmod(bit, 8) for bit in bits)  # distinct: no flip undoes another
         for at, bit in flips:
             data[at] ^= 1 << bit
         shown = ", ".join(f"byte {at} bit {bit}" for at, bit in flips)
@@ -255,6 +260,8 @@ def _byterun(region: str) -> Corruption:
             "ones": b"\xff" * length,
             "random": rng.randbytes(length),
         }[pattern]
+        if run == fixture.data[at : at + length]:  # never a run the file already holds
+            run = bytes([run[0] ^ 0xFF]) + run[1:]
         data = fixture.data[:at] + run + fixture.data[at + length :]
         return Mutation(
             data, f"{length} bytes at {at} overwritten with {pattern} in {r.describe()}"
@@ -693,7 +700,9 @@ def _restore_into(
     key_group_range: KeyGroupRange,
     state: str,
 ) -> Verdict:
-    backend = new_backend(kind, key_group_range, os.path.join(suite.scratch, "rocks-local"))
+    """Restore ``data`` into one new ``kind`` backend in ``state`` (fresh,
+    registered, prefilled) and classify it against the fixture's contents."""
+    backend = new_backend(kind, key_group_range, suite.rocks_local)
     close_error: BaseException | None = None
     try:
         if state != "fresh":
@@ -703,15 +712,14 @@ def _restore_into(
             prefill(backend)
         before = [view_of(backend)]
         error: BaseException | None = None
-        with suite.watch.installed():
-            try:
-                if kind == "heap":
-                    backend.restore([data])
-                else:
-                    handle, source = _rocks_handle(suite, fixture, data)
-                    backend.restore_from([handle], source)
-            except Exception as exc:
-                error = exc
+        try:
+            if kind == "heap":
+                backend.restore([data])
+            else:
+                handle, source = _rocks_handle(suite, fixture, data)
+                backend.restore_from([handle], source)
+        except Exception as exc:
+            error = exc
         after: list[Any] | BaseException
         try:
             after = [view_of(backend)]
