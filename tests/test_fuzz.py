@@ -27,7 +27,7 @@ from cowstate_spec.fuzz.layout import parse
 from cowstate_spec.fuzz.outcomes import Watch, manifest, manifest_changes
 
 SEED = 0
-REDUCED_FILE_CASES = 2000
+REDUCED_FILE_CASES = 1500
 REDUCED_DIR_CASES = 200
 
 _SEMANTIC = "restore does not check that every key lies in its own key group (semantic checks)"
@@ -57,6 +57,7 @@ KNOWN_DIR_FAILURES = {
     "file:bitflip": (_ATOMIC, range(0, 5)),
     "file:delete": (_ATOMIC, range(15, 20)),
     "file:empty": (_ATOMIC, range(0, 5)),
+    "file:swap": (_ATOMIC + " (recover(): shared SSTs swapped)", range(78, 83)),
     "file:replaced-by-dir": (_ATOMIC, range(0, 5)),
     "file:symlink-out": (_ATOMIC, range(10, 15)),
     "file:symlink-in": (_ATOMIC, range(0, 5)),
@@ -76,14 +77,25 @@ KNOWN_DIR_FAILURES = {
         _ATOMIC + "; a resealed size of 2**40 makes read_bytes allocate it (MemoryError)",
         range(13, 18),
     ),
-    "reseal:file-edited": (_ATOMIC + "; a resealed RocksDB file restores wrong", range(5, 10)),
-    "reseal:file-truncated": (_ATOMIC, range(0, 5)),
+    "reseal:file-edited": (
+        _ATOMIC + "; an SST bit flip with its CRC resealed: RocksDB iteration stops silently",
+        range(5, 10),
+    ),
+    "reseal:file-truncated": (
+        _ATOMIC + "; RocksDB's own Corruption error escapes as a bare Exception",
+        range(0, 5),
+    ),
     "reseal:drop-file": (
-        "a handle listing states without their file restores nothing for them",
+        "a heap handle listing states without their file restores nothing for them; a "
+        "RocksDB file left out: rocksdict's bare Exception escapes",
         range(0, 5),
     ),
     "reseal:format": (_ATOMIC, range(15, 20)),
-    "reseal:serializer": (_ATOMIC, range(0, 5)),
+    "reseal:serializer": (
+        _ATOMIC + "; a RocksDB state serializer resealed to one that cannot decode its "
+        "bytes: the read fails later with struct.error",
+        range(0, 5),
+    ),
     "reseal:states": (
         "RocksDB native restore drops column families its handle does not name",
         range(5, 10),
