@@ -1,0 +1,100 @@
+"""Defects planted on purpose, to prove the fuzzers can fail.
+
+Each is a context manager that breaks one guarantee while it is active:
+
+- ``reader-drops-bad-blocks``: a key-group block that fails its checks
+  (CRC, lengths, ...) is read as empty instead of refused -- corrupt files
+  restore with entries missing (the file fuzzer must say ``wrong``);
+- ``paths-unconfined``: paths in ``_metadata`` are used as they are (no P1-P3)
+  -- a resealed absolute or ``..`` path is opened (``outside``);
+- ``restore-clears-first``: the heap backend empties its states before it
+  restores -- a refused restore leaves a backend that held state empty
+  (``partial``);
+- ``deletes-unowned``: the job believes it owns everything under its
+  directory -- recovery's cleanup deletes the savepoint inside it
+  (``outside``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from cowstate.checkpoint import location, verify
+from cowstate.checkpoint.storage import CheckpointStorage
+from cowstate.errors import SnapshotFormatError
+from cowstate.heap_backend import HeapKeyedStateBackend
+from cowstate.snapshot import SnapshotReader
+
+__all__ = ["PLANTED"]
+
+
+@contextlib.contextmanager
+def _patched(owner: Any, name: str, value: Any) -> Iterator[None]:
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
+@contextlib.contextmanager
+def _reader_drops_bad_blocks() -> Iterator[None]:
+    original = SnapshotReader.read_key_group
+
+    def lenient(self: SnapshotReader, key_group: int) -> Any:
+        try:
+            return original(self, key_group)
+        except SnapshotFormatError:
+            return {}
+
+    with _patched(SnapshotReader, "read_key_group", lenient):
+        yield
+
+
+@contextlib.contextmanager
+def _paths_unconfined() -> Iterator[None]:
+    def anything(path: Any) -> Any:
+        return path
+
+    with contextlib.ExitStack() as stack:
+        for module in (location, verify):
+            stack.enter_context(_patched(module, "check_exclusive_path", anything))
+            stack.enter_context(_patched(module, "check_shared_path", anything))
+        stack.enter_context(_patched(location, "is_inside", lambda path, root: True))
+        yield
+
+
+@contextlib.contextmanager
+def _restore_clears_first() -> Iterator[None]:
+    original = HeapKeyedStateBackend.restore
+
+    def clearing(self: HeapKeyedStateBackend, snapshot_streams: Any) -> None:
+        for name in self.state_names:
+            table = self.table(name)
+            for key, namespace, _state in list(table):
+                table.remove(key, namespace)
+        original(self, snapshot_streams)
+
+    with _patched(HeapKeyedStateBackend, "restore", clearing):
+        yield
+
+
+@contextlib.contextmanager
+def _deletes_unowned() -> Iterator[None]:
+    def owns(self: CheckpointStorage, path: str) -> bool:
+        return path.startswith(self.job_dir + "/")
+
+    with _patched(CheckpointStorage, "owns", owns):
+        yield
+
+
+#: Every planted defect, by name.
+PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
+    "reader-drops-bad-blocks": _reader_drops_bad_blocks,
+    "paths-unconfined": _paths_unconfined,
+    "restore-clears-first": _restore_clears_first,
+    "deletes-unowned": _deletes_unowned,
+}

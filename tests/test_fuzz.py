@@ -1,0 +1,293 @@
+"""The restore fuzzers (``cowstate_spec.fuzz``) in ``make test``: a reduced run
+with no wrong, partial, escaped or outside outcome; the classes that fail
+today, each asserted as a strict expected failure (when a fix lands they
+pass, the test turns red -- XPASS -- and the class moves into the reduced
+run); planted defects the fuzzers must report; the canary.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import pickle
+import random
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cowstate.errors import CowStateError
+from cowstate.snapshot import SnapshotReader
+from cowstate_spec.fuzz import BAD, PLANTED, CaseResult, Fuzzer, Outcome
+from cowstate_spec.fuzz.cli import main
+from cowstate_spec.fuzz.dir_corruptions import DIR_CLASSES
+from cowstate_spec.fuzz.files import FILE_CLASSES, pickle_payload
+from cowstate_spec.fuzz.layout import parse
+from cowstate_spec.fuzz.outcomes import Watch, manifest, manifest_changes
+
+SEED = 0
+REDUCED_FILE_CASES = 1500
+REDUCED_DIR_CASES = 200
+
+_SEMANTIC = "restore does not check that every key lies in its own key group (semantic checks)"
+_ROCKS_DECODE = (
+    "a canonical restore into RocksDB stores entries without decoding them: the value "
+    "fails only when read"
+)
+_ATOMIC = "a restore of several subtasks is not atomic: subtask 0 stays restored when another fails"
+
+#: Snapshot-file classes that fail today, and why.
+KNOWN_FILE_FAILURES = {
+    "crafted:block-moved": _SEMANTIC,
+    "crafted:foreign-key": _SEMANTIC,
+    "crafted:meta-range": _SEMANTIC + " (every block relabelled one key group off)",
+    "crafted:none-namespace": "a None namespace is restored",
+    "crafted:none-key": _ROCKS_DECODE + " (a None key)",
+    "crafted:none-state": _ROCKS_DECODE + " (a None state)",
+    "crafted:unhashable-key": _ROCKS_DECODE + " (an unhashable key)",
+    "crafted:undecodable": _ROCKS_DECODE + " (UnpicklingError escapes)",
+    "crafted:duplicate-other": "a duplicate mapping is restored, the last one winning",
+    "crafted:pickle-payload": "the default serializer unpickles: the payload opens the canary",
+}
+
+#: Checkpoint-directory classes that fail today: why, and cases that show it.
+KNOWN_DIR_FAILURES = {
+    "file:truncate": (_ATOMIC, range(0, 5)),
+    "file:bitflip": (_ATOMIC, range(0, 5)),
+    "file:delete": (_ATOMIC, range(15, 20)),
+    "file:empty": (_ATOMIC, range(0, 5)),
+    "file:swap": (_ATOMIC + " (recover(): shared SSTs swapped)", range(78, 83)),
+    "file:replaced-by-dir": (_ATOMIC, range(0, 5)),
+    "file:symlink-out": (_ATOMIC, range(10, 15)),
+    "file:symlink-in": (_ATOMIC, range(0, 5)),
+    "file:dir-symlink-out": (
+        _ATOMIC + "; a shared/ that is a symlink out of the root is followed (P3 checks "
+        "against the link's target)",
+        range(3, 8),
+    ),
+    "reseal:path-symlink": (_ATOMIC, range(5, 10)),
+    "reseal:range": (
+        "a handle's key-group range is not checked against its files' own: state goes "
+        "missing without an error",
+        range(0, 5),
+    ),
+    "reseal:swap-files": ("as reseal:range, with the files swapped between subtasks", range(0, 5)),
+    "reseal:sizes": (
+        _ATOMIC + "; a resealed size of 2**40 makes read_bytes allocate it (MemoryError)",
+        range(13, 18),
+    ),
+    "reseal:file-edited": (
+        _ATOMIC + "; an SST bit flip with its CRC resealed: RocksDB iteration stops silently",
+        range(5, 10),
+    ),
+    "reseal:file-truncated": (
+        _ATOMIC + "; RocksDB's own Corruption error escapes as a bare Exception",
+        range(0, 5),
+    ),
+    "reseal:drop-file": (
+        "a heap handle listing states without their file restores nothing for them; a "
+        "RocksDB file left out: rocksdict's bare Exception escapes",
+        range(0, 5),
+    ),
+    "reseal:format": (_ATOMIC, range(15, 20)),
+    "reseal:serializer": (
+        _ATOMIC + "; a RocksDB state serializer resealed to one that cannot decode its "
+        "bytes: the read fails later with struct.error",
+        range(0, 5),
+    ),
+    "reseal:states": (
+        "RocksDB native restore drops column families its handle does not name",
+        range(5, 10),
+    ),
+    "reseal:scope": (_ATOMIC, range(5, 10)),
+    "reseal:random": (_ATOMIC, range(5, 10)),
+    "job:restore-record": (
+        "a forged _restore: recover reads a snapshot outside the root, opens ftp://, and "
+        "fails after restoring",
+        range(0, 5),
+    ),
+    "job:savepoint-intent": (
+        "a forged _savepoint with its marker: recover deletes a directory holding a completed "
+        "savepoint",
+        range(5, 10),
+    ),
+    "job:symlink-out": (
+        "a chk-<id> or shared/ symlinked out of the job directory is read by recover()",
+        range(0, 5),
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def fuzzer() -> Iterator[Fuzzer]:
+    with Fuzzer(SEED, rocks_share=0.3) as f:
+        yield f
+
+
+def _bad(results: list[CaseResult]) -> list[str]:
+    return [
+        f"{r.case_id}: {r.description} -> {r.verdict.outcome}: {r.verdict.detail}"
+        for r in results
+        if r.verdict.outcome in BAD
+    ]
+
+
+# ---------------------------------------------------------------- the reduced run
+
+
+def test_reduced_file_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzzer) -> None:
+    classes = [c for c in FILE_CLASSES if c not in KNOWN_FILE_FAILURES]
+    results = fuzzer.run_files(REDUCED_FILE_CASES, classes)
+    assert len(results) == REDUCED_FILE_CASES
+    assert _bad(results) == []
+    outcomes = Counter(r.verdict.outcome for r in results)
+    assert outcomes[Outcome.CLEAN] > 0 and outcomes[Outcome.EXACT] > 0
+
+
+def test_reduced_directory_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzzer) -> None:
+    classes = [c for c in DIR_CLASSES if c not in KNOWN_DIR_FAILURES]
+    results = fuzzer.run_dirs(REDUCED_DIR_CASES, classes)
+    assert _bad(results) == []
+    assert {r.entry for r in results} == {"claim", "no-claim", "legacy", "recover", "inspect"}
+    outcomes = Counter(r.verdict.outcome for r in results)
+    assert outcomes[Outcome.CLEAN] and outcomes[Outcome.EXACT] and outcomes[Outcome.FALLBACK]
+
+
+@pytest.mark.parametrize(
+    "cls",
+    [
+        pytest.param(cls, marks=pytest.mark.xfail(strict=True, reason=reason))
+        for cls, reason in KNOWN_FILE_FAILURES.items()
+    ],
+)
+def test_known_failing_file_class(fuzzer: Fuzzer, cls: str) -> None:
+    assert _bad([fuzzer.run_file(cls, k) for k in range(30)]) == []
+
+
+@pytest.mark.parametrize(
+    ("cls", "cases"),
+    [
+        pytest.param(cls, cases, marks=pytest.mark.xfail(strict=True, reason=reason))
+        for cls, (reason, cases) in KNOWN_DIR_FAILURES.items()
+    ],
+)
+def test_known_failing_directory_class(fuzzer: Fuzzer, cls: str, cases: range) -> None:
+    assert _bad([fuzzer.run_dir(cls, k) for k in cases]) == []
+
+
+def test_every_class_is_in_the_reduced_run_or_known_to_fail() -> None:
+    assert set(KNOWN_FILE_FAILURES) <= set(FILE_CLASSES)
+    assert set(KNOWN_DIR_FAILURES) <= set(DIR_CLASSES)
+
+
+# ------------------------------------------------------------ the fuzzers can fail
+
+
+@pytest.mark.parametrize(
+    ("plant", "suite", "classes", "expected"),
+    [
+        ("reader-drops-bad-blocks", "files", ["bitflip:payload", "byterun:payload"], Outcome.WRONG),
+        ("restore-clears-first", "files", ["bitflip:payload", "truncate:index"], Outcome.PARTIAL),
+        (
+            "paths-unconfined",
+            "dirs",
+            ["reseal:path-absolute", "reseal:path-dotdot"],
+            Outcome.OUTSIDE,
+        ),
+        ("deletes-unowned", "dirs", ["job:counter"], Outcome.OUTSIDE),
+    ],
+)
+def test_a_planted_defect_is_reported(
+    fuzzer: Fuzzer, plant: str, suite: str, classes: list[str], expected: Outcome
+) -> None:
+    count = 40 if suite == "files" else 20
+    run = fuzzer.run_files if suite == "files" else fuzzer.run_dirs
+    control = run(count, classes)
+    assert _bad(control) == []
+    with PLANTED[plant]():
+        planted = run(count, classes)
+    assert any(r.verdict.outcome is expected for r in planted), Counter(
+        r.verdict.outcome for r in planted
+    )
+
+
+def test_a_replayed_case_has_the_same_outcome(fuzzer: Fuzzer) -> None:
+    first = fuzzer.run_files(120)
+    for result in random.Random(1).sample(first, 5):
+        again = fuzzer.run_case(result.case_id)
+        assert (again.description, again.verdict) == (result.description, result.verdict)
+    directory = fuzzer.run_dirs(10)[7]
+    again = fuzzer.run_case(directory.case_id)
+    assert again.verdict.outcome is directory.verdict.outcome
+    with pytest.raises(CowStateError):
+        fuzzer.run_case("files/no-such-class/1")
+
+
+# ---------------------------------------------------------------------- the canary
+
+
+def test_the_canary_outside_the_root_is_never_read_or_deleted(fuzzer: Fuzzer) -> None:
+    """Every way of pointing at the canary (absolute, ``..``, schemes, links
+    inside the snapshot, links replacing files), through every entry point."""
+    classes = [
+        "reseal:path-absolute",
+        "reseal:path-dotdot",
+        "reseal:path-scheme",
+        "reseal:path-symlink",
+        "file:symlink-out",
+        "reseal:disowned",
+    ]
+    results = fuzzer.run_dirs(len(classes) * 10, classes)
+    assert [r.case_id for r in results if r.verdict.outcome is Outcome.OUTSIDE] == []
+
+
+def test_the_watch_sees_a_read_of_the_canary_and_the_manifest_its_deletion(
+    tmp_path: Path,
+) -> None:
+    canary = tmp_path / "canary"
+    canary.mkdir()
+    (canary / "secret").write_text("do not read")
+    (tmp_path / "allowed").write_text("fine")
+    watch = Watch()
+    watch.reset(str(tmp_path), [str(tmp_path / "allowed")])
+    original = builtins.open
+    with watch.installed():
+        assert builtins.open is not original
+        with open(tmp_path / "allowed") as f:
+            f.read()
+        assert watch.reads == []
+        pickle.loads(pickle_payload(str(canary / "secret"))).close()  # what a payload does
+    assert watch.reads == [str(canary / "secret")]
+    assert builtins.open is original
+    before = manifest(str(canary), lambda p: True)
+    os.unlink(canary / "secret")
+    assert manifest_changes(before, manifest(str(canary), lambda p: True)) == [
+        f"deleted {canary / 'secret'}"
+    ]
+
+
+# ------------------------------------------------------------- crafted files
+
+
+def test_crafted_files_pass_every_checksum(fuzzer: Fuzzer) -> None:
+    """The crafted classes re-encode the file: the reader's CRC checks pass and
+    only its other checks (or the restore's) are left to refuse it."""
+    suite = fuzzer.file_suite
+    for fixture in suite.fixtures:
+        image, _regions = parse(fixture.data)
+        assert image.encode() == fixture.data
+        for cls in ("crafted:block-moved", "crafted:foreign-key", "crafted:duplicate-other"):
+            mutation = FILE_CLASSES[cls](fixture, random.Random(cls), suite.canary)
+            reader = SnapshotReader(mutation.data)
+            for key_group in reader.offsets:
+                reader.read_key_group(key_group)
+
+
+def test_the_command_reports_and_fails_on_a_bad_case(tmp_path: Path) -> None:
+    out = tmp_path / "reproducers.txt"
+    good = ["--seed", "0", "--cases-dirs", "0", "--reproducers", str(out)]
+    assert main([*good, "--cases-files", "30", "--classes", "truncate:header"]) == 0
+    bad = [*good, "--cases-files", "6", "--classes", "crafted:foreign-key"]
+    assert main(bad) == 1
+    assert "--case files/crafted:foreign-key/" in out.read_text()
