@@ -152,7 +152,7 @@ class CompletedCheckpoint:
     def shared_paths(self, filesystem: FileSystem) -> list[str]:
         """The resolved paths of the shared files it uses (the registry's keys)."""
         source = self.source(filesystem)
-        return sorted({source.path(f) for f in self.metadata.files if f.scope == "shared"})
+        return sorted({source.lexical_path(f) for f in self.metadata.files if f.scope == "shared"})
 
 
 class CheckpointCoordinator:
@@ -268,7 +268,7 @@ class CheckpointCoordinator:
                     f.path
                     for h in subtasks
                     for f in h.shared_files
-                    if not self.registry.is_owned(source.path(f))
+                    if not self.registry.is_owned(source.lexical_path(f))
                 }
             )
         except CowStateError as exc:
@@ -538,7 +538,7 @@ class CheckpointCoordinator:
         otherwise its shared files are never deleted."""
         filesystem = self.storage.filesystem
         source = SnapshotSource(filesystem, record.directory)
-        paths = [source.path(f) for f in metadata.files]
+        paths = [source.lexical_path(f) for f in metadata.files]
         if record.mode is RestoreMode.CLAIM:
             self._claimed.update(paths)
             self._claimed.add(filesystem.join(record.directory, METADATA_FILE))
@@ -674,7 +674,7 @@ def _delete_snapshot_files(
     the directories left empty -- never anything its document does not list,
     and only paths in ``allowed`` (rule 8)."""
     source = SnapshotSource(filesystem, directory)
-    paths = [source.path(f) for f in metadata.files if f.scope == "exclusive"]
+    paths = [source.lexical_path(f) for f in metadata.files if f.scope == "exclusive"]
     paths.append(filesystem.join(directory, METADATA_FILE))
     for path in paths:
         if path in allowed:

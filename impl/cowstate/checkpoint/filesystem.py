@@ -111,8 +111,16 @@ class FileSystem:
         return bool(fs.isdir(p))
 
     def size(self, path: str) -> int:
+        """The size of the file ``path`` (:class:`CheckpointNotFoundError` if missing)."""
         fs, p = self._fs(path)
-        return int(fs.size(p))
+        try:
+            return int(fs.size(p))
+        except FileNotFoundError:
+            raise CheckpointNotFoundError(f"expected a file at {path!r}, found none") from None
+        except OSError as exc:
+            raise CorruptCheckpointError(
+                f"expected a readable file at {path!r}, got {type(exc).__name__}: {exc}"
+            ) from None
 
     def open(self, path: str) -> IO[bytes]:
         """Open ``path`` for reading (:class:`CheckpointNotFoundError` if missing)."""

@@ -180,19 +180,33 @@ class SnapshotSource:
         """Where shared paths resolve: the parent of the checkpoint's job directory."""
         return self.filesystem.parent(self.filesystem.parent(self.directory))
 
-    def path(self, handle: FileHandle) -> str:
-        """The confined path of ``handle``'s file (:class:`UnsafePathError` if none)."""
+    def lexical_path(self, handle: FileHandle) -> str:
+        """Where ``handle``'s file is named to be (P1, P2 checked; links not
+        followed): the name bookkeeping compares and deletes -- deleting it
+        removes a link, never its target. Opens go through :meth:`path`."""
         if handle.scope == "shared":
-            relative = check_shared_path(handle.path)
-            root = self.filesystem.join(self.storage_root, *relative.split("/")[:2])
-            path = self.filesystem.join(self.storage_root, relative)
+            return self.filesystem.join(self.storage_root, check_shared_path(handle.path))
+        return self.filesystem.join(self.directory, check_exclusive_path(handle.path))
+
+    def path(self, handle: FileHandle) -> str:
+        """The confined path of ``handle``'s file to open (P1-P3;
+        :class:`UnsafePathError` if none)."""
+        path = self.lexical_path(handle)
+        local = self.filesystem.local_path(path)
+        if local is None:
+            return path
+        if handle.scope == "shared":  # the real storage root, then <job>/shared literally
+            root_local = self.filesystem.local_path(self.storage_root)
+            assert root_local is not None
+            job = handle.path.split("/")[0]
+            real_root = os.path.join(os.path.realpath(root_local), job, "shared")
         else:
-            root = self.directory
-            path = self.filesystem.join(self.directory, check_exclusive_path(handle.path))
-        local, local_root = self.filesystem.local_path(path), self.filesystem.local_path(root)
-        if local is not None and local_root is not None and not is_inside(local, local_root):
+            directory_local = self.filesystem.local_path(self.directory)
+            assert directory_local is not None
+            real_root = os.path.realpath(directory_local)
+        if not is_inside(local, real_root):
             raise UnsafePathError(
-                f"expected {handle.path!r} to stay inside {root!r}, it is a link to "
+                f"expected {handle.path!r} to stay inside {real_root!r}, it is a link to "
                 f"{os.path.realpath(local)!r}"
             )
         return path
@@ -201,8 +215,14 @@ class SnapshotSource:
         return self.filesystem.open(self.path(handle))
 
     def read(self, handle: FileHandle) -> bytes:
-        """The file's bytes, checked against the handle's size and CRC32."""
+        """The file's bytes, checked against the handle's size (before reading)
+        and CRC32."""
         path = self.path(handle)
+        actual = self.filesystem.size(path)
+        if actual != handle.size:
+            raise CorruptCheckpointError(
+                f"expected {path!r} to hold {handle.size} bytes, it holds {actual}"
+            )
         data = self.filesystem.read_bytes(path, limit=handle.size)
         crc = zlib.crc32(data)
         if (len(data), crc) != (handle.size, handle.crc32):

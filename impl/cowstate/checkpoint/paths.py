@@ -79,9 +79,13 @@ def shared_path(job_id: str, name: str) -> str:
     return check_shared_path(f"{job_id}/shared/{name}")
 
 
-def is_inside(path: str, root: str) -> bool:
-    """True if the local ``path``, links followed, lies under the local ``root`` (P3)."""
-    real_root = os.path.realpath(root)
+def is_inside(path: str, real_root: str) -> bool:
+    """True if the local ``path``, links followed, lies under ``real_root`` (P3).
+
+    ``real_root`` is taken as it is: the caller builds it from a real path
+    it trusts (the snapshot directory, the storage root), so a link *inside*
+    the root -- a ``shared/`` that points elsewhere -- cannot move the root.
+    """
     real = os.path.realpath(path)
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 

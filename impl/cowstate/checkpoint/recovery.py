@@ -42,6 +42,7 @@ from cowstate.errors import (
     MaxParallelismMismatchError,
     SerializerMismatchError,
     SnapshotFormatError,
+    UnsafePathError,
 )
 
 if TYPE_CHECKING:
@@ -83,6 +84,14 @@ class Recovery:
         report.removed_savepoint = self._finish_interrupted_savepoint(report)
         try:
             record = storage.read_restore_record()
+            if record is not None and storage.relation(record.directory) not in (
+                "outside",
+                "foreign",
+            ):
+                raise UnsafePathError(
+                    f"expected _restore to name a snapshot outside what the job owns, got "
+                    f"{record.directory!r}"
+                )
         except CowStateError as exc:
             report.skipped.append(Skipped(storage.job_dir + "/_restore", str(exc)))
             record = None
@@ -192,9 +201,16 @@ class Recovery:
                 .lstrip(".")
                 .startswith(SAVEPOINT_MARKER.lstrip(".") + intent.token)
             ]
+            holds_a_snapshot = any(
+                filesystem.name(p) == METADATA_FILE for p in filesystem.list_files(directory)
+            )
             if filesystem.exists(filesystem.join(directory, METADATA_FILE)):
                 for marker in markers:
                     filesystem.delete(marker)
+            elif holds_a_snapshot:  # a completed snapshot below: never ours to remove
+                report.skipped.append(
+                    Skipped(directory, "the savepoint intent names a directory holding a snapshot")
+                )
             elif markers or not entries:
                 filesystem.delete_dir(directory)
                 removed = directory
@@ -215,7 +231,7 @@ class Recovery:
         for directory, metadata in snapshots:
             source = SnapshotSource(filesystem, directory)
             keep.add(filesystem.join(directory, METADATA_FILE))
-            keep.update(source.path(f) for f in metadata.files)
+            keep.update(source.lexical_path(f) for f in metadata.files)
         for path in storage.files():
             if path not in keep and storage.owns(path):
                 filesystem.delete(path)

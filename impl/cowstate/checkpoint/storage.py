@@ -259,7 +259,8 @@ class CheckpointStorage:
         ids = []
         for entry in self.filesystem.list_dir(self.job_dir):
             match = _CHECKPOINT_DIR.match(self.filesystem.name(entry))
-            if match:
+            local = self.filesystem.local_path(entry)
+            if match and not (local is not None and os.path.islink(local)):  # a link is not ours
                 ids.append(int(match.group(1)))
         return sorted(ids)
 
