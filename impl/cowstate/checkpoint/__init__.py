@@ -25,7 +25,9 @@ the job owns (``chk-<id>/``, ``shared/``, its bookkeeping files) plus the
 listed files of a CLAIMed snapshot; savepoints are never deleted by
 checkpointing or recovery. The seal detects accidents, not attackers:
 whoever can write the directory can make a restore return wrong state from
-confined files, never read, run or delete anything outside the roots.
+confined files, never read, run or delete anything outside the roots --
+except through ``_restore``, which names the snapshot the job started from
+wherever it lives (sealed, and ignored if it names the job's own parts).
 """
 
 from cowstate.checkpoint.coordinator import (
