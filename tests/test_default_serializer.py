@@ -219,13 +219,16 @@ def test_a_namespace_serializer_mismatch_is_refused_before_decoding(
         assert recorder.calls == []
         target.set_current_key(3)
         assert target.get_state(ValueStateDescriptor("other")).value() == "kept"
-    # the control: with the file's serializers, the same spies see every entry decoded
+    # the control: with the file's serializers, the same spies see the namespaces
+    # decoded (each distinct namespace once: the restore decodes by bytes) and
+    # every entry restored
     with HeapKeyedStateBackend(
         FULL, MAXP, key_serializer=IntSerializer(), namespace_serializer=StringSerializer()
     ) as target:
         target.get_state(ValueStateDescriptor("v", serializer=IntSerializer()))
         target.restore([data])
-        assert recorder.calls.count("StringSerializer") == 20
+        assert recorder.calls.count("StringSerializer") >= 1
+        assert target.num_state_entries() == 20
 
 
 def test_a_state_serializer_mismatch_is_refused_before_decoding(
