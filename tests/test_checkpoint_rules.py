@@ -360,7 +360,7 @@ def test_missing_and_corrupt_snapshots_are_refused_and_change_nothing(jobs: Any)
     data_file = Path(SnapshotSource(FileSystem(), directory).path(metadata.files[0]))
     data_file.write_bytes(data_file.read_bytes()[:-10])  # truncated
     for backend in target.backends:
-        with pytest.raises(CorruptCheckpointError, match="to hold [0-9]+ bytes"):
+        with pytest.raises(CorruptCheckpointError, match=r"to hold \d+ bytes"):
             backend.restore_from(metadata.subtasks, SnapshotSource(FileSystem(), directory))
     assert target.contents() == before
 
