@@ -180,12 +180,23 @@ class FileSystem:
     # ---------------------------------------------------------------- writes
 
     def makedirs(self, path: str) -> None:
+        """Create ``path`` and its missing parents. On a local disk each
+        directory's entry is made durable (its parent fsynced) by whoever
+        created it -- exactly once, however many writers race to create it."""
         fs, p = self._fs(path)
-        if isinstance(fs, LocalFileSystem) and not os.path.isdir(p):
+        if not isinstance(fs, LocalFileSystem):
             fs.makedirs(p, exist_ok=True)
-            self.fsync_dir(self.parent(path))  # the new directory's entry is durable
             return
-        fs.makedirs(p, exist_ok=True)
+        if os.path.isdir(p):
+            return
+        parent = self.parent(path)
+        if parent and parent != path:
+            self.makedirs(parent)
+        try:
+            os.mkdir(p)
+        except FileExistsError:
+            return  # another writer created it (and fsyncs its parent)
+        self.fsync_dir(parent or ".")
 
     def fsync_dir(self, directory: str) -> None:
         """Make a local directory's entries durable (no-op elsewhere)."""
