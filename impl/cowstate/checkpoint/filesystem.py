@@ -34,6 +34,7 @@ import os
 import posixpath
 import uuid
 import zlib
+from collections.abc import Iterator
 from typing import IO, Any
 
 import fsspec
@@ -113,26 +114,14 @@ class FileSystem:
     def size(self, path: str) -> int:
         """The size of the file ``path`` (:class:`CheckpointNotFoundError` if missing)."""
         fs, p = self._fs(path)
-        try:
+        with _read_errors(path):
             return int(fs.size(p))
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"expected a file at {path!r}, found none") from None
-        except OSError as exc:
-            raise CorruptCheckpointError(
-                f"expected a readable file at {path!r}, got {type(exc).__name__}: {exc}"
-            ) from None
 
     def open(self, path: str) -> IO[bytes]:
         """Open ``path`` for reading (:class:`CheckpointNotFoundError` if missing)."""
         fs, p = self._fs(path)
-        try:
+        with _read_errors(path):
             return fs.open(p, "rb")  # type: ignore[no-any-return]
-        except FileNotFoundError:
-            raise CheckpointNotFoundError(f"expected a file at {path!r}, found none") from None
-        except OSError as exc:
-            raise CorruptCheckpointError(
-                f"expected a readable file at {path!r}, got {type(exc).__name__}: {exc}"
-            ) from None
 
     def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         """The bytes of ``path``; with ``limit``, at most ``limit + 1`` of them
@@ -294,6 +283,19 @@ class FileSystem:
     def _fsync_hook(self, path: str) -> None:
         if self._hooks is not None:
             self._hooks("fsync", path, None)
+
+
+@contextlib.contextmanager
+def _read_errors(path: str) -> Iterator[None]:
+    """A read's ``OSError`` as the module doc says: missing, or not readable."""
+    try:
+        yield
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"expected a file at {path!r}, found none") from None
+    except OSError as exc:
+        raise CorruptCheckpointError(
+            f"expected a readable file at {path!r}, got {type(exc).__name__}: {exc}"
+        ) from None
 
 
 class AtomicOutputStream:
