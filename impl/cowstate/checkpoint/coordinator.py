@@ -469,17 +469,14 @@ class CheckpointCoordinator:
             raise InvalidArgumentError(
                 f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {mode!r}"
             )
-        if not isinstance(storage, CheckpointStorage):
-            raise InvalidArgumentError(
-                f"expected a CheckpointStorage, got {type(storage).__name__}"
-            )
+        # The constructor checks storage, backends and num_retained, and writes nothing.
+        coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
         metadata = read_metadata(storage.filesystem, directory)
         if storage.checkpoint_ids_on_disk() or storage.read_restore_record() is not None:
             raise InvalidArgumentError(
                 f"expected a new job directory to restore into, {storage.job_dir!r} already "
                 "holds checkpoints of a job: recover() it, or use another job id"
             )
-        coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
         record = RestoreRecord(
             directory=directory.rstrip("/"),
             mode=mode,
