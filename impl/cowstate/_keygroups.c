@@ -155,6 +155,24 @@ key_group_of(uint32_t code, long max_parallelism)
     return (long)(positive % (uint32_t)max_parallelism);
 }
 
+/* The max_parallelism and long_keys arguments both functions take; -1 with an
+ * exception set if either is invalid. */
+static int
+parse_hashing(PyObject *max_parallelism_arg, PyObject *long_keys_arg, long *max_parallelism,
+              int *long_keys)
+{
+    *max_parallelism = PyLong_AsLong(max_parallelism_arg);
+    if (*max_parallelism == -1 && PyErr_Occurred())
+        return -1;
+    if (*max_parallelism < 1 || *max_parallelism > UPPER_BOUND_MAX_PARALLELISM) {
+        PyErr_Format(PyExc_ValueError, "expected max_parallelism in 1..%d, got %ld",
+                     UPPER_BOUND_MAX_PARALLELISM, *max_parallelism);
+        return -1;
+    }
+    *long_keys = PyObject_IsTrue(long_keys_arg);
+    return *long_keys < 0 ? -1 : 0;
+}
+
 static PyObject *
 key_groups(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -164,16 +182,9 @@ key_groups(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                      nargs);
         return NULL;
     }
-    long max_parallelism = PyLong_AsLong(args[1]);
-    if (max_parallelism == -1 && PyErr_Occurred())
-        return NULL;
-    if (max_parallelism < 1 || max_parallelism > UPPER_BOUND_MAX_PARALLELISM) {
-        PyErr_Format(PyExc_ValueError, "expected max_parallelism in 1..%d, got %ld",
-                     UPPER_BOUND_MAX_PARALLELISM, max_parallelism);
-        return NULL;
-    }
-    int long_keys = PyObject_IsTrue(args[2]);
-    if (long_keys < 0)
+    long max_parallelism;
+    int long_keys;
+    if (parse_hashing(args[1], args[2], &max_parallelism, &long_keys) < 0)
         return NULL;
     PyObject *seq = PySequence_Fast(args[0], "expected a sequence of keys");
     if (seq == NULL)
@@ -215,16 +226,9 @@ first_not_in(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     long key_group = PyLong_AsLong(args[1]);
     if (key_group == -1 && PyErr_Occurred())
         return NULL;
-    long max_parallelism = PyLong_AsLong(args[2]);
-    if (max_parallelism == -1 && PyErr_Occurred())
-        return NULL;
-    if (max_parallelism < 1 || max_parallelism > UPPER_BOUND_MAX_PARALLELISM) {
-        PyErr_Format(PyExc_ValueError, "expected max_parallelism in 1..%d, got %ld",
-                     UPPER_BOUND_MAX_PARALLELISM, max_parallelism);
-        return NULL;
-    }
-    int long_keys = PyObject_IsTrue(args[3]);
-    if (long_keys < 0)
+    long max_parallelism;
+    int long_keys;
+    if (parse_hashing(args[2], args[3], &max_parallelism, &long_keys) < 0)
         return NULL;
     Py_ssize_t start = PyLong_AsSsize_t(args[4]);
     if (start == -1 && PyErr_Occurred())
