@@ -24,10 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import re
+from typing import TypeVar
 
-from cowstate.errors import MetadataChecksumError, UnsupportedMetadataVersionError
+from pydantic import BaseModel, ValidationError
 
-__all__ = ["MAX_DOCUMENT_SIZE", "seal", "unseal"]
+from cowstate.errors import (
+    CorruptCheckpointError,
+    MetadataChecksumError,
+    UnsupportedMetadataVersionError,
+)
+
+__all__ = ["MAX_DOCUMENT_SIZE", "seal", "unseal", "unseal_model"]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
 
 #: Larger documents are refused before they are hashed or parsed.
 MAX_DOCUMENT_SIZE = 64 << 20
@@ -73,3 +82,20 @@ def unseal(data: bytes, kind: str, version: int, where: str) -> bytes:
             f"{actual[:16]}...: the file is corrupt or was edited"
         )
     return body
+
+
+def unseal_model(
+    data: bytes, kind: str, version: int, model: type[ModelT], what: str, where: str
+) -> ModelT:
+    """The ``model`` in the sealed document ``data``: :func:`unseal`, then the
+    schema; a body that does not validate is a :class:`CorruptCheckpointError`
+    naming ``what`` was expected and its first problems."""
+    body = unseal(data, kind, version, where)
+    try:
+        return model.model_validate_json(body)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
+            for e in exc.errors(include_url=False)[:5]
+        )
+        raise CorruptCheckpointError(f"expected {what} in {where}, got: {problems}") from None

@@ -37,12 +37,12 @@ import re
 from dataclasses import dataclass
 
 import fsspec
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
 from cowstate.checkpoint.location import SnapshotLocation
-from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal
+from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
 from cowstate.checkpoint.verify import parse_metadata, render_metadata
 from cowstate.errors import (
     CheckpointNotFoundError,
@@ -212,13 +212,7 @@ class CheckpointStorage:
         if not self.filesystem.exists(path):
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
-        body = unseal(data, "restore", 1, repr(path))
-        try:
-            return RestoreRecord.model_validate_json(body)
-        except ValidationError as exc:
-            raise CorruptCheckpointError(
-                f"expected a restore record in {path!r}: {_problems(exc)}"
-            ) from None
+        return unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
 
     def write_restore_record(self, record: RestoreRecord) -> None:
         self.filesystem.write_bytes(
@@ -236,15 +230,8 @@ class CheckpointStorage:
         path = self.savepoint_intent_path
         if not self.filesystem.exists(path):
             return None
-        body = unseal(
-            self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE), "savepoint", 1, repr(path)
-        )
-        try:
-            return SavepointIntent.model_validate_json(body)
-        except ValidationError as exc:
-            raise CorruptCheckpointError(
-                f"expected a savepoint intent in {path!r}: {_problems(exc)}"
-            ) from None
+        data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
+        return unseal_model(data, "savepoint", 1, SavepointIntent, "a savepoint intent", repr(path))
 
     def write_savepoint_intent(self, intent: SavepointIntent) -> None:
         self.filesystem.write_bytes(
@@ -342,10 +329,3 @@ def write_metadata(filesystem: FileSystem, directory: str, metadata: CheckpointM
     path = filesystem.join(directory, METADATA_FILE)
     filesystem.write_bytes(path, render_metadata(metadata))
     return path
-
-
-def _problems(exc: ValidationError) -> str:
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
-        for e in exc.errors(include_url=False)[:5]
-    )

@@ -30,12 +30,10 @@ from __future__ import annotations
 
 import re
 
-from pydantic import ValidationError
-
 from cowstate.checkpoint.handles import METADATA_VERSION, CheckpointMetadata
 from cowstate.checkpoint.paths import check_exclusive_path, check_shared_path
-from cowstate.checkpoint.sealed import seal, unseal
-from cowstate.errors import CorruptCheckpointError, InconsistentMetadataError
+from cowstate.checkpoint.sealed import seal, unseal_model
+from cowstate.errors import InconsistentMetadataError
 
 __all__ = ["METADATA_KIND", "parse_metadata", "render_metadata", "verify_metadata"]
 
@@ -53,17 +51,14 @@ def render_metadata(metadata: CheckpointMetadata) -> bytes:
 
 def parse_metadata(data: bytes, where: str) -> CheckpointMetadata:
     """The verified document in ``data`` (M1-M8); ``where`` names it in errors."""
-    body = unseal(data, METADATA_KIND, METADATA_VERSION, where)  # M1
-    try:
-        metadata = CheckpointMetadata.model_validate_json(body)  # M2
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'document'}: {e['msg']}"
-            for e in exc.errors(include_url=False)[:5]
-        )
-        raise CorruptCheckpointError(
-            f"expected a valid _metadata document in {where}, got: {problems}"
-        ) from None
+    metadata = unseal_model(  # M1, M2
+        data,
+        METADATA_KIND,
+        METADATA_VERSION,
+        CheckpointMetadata,
+        "a valid _metadata document",
+        where,
+    )
     verify_metadata(metadata, where)
     return metadata
 
