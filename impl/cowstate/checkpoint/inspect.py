@@ -72,14 +72,17 @@ def _status(
         if not filesystem.exists(path):
             return "missing"
         size = filesystem.size(path)
-        if size != handle.size:
-            return f"size {size}"
-        if verify:
-            source.verify(handle)
-    except CorruptCheckpointError:
-        return "crc mismatch"
-    except (CheckpointNotFoundError, OSError):
+    except (CorruptCheckpointError, CheckpointNotFoundError, OSError):
         return "unreadable"
+    if size != handle.size:
+        return f"size {size}"
+    if verify:
+        try:
+            source.verify(handle)
+        except CorruptCheckpointError:
+            return "crc mismatch"
+        except (CheckpointNotFoundError, OSError):
+            return "unreadable"
     return "ok"
 
 
