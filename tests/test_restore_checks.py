@@ -10,6 +10,7 @@ Each crafted case is also shown to be harmful: with the check switched off
 
 from __future__ import annotations
 
+import io
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +34,7 @@ from restore_support import (
     group_of,
     handle_for,
     heap,
+    metadata_of,
     raw_blocks,
     rocks,
 )
@@ -50,13 +52,15 @@ from cowstate.errors import (
     SnapshotEntryError,
     SnapshotFormatError,
 )
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.maps import FORCED_PURE
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
-from cowstate.serializers import IntSerializer, LongSerializer, StringSerializer
-from cowstate.snapshot import checks, read_snapshot, restore_table
-from cowstate.state_meta import SnapshotFormat, StateKind, StateMetaInfo
+from cowstate.serializers import DefaultSerializer, IntSerializer, LongSerializer, StringSerializer
+from cowstate.snapshot import SnapshotMetadata, SnapshotWriter, checks, read_snapshot, restore_table
+from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable
 
 try:
@@ -516,3 +520,82 @@ def test_runs_of_one_namespace_decode_exactly() -> None:
     )
     for block in restored.blocks["value"].values():  # one object per distinct namespace
         assert len({id(ns) for ns in block.namespaces}) == len(set(block.namespaces))
+
+
+# ------------------------------------------------------------------ E5
+
+
+def kinds_file(kind: StateKind, states: list[Any]) -> tuple[bytes, SnapshotMetadata]:
+    """A canonical file of one state ``items`` of ``kind`` (default value codec)
+    whose entry for ``KEYS[i]`` holds ``states[i]``; every CRC valid."""
+    codec = DefaultSerializer()
+    meta = metadata_of().model_copy(
+        update={
+            "states": (
+                StateMetadata(
+                    id=0,
+                    name="items",
+                    kind=kind,
+                    namespace_serializer=SER.identifier,
+                    state_serializer=codec.identifier,
+                ),
+            )
+        }
+    )
+    raw: dict[int, list[tuple[bytes, bytes, bytes]]] = {}
+    for key, state in zip(KEYS, states, strict=False):
+        row = (pickle.dumps("a"), pickle.dumps(key), codec.serialize(state))
+        raw.setdefault(group_of(key), []).append(row)
+    stream = io.BytesIO()
+    writer = SnapshotWriter(stream, meta)
+    for kg in sorted(raw):
+        writer.write_key_group(kg, {0: raw[kg]})
+    writer.finish()
+    return stream.getvalue(), meta
+
+
+def restore_fresh(kind: str, data: bytes, meta: SnapshotMetadata, tmp: Path) -> Contents:
+    """``data`` restored into a fresh backend (no state registered: it adopts
+    the file's kinds and serializers); a refused restore leaves it empty."""
+    backend: AbstractKeyedStateBackend[Any]
+    if kind == "heap":
+        backend = HeapKeyedStateBackend(FULL, MAX_P, key_serializer=SER, namespace_serializer=SER)
+    else:
+        backend = RocksDBKeyedStateBackend(
+            FULL, MAX_P, local_dir=tmp / "local", key_serializer=SER, namespace_serializer=SER
+        )
+    handle = handle_for(tmp / "sp" / "file", data, backend=kind).model_copy(
+        update={"states": meta.states}
+    )
+    try:
+        backend.restore_from([handle], SnapshotSource(FileSystem(), "/"))
+    finally:
+        contents = dump(backend)
+        backend.close()
+    return contents
+
+
+@pytest.mark.parametrize("backend", ["heap", "rocksdb"])
+@pytest.mark.parametrize(
+    ("kind", "good", "bad", "holds"),
+    [
+        (StateKind.LIST, lambda k: [k, k + 1], 7, "list"),
+        (StateKind.MAP, lambda k: {k: "v"}, [7], "dict"),
+    ],
+    ids=["list", "map"],
+)
+def test_a_state_that_is_not_what_its_kind_holds_is_refused(
+    backend: str, kind: StateKind, good: Callable[[int], Any], bad: Any, holds: str, tmp_path: Path
+) -> None:
+    """E5: an edited serializer id or kind makes a list state's entries decode
+    as ints; the restore refuses it instead of failing at the first ``add``."""
+    states = [good(k) for k in KEYS]
+    data, meta = kinds_file(kind, states)
+    assert restore_fresh(backend, data, meta, tmp_path / "control") == {
+        "items": {(k, "a"): s for k, s in zip(KEYS, states, strict=True)}
+    }
+    states[len(states) // 2] = bad
+    data, meta = kinds_file(kind, states)
+    with pytest.raises(SnapshotEntryError, match=f"'items'.*to be a {holds}") as excinfo:
+        restore_fresh(backend, data, meta, tmp_path / "planted")
+    assert f"got a state of type {type(bad).__name__}" in str(excinfo.value)

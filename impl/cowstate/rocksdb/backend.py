@@ -106,7 +106,7 @@ Restores (``prepare_restore``, then ``commit()``)
 
    - canonical: read each file (size and CRC32 checked), validate its
      metadata (and that it holds what its handle says), decode and check
-     every entry of this backend's key groups (E1-E4 of
+     every entry of this backend's key groups (E1-E5 of
      :mod:`cowstate.snapshot.checks`), and write the raw entries with
      ``WriteBatch`` into new column families;
    - native: download each handle's files under their local names (size and

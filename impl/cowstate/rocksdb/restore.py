@@ -5,7 +5,7 @@ instance directory for the key groups of one backend:
 
 - :meth:`Restorer.from_canonical`: the raw entries of canonical snapshot files
   (size and CRC32 checked, each file holding what its handle says), every
-  entry decoded and checked (:mod:`cowstate.snapshot.checks`: E1-E3, and E4
+  entry decoded and checked (:mod:`cowstate.snapshot.checks`: E1-E3, E5, and E4
   on the raw RocksDB keys of each key group) before it is written with
   ``WriteBatch`` into new column families: undecodable or ``None`` entries
   are refused here, never found at first read;
@@ -13,7 +13,7 @@ instance directory for the key groups of one backend:
   names; one handle of the same range is the new database as it is (no entry
   is read), else the handle sharing most key groups is clipped to the range
   (``delete_range``) and the others' keys of the range are copied in, each
-  copied entry decoded and checked (E1-E3; RocksDB keys are unique, so E4
+  copied entry decoded and checked (E1-E3, E5; RocksDB keys are unique, so E4
   holds) on the way.
 
 Reads check the iterator's status (:func:`~cowstate.rocksdb.table.scan`):
@@ -71,6 +71,7 @@ from cowstate.snapshot.checks import (
     check_key_groups,
     decode_rows,
     duplicate_error,
+    state_type_of,
 )
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
@@ -305,6 +306,7 @@ class Restorer:
                 meta.namespace_serializer.deserialize,
                 meta.state_serializer.deserialize,
                 caches.setdefault(id(meta.namespace_serializer), {}),
+                state_type_of(meta.kind),
             )
         return out
 
@@ -312,7 +314,7 @@ class Restorer:
         self, decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes, bytes]]
     ) -> list[bytes]:
         """The RocksDB keys of one key group's raw ``(namespace, key, state)`` rows
-        of a canonical file, after checks E1-E4."""
+        of a canonical file, after checks E1-E5."""
         decoded = decode_rows(decoder, key_group, rows)
         check_key_groups(
             decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
@@ -330,7 +332,7 @@ class Restorer:
     def _check_stored(
         self, decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes]]
     ) -> None:
-        """Checks E1-E3 of one key group's ``(RocksDB key, value)`` rows read from
+        """Checks E1-E3 and E5 of one key group's ``(RocksDB key, value)`` rows read from
         a snapshot's database (a RocksDB key is unique: E4 holds)."""
         raw = []
         for rocks_key, value in rows:

@@ -15,9 +15,13 @@ E3. its key's key group, recomputed as
     another key group's block is never found by its own key;
 E4. no ``(key, namespace)`` appears twice in S (the second would silently
     replace the first; two files never share a key group, so a duplicate can
-    only be inside one block).
+    only be inside one block);
+E5. its state is what S's kind holds: a ``list`` for a list state, a ``dict``
+    for a map state (a list state's handle appends to its state; an ``int``
+    there, decoded by an edited serializer id, would fail at the first
+    ``add`` instead of at restore).
 
-A failure raises :class:`~cowstate.errors.SnapshotEntryError` (E1, E2),
+A failure raises :class:`~cowstate.errors.SnapshotEntryError` (E1, E2, E5),
 :class:`~cowstate.errors.KeyGroupMismatchError` (E3) or
 :class:`~cowstate.errors.DuplicateMappingError` (E4), naming the state, the
 key group, the entry and what was wrong; the restore then changes nothing.
@@ -43,6 +47,9 @@ it, ``bench/bench_checkpoints.py`` measures the key-group check):
   alone does not check E4 (its result is columns); ``restore_table``, which
   merges into a live table, checks each block with :func:`find_duplicate`
   first; RocksDB compares the raw keys of each block.
+- E5: :func:`check_state_types`, one ``set(map(type, states))`` per block of
+  a list or map state (the loop runs in C; values of other kinds are not
+  looked at).
 """
 
 from __future__ import annotations
@@ -71,10 +78,12 @@ __all__ = [
     "DecodedBlock",
     "EntryDecoder",
     "check_key_groups",
+    "check_state_types",
     "decode_rows",
     "duplicate_error",
     "find_duplicate",
     "none_error",
+    "state_type_of",
     "undecodable_error",
 ]
 
@@ -122,6 +131,8 @@ class EntryDecoder:
     namespace: Callable[[bytes], Any]
     state: Callable[[bytes], Any]
     namespaces: dict[bytes, Any] = field(default_factory=dict)
+    #: E5: the type every state must have (:func:`state_type_of` its kind), or None.
+    holds: type | None = None
 
     def decode_namespace(self, key_group: int, data: bytes) -> Any:
         """The namespace of ``data`` (E1, E2 checked once per distinct bytes)."""
@@ -167,7 +178,26 @@ def decode_rows(
         keys.append(key)
         namespace_column.append(namespace)
         states.append(state)
+    check_state_types(decoder, key_group, states)
     return out
+
+
+def state_type_of(kind: str) -> type | None:
+    """E5: the type of every state of a state of ``kind`` (None: any)."""
+    return _STATE_TYPES.get(kind)
+
+
+def check_state_types(decoder: EntryDecoder, key_group: int, states: Sequence[Any]) -> None:
+    """E5: every state of ``states`` is a ``decoder.holds`` (if it names one)."""
+    holds = decoder.holds
+    if holds is None:
+        return
+    for kind in set(map(type, states)):
+        if not issubclass(kind, holds):
+            raise SnapshotEntryError(
+                f"expected every state of {decoder.name!r} in key group {key_group} to be a "
+                f"{holds.__name__} (what its kind holds), got a state of type {kind.__name__}"
+            )
 
 
 def check_key_groups(
@@ -208,6 +238,10 @@ def check_key_groups(
         index += 1
         if accelerated is not None:
             index = accelerated.first_not_in(keys, key_group, max_parallelism, long_keys, index)
+
+
+#: E5: what the states of a kind are (kinds not named hold any value).
+_STATE_TYPES: dict[str, type] = {"list": list, "map": dict}
 
 
 def find_duplicate(block: DecodedBlock) -> tuple[Any, Any] | None:

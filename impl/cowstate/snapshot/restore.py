@@ -25,8 +25,10 @@ from cowstate.snapshot.checks import (
     DecodedBlock,
     EntryDecoder,
     check_key_groups,
+    check_state_types,
     duplicate_error,
     find_duplicate,
+    state_type_of,
 )
 from cowstate.snapshot.reader import SnapshotReader
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
@@ -131,7 +133,7 @@ def restore_table(
 
     ``streams`` is one file (bytes or a binary stream) or an iterable of them.
     Reads only the table's key-group range of each file; every file is
-    decoded and checked (E1-E4 of :mod:`cowstate.snapshot.checks`) before the
+    decoded and checked (E1-E5 of :mod:`cowstate.snapshot.checks`) before the
     first ``put``, so a bad file leaves the table as it was. Returns the
     number of mappings restored.
     """
@@ -241,6 +243,7 @@ def _decode(
             namespace_ser.deserialize,
             state_ser.deserialize,
             namespace_caches.setdefault(id(namespace_ser), {}),
+            state_type_of(state.kind),
         )
         state_metas[state.name] = given or StateMetaInfo(
             state.name, state.kind, namespace_ser, state_ser
@@ -251,6 +254,7 @@ def _decode(
         for state_id, block in reader.decode_key_group(key_group, decoders).items():
             name = decoders[state_id].name
             check_key_groups(name, key_group, block.keys, meta.max_parallelism, key_ser)
+            check_state_types(decoders[state_id], key_group, block.states)
             decoded.setdefault(name, {})[key_group] = block
     # Everything decoded: now (and only now) merge into the result.
     result.formats.add(meta.format)
