@@ -30,25 +30,6 @@ SEED = 0
 REDUCED_FILE_CASES = 1500
 REDUCED_DIR_CASES = 200
 
-_SEMANTIC = "restore does not check that every key lies in its own key group (semantic checks)"
-_ROCKS_DECODE = (
-    "a canonical restore into RocksDB stores entries without decoding them: the value "
-    "fails only when read"
-)
-_ATOMIC = "a restore of several subtasks is not atomic: subtask 0 stays restored when another fails"
-
-#: Snapshot-file classes that fail today, and why. (Every other class of the
-#: first run -- semantic checks, None and duplicate entries, RocksDB canonical
-#: decoding, the pickle payload -- was fixed and runs in the reduced run.)
-KNOWN_FILE_FAILURES = {
-    "crafted:foreign-key": (
-        "an entry moved into the block of a key group the restoring backend does not "
-        "hold is not read by it, so it is missing there; the subtask that reads that "
-        "block refuses it (E3), which fails a whole-job restore, but a backend restored "
-        "alone over part of the range cannot see it"
-    ),
-}
-
 #: Checkpoint-directory classes that fail today: why, and cases that show it.
 #: (Atomic multi-subtask restores, handle/file range checks, sizes checked
 #: before reading, confined symlinks, forged savepoint intents: fixed.)
@@ -83,8 +64,7 @@ def _bad(results: list[CaseResult]) -> list[str]:
 
 
 def test_reduced_file_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzzer) -> None:
-    classes = [c for c in FILE_CLASSES if c not in KNOWN_FILE_FAILURES]
-    results = fuzzer.run_files(REDUCED_FILE_CASES, classes)
+    results = fuzzer.run_files(REDUCED_FILE_CASES)
     assert len(results) == REDUCED_FILE_CASES
     assert _bad(results) == []
     outcomes = Counter(r.verdict.outcome for r in results)
@@ -101,17 +81,6 @@ def test_reduced_directory_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzze
 
 
 @pytest.mark.parametrize(
-    "cls",
-    [
-        pytest.param(cls, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for cls, reason in KNOWN_FILE_FAILURES.items()
-    ],
-)
-def test_known_failing_file_class(fuzzer: Fuzzer, cls: str) -> None:
-    assert _bad([fuzzer.run_file(cls, k) for k in range(30)]) == []
-
-
-@pytest.mark.parametrize(
     ("cls", "cases"),
     [
         pytest.param(cls, cases, marks=pytest.mark.xfail(strict=True, reason=reason))
@@ -123,7 +92,6 @@ def test_known_failing_directory_class(fuzzer: Fuzzer, cls: str, cases: range) -
 
 
 def test_every_class_is_in_the_reduced_run_or_known_to_fail() -> None:
-    assert set(KNOWN_FILE_FAILURES) <= set(FILE_CLASSES)
     assert set(KNOWN_DIR_FAILURES) <= set(DIR_CLASSES)
 
 
@@ -135,6 +103,7 @@ def test_every_class_is_in_the_reduced_run_or_known_to_fail() -> None:
     [
         ("reader-drops-bad-blocks", "files", ["bitflip:payload", "byterun:payload"], Outcome.WRONG),
         ("restore-clears-first", "files", ["bitflip:payload", "truncate:index"], Outcome.PARTIAL),
+        ("no-key-group-check", "files", ["crafted:foreign-key"], Outcome.WRONG),
         (
             "paths-unconfined",
             "dirs",

@@ -65,9 +65,12 @@ from cowstate_spec.fuzz.jobs import (
 )
 from cowstate_spec.fuzz.layout import REGION_NAMES, FileImage, Region, Section, parse
 from cowstate_spec.fuzz.outcomes import (
+    Entry,
     Outcome,
     Verdict,
+    View,
     Watch,
+    canon,
     classify,
     manifest,
     manifest_changes,
@@ -103,12 +106,29 @@ class FileFixture:
         return bool(self.metadata["format"] == "canonical")
 
 
+#: An entry relocated by a crafted corruption: (state name, canonical key,
+#: namespace and state -- all None: every entry of the key group --, the key
+#: group it belongs to, the key group whose block now holds it).
+Move = tuple[str | None, str | None, str | None, str | None, int, int]
+
+
 @dataclass(frozen=True)
 class Mutation:
-    """A corrupt file and how it was made."""
+    """A corrupt file and how it was made.
+
+    ``moves``: entries a crafted case put into the block of another key group.
+    Such a file (every CRC valid) no longer *claims* those entries for their
+    own key groups. A backend whose range reads a block holding a foreign
+    entry must refuse (E3); a backend whose range reads none of them restores
+    exactly what the file claims for its key groups -- the snapshot's entries
+    there, less the ones moved out of its range, which it cannot see: that
+    is the right outcome, and the subtask reading the block they went to
+    refuses it, so a whole-job restore fails (:func:`claimed_view`).
+    """
 
     data: bytes
     description: str
+    moves: tuple[Move, ...] = ()
 
 
 @dataclass
@@ -198,7 +218,7 @@ def run_file_case(
     suite.watch.reset(suite.scratch, [suite.rocks_source, suite.rocks_local])
     with suite.watch.installed():  # a payload may run in the restore or at the first read
         verdicts = [
-            _restore_into(suite, fixture, mutation.data, kind, ranges[which], state)
+            _restore_into(suite, fixture, mutation, kind, ranges[which], state)
             for state in (first, "prefilled")
         ]
     changes = manifest_changes(before_canary, manifest(suite.canary, lambda p: True))
@@ -346,6 +366,10 @@ def _block_moved(fixture: FileFixture, rng: random.Random, canary: str) -> Mutat
         image.encode(),
         f"the entries of key groups {a.key_group} and {b.key_group} swapped blocks "
         "(headers, index and CRCs consistent)",
+        (
+            (None, None, None, None, a.key_group, b.key_group),
+            (None, None, None, None, b.key_group, a.key_group),
+        ),
     )
 
 
@@ -364,10 +388,21 @@ def _foreign_key(fixture: FileFixture, rng: random.Random, canary: str) -> Mutat
         target.sections.append(into)
         target.sections.sort(key=lambda x: x.state_id)
     into.entries.append(entry)
+    meta = _state_meta(fixture, section.state_id)
+    identifiers = (
+        meta["namespace_serializer"],
+        fixture.metadata["key_serializer"],
+        meta["state_serializer"],
+    )
+    namespace, key, state = (
+        canon(serializer_for(identifier).deserialize(raw))
+        for identifier, raw in zip(identifiers, entry, strict=True)
+    )
     return Mutation(
         image.encode(),
         f"an entry of state id {section.state_id} moved from key group {source.key_group} "
         f"into the block of key group {target.key_group}",
+        ((meta["name"], key, namespace, state, source.key_group, target.key_group),),
     )
 
 
@@ -692,16 +727,46 @@ def _fixture(name: str, data: bytes, backends: list[Any]) -> FileFixture:
     )
 
 
+def claimed_view(
+    fixture: FileFixture, moves: tuple[Move, ...], key_group_range: KeyGroupRange
+) -> View | None:
+    """What a file with ``moves`` claims for ``key_group_range`` (see
+    :class:`Mutation`): None if a block of the range holds a moved entry (only
+    a refusal is right), else the snapshot's view of the range without the
+    entries moved out of it."""
+    view = expected_views(fixture.original, [key_group_range])[0]
+    groups = {
+        (name, canon(key), canon(namespace), canon(state)): group
+        for name, group, key, namespace, state in fixture.original
+    }
+    gone: set[Entry] = set()
+    for name, key, namespace, state, home, block in moves:
+        if name is None:
+            moved = {entry for entry, group in groups.items() if group == home}
+        else:
+            assert key is not None and namespace is not None and state is not None
+            moved = {(name, key, namespace, state)}
+        if not moved or home == block:
+            continue
+        if block in key_group_range:
+            return None
+        if home in key_group_range:
+            gone |= moved
+    return tuple(entry for entry in view if entry not in gone)
+
+
 def _restore_into(
     suite: FileSuite,
     fixture: FileFixture,
-    data: bytes,
+    mutation: Mutation,
     kind: str,
     key_group_range: KeyGroupRange,
     state: str,
 ) -> Verdict:
-    """Restore ``data`` into one new ``kind`` backend in ``state`` (fresh,
-    registered, prefilled) and classify it against the fixture's contents."""
+    """Restore ``mutation`` into one new ``kind`` backend in ``state`` (fresh,
+    registered, prefilled) and classify it against the fixture's contents (or,
+    for entries moved out of the range, what the file claims)."""
+    data = mutation.data
     backend = new_backend(kind, key_group_range, suite.rocks_local)
     close_error: BaseException | None = None
     try:
@@ -725,8 +790,11 @@ def _restore_into(
             after = [view_of(backend)]
         except Exception as exc:
             after = exc
-        expected = expected_views(fixture.original, [key_group_range])
-        verdict = classify(error, before, after, [expected])
+        expected = [expected_views(fixture.original, [key_group_range])]
+        if mutation.moves:
+            claimed = claimed_view(fixture, mutation.moves, key_group_range)
+            expected = [] if claimed is None else [[claimed]]
+        verdict = classify(error, before, after, expected)
     finally:
         try:
             backend.close()

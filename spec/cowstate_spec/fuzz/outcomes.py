@@ -103,7 +103,7 @@ def classify(
     ``after``: every backend's view before and after (``after`` an exception
     if reading the backends failed). ``expected``: the views a correct restore
     may produce -- the snapshot's, then (recovery) older retained ones, each
-    one view per backend.
+    one view per backend; none: only a refusal is right.
     """
     if isinstance(after, BaseException):
         if not isinstance(after, CowStateError):
@@ -120,6 +120,8 @@ def classify(
             if position == 0:
                 return Verdict(Outcome.EXACT, "restored the snapshot's contents")
             return Verdict(Outcome.FALLBACK, f"restored retained snapshot {position} older")
+    if not expected:
+        return Verdict(Outcome.WRONG, "restored, but only a refusal is right")
     return Verdict(Outcome.WRONG, _difference(expected[0], after))
 
 

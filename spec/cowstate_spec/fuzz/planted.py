@@ -10,6 +10,10 @@ Each is a context manager that breaks one guarantee while it is active:
 - ``restore-clears-first``: the heap backend empties its states before it
   restores -- a refused restore leaves a backend that held state empty
   (``partial``);
+- ``no-key-group-check``: a restore skips E3 (every key in its own key
+  group's block) -- a key moved into a block the backend reads is restored
+  where its own key cannot find it (``wrong``: also what the file-claims
+  oracle of crafted moves must say);
 - ``deletes-unowned``: the job believes it owns everything under its
   directory -- recovery's cleanup deletes the savepoint inside it
   (``outside``).
@@ -26,6 +30,7 @@ from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import SnapshotFormatError
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.snapshot import SnapshotReader
+from cowstate.snapshot import restore as snapshot_restore
 
 __all__ = ["PLANTED"]
 
@@ -83,6 +88,15 @@ def _restore_clears_first() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _no_key_group_check() -> Iterator[None]:
+    def unchecked(*args: Any) -> None:
+        return None
+
+    with _patched(snapshot_restore, "check_key_groups", unchecked):
+        yield
+
+
+@contextlib.contextmanager
 def _deletes_unowned() -> Iterator[None]:
     def owns(self: CheckpointStorage, path: str) -> bool:
         return path.startswith(self.job_dir + "/")
@@ -96,5 +110,6 @@ PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "reader-drops-bad-blocks": _reader_drops_bad_blocks,
     "paths-unconfined": _paths_unconfined,
     "restore-clears-first": _restore_clears_first,
+    "no-key-group-check": _no_key_group_check,
     "deletes-unowned": _deletes_unowned,
 }
