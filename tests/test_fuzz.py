@@ -1,8 +1,6 @@
 """The restore fuzzers (``cowstate_spec.fuzz``) in ``make test``: a reduced run
-with no wrong, partial, escaped or outside outcome; the classes that fail
-today, each asserted as a strict expected failure (when a fix lands they
-pass, the test turns red -- XPASS -- and the class moves into the reduced
-run); planted defects the fuzzers must report; the canary.
+over every corruption class with no wrong, partial, escaped or outside
+outcome; planted defects the fuzzers must report; the canary.
 """
 
 from __future__ import annotations
@@ -30,21 +28,6 @@ SEED = 0
 REDUCED_FILE_CASES = 1500
 REDUCED_DIR_CASES = 200
 
-#: Checkpoint-directory classes that fail today: why, and cases that show it.
-#: (Atomic multi-subtask restores, handle/file range checks, sizes checked
-#: before reading, confined symlinks, forged savepoint intents: fixed.)
-KNOWN_DIR_FAILURES = {
-    "reseal:states": (
-        "RocksDB native restore drops column families its handle does not name",
-        range(5, 10),
-    ),
-    "job:restore-record": (
-        "a forged _restore: recover reads a snapshot outside the root, opens ftp://, and "
-        "fails after restoring",
-        range(0, 5),
-    ),
-}
-
 
 @pytest.fixture(scope="module")
 def fuzzer() -> Iterator[Fuzzer]:
@@ -66,33 +49,19 @@ def _bad(results: list[CaseResult]) -> list[str]:
 def test_reduced_file_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzzer) -> None:
     results = fuzzer.run_files(REDUCED_FILE_CASES)
     assert len(results) == REDUCED_FILE_CASES
+    assert {r.case_id.split("/")[1] for r in results} == set(FILE_CLASSES)
     assert _bad(results) == []
     outcomes = Counter(r.verdict.outcome for r in results)
     assert outcomes[Outcome.CLEAN] > 0 and outcomes[Outcome.EXACT] > 0
 
 
 def test_reduced_directory_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzzer) -> None:
-    classes = [c for c in DIR_CLASSES if c not in KNOWN_DIR_FAILURES]
-    results = fuzzer.run_dirs(REDUCED_DIR_CASES, classes)
+    results = fuzzer.run_dirs(REDUCED_DIR_CASES)
+    assert {r.case_id.split("/")[1] for r in results} == set(DIR_CLASSES)
     assert _bad(results) == []
     assert {r.entry for r in results} == {"claim", "no-claim", "legacy", "recover", "inspect"}
     outcomes = Counter(r.verdict.outcome for r in results)
     assert outcomes[Outcome.CLEAN] and outcomes[Outcome.EXACT] and outcomes[Outcome.FALLBACK]
-
-
-@pytest.mark.parametrize(
-    ("cls", "cases"),
-    [
-        pytest.param(cls, cases, marks=pytest.mark.xfail(strict=True, reason=reason))
-        for cls, (reason, cases) in KNOWN_DIR_FAILURES.items()
-    ],
-)
-def test_known_failing_directory_class(fuzzer: Fuzzer, cls: str, cases: range) -> None:
-    assert _bad([fuzzer.run_dir(cls, k) for k in cases]) == []
-
-
-def test_every_class_is_in_the_reduced_run_or_known_to_fail() -> None:
-    assert set(KNOWN_DIR_FAILURES) <= set(DIR_CLASSES)
 
 
 # ------------------------------------------------------------ the fuzzers can fail
@@ -204,5 +173,6 @@ def test_the_command_reports_and_fails_on_a_bad_case(tmp_path: Path) -> None:
     good = ["--seed", "0", "--cases-dirs", "0", "--reproducers", str(out)]
     assert main([*good, "--cases-files", "30", "--classes", "truncate:header"]) == 0
     bad = [*good, "--cases-files", "20", "--classes", "crafted:foreign-key"]
+    bad += ["--plant", "no-key-group-check"]
     assert main(bad) == 1
     assert "--case files/crafted:foreign-key/" in out.read_text()

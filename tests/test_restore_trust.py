@@ -18,10 +18,20 @@ import pytest
 
 from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
-from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
+from cowstate.checkpoint.handles import (
+    METADATA_FILE,
+    CheckpointMetadata,
+    RestoreMode,
+    RestoreRecord,
+)
 from cowstate.checkpoint.inspect import inspect_snapshot
 from cowstate.checkpoint.sealed import seal
-from cowstate.checkpoint.storage import CheckpointStorage, SavepointIntent, read_metadata
+from cowstate.checkpoint.storage import (
+    CLAIM_MARKER,
+    CheckpointStorage,
+    SavepointIntent,
+    read_metadata,
+)
 from cowstate.checkpoint.verify import METADATA_KIND
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import (
@@ -442,6 +452,164 @@ def test_recover_with_no_checkpoint_that_verifies_raises_and_deletes_nothing(
     Path(only, METADATA_FILE).write_text("{}")
     before = sorted(str(p) for p in (tmp_path / "root").rglob("*"))
     with pytest.raises(CorruptCheckpointError, match="none does"):
+        Job(tmp_path / "root", "heap", how="recover")
+    assert sorted(str(p) for p in (tmp_path / "root").rglob("*")) == before
+
+
+def _started_from_a_savepoint(root: Path, kind: str) -> tuple[Job, str, str, dict[Any, Any]]:
+    """A job restored (NO_CLAIM) from savepoint sp-1 with one checkpoint of its
+    own, closed; also a second savepoint sp-2 with other contents. Returns the
+    job, both savepoints and the checkpoint's contents."""
+    first = Job(root / "first", kind)
+    first.put(range(30), "one")
+    sp1 = str(root / "savepoints" / "sp-1")
+    first.coordinator.trigger_savepoint(sp1)
+    first.put(range(30), "other")
+    sp2 = str(root / "savepoints" / "sp-2")
+    first.coordinator.trigger_savepoint(sp2)
+    first.close()
+    job = Job(root / "second", kind, how=(sp1, RestoreMode.NO_CLAIM))
+    job.put(range(5), "mine")
+    job.checkpoint()
+    expected = job.contents()
+    job.close()
+    return job, sp1, sp2, expected
+
+
+@EITHER
+@pytest.mark.parametrize("named", ["another savepoint", "another protocol", "claim mode"])
+def test_recover_never_follows_a_restore_record_its_checkpoints_do_not_confirm(
+    tmp_path: Path, kind: str, named: str, opened: list[str]
+) -> None:
+    """A forged ``_restore`` (validly sealed) naming another snapshot, a server
+    of another protocol, or the right snapshot in CLAIM mode: recovery restores
+    the job's own checkpoint, reports the record and never reads what it names
+    (or connects anywhere); the savepoints keep every file."""
+    job, sp1, sp2, expected = _started_from_a_savepoint(tmp_path, kind)
+    directory, mode = {
+        "another savepoint": (sp2, RestoreMode.NO_CLAIM),
+        "another protocol": ("ftp://127.0.0.1:1/x", RestoreMode.NO_CLAIM),
+        "claim mode": (sp1, RestoreMode.CLAIM),
+    }[named]
+    before = {sp: sorted(p.name for p in Path(sp).rglob("*")) for sp in (sp1, sp2)}
+    job.storage.write_restore_record(
+        RestoreRecord(directory=directory, mode=mode, checkpoint_id=1, kind="savepoint")
+    )
+    opened.clear()
+    recovered = Job(tmp_path / "second", kind, how="recover")
+    assert recovered.contents() == expected
+    assert not [p for p in opened if p.startswith((sp2, "ftp:"))]
+    report = recovered.coordinator.recovery
+    assert report is not None
+    (skipped,) = [s for s in report.skipped if s.directory.endswith("/_restore")]
+    assert "not followed" in skipped.reason and repr(sp1) in skipped.reason
+    assert recovered.coordinator.restored_from is not None
+    assert recovered.coordinator.restored_from.directory == sp1  # the checkpoint's record
+    recovered.put(range(3), "later")
+    recovered.checkpoint()
+    recovered.checkpoint()
+    recovered.close()
+    assert {sp: sorted(p.name for p in Path(sp).rglob("*")) for sp in (sp1, sp2)} == before
+
+
+@EITHER
+def test_a_claim_deletes_the_claimed_snapshot_only_with_its_marker(
+    tmp_path: Path, kind: str
+) -> None:
+    """A real CLAIM writes its marker into the snapshot and, once subsumed,
+    removes the snapshot whole (marker included). A forged CLAIM record in a
+    job without checkpoints (believed: nothing can confirm it) restores, but
+    the named savepoint has no marker, so no checkpoint ever deletes it."""
+    first = Job(tmp_path / "first", kind)
+    first.put(range(30), "one")
+    claimed = str(tmp_path / "savepoints" / "sp-1")
+    first.coordinator.trigger_savepoint(claimed)
+    other = str(tmp_path / "savepoints" / "sp-2")
+    first.coordinator.trigger_savepoint(other)
+    first.close()
+    job = Job(tmp_path / "claims", kind, how=(claimed, RestoreMode.CLAIM))
+    record = job.coordinator.restored_from
+    assert record is not None and len(record.token) == 32
+    assert Path(claimed, CLAIM_MARKER + record.token).exists()
+    job.put(range(3), "x")
+    job.checkpoint()
+    job.close()
+    assert not Path(claimed).exists()  # subsumed: every listed file, _metadata and marker
+
+    forged = Job(tmp_path / "forged", kind)
+    forged.close()
+    before = sorted(p.name for p in Path(other).rglob("*"))
+    forged.storage.write_restore_record(
+        RestoreRecord(
+            directory=other,
+            mode=RestoreMode.CLAIM,
+            checkpoint_id=1,
+            kind="savepoint",
+            token="a" * 32,
+        )
+    )
+    recovered = Job(tmp_path / "forged", kind, how="recover")
+    assert recovered.contents() == {k: "one" for k in range(30)}
+    report = recovered.coordinator.recovery
+    assert report is not None
+    assert any("no claim marker" in s.reason for s in report.skipped), report.skipped
+    recovered.put(range(3), "y")
+    recovered.checkpoint()
+    recovered.checkpoint()
+    recovered.close()
+    assert sorted(p.name for p in Path(other).rglob("*")) == before
+
+
+def test_a_second_claim_of_a_snapshot_revokes_the_first(tmp_path: Path) -> None:
+    """Two jobs CLAIM one savepoint: the second's marker replaces the first's,
+    so the first job never deletes it and the second removes it whole."""
+    first = Job(tmp_path / "first", "heap")
+    first.put(range(30), "one")
+    claimed = str(tmp_path / "savepoints" / "sp-1")
+    first.coordinator.trigger_savepoint(claimed)
+    first.close()
+    earlier = Job(tmp_path / "earlier", "heap", how=(claimed, RestoreMode.CLAIM))
+    later = Job(tmp_path / "later", "heap", how=(claimed, RestoreMode.CLAIM))
+    assert later.coordinator.restored_from is not None
+    markers = [p.name for p in Path(claimed).iterdir() if p.name.startswith(CLAIM_MARKER)]
+    assert markers == [CLAIM_MARKER + later.coordinator.restored_from.token]
+    earlier.checkpoint()
+    earlier.checkpoint()  # subsumes the claimed savepoint: not its owner any more
+    earlier.close()
+    assert Path(claimed, METADATA_FILE).exists()
+    assert earlier.coordinator.refused_deletions
+    later.checkpoint()
+    later.close()
+    assert not Path(claimed).exists()
+
+
+def test_a_lost_restore_record_is_taken_from_the_newest_checkpoint(tmp_path: Path) -> None:
+    job, sp1, _sp2, expected = _started_from_a_savepoint(tmp_path, "heap")
+    Path(job.storage.job_dir, "_restore").unlink()
+    recovered = Job(tmp_path / "second", "heap", how="recover")
+    assert recovered.contents() == expected
+    record = recovered.coordinator.restored_from
+    assert record is not None and (record.directory, record.mode) == (sp1, RestoreMode.NO_CLAIM)
+    latest = recovered.coordinator.latest_checkpoint
+    assert latest is not None and latest.metadata.restored_from == record
+    recovered.close()
+
+
+def test_a_restore_record_of_an_unreachable_file_system_is_a_clean_error(tmp_path: Path) -> None:
+    """No checkpoint of its own: ``_restore`` is believed, and a server that
+    refuses the connection is a cowstate error, nothing restored or deleted."""
+    job = Job(tmp_path / "root", "heap")
+    job.storage.write_restore_record(
+        RestoreRecord(
+            directory="ftp://127.0.0.1:1/x",
+            mode=RestoreMode.NO_CLAIM,
+            checkpoint_id=1,
+            kind="savepoint",
+        )
+    )
+    job.close()
+    before = sorted(str(p) for p in (tmp_path / "root").rglob("*"))
+    with pytest.raises(CorruptCheckpointError, match=r"StorageUnavailableError|reach"):
         Job(tmp_path / "root", "heap", how="recover")
     assert sorted(str(p) for p in (tmp_path / "root").rglob("*")) == before
 

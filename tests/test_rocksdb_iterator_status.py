@@ -45,7 +45,7 @@ def flip(path: Path, at: float) -> None:
 
 def without_status_check(monkeypatch: pytest.MonkeyPatch) -> None:
     """The broken variant: scan loops on valid() alone, as before the fix."""
-    monkeypatch.setattr(rocks_table, "_check_status", lambda *args: None)
+    monkeypatch.setattr(rocks_table, "check_status", lambda *args: None)
 
 
 @pytest.fixture

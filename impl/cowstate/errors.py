@@ -43,6 +43,7 @@ __all__ = [
     "SnapshotReleasedError",
     "SnapshotWriteError",
     "StateRegistrationError",
+    "StorageUnavailableError",
     "TransformFunctionError",
     "TruncatedSnapshotError",
     "UndecodableValueError",
@@ -268,6 +269,11 @@ class CheckpointError(CowStateError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """No completed checkpoint or savepoint (no ``_metadata``) where one was expected."""
+
+
+class StorageUnavailableError(CheckpointError, OSError):
+    """The file system a path names could not be reached (a refused connection,
+    an unknown protocol's server): nothing was read or written there."""
 
 
 class CorruptCheckpointError(CheckpointError, ValueError):

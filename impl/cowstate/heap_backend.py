@@ -68,7 +68,6 @@ from cowstate.checkpoint.protocol import map_future
 from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
-    SnapshotFormatError,
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture, StagedRestore
@@ -261,12 +260,6 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         self._check_handles(mine)
         readers: list[SnapshotReader] = []
         for handle in mine:
-            if handle.states and not handle.files:
-                raise SnapshotFormatError(
-                    f"expected the snapshot file of the handle of key groups "
-                    f"{list(handle.key_group_range)}, which lists states "
-                    f"{[s.name for s in handle.states]}, got a handle without files"
-                )
             for file in handle.files:
                 reader = SnapshotReader(source.read(file))
                 self._check_file_of(handle, source.path(file), reader.metadata)

@@ -439,6 +439,12 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         metas: dict[str, StateMetaInfo] = {}
         for handle in handles:
             self._check_snapshot(handle.max_parallelism, handle.key_serializer, "snapshot")
+            if handle.states and not handle.files:
+                raise SnapshotFormatError(
+                    f"expected the files of the handle of key groups "
+                    f"{list(handle.key_group_range)}, which lists states "
+                    f"{[s.name for s in handle.states]}, got a handle without files"
+                )
             for state in handle.states:
                 self._restored_meta(state, metas)
         return metas

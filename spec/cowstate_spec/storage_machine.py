@@ -39,11 +39,11 @@ from typing import Any, Literal
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.coordinator import CheckpointCoordinator, claim_marker
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
 from cowstate.checkpoint.location import SnapshotSource
-from cowstate.checkpoint.storage import CheckpointStorage, read_metadata
+from cowstate.checkpoint.storage import CLAIM_MARKER, CheckpointStorage, read_metadata
 from cowstate.descriptors import ListStateDescriptor, StateDescriptor, ValueStateDescriptor
 from cowstate.errors import CheckpointError
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
@@ -491,6 +491,19 @@ class StorageMachine(RuleBasedStateMachine):
                 and self.filesystem.parent(self.filesystem.parent(path)) == self.root
             )
         }
+        # A claim marker lives in a snapshot that still exists (rule 8), and the
+        # snapshot this job CLAIMed, while it exists, holds this job's marker.
+        existing = set(self.model.existing())
+        expected |= {
+            path
+            for path in actual
+            if self.filesystem.name(path).startswith(CLAIM_MARKER)
+            and self.filesystem.parent(path) in existing
+        }
+        record = self.coordinator.restored_from
+        marker = None if record is None else claim_marker(self.filesystem, record)
+        if marker is not None and record is not None and record.directory in existing:
+            assert marker in actual, f"the CLAIMed {record.directory} lost its claim marker"
         leaked, missing = sorted(actual - expected), sorted(expected - actual)
         assert not leaked and not missing, (
             f"files on disk differ from the referenced ones: leaked {leaked}, missing {missing}"

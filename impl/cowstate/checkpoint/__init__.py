@@ -27,7 +27,11 @@ checkpointing or recovery. The seal detects accidents, not attackers:
 whoever can write the directory can make a restore return wrong state from
 confined files, never read, run or delete anything outside the roots --
 except through ``_restore``, which names the snapshot the job started from
-wherever it lives (sealed, and ignored if it names the job's own parts).
+wherever it lives. Recovery follows it only as the job's newest checkpoint
+that verifies confirms it (``restored_from``), so a forged one is followed
+only before the job's first checkpoint (or beside a resealed ``_metadata``),
+and then only read: a CLAIMed snapshot's files are deleted only while its
+directory holds the claim marker the CLAIM restore wrote there.
 """
 
 from cowstate.checkpoint.coordinator import (

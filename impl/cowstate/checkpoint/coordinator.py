@@ -46,8 +46,15 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
 8. Deletion is confined: the coordinator deletes only inside what the job
    owns (``chk-<id>/``, ``shared/``, its own files of the job directory;
    :meth:`CheckpointStorage.owns`), plus the files a CLAIMed snapshot's
-   verified ``_metadata`` lists. Anything else a registry or document names
-   is left alone and reported in ``refused_deletions``.
+   verified ``_metadata`` lists -- and those only while the snapshot's
+   directory holds the claim marker ``.cowstate-claimed-<token>`` that
+   :meth:`CheckpointCoordinator.restore` wrote there with the token of the
+   job's ``_restore`` record: a record forged or copied to name another
+   snapshot in CLAIM mode finds no marker and owns nothing. A second CLAIM
+   of the same snapshot (by another job) replaces the marker: one owner at
+   a time, and the earlier job no longer deletes it. Anything else a
+   registry or document names is left alone and reported in
+   ``refused_deletions``.
 9. Nothing is deleted before what replaces it is verified: recovery restores
    first, then subsumes and collects garbage.
 
@@ -92,6 +99,7 @@ from cowstate.checkpoint.protocol import CheckpointingBackend, PreparedRestore, 
 from cowstate.checkpoint.recovery import Recovery, RecoveryReport, Skipped
 from cowstate.checkpoint.registry import SharedStateRegistry
 from cowstate.checkpoint.storage import (
+    CLAIM_MARKER,
     SAVEPOINT_MARKER,
     CheckpointStorage,
     RestoreRecord,
@@ -117,6 +125,7 @@ __all__ = [
     "Recovery",
     "RecoveryReport",
     "Skipped",
+    "claim_marker",
 ]
 
 
@@ -195,6 +204,9 @@ class CheckpointCoordinator:
         #: Resolved paths outside what the job owns that the coordinator may
         #: delete: the listed files of snapshots restored in CLAIM mode (rule 8).
         self._claimed: set[str] = set()
+        #: A CLAIM record whose snapshot holds no claim marker (rule 8): the
+        #: snapshot's files are treated as not owned, never deleted.
+        self.unconfirmed_claim: str | None = None
         #: Paths a registry or document asked to delete and rule 8 refused.
         self.refused_deletions: list[str] = []
 
@@ -285,6 +297,7 @@ class CheckpointCoordinator:
             timestamp=time.time(),
             subtasks=subtasks,
             disowned=tuple(disowned),
+            restored_from=self.restored_from,
         )
         try:
             write_metadata(self.storage.filesystem, pending.location.directory, metadata)
@@ -482,9 +495,23 @@ class CheckpointCoordinator:
             mode=mode,
             checkpoint_id=metadata.checkpoint_id,
             kind=metadata.kind,
+            token=uuid.uuid4().hex if mode is RestoreMode.CLAIM else "",
         )
         coordinator._check_max_parallelism(metadata)
-        coordinator._restore_from(record.directory, metadata)
+        marker = claim_marker(storage.filesystem, record)
+        if marker is not None:  # rule 8: the claim, recorded where the files are
+            storage.filesystem.write_bytes(marker, b"")
+        try:
+            coordinator._restore_from(record.directory, metadata)
+        except BaseException:
+            if marker is not None:
+                storage.filesystem.delete(marker)
+            raise
+        if marker is not None:  # rule 8: one owner at a time; an older claim is revoked
+            for path in storage.filesystem.list_dir(record.directory):
+                name = storage.filesystem.name(path)
+                if name.startswith(CLAIM_MARKER) and path != marker:
+                    storage.filesystem.delete(path)
         coordinator._adopt(record, metadata, has_own_checkpoints=False)
         coordinator._last_id = max(coordinator._last_id, metadata.checkpoint_id)
         storage.write_counter(coordinator._last_id)
@@ -536,11 +563,15 @@ class CheckpointCoordinator:
         filesystem = self.storage.filesystem
         source = SnapshotSource(filesystem, record.directory)
         paths = [source.lexical_path(f) for f in metadata.files]
-        if record.mode is RestoreMode.CLAIM:
+        marker = claim_marker(filesystem, record)
+        if marker is not None and filesystem.exists(marker):  # rule 8
             self._claimed.update(paths)
             self._claimed.add(filesystem.join(record.directory, METADATA_FILE))
+            self._claimed.add(marker)
             self._retain(CompletedCheckpoint(metadata.checkpoint_id, record.directory, metadata))
         else:
+            if record.mode is RestoreMode.CLAIM:  # no marker: a claim nobody made here
+                self.unconfirmed_claim = record.directory
             self.registry.disown(paths)
             if not has_own_checkpoints:
                 self.force_full = record.mode is RestoreMode.NO_CLAIM
@@ -581,17 +612,29 @@ class CheckpointCoordinator:
                 continue
             if self.storage.owns(oldest.directory):
                 filesystem.delete_dir(oldest.directory)
-            else:  # a CLAIMed snapshot elsewhere: its listed files only
+            elif self._claim_holds():  # a CLAIMed snapshot elsewhere: its listed files only
                 _delete_snapshot_files(
                     filesystem, oldest.directory, oldest.metadata, allowed=self._claimed
                 )
+            else:  # claimed since by another job (rule 8)
+                self.refused_deletions.append(oldest.directory)
 
     def _delete(self, path: str) -> None:
         """Delete a file if rule 8 lets the job delete it; else record the refusal."""
-        if self.storage.owns(path) or path in self._claimed:
+        if self.storage.owns(path) or (path in self._claimed and self._claim_holds()):
             self.storage.filesystem.delete(path)
         else:
             self.refused_deletions.append(path)
+
+    def _claim_holds(self) -> bool:
+        """Does the snapshot this job CLAIMed still hold its claim marker (rule 8)?"""
+        record = self.restored_from
+        marker = None if record is None else claim_marker(self.storage.filesystem, record)
+        return (
+            marker is not None
+            and marker in self._claimed
+            and self.storage.filesystem.exists(marker)
+        )
 
 
 def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
@@ -661,18 +704,31 @@ def _remove_if_empty(storage: CheckpointStorage, directory: str) -> None:
         storage.filesystem.delete_dir(directory)
 
 
+def claim_marker(filesystem: FileSystem, record: RestoreRecord) -> str | None:
+    """The path of the claim marker of a CLAIM ``record`` (rule 8), else None."""
+    if record.mode is not RestoreMode.CLAIM or not record.token:
+        return None
+    return filesystem.join(record.directory, f"{CLAIM_MARKER}{record.token}")
+
+
 def _delete_snapshot_files(
     filesystem: FileSystem,
     directory: str,
     metadata: CheckpointMetadata,
     allowed: set[str],
 ) -> None:
-    """Delete a CLAIMed snapshot's exclusive files, then its ``_metadata``, then
-    the directories left empty -- never anything its document does not list,
+    """Delete a CLAIMed snapshot's exclusive files, then its ``_metadata`` and
+    claim marker, then the directories left empty -- never anything its document does not list,
     and only paths in ``allowed`` (rule 8)."""
     source = SnapshotSource(filesystem, directory)
     paths = [source.lexical_path(f) for f in metadata.files if f.scope == "exclusive"]
     paths.append(filesystem.join(directory, METADATA_FILE))
+    paths += [  # its claim marker, last with the _metadata
+        p
+        for p in allowed
+        if filesystem.parent(p) == directory.rstrip("/")
+        and filesystem.name(p).startswith(CLAIM_MARKER)
+    ]
     for path in paths:
         if path in allowed:
             filesystem.delete(path)

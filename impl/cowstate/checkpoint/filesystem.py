@@ -24,7 +24,10 @@ anything else.
 Errors. A read of a missing file raises
 :class:`~cowstate.errors.CheckpointNotFoundError`; any other ``OSError`` of a
 read (a directory where a file should be, no permission) raises
-:class:`~cowstate.errors.CorruptCheckpointError`, naming the path.
+:class:`~cowstate.errors.CorruptCheckpointError`, naming the path. A URL of a
+protocol fsspec does not know raises
+:class:`~cowstate.errors.InvalidArgumentError`; a remote file system that cannot
+be reached, :class:`~cowstate.errors.StorageUnavailableError`.
 """
 
 from __future__ import annotations
@@ -40,7 +43,12 @@ from typing import IO, Any
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from cowstate.errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError
+from cowstate.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    InvalidArgumentError,
+    StorageUnavailableError,
+)
 
 __all__ = [
     "TEMP_SUFFIX",
@@ -273,7 +281,16 @@ class FileSystem:
     def _fs(self, path: str) -> tuple[Any, str]:
         if not isinstance(path, str) or not path:
             raise InvalidArgumentError(f"expected a path or URL, got {path!r}")
-        fs, p = fsspec.core.url_to_fs(path)
+        try:
+            fs, p = fsspec.core.url_to_fs(path)
+        except (ValueError, ImportError) as exc:  # an unknown protocol, or not installed
+            raise InvalidArgumentError(
+                f"expected a path or URL of a known file system, got {path!r}: {exc}"
+            ) from None
+        except OSError as exc:  # a remote file system that connects on creation
+            raise StorageUnavailableError(
+                f"expected to reach the file system of {path!r}, got {type(exc).__name__}: {exc}"
+            ) from None
         return fs, p
 
     def _write_hook(self, path: str, data: bytes) -> None:

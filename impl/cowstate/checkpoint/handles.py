@@ -34,6 +34,7 @@ __all__ = [
     "FileHandle",
     "KeyedStateHandle",
     "RestoreMode",
+    "RestoreRecord",
     "SnapshotOptions",
     "StateInfo",
 ]
@@ -101,6 +102,19 @@ class KeyedStateHandle(_Model):
         return tuple(f for f in self.files if f.scope == "shared")
 
 
+class RestoreRecord(_Model):
+    """What a job was started from (``<job>/_restore``, and every checkpoint's
+    ``restored_from``): recovery falls back to it, and only believes a
+    ``_restore`` its newest checkpoint confirms."""
+
+    directory: str
+    mode: RestoreMode
+    checkpoint_id: int
+    kind: str
+    #: CLAIM only: the token of the claim marker written into ``directory``.
+    token: str = Field(default="", pattern=r"^[0-9a-f]{0,32}$")
+
+
 class CheckpointMetadata(_Model):
     """The ``_metadata`` document: written last, it makes a snapshot visible."""
 
@@ -117,6 +131,11 @@ class CheckpointMetadata(_Model):
     #: snapshot restored in LEGACY mode): a job that CLAIMs this checkpoint
     #: does not own them either.
     disowned: tuple[str, ...] = ()
+    #: For a checkpoint: the snapshot its job was started from (None: started
+    #: empty). Recovery compares it with ``<job>/_restore`` before it reads the
+    #: snapshot that names: a ``_restore`` the checkpoints do not confirm is
+    #: never followed.
+    restored_from: RestoreRecord | None = None
 
     @property
     def files(self) -> tuple[FileHandle, ...]:

@@ -9,7 +9,12 @@ R1. An interrupted savepoint: if ``_savepoint`` names a directory outside what
     completed, only its marker does. A directory without the marker is never
     touched.
 R2. The candidates, newest first: the job's checkpoints whose ``_metadata``
-    verifies, then the snapshot the job was restored from. The first that
+    verifies, then the snapshot the job was restored from -- as the newest of
+    those checkpoints records it (``restored_from``): a ``_restore`` it does
+    not confirm is reported and never read (a forged one cannot point
+    recovery at another snapshot, or at another protocol's server), a lost
+    one is replaced by the checkpoint's record; only a job without a
+    checkpoint of its own believes ``_restore`` as it is. The first that
     restores into every backend (all subtasks or none) wins; each one passed
     over is reported with its reason. Corruption (``CorruptCheckpointError``,
     ``CheckpointNotFoundError``, ``SnapshotFormatError``) passes over a
@@ -33,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata
 from cowstate.checkpoint.location import SnapshotSource
-from cowstate.checkpoint.storage import SAVEPOINT_MARKER, RestoreRecord, read_metadata
+from cowstate.checkpoint.storage import SAVEPOINT_MARKER, OnDisk, RestoreRecord, read_metadata
 from cowstate.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -82,20 +87,12 @@ class Recovery:
         storage = self.job.storage
         report = RecoveryReport()
         report.removed_savepoint = self._finish_interrupted_savepoint(report)
+        source_broken = False  # a snapshot the job started from that cannot be used
         try:
             record = storage.read_restore_record()
-            if record is not None and storage.relation(record.directory) not in (
-                "outside",
-                "foreign",
-            ):
-                raise UnsafePathError(
-                    f"expected _restore to name a snapshot outside what the job owns, got "
-                    f"{record.directory!r}"
-                )
         except CowStateError as exc:
             report.skipped.append(Skipped(storage.job_dir + "/_restore", str(exc)))
-            record = None
-        self.job.restored_from = record
+            record, source_broken = None, True
         on_disk = storage.checkpoints_on_disk()
         broken = [
             c
@@ -105,18 +102,25 @@ class Recovery:
         for found in reversed(broken):
             report.skipped.append(Skipped(found.directory, str(found.problem)))
         own = [c for c in on_disk if c.metadata is not None]
-        if record is not None:
-            self.job._last_id = max(self.job._last_id, record.checkpoint_id)
+        if own:  # R2: the newest checkpoint that verifies says what the job started from
+            record = self._confirmed(record, own[-1], report)
         restored_metadata: CheckpointMetadata | None = None
-        source_broken = False
         if record is not None:
             try:
+                if storage.relation(record.directory) not in ("outside", "foreign"):
+                    raise UnsafePathError(
+                        f"expected _restore to name a snapshot outside what the job owns, got "
+                        f"{record.directory!r}"
+                    )
                 restored_metadata = read_metadata(storage.filesystem, record.directory)
             except CheckpointNotFoundError:
                 restored_metadata = None  # subsumed (CLAIM) or deleted by its owner
             except CowStateError as exc:
                 report.skipped.append(Skipped(record.directory, str(exc)))
-                source_broken = True
+                record, source_broken = None, True
+        self.job.restored_from = record
+        if record is not None:
+            self.job._last_id = max(self.job._last_id, record.checkpoint_id)
         # R2: newest first; the first that restores into every backend wins (rule 9).
         chosen: int | None = None
         for index in range(len(own) - 1, -1, -1):
@@ -144,6 +148,14 @@ class Recovery:
         # checkpoints up to the one restored; subsumption trims it.
         if record is not None and restored_metadata is not None:
             self.job._adopt(record, restored_metadata, has_own_checkpoints=chosen is not None)
+            if self.job.unconfirmed_claim is not None:
+                report.skipped.append(
+                    Skipped(
+                        record.directory,
+                        "restored in CLAIM mode, but the directory holds no claim marker of "
+                        "this job: its files are not owned and never deleted",
+                    )
+                )
         if chosen is not None:
             from cowstate.checkpoint.coordinator import CompletedCheckpoint  # no import cycle
 
@@ -156,6 +168,27 @@ class Recovery:
         self._delete_garbage(record, restored_metadata)
         storage.write_counter(self.job._last_id)
         return report
+
+    def _confirmed(
+        self, record: RestoreRecord | None, newest: OnDisk, report: RecoveryReport
+    ) -> RestoreRecord | None:
+        """The snapshot the job started from, as ``newest`` (its newest checkpoint
+        that verifies) records it: a ``_restore`` naming anything else is skipped
+        unread (forged, or left by another job); a lost ``_restore`` is
+        replaced by the checkpoint's record."""
+        assert newest.metadata is not None
+        lineage = newest.metadata.restored_from
+        if record is not None and record != lineage:
+            said = "nothing" if lineage is None else repr(lineage.directory)
+            report.skipped.append(
+                Skipped(
+                    self.job.storage.job_dir + "/_restore",
+                    f"expected _restore to name what checkpoint {newest.checkpoint_id} says the "
+                    f"job started from ({said}), it names {record.directory!r} in "
+                    f"{record.mode} mode: not followed",
+                )
+            )
+        return lineage
 
     def _try_restore(
         self, directory: str, metadata: CheckpointMetadata, report: RecoveryReport

@@ -40,7 +40,11 @@ import fsspec
 from pydantic import BaseModel, ConfigDict
 
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
-from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
+from cowstate.checkpoint.handles import (
+    METADATA_FILE,
+    CheckpointMetadata,
+    RestoreRecord,
+)
 from cowstate.checkpoint.location import SnapshotLocation
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
 from cowstate.checkpoint.verify import parse_metadata, render_metadata
@@ -53,6 +57,7 @@ from cowstate.errors import (
 )
 
 __all__ = [
+    "CLAIM_MARKER",
     "SAVEPOINT_MARKER",
     "CheckpointStorage",
     "OnDisk",
@@ -68,19 +73,11 @@ __all__ = [
 #: (or the marker's own unfinished temporary file) with the token of the
 #: job's intent -- a random 128-bit token only that intent knows.
 SAVEPOINT_MARKER = ".cowstate-savepoint-"
+#: The name (plus the record's token) of the marker a CLAIM restore writes into
+#: the claimed snapshot's directory (coordinator rule 8).
+CLAIM_MARKER = ".cowstate-claimed-"
 _CHECKPOINT_DIR = re.compile(r"chk-(\d+)$")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-class RestoreRecord(BaseModel):
-    """What a job was started from (kept so recovery can fall back to it)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    directory: str
-    mode: RestoreMode
-    checkpoint_id: int
-    kind: str
 
 
 class SavepointIntent(BaseModel):

@@ -14,8 +14,9 @@ M4. Key groups: every subtask has the document's max parallelism and a range
     inside ``[0, max parallelism - 1]``; the ranges are disjoint and together
     cover every key group (a job's subtasks own all of them).
 M5. Handles: every subtask's ``checkpoint_id`` is the document's, its state ids
-    and names are distinct, ``full_size`` is the sum of its file sizes and
-    ``checkpointed_size`` at most that.
+    and names are distinct, a subtask that lists states lists files,
+    ``full_size`` is the sum of its file sizes and ``checkpointed_size`` at
+    most that.
 M6. Paths: every file path is relative and confined
     (:mod:`~cowstate.checkpoint.paths`, P1-P2); a savepoint has no shared file.
 M7. No file is listed twice (in one subtask or across subtasks).
@@ -81,6 +82,11 @@ def verify_metadata(metadata: CheckpointMetadata, where: str) -> None:
             raise InconsistentMetadataError(
                 f"expected distinct state ids and names in subtask {index} of {where}, got "
                 f"ids {ids} and names {names}"
+            )
+        if handle.states and not handle.files:
+            raise InconsistentMetadataError(
+                f"expected files in subtask {index} of {where}, which lists states "
+                f"{names[:5]}, got none"
             )
         total = sum(f.size for f in handle.files)
         if handle.full_size != total or handle.checkpointed_size > total:

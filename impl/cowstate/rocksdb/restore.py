@@ -14,7 +14,14 @@ instance directory for the key groups of one backend:
   is read), else the handle sharing most key groups is clipped to the range
   (``delete_range``) and the others' keys of the range are copied in, each
   copied entry decoded and checked (E1-E3, E5; RocksDB keys are unique, so E4
-  holds) on the way.
+  holds) on the way. Before any of it, every handle's database must hold what
+  its handle says (:func:`check_native`), so a handle resealed with other
+  states or another range is refused instead of restored short:
+
+  N1. its column families are exactly those of the handle's states (a
+      column family the handle does not name would be dropped unseen);
+  N2. every key of every column family lies in the handle's key groups (the
+      first and the last key of each: RocksDB keys sort by key group).
 
 Reads check the iterator's status (:func:`~cowstate.rocksdb.table.scan`):
 RocksDB files that fail to open or to read back whole are a
@@ -34,7 +41,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rocksdict import Rdict
+from rocksdict import Rdict, ReadOptions
 
 from cowstate.checkpoint.handles import KeyedStateHandle
 from cowstate.checkpoint.location import SnapshotSource
@@ -55,6 +62,7 @@ from cowstate.rocksdb.db import (
     raw_options,
 )
 from cowstate.rocksdb.table import (
+    check_status,
     decode_rocks_key,
     encode_rocks_key,
     key_group_prefix,
@@ -75,7 +83,7 @@ from cowstate.snapshot.checks import (
 )
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
-__all__ = ["Restorer", "download"]
+__all__ = ["Restorer", "check_native", "download"]
 
 #: ``check_file(handle, path, metadata, metas)``: refuse a snapshot file (at
 #: ``path``, of ``handle``) the backend cannot restore; add the meta info of
@@ -198,9 +206,18 @@ class Restorer:
                     ),
                 )
             )
+            for index, directory in enumerate(directories):
+                if index != first:
+                    other = open_read_only(directory)
+                    try:
+                        names = Rdict.list_cf(str(directory), raw_options())
+                        check_native(other, handles[index], set(names) - {"default"})
+                    finally:
+                        other.close()
             path = self.instance.root / f"db-{uuid.uuid4().hex[:12]}"
             os.rename(directories[first], path)
             built = self.instance.open_existing(path)
+            check_native(built.db, handles[first], built.column_families)
             wanted = {column_family_name(name) for name in metas}
             for name in wanted - built.column_families:
                 if any(column_family_name(s.name) == name for s in handles[first].states):
@@ -342,6 +359,39 @@ class Restorer:
         check_key_groups(
             decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
         )
+
+
+def check_native(db: Rdict, handle: KeyedStateHandle, column_families: Iterable[str]) -> None:
+    """N1 and N2 (module doc) for ``db``, the database of ``handle``'s files,
+    whose column families (without ``default``) are ``column_families``."""
+    where = f"the RocksDB files of key groups {list(handle.key_group_range)}"
+    present = set(column_families)
+    named = {column_family_name(state.name) for state in handle.states}
+    if present != named:  # N1
+        raise CorruptCheckpointError(
+            f"expected {where} to hold the column families of its handle's states "
+            f"{sorted(named)}, they hold {sorted(present)}"
+        )
+    r = KeyGroupRange.of(*handle.key_group_range)
+    for name in sorted(present):  # N2
+        iterator = db.get_column_family(name).iter(ReadOptions())
+        try:
+            iterator.seek_to_first()
+            if not iterator.valid():
+                check_status(iterator, b"", None)
+                continue
+            first = iterator.key()
+            iterator.seek_to_last()
+            last = iterator.key() if iterator.valid() else first
+            check_status(iterator, last, None)
+        finally:
+            del iterator
+        groups = int.from_bytes(first[:2], "big"), int.from_bytes(last[:2], "big")
+        if groups[0] not in r or groups[1] not in r:
+            raise KeyGroupMismatchError(
+                f"expected every key of {where} in those key groups, column family "
+                f"{name!r} holds keys of key groups {groups[0]} to {groups[1]}"
+            )
 
 
 def _by_key_group(

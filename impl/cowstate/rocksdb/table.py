@@ -71,6 +71,7 @@ from cowstate.type_vars import K, N, S, V
 __all__ = [
     "KEY_GROUP_PREFIX_BYTES",
     "RocksDBStateTable",
+    "check_status",
     "decode_rocks_key",
     "encode_rocks_key",
     "key_group_prefix",
@@ -164,7 +165,7 @@ def scan(
                     break
                 batch.append((key, iterator.value()))
                 iterator.next()
-            _check_status(iterator, position if not batch else batch[-1][0], upper)
+            check_status(iterator, position if not batch else batch[-1][0], upper)
         finally:
             del iterator, cf
         yield from batch
@@ -173,7 +174,7 @@ def scan(
         position = batch[-1][0] + b"\x00"
 
 
-def _check_status(iterator: RdictIter, last: bytes, upper: bytes | None) -> None:
+def check_status(iterator: RdictIter, last: bytes, upper: bytes | None) -> None:
     """Raise :class:`CorruptStorageError` if ``iterator`` stopped on an error
     (rocksdict's ``RdictIter.status()`` raises one)."""
     try:
