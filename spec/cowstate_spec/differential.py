@@ -64,7 +64,7 @@ from cowstate.errors import ConcurrentModificationError, CowStateError
 from cowstate_model import ReferenceStateMap, deep_copy
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec import contract as c
-from cowstate_spec.cmap_view import MAP_CLASSES, is_c_map
+from cowstate_spec.cmap_view import MAP_CLASSES, rehash_progress
 from cowstate_spec.contract import TRANSFORMS, snapshot_contents
 from cowstate_spec.implementations import Implementation
 from cowstate_spec.workloads import Operation, decode, encode
@@ -291,13 +291,13 @@ class _Pair:
         where that is not known (a table, another map)."""
         if not isinstance(self.impl, MAP_CLASSES):
             return None
-        return _rehash_progress(self.impl) is not None
+        return rehash_progress(self.impl) is not None
 
     def count_snapshot(self) -> None:
         """Count a snapshot taken in a rehash, and how far the rehash got."""
         if not isinstance(self.impl, MAP_CLASSES):
             return
-        progress = _rehash_progress(self.impl)
+        progress = rehash_progress(self.impl)
         if progress is None:
             return
         self.events[SNAPSHOT_IN_REHASH] += 1
@@ -334,20 +334,6 @@ class _Pair:
 
 
 _ABSENT = object()
-
-
-def _rehash_progress(m: Any) -> tuple[int, int] | None:
-    """``(r, L)`` of a copy-on-write map's running rehash (index, old
-    capacity), or None outside one. The C map's raw export is read directly:
-    a :class:`~cowstate_spec.cmap_view.MapView` would build a view per entry."""
-    if is_c_map(m):
-        structure = m._structure()
-        if structure["rehash"] is None:
-            return None
-        return structure["rehash_index"], len(structure["primary"][1])
-    if m._rehash is None:
-        return None
-    return m._rehash_index, len(m._primary)
 
 
 _SIMPLE = frozenset({"get", "contains_key", "remove", "put"})
