@@ -156,7 +156,7 @@ def test_an_unknown_preset_lists_the_presets(
     line = one_line(capsys, main(["check", "--preset", "nope"]), EXIT_USAGE)
     assert line == (
         "cowstate check: --preset 'nope': expected one of collisions, long-lived-snapshots, "
-        "rehash-under-snapshots, smoke, tiny, zipf-hot-keys"
+        "rehash-snapshots, rehash-under-snapshots, smoke, tables, tiny, zipf-hot-keys"
     )
 
 

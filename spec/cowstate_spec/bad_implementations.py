@@ -210,6 +210,22 @@ BUGS: list[Bug] = [
 ]
 
 
+#: Map bugs that only the differential run's ``interrupt_iteration`` shows (the
+#: state machine interrupts iterators by rehash steps alone, which these still
+#: notice): ``cowstate check --implementation bad-<name>`` takes them, and
+#: tests/test_presets.py requires the presets to catch each.
+ITERATION_BUGS: list[Bug] = [
+    Bug(
+        "iterator-ignores-mod-count",
+        "_iterate",
+        " " * 16 + "if (self._mod_count, self._structure_count) != expected:",
+        " " * 16 + "if self._structure_count != expected[1]:",
+        "fail-fast: after a put or remove mid-iteration the next step must raise, "
+        "not yield (only the last step still checks the modification count)",
+    ),
+]
+
+
 def broken_class(bug: Bug) -> type[Any]:
     """``bug.cls`` with ``bug`` applied to one method."""
     source = textwrap.dedent(inspect.getsource(getattr(bug.cls, bug.method)))

@@ -150,10 +150,11 @@ def check_parser() -> OneLineParser:
 
 def implementation_names() -> list[str]:
     """Every name ``--implementation`` accepts."""
-    from cowstate_spec.bad_implementations import BUGS
+    from cowstate_spec.bad_implementations import BUGS, ITERATION_BUGS
     from cowstate_spec.implementations import IMPLEMENTATIONS
 
-    return [i.name for i in IMPLEMENTATIONS] + [f"bad-{bug.name}" for bug in BUGS]
+    bugs = (*BUGS, *ITERATION_BUGS)
+    return [i.name for i in IMPLEMENTATIONS] + [f"bad-{bug.name}" for bug in bugs]
 
 
 def describe_validation_error(exc: ValidationError, where: str) -> str:
@@ -353,6 +354,7 @@ def format_summary(summary: dict[str, Any], out: Path) -> str:
         "  most frequent ops  : "
         + ", ".join(f"{k} {v:,}" for k, v in list(summary["operation_counts"].items())[:6]),
     ]
+    lines.extend(_event_lines(summary.get("events", {})))
     divergent = {k: v for k, v in summary["divergent_workloads"].items() if v}
     total = sum(divergent.values())
     detail = ", ".join(f"{name} {count:,}" for name, count in divergent.items())
@@ -375,6 +377,24 @@ def format_summary(summary: dict[str, Any], out: Path) -> str:
     files = f"{summary['records']}, summary.json" + (", traces/" if total else "")
     lines.append(f"  output             : {out}/ ({files})")
     return "\n".join(lines)
+
+
+def _event_lines(events: dict[str, int]) -> list[str]:
+    """The rare paths the run met: snapshots a rehash ran under, interrupted
+    iterations (see cowstate_spec.differential)."""
+    from cowstate_spec import differential as d
+
+    lines = []
+    if events.get(d.SNAPSHOT_IN_REHASH):
+        lines.append(
+            f"  snapshots in rehash: {events[d.SNAPSHOT_IN_REHASH]:,} "
+            f"(r > 0: {events.get(d.SNAPSHOT_IN_REHASH_STARTED, 0):,}, "
+            f"r >= 3L/4: {events.get(d.SNAPSHOT_IN_REHASH_LATE, 0):,})"
+        )
+    fast, went_on = events.get(d.FAILED_FAST, 0), events.get(d.WENT_ON, 0)
+    if fast or went_on:
+        lines.append(f"  fail-fast checks   : {fast:,} failed fast, {went_on:,} went on")
+    return lines
 
 
 def _call(op: list[Any]) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "check_chunks_and_retirement",
     "is_c_map",
     "is_c_snapshot",
+    "rehash_progress",
     "view_of",
     "view_of_snapshot",
 ]
@@ -200,6 +201,20 @@ class SnapshotView:
         if structure is None:
             return []
         return [d for d in (structure["primary"], structure["rehash"]) if d is not None]
+
+
+def rehash_progress(m: Any) -> tuple[int, int] | None:
+    """``(r, L)`` of a pure or C map's running rehash (its index and the old
+    capacity), or None outside one. A C map's export is read as it comes:
+    a :class:`MapView` would build a view per entry."""
+    if is_c_map(m):
+        structure = m._structure()
+        if structure["rehash"] is None:
+            return None
+        return structure["rehash_index"], len(structure["primary"][1])
+    if m._rehash is None:
+        return None
+    return m._rehash_index, len(m._primary)
 
 
 def view_of(m: Any) -> Any:

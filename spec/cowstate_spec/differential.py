@@ -12,7 +12,30 @@ model side by side and stops at the first divergence:
 - a broken structural invariant (the implementation's checker, at the same
   cadence);
 - an exception inside the implementation that is not a refusal from
-  ``cowstate.errors`` (recorded with its traceback, never a crash of the run).
+  ``cowstate.errors`` (recorded with its traceback, never a crash of the run);
+- an iteration that fails fast where the contract forbids it or goes on
+  where it requires it to fail (``interrupt_iteration``, below).
+
+``interrupt_iteration`` takes ``taken`` mappings from an iterator (each must
+be one of the model's, once), applies a keyed operation to both sides and
+then takes one more step. The step must raise ``ConcurrentModificationError``
+when the model's key set changed (a mapping added or removed) or when the
+map was rehashing before the operation (its rehash step relinks entries).
+Otherwise the step must not raise for a map: the iteration goes on and
+yields exactly the mappings it had not yet yielded, with their current
+states (the mapping a ``put`` replaced: its new state or, where an open
+snapshot shares its chain and the iterator walks the shared one, its old
+state). A table iterates its key groups' maps one after the other, so a
+rehash step in one of them may or may not reach the iterator: there,
+without a key-set change, failing fast and going on are both allowed, and
+going on must still yield exactly the rest. Implementations without the
+``fail_fast`` capability (RocksDB) and the model itself only apply the
+keyed operation.
+
+Each result also counts a few ``events``: the snapshots taken while a
+copy-on-write map was rehashing (and how far it was: ``r > 0``,
+``r >= 3L/4``, read from the map's structure; maps only, not tables), and
+the interrupted iterations that failed fast or went on.
 
 Where an implementation's capabilities differ (the RocksDB table), the run
 follows them as the state machine does: ``put`` must return ``None``, a
@@ -26,6 +49,7 @@ plus a ready pytest regression file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
@@ -36,14 +60,33 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cowstate.errors import CowStateError
+from cowstate.errors import ConcurrentModificationError, CowStateError
 from cowstate_model import ReferenceStateMap, deep_copy
+from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec import contract as c
+from cowstate_spec.cmap_view import MAP_CLASSES, rehash_progress
 from cowstate_spec.contract import TRANSFORMS, snapshot_contents
 from cowstate_spec.implementations import Implementation
 from cowstate_spec.workloads import Operation, decode, encode
 
-__all__ = ["WorkloadResult", "minimize", "run_workload", "write_trace"]
+__all__ = [
+    "FAILED_FAST",
+    "SNAPSHOT_IN_REHASH",
+    "SNAPSHOT_IN_REHASH_LATE",
+    "SNAPSHOT_IN_REHASH_STARTED",
+    "WENT_ON",
+    "WorkloadResult",
+    "minimize",
+    "run_workload",
+    "write_trace",
+]
+
+#: The ``events`` a result counts (see the module doc).
+SNAPSHOT_IN_REHASH = "snapshot in a rehash"
+SNAPSHOT_IN_REHASH_STARTED = "snapshot in a rehash with r > 0"
+SNAPSHOT_IN_REHASH_LATE = "snapshot in a rehash with r >= 3L/4"
+FAILED_FAST = "interrupted iteration failed fast"
+WENT_ON = "interrupted iteration went on"
 
 _REFUSALS = (CowStateError, *ReferenceStateMap.Error)
 
@@ -61,6 +104,8 @@ class WorkloadResult:
     #: CPU seconds of the running thread (wall time counts other processes too)
     cpu: float = 0.0
     operation_counts: dict[str, int] = field(default_factory=dict)
+    #: rare paths the run met (the module doc), by name
+    events: dict[str, int] = field(default_factory=dict)
     divergence_at: int | None = None
     divergence_operation: str | None = None  # JSON of the encoded operation
     expected: str | None = None
@@ -93,6 +138,7 @@ class _Pair:
         self.impl = implementation.create(initial_capacity)
         self.model = implementation.model()
         self.open: list[tuple[Any, Any, Any]] = []
+        self.events: Counter[str] = Counter()
         # Only the model may refuse with built-in exceptions; an implementation
         # refuses with cowstate.errors, anything else is a crash.
         self.impl_refusals: tuple[type[Exception], ...] = (
@@ -156,6 +202,7 @@ class _Pair:
         elif name in ("snapshot", "release") and not capabilities.snapshots:
             pass
         elif name == "snapshot":
+            self.count_snapshot()
             impl = self.impl.snapshot()
             # Identities only: the model comparison at release checks the values.
             fp = (
@@ -174,6 +221,8 @@ class _Pair:
             impl_all, model_all = snapshot_contents(self.impl), snapshot_contents(self.model)
             if impl_all != model_all:
                 raise Divergence(repr(model_all), repr(impl_all))
+        elif name == "interrupt_iteration":
+            self.interrupt_iteration(*op[1:])
         elif name == "keys":
             impl_keys = Counter(self.impl.keys(op[1]))
             model_keys = Counter(self.model.keys(op[1]))
@@ -183,6 +232,80 @@ class _Pair:
             raise ValueError(f"expected a workload operation, got {name!r}")
         if len(self.impl) != len(self.model):
             raise Divergence(f"size {len(self.model)}", f"size {len(self.impl)}")
+
+    def interrupt_iteration(
+        self, taken: int, keyed: str, key: Any, namespace: Any, state: Any
+    ) -> None:
+        """Iterate part way, apply ``keyed``, take one more step (the module doc)."""
+        operation = (keyed, key, namespace, state) if keyed == "put" else (keyed, key, namespace)
+        if not self.implementation.capabilities.fail_fast or isinstance(
+            self.impl, ReferenceStateMap | ReferenceStateTable
+        ):
+            self.apply(operation)
+            return
+        before = snapshot_contents(self.model)
+        kn = (key, namespace)
+        adds_or_removes = (keyed == "put") != (kn in before) and keyed != "get"
+        # Whether a rehash runs matters only where no mapping comes or goes (a
+        # C map's structure costs an export to read).
+        rehashing = None if adds_or_removes else self.rehashing()
+        iterator = iter(self.impl)
+        seen = snapshot_contents(itertools.islice(iterator, taken % (len(before) + 1)))
+        if any(before.get(kn, _ABSENT) != st for kn, st in seen.items()):
+            raise Divergence(f"mappings of {dict(before)!r}", f"iteration yielded {seen!r}")
+        size = len(self.model)
+        self.apply(operation)
+        must_fail = len(self.model) != size or rehashing is True
+        try:
+            step = [next(iterator)]
+        except StopIteration:
+            step = []
+        except ConcurrentModificationError:
+            if not must_fail and rehashing is False:
+                raise Divergence(
+                    f"the iteration going on after {keyed}, which changed no mapping "
+                    "outside a rehash",
+                    "ConcurrentModificationError",
+                ) from None
+            self.events[FAILED_FAST] += 1
+            return
+        if must_fail:
+            why = "a mapping was added or removed" if len(self.model) != size else "a rehash step"
+            raise Divergence(
+                f"ConcurrentModificationError at the step after {keyed} ({why})",
+                f"the iteration went on with {step!r}",
+            )
+        rest = snapshot_contents(itertools.chain(step, iterator))
+        now = snapshot_contents(self.model)
+        expected = {kn: st for kn, st in now.items() if kn not in seen}
+        if kn in rest and rest[kn] == before.get(kn, _ABSENT):
+            # The iterator may hold the chain a snapshot shares (rule E copied
+            # the entry): the replaced state or the new one, both are right.
+            expected[kn] = rest[kn]
+        if rest != expected or seen.keys() - now.keys():
+            raise Divergence(f"the rest of the iteration {expected!r}", repr(rest))
+        self.events[WENT_ON] += 1
+
+    def rehashing(self) -> bool | None:
+        """Whether the implementation (a copy-on-write map) is rehashing; None
+        where that is not known (a table, another map)."""
+        if not isinstance(self.impl, MAP_CLASSES):
+            return None
+        return rehash_progress(self.impl) is not None
+
+    def count_snapshot(self) -> None:
+        """Count a snapshot taken in a rehash, and how far the rehash got."""
+        if not isinstance(self.impl, MAP_CLASSES):
+            return
+        progress = rehash_progress(self.impl)
+        if progress is None:
+            return
+        self.events[SNAPSHOT_IN_REHASH] += 1
+        r, capacity = progress
+        if r > 0:
+            self.events[SNAPSHOT_IN_REHASH_STARTED] += 1
+        if 4 * r >= 3 * capacity:
+            self.events[SNAPSHOT_IN_REHASH_LATE] += 1
 
     def compare_snapshot(self, impl: Any, model: Any) -> None:
         got = snapshot_contents(impl)
@@ -208,6 +331,9 @@ class _Pair:
                 impl.release()
             model.release()
         self.implementation.close(self.impl)
+
+
+_ABSENT = object()
 
 
 _SIMPLE = frozenset({"get", "contains_key", "remove", "put"})
@@ -255,6 +381,7 @@ def run_workload(
         result.divergence_at = position
     finally:
         pair.close()
+    result.events = dict(pair.events)
     if result.divergence_at is not None:
         at = result.divergence_at
         result.divergence_operation = json.dumps(encode(ops[at]) if at < len(ops) else ["end"])

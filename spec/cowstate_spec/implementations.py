@@ -387,9 +387,9 @@ def by_name(name: str) -> Implementation:
     for implementation in IMPLEMENTATIONS:
         if implementation.name == name:
             return implementation
-    from cowstate_spec.bad_implementations import BUGS, bad_implementation
+    from cowstate_spec.bad_implementations import BUGS, ITERATION_BUGS, bad_implementation
 
-    for bug in BUGS:
+    for bug in (*BUGS, *ITERATION_BUGS):
         if name == f"bad-{bug.name}":
             return bad_implementation(bug)
     known = ", ".join(i.name for i in IMPLEMENTATIONS)

@@ -24,9 +24,14 @@ nothing stored.
 
 Some rules aim at the rare paths (:mod:`cowstate_spec.coverage` records each
 as a Hypothesis event): ``put_many`` grows the map within a run; a snapshot
-rule enabled only during a rehash and one only late in it; releases of any
-snapshot but the oldest; rule S rules on mapped keys while a snapshot is open;
-an iterator interrupted by a keyed operation's rehash step must fail fast.
+rule enabled only during a rehash, and one that grows the map into a rehash
+(``grow_into_a_rehash``, up to ``GROWTH_LIMIT`` mappings) and steps it past
+three quarters before it snapshots; releases of any snapshot but the oldest;
+rule S rules on mapped keys while a snapshot is open (``get``,
+``put_and_get_old``, ``remove_and_get_old``, ``transform``); an iterator
+interrupted by a keyed operation's rehash step must fail fast (the rule grows
+the map into a rehash first). Only the machines whose paths are counted
+(``coverage.COUNTED``) read the structure around every keyed operation.
 
 State tables (``implementation.table``) get :class:`StateTableMachine`: the
 same rules against the reference table of the same key groups, plus the
@@ -76,6 +81,12 @@ KEYED_OPERATIONS = frozenset(
 )
 
 
+#: ``grow_into_a_rehash`` stops at this many mappings: rehashes of 4, 8 and 16
+#: buckets (each reaches r >= 3L/4 in a step or two) without the larger maps
+#: that would make every later step's checks slower.
+GROWTH_LIMIT = 24
+
+
 class Outcome:
     """What one call did: returned a value, or raised."""
 
@@ -108,6 +119,10 @@ class StateMapMachine(RuleBasedStateMachine):
         # (implementation snapshot, model snapshot, fingerprint or None)
         self.open: list[tuple[Any, Any, Any]] = []
         self.rehash_seen = (False, False)  # (rehashing, late in it): note_the_rehash
+        # Only the machines whose rare paths are counted read the structure around
+        # each keyed operation (cowstate_spec.coverage.COUNTED): it costs a quarter.
+        self.counted = self.implementation.name in cov.COUNTED
+        self.can_rehash = self.implementation.capabilities.snapshots and self.has_cow_maps()
 
     # ------------------------------------------------------------- helpers
 
@@ -121,7 +136,11 @@ class StateMapMachine(RuleBasedStateMachine):
         step_check = self.implementation.step_check
         keyed = operation in KEYED_OPERATIONS
         after = step_check(self.impl) if step_check and keyed else None
-        observed = self.map_of(args[0], kwargs.get("key_group")) if keyed and self.open else None
+        observed = (
+            self.map_of(args[0], kwargs.get("key_group"))
+            if keyed and self.open and self.counted
+            else None
+        )
         before = cov.MapState(observed) if observed is not None else None
         impl = Outcome(lambda: getattr(self.impl, operation)(*args, **kwargs))
         if after is not None and impl.error is None:
@@ -239,12 +258,42 @@ class StateMapMachine(RuleBasedStateMachine):
         chance for the rare moment the compact layout is about."""
         self.snapshot()
 
-    @precondition(lambda self: self.implementation.capabilities.snapshots and self.late_in_rehash())
-    @rule()
-    def snapshot_late_in_a_rehash(self) -> None:
-        """The same as ``snapshot``, enabled only when the rehash index is past
-        three quarters of the old table (the layout's moved high half is large)."""
-        self.snapshot()
+    @precondition(lambda self: self.can_rehash)
+    @rule(target=mappings, start=st.integers(0, len(s.MANY_KEYS) - 1), kn=any_key)
+    def snapshot_late_in_a_rehash(
+        self, start: int, kn: tuple[Any, Any]
+    ) -> MultipleResults[tuple[Any, Any]]:
+        """Outside a rehash, puts until one starts (``grow_into_a_rehash``); then
+        ``contains_key(kn)`` until the rehash index is past three quarters of the
+        old table (each call is a rehash step; at most 8), then the same as
+        ``snapshot`` if the rehash still runs (the layout's moved high half is
+        large): a step rarely stops there by itself. A table's maps are not
+        advanced (which one a key reaches is the table's business)."""
+        kns = self.grow_into_a_rehash(start, kn[1])
+        for _ in range(0 if self.implementation.table else 8):
+            if not self.rehashing() or self.late_in_rehash():
+                break
+            self.equal_results("contains_key", *kn)
+            self.rehash_seen = self.read_rehash()
+        if self.rehashing():
+            self.snapshot()
+        return multiple(*kns)
+
+    def grow_into_a_rehash(self, start: int, namespace: Any) -> list[tuple[Any, Any]]:
+        """Unless the map rehashes: puts of consecutive keys of ``MANY_KEYS``
+        from ``start`` until it starts a rehash (or every key is in, or the
+        map holds ``GROWTH_LIMIT`` mappings); the mappings put. The rules that
+        need a running rehash call it, so they are enabled in every step
+        instead of the few a rehash runs in."""
+        kns: list[tuple[Any, Any]] = []
+        for i in range(len(s.MANY_KEYS)):
+            if self.rehashing() or len(self.model) >= GROWTH_LIMIT:
+                break
+            kn = (s.MANY_KEYS[(start + i) % len(s.MANY_KEYS)], namespace)
+            self.put_checked(kn, [i])
+            kns.append(kn)
+            self.rehash_seen = self.read_rehash()
+        return kns
 
     @precondition(lambda self: len(self.open) >= 2)
     @rule(index=st.integers(0, 7))
@@ -254,6 +303,11 @@ class StateMapMachine(RuleBasedStateMachine):
 
     # Rule S on a mapped key while a snapshot is open: the rules that hand out
     # states, drawn from the put mappings only (the plain rules draw any key).
+
+    @precondition(lambda self: bool(self.open))
+    @rule(kn=mappings, item=st.integers(0, 99))
+    def get_and_mutate_shared(self, kn: tuple[Any, Any], item: int) -> None:
+        self.get_and_mutate(kn, item)
 
     @precondition(lambda self: bool(self.open))
     @rule(kn=mappings, state=s.states, item=st.integers(0, 99))
@@ -293,11 +347,15 @@ class StateMapMachine(RuleBasedStateMachine):
         later (as of the end of the last step)."""
         return self.rehash_seen[1]
 
+    def has_cow_maps(self) -> bool:
+        """True where the implementation is a copy-on-write map (its rehash is visible)."""
+        return isinstance(self.impl, MAP_CLASSES)
+
     def read_rehash(self) -> tuple[bool, bool]:
         """(rehashing, late in the rehash), read from the map's structure."""
         if not isinstance(self.impl, MAP_CLASSES):
             return (False, False)
-        return (cov.is_rehashing(self.impl), cov.is_late_in_rehash(self.impl))
+        return cov.rehash_state(self.impl)
 
     def record_snapshot(self) -> None:
         if isinstance(self.impl, MAP_CLASSES):
@@ -314,11 +372,25 @@ class StateMapMachine(RuleBasedStateMachine):
     def iterate(self) -> None:
         assert snapshot_contents(self.impl) == snapshot_contents(self.model)
 
-    @precondition(lambda self: self.rehashing() and not self.implementation.table)
-    @rule(kn=any_key, taken=st.integers(0, 3))
-    def iterate_across_a_rehash_step(self, kn: tuple[Any, Any], taken: int) -> None:
-        """An iterator, then a keyed operation (its rehash step relinks entries):
+    @precondition(lambda self: self.can_rehash and not self.implementation.table)
+    @rule(
+        target=mappings,
+        start=st.integers(0, len(s.MANY_KEYS) - 1),
+        kn=any_key,
+        taken=st.integers(0, 3),
+    )
+    def iterate_across_a_rehash_step(
+        self, start: int, kn: tuple[Any, Any], taken: int
+    ) -> MultipleResults[tuple[Any, Any]]:
+        """Outside a rehash, puts until one starts (``grow_into_a_rehash``); then
+        an iterator and a keyed operation (its rehash step relinks entries):
         the iterator must fail fast, having yielded only live mappings."""
+        kns = self.grow_into_a_rehash(start, kn[1])
+        if self.rehashing():
+            self.iterate_across_the_step(kn, taken)
+        return multiple(*kns)
+
+    def iterate_across_the_step(self, kn: tuple[Any, Any], taken: int) -> None:
         live = {(k, n) for k, n, _ in self.impl}
         iterator = iter(self.impl)
         seen = [(k, n) for k, n, _ in itertools.islice(iterator, taken)]
@@ -458,6 +530,11 @@ class StateTableMachine(StateMapMachine):
             return None
         m = self.impl.state_map(key_group)
         return m if isinstance(m, MAP_CLASSES) else None
+
+    def has_cow_maps(self) -> bool:
+        """True where the table keeps its key groups in copy-on-write maps."""
+        key_group = min(self.model.key_groups)
+        return isinstance(self.impl.state_map(key_group), MAP_CLASSES)
 
     def read_rehash(self) -> tuple[bool, bool]:
         """(the copy-on-write map of some key group is rehashing, False)."""

@@ -12,7 +12,8 @@ How a run flows on Spark (the rules are cited in the code):
    collects them.
 3. **The summary is a Spark aggregation** over the written records: per
    implementation the records, operations, task seconds and divergent
-   workloads, and the operation counts (the map column exploded and summed).
+   workloads, and the operation counts and event counts (snapshots in a
+   rehash, interrupted iterations: the map columns exploded and summed).
 4. **Only divergences come back, minimized by the executors.** Spark picks,
    per implementation, the first ``max_minimized`` diverging workloads by
    index; executors minimize them (delta debugging) and write
@@ -86,7 +87,8 @@ __all__ = [
 #: The schema of one record (DDL, as mapInArrow takes it).
 RECORD_SCHEMA = (
     "implementation string, workload long, seed string, operations long, applied long, "
-    "elapsed double, cpu double, operation_counts map<string,long>, divergence_at long, "
+    "elapsed double, cpu double, operation_counts map<string,long>, events map<string,long>, "
+    "divergence_at long, "
     "divergence_operation string, expected string, actual string"
 )
 #: The schema of one minimized divergence (rule 4).
@@ -353,14 +355,21 @@ def _spark_totals(records: Any) -> dict[str, Any]:
         )
         .collect()
     }
-    counts = {
-        row["key"]: row["count"]
-        for row in records.select(f.explode("operation_counts"))
-        .groupBy("key")
-        .agg(f.sum("value").alias("count"))
-        .collect()
+
+    def summed(column: str) -> dict[str, int]:
+        return {
+            row["key"]: row["count"]
+            for row in records.select(f.explode(column))
+            .groupBy("key")
+            .agg(f.sum("value").alias("count"))
+            .collect()
+        }
+
+    return {
+        "per_implementation": per_implementation,
+        "operation_counts": summed("operation_counts"),
+        "events": summed("events"),
     }
-    return {"per_implementation": per_implementation, "operation_counts": counts}
 
 
 def _spark_minimize(
@@ -383,7 +392,7 @@ def _spark_minimize(
         .where(f.col("divergence_at").isNotNull())
         .withColumn("rank", f.row_number().over(first))
         .where(f.col("rank") <= max_minimized)
-        .drop("rank", "operation_counts")
+        .drop("rank", "operation_counts", "events")
     )
     chosen.repartition(max(cores * 2, 1)).mapInArrow(
         run("cowstate_spec.spark_job:minimize_batches", {"spec_json": spec_json}),
@@ -450,6 +459,7 @@ def _run_in_process(
     writer = _RecordWriter(out_dir)
     per_implementation: dict[str, dict[str, Any]] = {}
     counts: Counter[str] = Counter()
+    events: Counter[str] = Counter()
     chosen: dict[str, list[dict[str, Any]]] = {}
     shown = display(spec.workloads, progress)
     started = time.perf_counter()
@@ -458,6 +468,7 @@ def _run_in_process(
             for record in run_index(spec, index):
                 writer.add(record)
                 _add_to_totals(per_implementation, counts, record)
+                events.update(record["events"])
                 if record["divergence_at"] is not None:
                     kept = chosen.setdefault(record["implementation"], [])
                     if len(kept) < max_minimized:
@@ -469,7 +480,11 @@ def _run_in_process(
     elapsed = time.perf_counter() - started
     minimized = [_minimize_record(spec, r) for name in sorted(chosen) for r in chosen[name]]
     _write_parquet_rows(out_dir / "divergences.parquet", minimized)
-    totals = {"per_implementation": per_implementation, "operation_counts": dict(counts)}
+    totals = {
+        "per_implementation": per_implementation,
+        "operation_counts": dict(counts),
+        "events": dict(events),
+    }
     summary = _summary(spec, totals, elapsed, 1, IN_PROCESS, writer.name)
     summary["executor_python"] = sys.executable
     summary["shipped_archive"] = None
@@ -654,6 +669,7 @@ def _summary(
             for name, s in sorted(per_implementation.items())
         },
         "operation_counts": dict(counts),
+        "events": dict(sorted(totals["events"].items())),
         "divergent_workloads": {
             name: per_implementation.get(name, {}).get("divergent", 0)
             for name in spec.implementations
@@ -676,6 +692,7 @@ def record_arrow_schema() -> Any:
             ("elapsed", pa.float64()),
             ("cpu", pa.float64()),
             ("operation_counts", pa.map_(pa.string(), pa.int64())),
+            ("events", pa.map_(pa.string(), pa.int64())),
             ("divergence_at", pa.int64()),
             ("divergence_operation", pa.string()),
             ("expected", pa.string()),

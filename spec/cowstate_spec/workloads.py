@@ -3,8 +3,25 @@
 A :class:`WorkloadSpec` (pydantic; loads from and saves to JSON or YAML)
 says how many workloads to run, how long each is, and what they look like:
 the operation mix, the key domain and its distribution, namespaces, state
-kinds, colliding keys, the initial capacity, how many snapshots may be open
-and in which order they are released, and which implementations to check.
+kinds, colliding keys, the initial capacity, how many snapshots may be open,
+in which order they are released and where they are taken, and which
+implementations to check.
+
+Two operations aim at what a random mix rarely shows:
+
+- ``interrupt_iteration`` iterates the map part way, applies a keyed
+  operation (``put``, ``remove`` or ``get``), then takes the iterator's next
+  step: it must raise ``ConcurrentModificationError`` exactly when the
+  contract says (a mapping was added or removed, or the operation's rehash
+  step relinked entries), and otherwise go on with every remaining mapping.
+- ``snapshot_placement="in-rehash"`` takes snapshots only while the map
+  rehashes. The generator knows no hashes, only sizes: it follows the live
+  key set, starts a rehash where the map doubles (an insertion into a map
+  above three quarters of its capacity) and ends it after about one keyed
+  operation per four entries (each step moves at least four); while one
+  runs, after its first step, every other operation is a snapshot (a release
+  when ``max_open_snapshots`` are open). The run counts the snapshots that
+  really met a rehash (:mod:`cowstate_spec.differential`).
 
 ``operations(spec, index)`` turns a spec and a workload index into an
 operation list. It uses only ``random.Random`` seeded by a string (hashed
@@ -30,6 +47,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cowstate.arithmetic import clamp_capacity, threshold_for
 from cowstate.errors import InvalidArgumentError
 from cowstate_spec.keys import HashKey
 
@@ -61,7 +79,10 @@ OPERATIONS = (
     "release",
     "iterate",
     "keys",
+    "interrupt_iteration",
 )
+#: The keyed operations ``interrupt_iteration`` applies in the middle of an iteration.
+INTERRUPTIONS = ("put", "remove", "get")
 TRANSFORM_FUNCTIONS = ("add_or_append", "replace_with_value", "raise_error", "return_none")
 
 StateKind = Literal["int", "str", "list", "dict"]
@@ -80,6 +101,7 @@ DEFAULT_MIX: dict[str, float] = {
     "release": 2,
     "iterate": 0.2,
     "keys": 0.5,
+    "interrupt_iteration": 0.5,
 }
 
 
@@ -108,6 +130,10 @@ class WorkloadSpec(BaseModel):
     initial_capacity: int = Field(4, ge=0, le=1 << 30)
     max_open_snapshots: int = Field(3, ge=1, le=64)
     release_order: Literal["fifo", "lifo", "random"] = "random"
+    snapshot_placement: Literal["anywhere", "in-rehash"] = Field(
+        "anywhere",
+        description="'in-rehash': snapshots only while the map rehashes (see the module doc)",
+    )
     check_every: int = Field(
         200,
         ge=0,
@@ -225,6 +251,14 @@ def _default_implementations() -> list[str]:
     return ["cow-map"] if c_map_class() is None else ["cow-map", "c-map"]
 
 
+def _table_implementations() -> list[str]:
+    """Every state table over all its key groups: copy-on-write over each map,
+    nested dicts, RocksDB."""
+    from cowstate_spec.implementations import TABLE_TYPES
+
+    return [table_type.name for table_type in TABLE_TYPES]
+
+
 PRESETS: dict[str, WorkloadSpec] = {
     spec.name: spec
     for spec in (
@@ -251,6 +285,26 @@ PRESETS: dict[str, WorkloadSpec] = {
             initial_capacity=4,
             mix={**DEFAULT_MIX, "put": 60, "remove": 3, "snapshot": 3, "release": 2},
             max_open_snapshots=4,
+        ),
+        WorkloadSpec(
+            name="rehash-snapshots",
+            workloads=60,
+            operations_per_workload=1500,
+            key_domain=4000,
+            namespaces=2,
+            initial_capacity=4,
+            mix={**DEFAULT_MIX, "put": 60, "remove": 2, "snapshot": 0, "release": 3},
+            max_open_snapshots=4,
+            snapshot_placement="in-rehash",
+        ),
+        WorkloadSpec(
+            name="tables",
+            workloads=40,
+            operations_per_workload=1500,
+            key_domain=256,
+            initial_capacity=4,
+            mix={**DEFAULT_MIX, "interrupt_iteration": 2},
+            implementations=_table_implementations(),
         ),
         WorkloadSpec(
             name="zipf-hot-keys",
@@ -293,12 +347,18 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
     cumulative = list(itertools.accumulate(spec.mix[n] for n in names))
     draw_key = _key_sampler(spec, rng)
     namespaces = [f"ns{i}" for i in range(spec.namespaces)]
+    growth = _Growth(spec.initial_capacity) if spec.snapshot_placement == "in-rehash" else None
     open_snapshots = 0
     ops: list[Operation] = []
     while len(ops) < spec.operations_per_workload:
         name = names[
             bisect.bisect_right(cumulative, rng.random() * cumulative[-1]) if len(names) > 1 else 0
         ]
+        if growth is not None:
+            if name == "snapshot":
+                continue  # only where a rehash runs, below
+            if growth.stepped_rehash() and rng.random() < 0.5:
+                name = "snapshot"
         if name == "snapshot" and open_snapshots >= spec.max_open_snapshots:
             name = "release"
         if name == "release":
@@ -318,6 +378,13 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
             ops.append((name,))
         elif name == "keys":
             ops.append((name, rng.choice(namespaces)))
+        elif name == "interrupt_iteration":
+            taken, keyed = rng.randrange(64), rng.choice(INTERRUPTIONS)
+            key, namespace = draw_key(), rng.choice(namespaces)
+            state = _state(spec, rng) if keyed == "put" else None
+            ops.append((name, taken, keyed, key, namespace, state))
+            if growth is not None:
+                growth.keyed(keyed, (key, namespace))
         else:
             key, namespace = draw_key(), rng.choice(namespaces)
             if name in ("put", "put_and_get_old"):
@@ -330,7 +397,47 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
                 )
             else:
                 ops.append((name, key, namespace))
+            if growth is not None:
+                growth.keyed(name, (key, namespace), ops[-1][-1])
     return ops
+
+
+#: What each keyed operation does to the key set: +1 inserts, -1 removes.
+_KEY_SET_EFFECT = {"put": 1, "put_and_get_old": 1, "remove": -1, "remove_and_get_old": -1}
+#: Transform functions that store a state (the others leave the map unchanged).
+_STORING_TRANSFORMS = frozenset({"add_or_append", "replace_with_value"})
+
+
+class _Growth:
+    """The map's size and rehashes as the generator foresees them (sizes only,
+    no hashes: see the module doc). A table's maps are not followed."""
+
+    def __init__(self, initial_capacity: int) -> None:
+        self.live: set[tuple[Any, Any]] = set()
+        self.capacity = clamp_capacity(initial_capacity)
+        self.steps_left = 0  # keyed operations until the running rehash ends
+        self.steps_done = 0
+
+    def stepped_rehash(self) -> bool:
+        """True while a rehash runs that took at least one step."""
+        return self.steps_left > 0 and self.steps_done > 0
+
+    def keyed(self, name: str, kn: tuple[Any, Any], last: Any = None) -> None:
+        """One keyed operation: its rehash step, then what it does to the key set."""
+        if self.steps_left:
+            self.steps_left -= 1
+            self.steps_done += 1
+            if not self.steps_left:
+                self.capacity *= 2
+        effect = _KEY_SET_EFFECT.get(name, 0)
+        if name == "transform" and last in _STORING_TRANSFORMS:
+            effect = 1
+        if effect > 0 and kn not in self.live:
+            if not self.steps_left and len(self.live) > threshold_for(self.capacity):
+                self.steps_left, self.steps_done = -(-len(self.live) // 4), 0
+            self.live.add(kn)
+        elif effect < 0:
+            self.live.discard(kn)
 
 
 def _key_sampler(spec: WorkloadSpec, rng: random.Random) -> Any:
