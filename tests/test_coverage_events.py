@@ -26,22 +26,26 @@ from cowstate_spec.machine import machine_for
 #: machine: (cow-map, c-map, cow-table). A threshold is three quarters of the
 #: count, rounded down: a change of strategies that loses a path fails here.
 MEASURED: dict[str, tuple[int, int, int]] = {
-    cov.SNAPSHOT_IN_REHASH: (44, 54, 0),
-    cov.SNAPSHOT_IN_REHASH_STARTED: (21, 22, 0),
-    cov.SNAPSHOT_IN_REHASH_LATE: (8, 8, 0),
-    cov.SHARED_STATE_COPY["get"]: (43, 6, 17),
-    cov.SHARED_STATE_COPY["put_and_get_old"]: (36, 20, 9),
-    cov.SHARED_STATE_COPY["remove_and_get_old"]: (33, 16, 38),
-    cov.SHARED_STATE_COPY["transform"]: (62, 21, 3),
-    cov.CHAIN_COPY_PAST_HEAD: (72, 33, 47),
-    cov.REHASH_MOVES_SHARED_ENTRY: (65, 56, 145),
-    cov.RELEASE_OUT_OF_ORDER: (61, 88, 21),
-    cov.ITERATION_INTERRUPTED_BY_REHASH: (4, 30, 0),  # the table machine has no such rule
+    # The map columns re-measured when the keys took in equal keys of other
+    # types (issue 17); the table column did not change.
+    cov.SNAPSHOT_IN_REHASH: (68, 31, 0),
+    cov.SNAPSHOT_IN_REHASH_STARTED: (54, 16, 0),
+    cov.SNAPSHOT_IN_REHASH_LATE: (8, 6, 0),
+    cov.SHARED_STATE_COPY["get"]: (47, 22, 17),
+    cov.SHARED_STATE_COPY["put_and_get_old"]: (39, 29, 9),
+    cov.SHARED_STATE_COPY["remove_and_get_old"]: (22, 14, 38),
+    cov.SHARED_STATE_COPY["transform"]: (14, 38, 3),
+    cov.CHAIN_COPY_PAST_HEAD: (55, 36, 47),
+    cov.REHASH_MOVES_SHARED_ENTRY: (164, 42, 145),
+    cov.RELEASE_OUT_OF_ORDER: (118, 44, 21),
+    cov.ITERATION_INTERRUPTED_BY_REHASH: (26, 36, 0),  # the table machine has no such rule
     cov.TABLE_SNAPSHOT_IN_REHASH: (0, 0, 175),
 }
 #: The backend path, measured under ``ci`` on the heap backend over the pure map
 #: (every key group, twice the profile's steps, as tests/test_backend_machine.py).
-BACKEND_MEASURED = {cov.WRITER_AND_OWNER_SAME_KEY_GROUP: 1999}
+#: Re-measured when the machine took in equal keys of other types and one key
+#: type per run (issue 17): refused keys and set_current_key_twice take steps.
+BACKEND_MEASURED = {cov.WRITER_AND_OWNER_SAME_KEY_GROUP: 1185}
 MACHINES = ("cow-map", "c-map", "cow-table")
 
 

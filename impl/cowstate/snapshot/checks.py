@@ -15,7 +15,10 @@ E3. its key's key group, recomputed as
     another key group's block is never found by its own key;
 E4. no ``(key, namespace)`` appears twice in S (the second would silently
     replace the first; two files never share a key group, so a duplicate can
-    only be inside one block).
+    only be inside one block);
+E5. its key is of the restore's one key type, and no NaN or ``-0.0`` (K1, K3
+    of :mod:`cowstate.key_types`): the backend's type if its first key fixed
+    one, else the first restored key's (:func:`check_key_types`).
 
 A failure raises :class:`~cowstate.errors.SnapshotEntryError` (E1, E2),
 :class:`~cowstate.errors.KeyGroupMismatchError` (E3) or
@@ -43,6 +46,10 @@ it, ``bench/bench_checkpoints.py`` measures the key-group check):
   alone does not check E4 (its result is columns); ``restore_table``, which
   merges into a live table, checks each block with :func:`find_duplicate`
   first; RocksDB compares the raw keys of each block.
+- E5 is one ``set(map(type, keys))`` per block (C speed) when a block's keys
+  are all ``int``, ``str``, ``bytes`` or ``bool``; float and tuple keys are
+  walked in Python. A RocksDB restore that keeps native files as they are
+  decodes no entry: it checks the first key of each column family.
 """
 
 from __future__ import annotations
@@ -52,13 +59,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cowstate.errors import (
+    AmbiguousKeyError,
     CowStateError,
     DuplicateMappingError,
     KeyGroupMismatchError,
+    KeyTypeMismatchError,
+    MixedKeyTypesError,
     SnapshotEntryError,
     SnapshotFormatError,
 )
 from cowstate.key_groups import assign_to_key_group
+from cowstate.key_types import KeyTypes
 from cowstate.serializers import StateSerializer
 
 try:
@@ -71,6 +82,7 @@ __all__ = [
     "DecodedBlock",
     "EntryDecoder",
     "check_key_groups",
+    "check_key_types",
     "decode_rows",
     "duplicate_error",
     "find_duplicate",
@@ -208,6 +220,28 @@ def check_key_groups(
         index += 1
         if accelerated is not None:
             index = accelerated.first_not_in(keys, key_group, max_parallelism, long_keys, index)
+
+
+def check_key_types(name: str, key_group: int, keys: Sequence[Any], key_types: KeyTypes) -> None:
+    """E5: every key of ``keys`` is of ``key_types``' type, which the first fixes if
+    none is fixed yet (a restore checks on a copy of the backend's and commits it)."""
+    if not keys:
+        return
+    kinds = set(map(type, keys))
+    plain = len(kinds) == 1 and next(iter(kinds)) in _PLAIN_KEY_TYPES
+    for key in keys[:1] if plain else keys:  # one plain type: its first key says all
+        try:
+            key_types.admit(key)
+        except (KeyTypeMismatchError, AmbiguousKeyError) as exc:
+            raise MixedKeyTypesError(
+                f"expected the keys of a restore to be of one type, without NaN or -0.0, "
+                f"state {name!r}, key group {key_group} has {type(key).__name__} {key!r:.80}: "
+                f"{exc}"
+            ) from None
+
+
+#: The key types :func:`check_key_types` checks by type alone (no ambiguous values).
+_PLAIN_KEY_TYPES = frozenset({int, str, bytes, bool})
 
 
 def find_duplicate(block: DecodedBlock) -> tuple[Any, Any] | None:
