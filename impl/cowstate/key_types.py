@@ -1,4 +1,4 @@
-"""Key types: one key type per keyed backend and table, as Flink's typed keys.
+"""Key types: one key type per keyed backend (as Flink's typed keys), one per domain per table.
 
 Python calls ``1 == 1.0 == True`` (and ``0 == 0.0 == -0.0 == False``) with
 equal hashes, so a dict -- and a copy-on-write map -- holds one mapping for
@@ -33,7 +33,11 @@ K4. A state table on its own (not a backend's) holds one key type *per
     table may hold ``int`` and ``str`` keys (never equal), but after ``1``
     refuses ``True`` and ``1.0`` as K1 does. Equal keys of different types
     thus never meet in a table, heap or RocksDB, and the rule costs the table
-    nothing where keys cannot be equal anyway.
+    nothing where keys cannot be equal anyway. (One type per table, as per
+    backend, was tried first: it refused the mixes of ints, strings and
+    colliding test keys the table state machine builds its long chains and
+    rehashes from, and gained nothing, since only keys that can be equal
+    can meet in one mapping.)
 K5. A restore checks every key it decodes against K1-K4 (check E5 of
     :mod:`cowstate.snapshot.checks`): a backend's restore brings keys of one
     signature, the backend's if one is fixed, else they fix it when the
