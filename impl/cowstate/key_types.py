@@ -62,6 +62,8 @@ from cowstate.errors import AmbiguousKeyError, KeyTypeMismatchError
 
 __all__ = ["KeyTypes", "key_domain", "key_signature"]
 
+_NONE: Any = object()  # no key checked yet
+
 #: Types whose signature is their name and whose values are never ambiguous (K3).
 _PLAIN: dict[type, str] = {int: "int", str: "str", bytes: "bytes", bool: "bool"}
 
@@ -88,12 +90,15 @@ class KeyTypes:
     (``per_domain=True``: one type per domain, K4) admitted; none before the
     first key."""
 
-    __slots__ = ("_fast", "_signatures", "per_domain")
+    __slots__ = ("_fast", "_last", "_signatures", "per_domain")
 
     def __init__(self, *, per_domain: bool = False) -> None:
         self.per_domain = per_domain
         self._signatures: dict[str, str] = {}  # domain (or "" for one type) -> signature
         self._fast: set[type] = set()  # plain types admitted: no walk, no lookup
+        # The last key found admitted (held, so its id cannot be reused): a
+        # backend's current key reaches its tables' checks as the same object.
+        self._last: Any = _NONE
 
     @property
     def signature(self) -> str | None:
@@ -105,19 +110,22 @@ class KeyTypes:
 
     def check(self, key: Any) -> None:
         """Refuse ``key`` if it may not be a key here (K1, K3, K4); fixes nothing."""
-        if type(key) in self._fast:
+        if key is self._last or type(key) in self._fast:
             return
-        self._admissible(key)
+        domain, signature = self._admissible(key)
+        if self._signatures.get(domain) == signature:
+            self._last = key
 
     def admit(self, key: Any) -> None:
         """:meth:`check` ``key``, then admit its type (its domain's, per domain)."""
-        if type(key) in self._fast:
+        if key is self._last or type(key) in self._fast:
             return
         domain, signature = self._admissible(key)
         if domain not in self._signatures:
             self._signatures[domain] = signature
             if _PLAIN.get(type(key)) == signature:
                 self._fast.add(type(key))
+        self._last = key
 
     def copy(self) -> KeyTypes:
         """A new :class:`KeyTypes` with the same types (a restore stages on one)."""
@@ -129,6 +137,7 @@ class KeyTypes:
         """Take ``other``'s types (a restore commits what it staged)."""
         self._signatures = dict(other._signatures)
         self._fast = set(other._fast)
+        self._last = _NONE
 
     def __repr__(self) -> str:
         mode = ", per_domain=True" if self.per_domain else ""
