@@ -10,8 +10,9 @@ the key groups of its :class:`~cowstate.key_groups.KeyGroupRange`::
 Every keyed operation takes ``(key, namespace)`` and routes by the key's key
 group, or by ``key_group=`` when the caller already knows it (a backend
 computes the current key's group once; a restore trusts the file). Every key
-must be of the table's key type (K1 of :mod:`cowstate.key_types`): equal keys
-of other types are refused, never mapped together. A key
+must be of the table's key types (K1 in a backend, K4 on its own, of
+:mod:`cowstate.key_types`): equal keys of other types are refused, never
+mapped together. A key
 group outside the range raises :class:`~cowstate.errors.KeyGroupOutOfRangeError`
 (never a wrapped list index).
 
