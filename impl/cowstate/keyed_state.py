@@ -132,10 +132,9 @@ class KeyContext:
         UnhashableKeyError.check(key)
         if key is None:
             raise InvalidArgumentError("expected a key, got None; a key must not be None")
-        self.key_types.check(key)  # before the hash: NaN, -0.0 refused
         key_group = assign_to_key_group(key, self.max_parallelism, self.key_serializer)
         self.key_group_range.index_of(key_group)  # KeyGroupOutOfRangeError outside
-        self.key_types.admit(key)  # K1: the first key fixes the type
+        self.key_types.admit(key)  # K1 (the first key fixes the type), K3: NaN, -0.0
         self.raw_key = key
         self.key_group = key_group
 
