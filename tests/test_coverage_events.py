@@ -46,7 +46,9 @@ MEASURED: dict[str, tuple[int, int, int]] = {
 }
 #: The backend path, measured under ``ci`` on the heap backend over the pure map
 #: (every key group, twice the profile's steps, as tests/test_backend_machine.py).
-BACKEND_MEASURED = {cov.WRITER_AND_OWNER_SAME_KEY_GROUP: 1999}
+#: Re-measured when the machine took in equal keys of other types and one key
+#: type per run (issue 17): refused keys and set_current_key_twice take steps.
+BACKEND_MEASURED = {cov.WRITER_AND_OWNER_SAME_KEY_GROUP: 1185}
 MACHINES = ("cow-map", "c-map", "cow-table")
 
 

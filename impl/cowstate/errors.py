@@ -15,6 +15,7 @@ from __future__ import annotations
 from concurrent.futures import CancelledError
 
 __all__ = [
+    "AmbiguousKeyError",
     "BackendClosedError",
     "BadMagicError",
     "CheckpointError",
@@ -31,9 +32,11 @@ __all__ = [
     "InvalidArgumentError",
     "KeyGroupMismatchError",
     "KeyGroupOutOfRangeError",
+    "KeyTypeMismatchError",
     "MaxParallelismMismatchError",
     "MaximumCapacityError",
     "MetadataChecksumError",
+    "MixedKeyTypesError",
     "NoCurrentKeyError",
     "NoneStateError",
     "SerializerMismatchError",
@@ -306,3 +309,23 @@ class UnsafePathError(CorruptCheckpointError):
     """A path in a ``_metadata`` (or a directory the job was asked to use) that
     would leave the snapshot's root: absolute, ``..``, another scheme, a link
     out of the root, or a directory the job does not own."""
+
+
+class KeyTypeMismatchError(InvalidArgumentError):
+    """A key of another type than the one the first key fixed for a backend or
+    table (:mod:`cowstate.key_types`): ``1``, ``1.0`` and ``True`` are equal in
+    Python but different keys in Flink, with different key groups and bytes.
+    Nothing changed."""
+
+
+class AmbiguousKeyError(InvalidArgumentError):
+    """A key Python's equality cannot keep apart from another key the way Flink
+    does: a float NaN (``nan != nan``: never found again) or ``-0.0`` (equal to
+    ``0.0`` but another key group and other bytes), also inside a tuple
+    (:mod:`cowstate.key_types`). Nothing changed."""
+
+
+class MixedKeyTypesError(SnapshotEntryError):
+    """A restore whose keys are not all of one key type (the backend's, when its
+    first key fixed one), or holds a key :class:`AmbiguousKeyError` refuses.
+    Nothing was restored."""

@@ -70,6 +70,7 @@ from cowstate.errors import (
     InvalidArgumentError,
 )
 from cowstate.key_groups import KeyGroupRange
+from cowstate.key_types import KeyTypes
 from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture, StagedRestore
 from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot import (
@@ -80,7 +81,7 @@ from cowstate.snapshot import (
     read_snapshot,
     write_snapshot,
 )
-from cowstate.snapshot.checks import DecodedBlock, duplicate_error
+from cowstate.snapshot.checks import DecodedBlock, check_key_types, duplicate_error
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
@@ -384,13 +385,17 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         finally:
             for reader in readers:
                 reader.rewind()
+        key_types = self._context.key_types.copy()  # E5, committed with the tables
+        for name, blocks in restored.blocks.items():
+            for key_group, block in blocks.items():
+                check_key_types(name, key_group, block.keys, key_types)
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
         for name, holder in self._holders.items():  # registered, absent: empty
             if name not in tables:
                 tables[name] = self._new_table(metas.get(name, holder.table.meta))
-        return HeapPreparedRestore(self, tables, metas)
+        return HeapPreparedRestore(self, tables, metas, key_types)
 
     def _filled_table(
         self, meta: StateMetaInfo, blocks: dict[int, DecodedBlock]
@@ -475,8 +480,9 @@ class HeapPreparedRestore(StagedRestore):
         backend: HeapKeyedStateBackend,
         tables: dict[str, StateTable[Any, Any, Any]],
         metas: dict[str, StateMetaInfo],
+        key_types: KeyTypes,
     ) -> None:
-        super().__init__(backend)
+        super().__init__(backend, key_types)
         self._heap = backend
         self._tables = tables
         self._metas = metas

@@ -44,8 +44,11 @@ otherwise ints in the int32 range hash as ``Integer``.
 
 As in Java, keys of different types are different keys even where Python
 calls them equal: ``1``, ``1.0`` and ``True`` (and ``0.0`` and ``-0.0``) have
-different key groups, so a table finds a mapping only under a key of the type
-it was put with. Use one key type per state.
+different key groups. So that equal keys never meet under two key groups, a
+backend holds one key type and a table one per domain, and NaN and ``-0.0``
+are never keys (:mod:`cowstate.key_types`); the functions here still compute
+Flink's key group of any value, NaN and ``-0.0`` included (the Java vectors
+check them), and leave refusing keys to where keys enter.
 
 All arithmetic is Java's 32-bit two's-complement arithmetic, emulated with
 masks. Contracts are PEP 316 docstrings checked by CrossHair (``make

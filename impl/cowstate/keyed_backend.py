@@ -16,6 +16,12 @@ both. The checks every backend makes on the handles it is given live here:
 each key group in one handle only
 (:meth:`AbstractKeyedStateBackend._handles_to_read`), and each snapshot file
 holding what its handle says (:meth:`AbstractKeyedStateBackend._check_file_of`).
+
+One key type per backend (:mod:`cowstate.key_types`, as Flink's typed key
+serializer): the first ``set_current_key`` -- or the keys of the first restore
+that brings any -- fixes it, every table of the backend shares it, and a
+restore's keys must be of it (E5 of :mod:`cowstate.snapshot.checks`; checked
+on a copy, adopted when the restore commits).
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ from cowstate.errors import (
     UnknownStateError,
 )
 from cowstate.key_groups import KeyGroupRange, check_key_group_range
+from cowstate.key_types import KeyTypes
 from cowstate.keyed_state import (
     HANDLES,
     AggregatingState,
@@ -72,6 +79,7 @@ from cowstate.serializers import (
 )
 from cowstate.snapshot.format import SnapshotMetadata
 from cowstate.state_meta import SnapshotFormat, StateEntry, StateKind, StateMetadata, StateMetaInfo
+from cowstate.table_base import TableBase
 
 __all__ = ["AbstractKeyedStateBackend", "SnapshotFuture", "StagedRestore"]
 
@@ -112,9 +120,14 @@ class StagedRestore(ABC):
     closed meanwhile raises :class:`~cowstate.errors.BackendClosedError` and
     discards. ``discard()`` of a used one does nothing."""
 
-    def __init__(self, backend: AbstractKeyedStateBackend[Any]) -> None:
+    def __init__(
+        self, backend: AbstractKeyedStateBackend[Any], key_types: KeyTypes | None = None
+    ) -> None:
         self._backend = backend
         self._status = "prepared"
+        #: The key type the restored keys fixed or matched (K4 of
+        #: :mod:`cowstate.key_types`), the backend's from the commit on.
+        self._key_types = key_types
 
     @property
     def status(self) -> str:
@@ -133,6 +146,8 @@ class StagedRestore(ABC):
                 "expected an open backend to commit the restore into, got one that was closed"
             )
         self._status = "committed"
+        if self._key_types is not None:
+            self._backend._context.key_types.adopt(self._key_types)
         self._apply()
 
     def discard(self) -> None:
@@ -251,7 +266,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         holder = self._holders.get(descriptor.name)
         if holder is None:
             meta = self._meta_for(descriptor)
-            holder = StateHolder(descriptor, self._new_table(meta))
+            holder = StateHolder(descriptor, self._share_key_types(self._new_table(meta)))
             self._holders[descriptor.name] = holder
         else:
             self._check_same_state(holder, descriptor)
@@ -580,11 +595,18 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         empty, restored states not registered yet keep their restored meta info."""
         for name, holder in self._holders.items():
             new = tables.pop(name, None)
-            holder.table = (
+            holder.table = self._share_key_types(
                 new if new is not None else self._new_table(metas.get(name, holder.table.meta))
             )
         for name, table in tables.items():
-            self._holders[name] = StateHolder(None, table)
+            self._holders[name] = StateHolder(None, self._share_key_types(table))
+
+    def _share_key_types(self, table: TableT) -> TableT:
+        """``table`` holding the backend's key type (K1 of :mod:`cowstate.key_types`):
+        a key its owner routes through it directly is held to the same type."""
+        if isinstance(table, TableBase):
+            table.key_types = self._context.key_types
+        return table
 
     def _registered_metas(self) -> dict[str, StateMetaInfo]:
         """The meta info of every state registered by a descriptor."""

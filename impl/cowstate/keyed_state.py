@@ -4,7 +4,10 @@ A keyed state (``ValueState``, ``ListState``, ``MapState``,
 ``ReducingState``, ``AggregatingState``) is a handle: it holds no data, it
 reads and writes the table of its name at the backend's *current key* and
 *current namespace* (:class:`KeyContext`). ``set_current_key`` computes the
-key's key group once, so state accesses route without hashing again.
+key's key group once, so state accesses route without hashing again, and
+holds the backend to one key type (:mod:`cowstate.key_types`, K1): a key of
+another type than the first, however equal (``True`` after ``1``), is
+refused, never taken for the current key because it compares equal.
 
 Handles change stored lists, dicts and accumulators through the table's
 ``transform`` (one lookup to read, one to store), so the same handles work on
@@ -40,6 +43,7 @@ from cowstate.errors import (
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.key_types import KeyTypes
 from cowstate.protocols import KeyedTable
 from cowstate.serializers import StateSerializer
 
@@ -92,6 +96,7 @@ class KeyContext:
         "key_group",
         "key_group_range",
         "key_serializer",
+        "key_types",
         "max_parallelism",
         "namespace",
         "raw_key",
@@ -103,6 +108,8 @@ class KeyContext:
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.key_serializer = key_serializer
+        #: The backend's key type (K1), shared with its tables.
+        self.key_types = KeyTypes()
         self.raw_key: Any = _NO_KEY
         self.key_group = -1
         self.namespace: Any = VOID_NAMESPACE
@@ -118,10 +125,16 @@ class KeyContext:
         return self.raw_key
 
     def set_key(self, key: Any) -> None:
-        """Make ``key`` current; it must belong to this backend's key groups."""
+        """Make ``key`` current; it must belong to this backend's key groups and be
+        of its key type (K1, K3 of :mod:`cowstate.key_types`). Every key is
+        checked, also one equal to the current key: ``True`` after ``1`` is
+        another key (or a refusal), never the same one."""
         UnhashableKeyError.check(key)
+        if key is None:
+            raise InvalidArgumentError("expected a key, got None; a key must not be None")
         key_group = assign_to_key_group(key, self.max_parallelism, self.key_serializer)
         self.key_group_range.index_of(key_group)  # KeyGroupOutOfRangeError outside
+        self.key_types.admit(key)  # K1 (the first key fixes the type), K3: NaN, -0.0
         self.raw_key = key
         self.key_group = key_group
 

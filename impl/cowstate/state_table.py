@@ -9,7 +9,10 @@ the key groups of its :class:`~cowstate.key_groups.KeyGroupRange`::
 
 Every keyed operation takes ``(key, namespace)`` and routes by the key's key
 group, or by ``key_group=`` when the caller already knows it (a backend
-computes the current key's group once; a restore trusts the file). A key
+computes the current key's group once; a restore trusts the file). Every key
+must be of the table's key types (K1 in a backend, K4 on its own, of
+:mod:`cowstate.key_types`): equal keys of other types are refused, never
+mapped together. A key
 group outside the range raises :class:`~cowstate.errors.KeyGroupOutOfRangeError`
 (never a wrapped list index).
 
@@ -148,6 +151,7 @@ class StateTable(TableBase[K, N, S]):
         inserted = m.put(key, namespace, state)
         if inserted:  # a new mapping: iterators fail fast
             self._mod_count += 1
+        self._stored_key(key)
         return inserted
 
     def put_and_get_old(
@@ -157,6 +161,7 @@ class StateTable(TableBase[K, N, S]):
         old = m.put_and_get_old(key, namespace, state)
         if old is None:
             self._mod_count += 1
+        self._stored_key(key)
         return old
 
     def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None:
@@ -187,6 +192,7 @@ class StateTable(TableBase[K, N, S]):
         m.transform(key, namespace, value, fn)
         if len(m) != size:
             self._mod_count += 1
+        self._stored_key(key)
 
     # ------------------------------------------------------------ snapshots
 
@@ -225,6 +231,11 @@ class StateTable(TableBase[K, N, S]):
             raise InvalidArgumentError(
                 "expected a key, got None; keyed state needs a key (no key set?)"
             )
+        try:
+            self.key_types.check(key)  # K1, K3: before the hash
+        except InvalidArgumentError:
+            UnhashableKeyError.check(key)  # the same error as every table's
+            raise
         if key_group is None:
             try:
                 key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)

@@ -6,6 +6,13 @@ serializer) and provides what the tables share of the
 :class:`~cowstate.protocols.KeyedTable` API: the properties, the state
 serializer setter, ``set_meta_info``, ``key_group_of`` and ``in``. Each table
 adds its storage and the keyed operations.
+
+Every table holds its key types (K4 of :mod:`cowstate.key_types`):
+``key_types``, one type per domain, fixed by the first key of that domain the
+table stores and checked on every key of every keyed operation; a key of
+another type of the same domain (``True`` where ``1`` was stored) raises
+:class:`~cowstate.errors.KeyTypeMismatchError`. A backend gives its tables its
+own ``KeyTypes`` (one type, K1).
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Generic
 
 from cowstate.errors import InvalidArgumentError
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group, check_key_group_range
+from cowstate.key_types import KeyTypes
 from cowstate.serializers import DefaultSerializer, StateSerializer
 from cowstate.state_meta import StateMetaInfo
 from cowstate.type_vars import K, N, S
@@ -50,6 +58,8 @@ class TableBase(ABC, Generic[K, N, S]):
         self._key_serializer: StateSerializer = (
             key_serializer if key_serializer is not None else DefaultSerializer()
         )
+        #: The table's key types (K4); a backend replaces them by its own (K1).
+        self.key_types = KeyTypes(per_domain=True)
 
     # ----------------------------------------------------------- properties
 
@@ -102,6 +112,10 @@ class TableBase(ABC, Generic[K, N, S]):
         return self.contains_key(item[0], item[1])
 
     # -------------------------------------------------------- for subclasses
+
+    def _stored_key(self, key: K) -> None:
+        """A key was stored (checked already): the first of a domain fixes its type."""
+        self.key_types.admit(key)
 
     def _apply_meta_info(self, meta: StateMetaInfo) -> None:
         """Hand the new meta info to the storage (before it becomes ``meta``)."""

@@ -2,7 +2,9 @@
 
 A backend *is* a dict per state name from ``(key, namespace)`` to a state
 object, plus a current key and namespace; keys whose key group is outside the
-backend's range are refused. A snapshot *is* a deep copy of every dict taken
+backend's range are refused, and so are keys of another type than the first
+current key's (``cowstate_model.key_types``: ``True`` after ``1`` is
+refused, not taken for ``1``). A snapshot *is* a deep copy of every dict taken
 at the synchronous moment; its "asynchronous part" is already done. Restoring
 keeps the mappings whose key group is in the restoring backend's range.
 
@@ -22,6 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cowstate_model.key_groups import assign_to_key_group
+from cowstate_model.key_types import key_type
 from cowstate_model.state_map import deep_copy
 
 __all__ = ["ReferenceBackendSnapshot", "ReferenceKeyedStateBackend"]
@@ -55,6 +58,7 @@ class ReferenceKeyedStateBackend:
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self._key: Any = _NO_KEY
+        self._key_type: Any = None  # fixed by the first key
         self._namespace: Any = default_namespace
         self._data: dict[str, dict[tuple[Any, Any], Any]] = {}
         self._descriptors: dict[str, Any] = {}
@@ -65,8 +69,12 @@ class ReferenceKeyedStateBackend:
 
     def set_current_key(self, key: Any) -> None:
         hash(key)
+        kind = key_type(key)
+        if self._key_type is not None and kind != self._key_type:
+            raise TypeError(f"key {key!r} is not of this backend's key type {self._key_type}")
         if assign_to_key_group(key, self.max_parallelism) not in self.key_group_range:
             raise ValueError(f"key {key!r} is not in this backend's key groups")
+        self._key_type = kind
         self._key = key
 
     @property
@@ -135,6 +143,7 @@ class ReferenceKeyedStateBackend:
         data: dict[str, dict[tuple[Any, Any], Any]] = {name: {} for name in self._kinds}
         kinds = dict(self._kinds)
         serializers = dict(self._serializers)
+        kinds_of_keys: dict[str, Any] = {} if self._key_type is None else {"type": self._key_type}
         for snapshot in snapshots:
             if snapshot.max_parallelism != self.max_parallelism:
                 raise ValueError("the max parallelism cannot change")
@@ -148,7 +157,11 @@ class ReferenceKeyedStateBackend:
                 target = data.setdefault(name, {})
                 for (key, namespace), state in contents.items():
                     if assign_to_key_group(key, self.max_parallelism) in self.key_group_range:
+                        kind = key_type(key)
+                        if kinds_of_keys.setdefault("type", kind) != kind:
+                            raise ValueError(f"key {key!r} is of another type than the others")
                         target[(key, namespace)] = deep_copy(state)
+        self._key_type = kinds_of_keys.get("type", self._key_type)
         self._kinds = kinds
         self._serializers = serializers
         self._data = data

@@ -3,7 +3,9 @@
 The meaning of a state table is the meaning of a state map (a dict from
 ``(key, namespace)`` to a state) restricted to the keys whose key group --
 ``cowstate_model.key_groups.assign_to_key_group`` -- lies in the table's
-key-group range; any other key is refused. A snapshot is a deep copy of the
+key-group range; any other key is refused, and so is a key of another type
+than the first key of its domain stored (``cowstate_model.key_types``: ``True``
+after ``1``). A snapshot is a deep copy of the
 dict, split by key group, whose key groups can be released one by one.
 """
 
@@ -14,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from cowstate_model.key_groups import assign_to_key_group
+from cowstate_model.key_types import key_domain, key_type
 from cowstate_model.state_map import ReferenceStateMap, StateEntry, deep_copy
 
 __all__ = ["ReferenceStateTable", "ReferenceTableSnapshot"]
@@ -98,6 +101,7 @@ class ReferenceStateTable(ReferenceStateMap):
             range(max_parallelism) if key_group_range is None else key_group_range
         )
         self.key_serializer = key_serializer
+        self.key_types: dict[Any, Any] = {}  # domain -> the first stored key's type
 
     def key_group_of(self, key: Any) -> int:
         return assign_to_key_group(key, self.max_parallelism, self.key_serializer)
@@ -106,6 +110,9 @@ class ReferenceStateTable(ReferenceStateMap):
         """Refuse a key this table does not hold (or a key group that is not the key's)."""
         if key is None:
             raise ValueError("a key must not be None")
+        kind = self.key_types.get(key_domain(key), key_type(key))
+        if kind != key_type(key):
+            raise TypeError(f"key {key!r} is not of the table's key type {kind}")
         actual = self.key_group_of(key)
         if key_group is not None and key_group != actual:
             raise ValueError(f"key {key!r} is in key group {actual}, not {key_group}")
@@ -126,13 +133,17 @@ class ReferenceStateTable(ReferenceStateMap):
         self, key: Hashable, namespace: Hashable, state: Any, *, key_group: int | None = None
     ) -> bool:
         self._owned(key, key_group)
-        return super().put(key, namespace, state)
+        inserted = super().put(key, namespace, state)
+        self._stored(key)
+        return inserted
 
     def put_and_get_old(
         self, key: Hashable, namespace: Hashable, state: Any, *, key_group: int | None = None
     ) -> Any:
         self._owned(key, key_group)
-        return super().put_and_get_old(key, namespace, state)
+        old = super().put_and_get_old(key, namespace, state)
+        self._stored(key)
+        return old
 
     def remove(self, key: Hashable, namespace: Hashable, *, key_group: int | None = None) -> None:
         self._owned(key, key_group)
@@ -155,6 +166,10 @@ class ReferenceStateTable(ReferenceStateMap):
     ) -> None:
         self._owned(key, key_group)
         super().transform(key, namespace, value, fn)
+        self._stored(key)
+
+    def _stored(self, key: Any) -> None:
+        self.key_types.setdefault(key_domain(key), key_type(key))
 
     def entries_in_key_group(self, key_group: int) -> Iterator[StateEntry]:
         if key_group not in self.key_groups:

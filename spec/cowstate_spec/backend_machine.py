@@ -19,8 +19,16 @@ restored from a completed snapshot; ``rescale`` restores a completed snapshot
 into several backends with split key-group ranges and requires every mapping
 in exactly the backend that owns its key group.
 
-Invariants: every state's live contents equal the model's; once no writer is
-pending, no copy-on-write map holds an open snapshot version (every map
+Keys: each run's ``load`` fixes the backend's key type with keys of one
+family (ints, strings or floats); the rules then draw keys of every family and
+Python's equal keys of other types (``1``, ``1.0``, ``True``, ``0.0``,
+``-0.0``, NaN, ``(1, 'a')`` / ``(1.0, 'a')``), which both sides must refuse
+alike (one key type per backend, :mod:`cowstate.key_types`);
+``set_current_key_twice`` sets two such keys in a row, and the current key
+must agree by type, not only by ``==``.
+
+Invariants: every state's live contents equal the model's, keys compared by
+type too; once no writer is pending, no copy-on-write map holds an open snapshot version (every map
 snapshot was released after success, failure or cancellation).
 """
 
@@ -55,6 +63,7 @@ from cowstate_spec.backends import (
     restore_results,
 )
 from cowstate_spec.cmap_view import MAP_CLASSES, view_of
+from cowstate_spec.keys import EQUAL_KEYS, typed_keys
 from cowstate_spec.machine import Outcome
 
 __all__ = ["BackendMachine", "backend_machine_for"]
@@ -62,7 +71,17 @@ __all__ = ["BackendMachine", "backend_machine_for"]
 MAX_PARALLELISM = 8
 WAIT = 60.0  # seconds a writer may take at most
 
-keys = st.one_of(st.integers(0, 11), st.sampled_from(["a", "b", "é"]))
+#: Equal keys of different types and keys no backend takes (NaN, -0.0).
+equal_keys = st.sampled_from([*EQUAL_KEYS, float("nan"), (1, "a"), (1.0, "a")])
+keys = st.one_of(
+    st.integers(0, 11), st.sampled_from(["a", "b", "é"]), st.sampled_from([2.5, 1.0]), equal_keys
+)
+#: The keys ``load`` starts a run with: one family per run fixes the key type.
+KEY_FAMILIES: dict[str, list[Any]] = {
+    "int": list(range(12)),
+    "str": ["a", "b", "é", "c", "d", "e", "f", "g"],
+    "float": [0.0, 1.0, 2.5, -3.0, 4.25, 5.5, 6.0, 7.75],
+}
 namespaces = st.sampled_from([VOID_NAMESPACE, "w1", 2])
 small_ints = st.integers(-5, 20)
 values = st.one_of(small_ints, st.lists(small_ints, max_size=3), st.none())
@@ -152,12 +171,13 @@ class BackendMachine(RuleBasedStateMachine):
         if c.mutate_in_place(impl, item) and self.implementation.mutations_persist:
             c.mutate_in_place(model, item)
 
-    @initialize(count=st.integers(0, 12))
-    def load(self, count: int) -> None:
-        """Start with state for the first ``count`` keys the backend holds."""
+    @initialize(count=st.integers(0, 12), family=st.sampled_from(sorted(KEY_FAMILIES)))
+    def load(self, count: int, family: str) -> None:
+        """Start with state for the first ``count`` keys of ``family`` the backend
+        holds; the first fixes the key type."""
         owned = [
             k
-            for k in [*range(12), "a", "b", "é"]
+            for k in KEY_FAMILIES[family]
             if assign_to_key_group(k, MAX_PARALLELISM) in self.key_group_range
         ]
         for key in owned[:count]:
@@ -174,6 +194,24 @@ class BackendMachine(RuleBasedStateMachine):
     @rule(key=keys)
     def set_current_key(self, key: Any) -> None:
         self.both(lambda b: b.set_current_key(key))
+        self.current_keys_agree()
+
+    @rule(first=st.one_of(equal_keys, keys), second=equal_keys)
+    def set_current_key_twice(self, first: Any, second: Any) -> None:
+        """Two keys in a row, the second (often) equal to the first in Python:
+        ``True`` after ``1`` is another key or a refusal, never the same key."""
+        self.both(lambda b: b.set_current_key(first))
+        self.both(lambda b: b.set_current_key(second))
+        self.current_keys_agree()
+        self.on_state("value", "value")
+
+    def current_keys_agree(self) -> None:
+        impl = Outcome(lambda: self.backend.current_key)
+        model = Outcome(lambda: self.model.current_key)
+        assert (impl.error is None) == (model.error is None), f"current key {impl}, {model}"
+        assert (type(impl.value), impl.value) == (type(model.value), model.value), (
+            f"current key: implementation {impl.value!r}, model {model.value!r}"
+        )
 
     @rule(namespace=namespaces)
     def set_current_namespace(self, namespace: Any) -> None:
@@ -365,9 +403,12 @@ class BackendMachine(RuleBasedStateMachine):
     @invariant()
     def contents_agree(self) -> None:
         for name in DESCRIPTORS:
-            live = {(k, n): s for k, n, s in self.backend.entries(name)}
+            entries = list(self.backend.entries(name))
+            live = {(k, n): s for k, n, s in entries}
             expected = self.model.contents(name)
             assert live == expected, f"{name}: implementation {live!r}, model {expected!r}"
+            typed = typed_keys((k, n, s) for (k, n), s in expected.items())
+            assert typed_keys(entries) == typed, f"{name}: keys differ by type"
 
     @invariant()
     def snapshots_released_when_written(self) -> None:

@@ -299,9 +299,18 @@ def backend_named(name: str) -> BackendImplementation:
 _SNAPSHOT_DIRECTORIES: dict[int, tuple[weakref.ref[Any], str]] = {}
 
 
+#: The same directories by (backend uid, checkpoint id), registered when the
+#: snapshot starts: ``result()`` may return before ``done`` below has run (a
+#: future wakes its waiters before it calls its callbacks).
+_STARTED_DIRECTORIES: dict[tuple[str, int], str] = {}
+
+
 def _directory_of(handle: Any) -> str | None:
     entry = _SNAPSHOT_DIRECTORIES.get(id(handle))
-    return entry[1] if entry is not None and entry[0]() is handle else None
+    if entry is not None and entry[0]() is handle:
+        return entry[1]
+    started = (getattr(handle, "backend_uid", None), getattr(handle, "checkpoint_id", None))
+    return _STARTED_DIRECTORIES.get(started)  # type: ignore[arg-type]
 
 
 def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
@@ -319,6 +328,7 @@ def snapshot_rocksdb(backend: Any, checkpoint_id: int, gate: WriteGate) -> Any:
     location = SnapshotLocation(
         FileSystem(hooks=hook), os.path.join(directory, "chk"), os.path.join(directory, "shared")
     )
+    _STARTED_DIRECTORIES[(backend.backend_uid, checkpoint_id)] = os.path.join(directory, "chk")
     future: Future[Any] = backend.snapshot_to(
         checkpoint_id, location, SnapshotOptions(kind="checkpoint", full=True)
     )

@@ -14,7 +14,10 @@ namespace of hash ``d`` the composite hash is ``hash_value + d``.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from cowstate_model.arithmetic import HASH_MIX
 
@@ -52,3 +55,16 @@ class HashKey:
 def value_key(value: int) -> HashKey:
     """A key whose hash is its value (the seed's pictures use such keys)."""
     return HashKey(value, value)
+
+
+#: Keys Python calls equal (with equal hashes) that are different Flink keys:
+#: ``Integer``, ``Double``, ``Boolean``; ``-0.0`` is refused as a key by tables
+#: and backends (``cowstate.key_types``), a plain key of the bare map.
+EQUAL_KEYS: tuple[Any, ...] = (1, 1.0, True, 0, 0.0, -0.0, False)
+
+
+def typed_keys(entries: Iterable[Any]) -> Counter[tuple[type, Any, type, Any]]:
+    """The ``(key, namespace, state)`` entries' keys and namespaces with their
+    types: ``1`` and ``True`` compare equal, ``(int, 1)`` and ``(bool, True)`` do
+    not, so two sides holding equal keys of different types differ here."""
+    return Counter((type(k), k, type(n), n) for k, n, _ in entries)

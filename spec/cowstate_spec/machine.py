@@ -71,6 +71,7 @@ from cowstate_spec import strategies as s
 from cowstate_spec.cmap_view import MAP_CLASSES
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.implementations import Implementation
+from cowstate_spec.keys import typed_keys
 
 __all__ = ["StateMapMachine", "StateTableMachine", "machine_for", "snapshot_contents"]
 
@@ -333,6 +334,8 @@ class StateMapMachine(RuleBasedStateMachine):
         assert snapshot_contents(impl) == model.contents, (
             f"snapshot {impl.version} differs from the model's at release"
         )
+        expected = typed_keys((k, n, st) for (k, n), st in model.contents.items())
+        assert typed_keys(impl) == expected, f"snapshot {impl.version}: keys differ by type"
         impl.release()
         model.release()
         assert impl.is_released
@@ -371,6 +374,8 @@ class StateMapMachine(RuleBasedStateMachine):
     @rule()
     def iterate(self) -> None:
         assert snapshot_contents(self.impl) == snapshot_contents(self.model)
+        # Equal keys of other types are one mapping whose key is the first put (a dict's).
+        assert typed_keys(self.impl) == typed_keys(self.model), "keys differ by type"
 
     @precondition(lambda self: self.can_rehash and not self.implementation.table)
     @rule(

@@ -172,6 +172,7 @@ from cowstate.errors import (
     SnapshotWriteError,
 )
 from cowstate.key_groups import KeyGroupRange
+from cowstate.key_types import KeyTypes
 from cowstate.keyed_backend import AbstractKeyedStateBackend, SnapshotFuture, StagedRestore
 from cowstate.rocksdb.db import (
     Database,
@@ -428,7 +429,11 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
             len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == self.key_group_range
         )
         restorer = Restorer(
-            self._instance, self.key_group_range, self.max_parallelism, self._key_serializer
+            self._instance,
+            self.key_group_range,
+            self.max_parallelism,
+            self._key_serializer,
+            self._context.key_types.copy(),  # E5: committed with the database
         )
         seed: tuple[int, dict[str, FileHandle]] | None = None
         backend_uid = uuid.uuid4().hex
@@ -448,7 +453,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
         except BaseException:
             built.discard()
             raise
-        return RocksDBPreparedRestore(self, built, metas, seed, backend_uid)
+        return RocksDBPreparedRestore(self, built, metas, seed, backend_uid, restorer.key_types)
 
     def restore(
         self, handles: Iterable[KeyedStateHandle], source: SnapshotSource | None = None
@@ -584,8 +589,9 @@ class RocksDBPreparedRestore(StagedRestore):
         metas: dict[str, StateMetaInfo],
         seed: tuple[int, dict[str, FileHandle]] | None,
         backend_uid: str,
+        key_types: KeyTypes | None = None,
     ) -> None:
-        super().__init__(backend)
+        super().__init__(backend, key_types)
         self._rocks = backend
         self._built = built
         self._metas = metas

@@ -53,6 +53,7 @@ from cowstate.errors import (
     KeyGroupMismatchError,
 )
 from cowstate.key_groups import KeyGroupRange
+from cowstate.key_types import KeyTypes
 from cowstate.rocksdb.db import (
     Batch,
     Database,
@@ -77,9 +78,11 @@ from cowstate.snapshot import (
 from cowstate.snapshot.checks import (
     EntryDecoder,
     check_key_groups,
+    check_key_types,
     decode_rows,
     duplicate_error,
     state_type_of,
+    undecodable_error,
 )
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
@@ -101,11 +104,14 @@ class Restorer:
         key_group_range: KeyGroupRange,
         max_parallelism: int,
         key_serializer: StateSerializer,
+        key_types: KeyTypes | None = None,
     ) -> None:
         self.instance = instance
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.key_serializer = key_serializer
+        #: The key type the restored keys must have or fix (E5), staged.
+        self.key_types = KeyTypes() if key_types is None else key_types
 
     def from_canonical(
         self,
@@ -252,6 +258,7 @@ class Restorer:
                                 f"got {type(exc).__name__}: {exc}"
                             ) from exc
                         shutil.rmtree(directory, ignore_errors=True)
+            self._check_first_keys(built)
             return built
         except BaseException:
             if built is not None:
@@ -259,6 +266,26 @@ class Restorer:
             raise
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def _check_first_keys(self, built: Database) -> None:
+        """E5 for the entries kept as the native files hold them (not decoded): the
+        first key of each column family, in this backend's key groups."""
+        lower = key_group_prefix(self.key_group_range.start_key_group)
+        upper = key_group_prefix(self.key_group_range.end_key_group + 1)
+        for name in sorted(built.column_families):
+            entries = scan(built.db.get_column_family(name), lower, upper, chunk=1)
+            try:
+                first = next(entries, None)
+            finally:
+                entries.close()  # releases the column family
+            if first is None:
+                continue
+            key_group, key_bytes, _ = decode_rocks_key(first[0])
+            try:
+                key = self.key_serializer.deserialize(key_bytes)
+            except Exception as exc:
+                raise undecodable_error(name, key_group, exc) from exc
+            check_key_types(name, key_group, [key], self.key_types)
 
     def _clip(self, built: Database) -> None:
         """Drop every key outside this backend's key groups, in every column family."""
@@ -336,6 +363,7 @@ class Restorer:
         check_key_groups(
             decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
         )
+        check_key_types(decoder.name, key_group, decoded.keys, self.key_types)
         rocks_keys = [encode_rocks_key(key_group, key, namespace) for namespace, key, _ in rows]
         if len(set(rocks_keys)) != len(rocks_keys):
             seen: set[bytes] = set()
@@ -359,6 +387,7 @@ class Restorer:
         check_key_groups(
             decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
         )
+        check_key_types(decoder.name, key_group, decoded.keys, self.key_types)
 
 
 def check_native(db: Rdict, handle: KeyedStateHandle, column_families: Iterable[str]) -> None:

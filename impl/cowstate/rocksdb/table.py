@@ -271,6 +271,7 @@ class RocksDBStateTable(TableBase[K, N, S]):
         self._column().put(
             rocks_key, self._meta.state_serializer.serialize(state), self._write_options
         )
+        self._stored_key(key)
 
     def put_and_get_old(
         self, key: K, namespace: N, state: S, *, key_group: int | None = None
@@ -281,6 +282,7 @@ class RocksDBStateTable(TableBase[K, N, S]):
         data = self._meta.state_serializer.serialize(state)
         old = self._read(rocks_key)
         self._column().put(rocks_key, data, self._write_options)
+        self._stored_key(key)
         return None if old is None else self._decode_state(old)
 
     def remove(self, key: K, namespace: N, *, key_group: int | None = None) -> None:
@@ -313,6 +315,7 @@ class RocksDBStateTable(TableBase[K, N, S]):
         old = None if data is None else self._decode_state(data)
         new = self._meta.state_serializer.serialize(apply_transform(fn, old, value, key, namespace))
         self._column().put(rocks_key, new, self._write_options)
+        self._stored_key(key)
 
     def __repr__(self) -> str:
         state = "attached" if self._cf is not None else "detached"
@@ -350,6 +353,7 @@ class RocksDBStateTable(TableBase[K, N, S]):
             )
         UnhashableKeyError.check(key)
         UnhashableKeyError.check(namespace, "namespace")
+        self.key_types.check(key)  # K1, K3 of cowstate.key_types: as the heap tables
         if key_group is None:
             key_group = assign_to_key_group(key, self._max_parallelism, self._key_serializer)
         self._check_key_group(key_group)

@@ -20,8 +20,11 @@ E5. its state is what S's kind holds: a ``list`` for a list state, a ``dict``
     for a map state (a list state's handle appends to its state; an ``int``
     there, decoded by an edited serializer id, would fail at the first
     ``add`` instead of at restore).
+E6. its key is of the restore's one key type, and no NaN or ``-0.0`` (K1, K3
+    of :mod:`cowstate.key_types`): the backend's type if its first key fixed
+    one, else the first restored key's (:func:`check_key_types`).
 
-A failure raises :class:`~cowstate.errors.SnapshotEntryError` (E1, E2, E5),
+A failure raises :class:`~cowstate.errors.SnapshotEntryError` (E1, E2, E5, E6),
 :class:`~cowstate.errors.KeyGroupMismatchError` (E3) or
 :class:`~cowstate.errors.DuplicateMappingError` (E4), naming the state, the
 key group, the entry and what was wrong; the restore then changes nothing.
@@ -50,6 +53,10 @@ it, ``bench/bench_checkpoints.py`` measures the key-group check):
 - E5: :func:`check_state_types`, one ``set(map(type, states))`` per block of
   a list or map state (the loop runs in C; values of other kinds are not
   looked at).
+- E6 is one ``set(map(type, keys))`` per block (C speed) when a block's keys
+  are all ``int``, ``str``, ``bytes`` or ``bool``; float and tuple keys are
+  walked in Python. A RocksDB restore that keeps native files as they are
+  decodes no entry: it checks the first key of each column family.
 """
 
 from __future__ import annotations
@@ -59,13 +66,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cowstate.errors import (
+    AmbiguousKeyError,
     CowStateError,
     DuplicateMappingError,
     KeyGroupMismatchError,
+    KeyTypeMismatchError,
+    MixedKeyTypesError,
     SnapshotEntryError,
     SnapshotFormatError,
 )
 from cowstate.key_groups import assign_to_key_group
+from cowstate.key_types import KeyTypes
 from cowstate.serializers import StateSerializer
 
 try:
@@ -78,6 +89,7 @@ __all__ = [
     "DecodedBlock",
     "EntryDecoder",
     "check_key_groups",
+    "check_key_types",
     "check_state_types",
     "decode_rows",
     "duplicate_error",
@@ -242,6 +254,28 @@ def check_key_groups(
 
 #: E5: what the states of a kind are (kinds not named hold any value).
 _STATE_TYPES: dict[str, type] = {"list": list, "map": dict}
+
+
+def check_key_types(name: str, key_group: int, keys: Sequence[Any], key_types: KeyTypes) -> None:
+    """E6: every key of ``keys`` is of ``key_types``' type, which the first fixes if
+    none is fixed yet (a restore checks on a copy of the backend's and commits it)."""
+    if not keys:
+        return
+    kinds = set(map(type, keys))
+    plain = len(kinds) == 1 and next(iter(kinds)) in _PLAIN_KEY_TYPES
+    for key in keys[:1] if plain else keys:  # one plain type: its first key says all
+        try:
+            key_types.admit(key)
+        except (KeyTypeMismatchError, AmbiguousKeyError) as exc:
+            raise MixedKeyTypesError(
+                f"expected the keys of a restore to be of one type, without NaN or -0.0, "
+                f"state {name!r}, key group {key_group} has {type(key).__name__} {key!r:.80}: "
+                f"{exc}"
+            ) from None
+
+
+#: The key types :func:`check_key_types` checks by type alone (no ambiguous values).
+_PLAIN_KEY_TYPES = frozenset({int, str, bytes, bool})
 
 
 def find_duplicate(block: DecodedBlock) -> tuple[Any, Any] | None:

@@ -25,6 +25,7 @@ from cowstate.snapshot.checks import (
     DecodedBlock,
     EntryDecoder,
     check_key_groups,
+    check_key_types,
     check_state_types,
     duplicate_error,
     find_duplicate,
@@ -167,10 +168,13 @@ def restore_table(
             f"{sorted(restored.all_states)}"
         )
     blocks = sorted(restored.blocks.get(name, {}).items())
-    for key_group, block in blocks:  # E4 before the first put: the table is live
+    key_types = table.key_types.copy()
+    for key_group, block in blocks:  # E4, E5 before the first put: the table is live
         duplicate = find_duplicate(block)
         if duplicate is not None:
             raise duplicate_error(name, key_group, *duplicate)
+        check_key_types(name, key_group, block.keys, key_types)
+    table.key_types.adopt(key_types)
     count = 0
     for key_group, block in blocks:
         for key, namespace, state in zip(block.keys, block.namespaces, block.states, strict=True):
