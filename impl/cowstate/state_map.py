@@ -135,9 +135,12 @@ from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
     InvalidArgumentError,
+    KeyComparisonError,
+    KeyHashError,
     MaximumCapacityError,
     NoneStateError,
     SnapshotReleasedError,
+    StateCopyError,
     TransformFunctionError,
     UnhashableKeyError,
     VersionOverflowError,
@@ -155,6 +158,7 @@ __all__ = [
     "StateMapSnapshot",
     "apply_transform",
     "composite_hash",
+    "keys_in",
 ]
 
 
@@ -244,6 +248,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         h ^= h >> 16  # composite_hash (inv. 1)
         if self._rehash is None:
             tab = self._primary
@@ -252,17 +258,22 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             self._incremental_rehash()
             tab, index = self._select(h)
         e = tab[index]
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                if e.state_version < self._highest_required:  # rule S
-                    return self._copy_state_for_caller(tab, index, e)  # type: ignore[no-any-return]
-                return e.state  # type: ignore[no-any-return]
-            e = e.next
-        return None
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    break
+                e = e.next
+        except Exception as exc:  # rule U: nothing written yet
+            raise KeyComparisonError.of(key, namespace, exc) from exc
+        if e is None:
+            return None
+        if e.state_version < self._highest_required:  # rule S
+            return self._copy_state_for_caller(tab, index, e, key, namespace)  # type: ignore[no-any-return]
+        return e.state  # type: ignore[no-any-return]
 
     def contains_key(self, key: K, namespace: N) -> bool:
         """True if ``(key, namespace)`` is mapped."""
@@ -279,11 +290,12 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def size_of_namespace(self, namespace: N) -> int:
         """Number of mappings whose namespace equals ``namespace``."""
-        return sum(1 for e in self if e.namespace == namespace)
+        return sum(1 for _ in self.keys(namespace))
 
     def keys(self, namespace: N) -> Iterator[K]:
-        """The keys mapped in ``namespace`` (fail-fast, like ``iter``)."""
-        return (e.key for e in self if e.namespace == namespace)
+        """The keys mapped in ``namespace`` (fail-fast, like ``iter``); a
+        namespace ``__eq__`` that raises ends it with KeyComparisonError."""
+        return keys_in(iter(self), namespace)
 
     def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
         """Every mapping once, primary table first (fail-fast, see module doc)."""
@@ -320,6 +332,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         h ^= h >> 16  # composite_hash (inv. 1)
         if self._rehash is not None:
             self._incremental_rehash()
@@ -337,7 +351,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e = self._put_entry(h, key, namespace)
         old = e.state
         if old is not None and e.state_version < self._highest_required:  # rule S
-            old = self._serializer.copy(old)
+            try:  # rule U: only rule E's private copies were made so far
+                old = self._serializer.copy(old)
+            except Exception as exc:
+                raise StateCopyError.of(key, namespace, exc) from exc
         e.state = state
         e.state_version = self._version
         return old  # type: ignore[no-any-return]
@@ -355,7 +372,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             return None
         old = e.state
         if e.state_version < self._highest_required:  # rule S, before unmapping:
-            old = self._serializer.copy(old)  # a raising copy loses nothing
+            try:  # rule U: a raising copy loses nothing
+                old = self._serializer.copy(old)
+            except Exception as exc:
+                raise StateCopyError.of(key, namespace, exc) from exc
         self._remove_entry(h, key, namespace)
         return old  # type: ignore[no-any-return]
 
@@ -370,12 +390,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = composite_hash(key, namespace)
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         e = self._find(h, key, namespace)
         old = None
         if e is not None:
             old = e.state
             if e.state_version < self._highest_required:  # rule S
-                old = self._serializer.copy(old)
+                try:  # rule U
+                    old = self._serializer.copy(old)
+                except Exception as exc:
+                    raise StateCopyError.of(key, namespace, exc) from exc
         new = apply_transform(fn, old, value, key, namespace)
         if self._rehash is not None:  # this operation's rehash step, once fn succeeded
             self._incremental_rehash()
@@ -430,6 +455,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         if self._rehash is not None:
             self._incremental_rehash()
         return h ^ (h >> 16)  # composite_hash (inv. 1)
@@ -451,14 +478,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         else:
             tab, index = self._select(h)
         e = tab[index]
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                return e
-            e = e.next
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    return e
+                e = e.next
+        except Exception as exc:  # rule U
+            raise KeyComparisonError.of(key, namespace, exc) from exc
         return None
 
     def _put_entry(self, h: int, key: K, namespace: N) -> _Entry:
@@ -470,16 +500,21 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         else:
             tab, index = self._select(h)
         e = tab[index]
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                if e.entry_version < self._highest_required:  # rule E
-                    e = self._copy_chain(tab, index, e)
-                return e
-            e = e.next
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    break
+                e = e.next
+        except Exception as exc:  # rule U: the search writes nothing
+            raise KeyComparisonError.of(key, namespace, exc) from exc
+        if e is not None:
+            if e.entry_version < self._highest_required:  # rule E
+                e = self._copy_chain(tab, index, e)
+            return e
         self._mod_count += 1
         if self._primary_size + self._rehash_size > self._threshold:
             # A new rehash starts at index 0, so (tab, index) stays right (inv. 2).
@@ -501,31 +536,41 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             tab, index = self._select(h)
         e = tab[index]
         prev: _Entry | None = None
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                if prev is None:
-                    tab[index] = e.next  # the live bucket list is never shared
-                else:
-                    if prev.entry_version < self._highest_required:  # rule E
-                        prev = self._copy_chain(tab, index, prev)
-                    prev.next = e.next
-                self._mod_count += 1
-                if tab is self._primary:
-                    self._primary_size -= 1
-                else:
-                    self._rehash_size -= 1
-                return e
-            prev = e
-            e = e.next
-        return None
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    break
+                prev = e
+                e = e.next
+        except Exception as exc:  # rule U: the search writes nothing
+            raise KeyComparisonError.of(key, namespace, exc) from exc
+        if e is None:
+            return None
+        if prev is None:
+            tab[index] = e.next  # the live bucket list is never shared
+        else:
+            if prev.entry_version < self._highest_required:  # rule E
+                prev = self._copy_chain(tab, index, prev)
+            prev.next = e.next
+        self._mod_count += 1
+        if tab is self._primary:
+            self._primary_size -= 1
+        else:
+            self._rehash_size -= 1
+        return e
 
-    def _copy_state_for_caller(self, tab: list[_Entry | None], index: int, e: _Entry) -> Any:
+    def _copy_state_for_caller(
+        self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
+    ) -> Any:
         """Rule S: replace a shared state by a deep copy and return the copy."""
-        state = self._serializer.copy(e.state)
+        try:  # rule U: before any write
+            state = self._serializer.copy(e.state)
+        except Exception as exc:
+            raise StateCopyError.of(key, namespace, exc) from exc
         if e.entry_version < self._highest_required:  # rule E
             e = self._copy_chain(tab, index, e)
         e.state = state
@@ -740,6 +785,19 @@ class StateMapSnapshot(Generic[K, N, S]):
     def __repr__(self) -> str:
         state = "released" if self._released else f"size={self._size}"
         return f"<StateMapSnapshot version={self.version} {state}>"
+
+
+def keys_in(entries: Iterator[StateEntry[K, N, S]], namespace: N) -> Iterator[K]:
+    """The keys of ``entries`` whose namespace equals ``namespace``; a namespace
+    ``__eq__`` that raises ends it with :class:`KeyComparisonError` (rule U).
+    Every map's and table's ``keys(namespace)`` filters through it."""
+    for e in entries:
+        try:
+            same = bool(e.namespace == namespace)
+        except Exception as exc:
+            raise KeyComparisonError.of(e.key, namespace, exc) from exc
+        if same:
+            yield e.key
 
 
 # --------------------------------------------------------------------------
