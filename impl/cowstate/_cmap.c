@@ -120,6 +120,22 @@
  * while it is read (a release meanwhile is finished when the read ends), and
  * a read of the live map checks `stamp` after every allocation.
  *
+ * User code (rule U)
+ * ------------------
+ * As in the pure map (its docstring: rule U, the transform contract, deep
+ * states): an Exception raised by a key's __hash__ (hash_pair: TypeError is
+ * UnhashableKeyError, anything else KeyHashError) or __eq__ (lookup, and the
+ * keys() filter: KeyComparisonError), by serializer.copy (serializer_copy:
+ * StateCopyError, StateTooDeepError for a RecursionError) or by a transform
+ * function (TransformFunctionError) is replaced by the documented error,
+ * chained from it, in one place: raise_user_error(), which calls the error's
+ * factory in cowstate.errors (the messages are the pure map's). Each raise
+ * happens before the operation's first write, so the map is unchanged; the
+ * factory runs Python code (a repr), so nothing touches the map after it.
+ * A KeyboardInterrupt (any BaseException that is not an Exception) passes as
+ * it is, from the same points. Nothing here recurses into a state: a deep
+ * state costs the map nothing until serializer.copy recurses in Python.
+ *
  * Invariants
  * ----------
  * 1-9 are the pure map's (cowstate/state_map.py), checked by the same

@@ -94,6 +94,58 @@ after every step of the state machines. Comments in the code cite them.
    twice the primary; outside a rehash ``len(map) <= threshold + 1``; every
    keyed operation during a rehash moves at least 4 entries or finishes it.
 
+User code (rule U)
+==================
+The map calls code of its caller's: ``hash`` and ``==`` of keys and
+namespaces, ``serializer.copy`` (rule S; the default serializer's deep copy
+calls a state's ``__deepcopy__``) and the function of ``transform``.
+
+Rule U (user code)  Whatever that code raises (an ``Exception``; a
+                    ``KeyboardInterrupt`` or ``SystemExit`` passes unchanged)
+                    comes out as a :mod:`cowstate.errors` exception chained
+                    from it (``__cause__``), and the map is unchanged:
+
+    __hash__ raised TypeError      UnhashableKeyError     (a TypeError)
+    __hash__ raised anything else  KeyHashError           (an UnhashableKeyError)
+    __eq__ raised                  KeyComparisonError     (a TypeError)
+    serializer.copy raised         StateCopyError         (a TypeError)
+      ... a RecursionError         StateTooDeepError      (a StateCopyError and a RecursionError)
+    transform's function raised    TransformFunctionError
+
+"Unchanged" means: the same mappings, each to the same state object (the
+contents a model compares), invariants 1-9 hold, no open snapshot changed
+(inv. 8), and the next operation works. It does not mean the same internal
+layout: the operation's rehash step (inv. 9) may have run, and rule E may have
+replaced shared entries by private copies (``put_and_get_old`` makes the
+entry private before it copies the old state) -- neither shows in the
+contents. The code keeps rule U by order, not by undoing: every hash comes
+before anything else, a chain search writes nothing (rule E copies only once
+the mapping is found), and every rule S copy comes before the write that
+needs it (``remove_and_get_old`` copies before it unmaps). A ``keys`` or
+``size_of_namespace`` whose namespace ``__eq__`` raises is a
+KeyComparisonError too.
+
+The transform contract: ``fn(old, value)`` gets the mapped state object itself
+when no open snapshot holds it (``state_version >= H``), else a private copy
+(rule S). If ``fn`` raises (TransformFunctionError) or returns ``None``
+(NoneStateError), the mapping still maps the same state object; an in-place
+change ``fn`` made to its argument before raising is *not undone*: it shows in
+the mapped state in the first case and is dropped with the copy in the second.
+A function that must be all-or-nothing copies first (copying for every
+transform would cost a deep copy per call). ``AggregatingState.add`` and the
+other keyed states that transform keep the same contract.
+
+Deep states: storing, reading a state no snapshot holds, iterating,
+snapshotting and removing never recurse into a state, whatever its depth (the
+C map neither). Copying does (the default serializer's deep copy takes two
+Python frames per level), so a state nested deeper than about half the
+recursion limit (some 500 levels at the default 1000) raises StateTooDeepError
+wherever it must be copied -- rule S in ``get``, ``put_and_get_old``,
+``remove_and_get_old`` and ``transform`` while a snapshot holds it, the nested
+table's snapshot -- with the map unchanged; ``put`` and ``remove`` still
+replace or drop it. A snapshot file refuses such a state by the value codec's
+own limit (:data:`cowstate.value_codec.MAX_CONTAINER_DEPTH`).
+
 Iteration is fail-fast: an iterator raises
 :class:`~cowstate.errors.ConcurrentModificationError` when a mapping was added
 or removed, or a rehash step relinked entries, since it was created. Replacing
@@ -383,8 +435,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
 
         Atomic: if ``fn`` raises (:class:`TransformFunctionError`) or returns
-        ``None`` (:class:`NoneStateError`) the map is unchanged. ``fn`` gets a
-        state it may mutate (rule S) and must not use this map.
+        ``None`` (:class:`NoneStateError`) the mapping is unchanged. ``fn`` gets
+        a state it may mutate (rule S) and must not use this map; what an
+        in-place change before raising leaves is the transform contract of the
+        module doc (rule U).
         """
         try:
             h = composite_hash(key, namespace)
