@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
+import sys
+import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -418,3 +421,50 @@ def test_the_deep_state_helper_is_deeper_than_a_copy_can_go() -> None:
     with pytest.raises(RecursionError):
         copy.deepcopy(deep_state())
     assert functools.reduce(lambda s, _: s[0], range(99), shallow) == [0]
+
+
+@pytest.mark.skipif("c" not in MAPS, reason="the C map was not built")
+def test_the_c_map_error_paths_leak_nothing() -> None:
+    # Every rule U path of the C map, many times: the objects it touched keep
+    # their reference counts and the traced memory does not grow.
+    states = [CopyTrapList([i]) for i in range(8)]
+    eq_probe = TrapKey("probe", 0, hash(3), "eq")
+    ns_probe = TrapKey("probe", 0, hash("ns"), "eq")
+    hash_probe = TrapKey("probe", 0, 0, "hash")
+    objects: list[Any] = [*states, eq_probe, ns_probe, hash_probe]
+    baseline = [sys.getrefcount(o) for o in objects]
+
+    def cycle() -> None:
+        m = MAPS["c"](initial_capacity=4)
+        for i, state in enumerate(states):
+            m.put(i, "ns", state)
+        snap = m.snapshot()
+        for op in sorted(CALLS):
+            for args in ((eq_probe, "ns"), (3, ns_probe), (hash_probe, "ns"), (3, hash_probe)):
+                with pytest.raises(CowStateError):
+                    getattr(m, op)(*args, *CALLS[op])
+        with armed():
+            for op in HANDING_OUT:
+                with pytest.raises(StateCopyError):
+                    getattr(m, op)(5, "ns", *CALLS[op])
+        with pytest.raises(TransformFunctionError):
+            m.transform(6, "ns", 1, MutateThenRaise())
+        with pytest.raises(KeyComparisonError):
+            list(m.keys(eq_probe))
+        snap.release()
+
+    cycle()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        cycle()
+        gc.collect()
+        start, _ = tracemalloc.get_traced_memory()
+        for _ in range(100):
+            cycle()
+        gc.collect()
+        end, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert [sys.getrefcount(o) for o in objects] == baseline
+    assert end - start < 64 * 1024, f"memory grew by {end - start} bytes over 100 cycles"
