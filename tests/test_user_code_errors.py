@@ -10,6 +10,7 @@ aggregating state:
   (``machine_for(..., hostile=True)``) over every implementation;
 - the deliberately broken maps of ``USER_CODE_BUGS`` that only that rule can
   see, each caught, each method's identity rewrite passing;
+- the backend machine with an aggregate function that mutates, then raises;
 - example-based checks of each error, its base classes, its chained cause,
   the map's contents, snapshots and structural invariants afterwards.
 """
@@ -41,6 +42,8 @@ from cowstate.errors import (
     TransformFunctionError,
     UnhashableKeyError,
 )
+from cowstate_spec.backend_machine import MAX_PARALLELISM, backend_machine_for
+from cowstate_spec.backends import BACKENDS, BackendImplementation
 from cowstate_spec.bad_implementations import USER_CODE_BUGS, Bug, bad_implementation
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.hostile import (
@@ -89,6 +92,23 @@ def test_the_machine_with_hostile_user_code_agrees_with_the_model(
     run_state_machine_as_test(
         machine_for(implementation, hostile=True),
         settings=settings(current, max_examples=examples),
+    )
+
+
+@pytest.mark.parametrize("implementation", BACKENDS, ids=repr)
+def test_the_backend_machine_with_hostile_user_code_agrees_with_the_model(
+    implementation: BackendImplementation, forced_interleavings: None
+) -> None:
+    # As tests/test_backend_machine.py (every key group, twice the steps), with
+    # a quarter of its examples.
+    current = settings()
+    run_state_machine_as_test(
+        backend_machine_for(implementation, KeyGroupRange(0, MAX_PARALLELISM - 1), hostile=True),
+        settings=settings(
+            current,
+            max_examples=max(8, current.max_examples // 4),
+            stateful_step_count=2 * current.stateful_step_count,
+        ),
     )
 
 
