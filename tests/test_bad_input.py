@@ -21,6 +21,7 @@ from cowstate import (
     InvalidArgumentError,
     NoneStateError,
     SnapshotReleasedError,
+    StateCopyError,
     TransformFunctionError,
     UnhashableKeyError,
 )
@@ -258,8 +259,9 @@ def test_regression_a_failing_state_copy_loses_nothing(op: str) -> None:
     m.put(1, "ns", state)
     snap = m.snapshot()
     args: tuple[Any, ...] = (1, "ns", [2]) if op == "put_and_get_old" else (1, "ns")
-    with pytest.raises(RuntimeError, match="copy failed"):
+    with pytest.raises(StateCopyError, match="copy failed") as info:
         getattr(m, op)(*args)
+    assert isinstance(info.value.__cause__, RuntimeError)
     assert len(m) == 1
     assert [tuple(e) for e in m] == [(1, "ns", state)]
     assert [tuple(e) for e in snap] == [(1, "ns", [1])]

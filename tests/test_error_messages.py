@@ -102,12 +102,14 @@ def test_transform_function_messages() -> None:
     m: Map = CopyOnWriteStateMap()
     assert message(TransformFunctionError, lambda: m.transform(1, "ns", 0, failing)) == (
         "expected transform function 'failing' to return a state, got ValueError: boom; "
-        "(1, 'ns') is unchanged"
+        "(1, 'ns') still maps the same state object (an in-place change the function made "
+        "to its argument is not undone)"
     )
     nameless = functools.partial(failing)
     assert message(TransformFunctionError, lambda: m.transform(1, "ns", 0, nameless)) == (
         f"expected transform function {nameless!r} to return a state, got ValueError: boom; "
-        "(1, 'ns') is unchanged"
+        "(1, 'ns') still maps the same state object (an in-place change the function made "
+        "to its argument is not undone)"
     )
 
 

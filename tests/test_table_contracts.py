@@ -289,7 +289,8 @@ def test_nested_map_transform_errors_name_the_function_and_the_mapping() -> None
 
     assert message(TransformFunctionError, lambda: table.transform(5, "ns", 0, explode)) == (
         "expected transform function 'explode' to return a state, got ValueError: boom; "
-        "(5, 'ns') is unchanged"
+        "(5, 'ns') still maps the same state object (an in-place change the function made "
+        "to its argument is not undone)"
     )
     assert message(NoneStateError, lambda: table.transform(5, "ns", 0, lambda o, v: None)) == (
         "expected the transform function to return a state, got None for (5, 'ns'); "

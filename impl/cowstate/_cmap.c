@@ -120,6 +120,22 @@
  * while it is read (a release meanwhile is finished when the read ends), and
  * a read of the live map checks `stamp` after every allocation.
  *
+ * User code (rule U)
+ * ------------------
+ * As in the pure map (its docstring: rule U, the transform contract, deep
+ * states): an Exception raised by a key's __hash__ (hash_pair: TypeError is
+ * UnhashableKeyError, anything else KeyHashError) or __eq__ (lookup, and the
+ * keys() filter: KeyComparisonError), by serializer.copy (serializer_copy:
+ * StateCopyError, StateTooDeepError for a RecursionError) or by a transform
+ * function (TransformFunctionError) is replaced by the documented error,
+ * chained from it, in one place: raise_user_error(), which calls the error's
+ * factory in cowstate.errors (the messages are the pure map's). Each raise
+ * happens before the operation's first write, so the map is unchanged; the
+ * factory runs Python code (a repr), so nothing touches the map after it.
+ * A KeyboardInterrupt (any BaseException that is not an Exception) passes as
+ * it is, from the same points. Nothing here recurses into a state: a deep
+ * state costs the map nothing until serializer.copy recurses in Python.
+ *
  * Invariants
  * ----------
  * 1-9 are the pure map's (cowstate/state_map.py), checked by the same
@@ -266,13 +282,17 @@ static PyTypeObject Iter_Type;
  * the module is single-phase and never re-initialised, see PyInit). */
 static PyObject *StateEntry_type;     /* cowstate.state_map.StateEntry */
 static PyObject *Err_ConcurrentModification, *Err_ForeignSnapshot, *Err_InvalidArgument,
-    *Err_MaximumCapacity, *Err_NoneState, *Err_SnapshotReleased, *Err_TransformFunction,
+    *Err_MaximumCapacity, *Err_NoneState, *Err_SnapshotReleased,
     *Err_UnhashableKey, *Err_VersionOverflow;
 static PyObject *fn_constructor_arguments, *fn_checked_serializer, *fn_none_message,
     *fn_modified_message, *fn_pair_message, *fn_foreign_message, *fn_overflow_message,
     *fn_capacity_message, *fn_released_message, *fn_open_versions_message,
     *fn_reentrant_message;
 static PyObject *str_copy, *str_of, *str_from_transform;
+/* Rule U's factories, bound class methods of cowstate.errors: each builds the
+ * error that stands for an exception user code raised. */
+static PyObject *fn_key_hash_error, *fn_key_comparison_error, *fn_state_copy_error,
+    *fn_transform_error;
 
 /* ----------------------------------------------------------- the arithmetic
  * The C forms of cowstate.arithmetic; the structure export lets the checker
@@ -586,21 +606,56 @@ static int raise_unhashable(PyObject *key, PyObject *ns)
     return -1;
 }
 
+/* Rule U: the exception user code just raised (a key's __hash__ or __eq__,
+ * serializer.copy, a transform function) is set; replace it by
+ * `factory(args[0], ..., exc, ...)`, exc inserted at position `exc_at` of the
+ * nargs + 1 arguments, raised from exc (cause and context, as `raise ... from
+ * exc`). A BaseException that is not an Exception (KeyboardInterrupt,
+ * SystemExit) passes as it is. The caller has changed nothing the map's
+ * contents show (invariants 1-9 hold); the factory may run Python code (a
+ * repr), so the caller must not touch the map after this. Returns -1. */
+static int raise_user_error(PyObject *factory, PyObject *const *args, Py_ssize_t nargs,
+                            Py_ssize_t exc_at)
+{
+    PyObject *type, *exc, *tb;
+    PyErr_Fetch(&type, &exc, &tb);                   /* three new references (or NULL) */
+    if (type == NULL)
+        return -1;                                   /* nothing raised: nothing to map */
+    PyErr_NormalizeException(&type, &exc, &tb);
+    if (exc == NULL || !PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
+        PyErr_Restore(type, exc, tb);                /* steals all three */
+        return -1;
+    }
+    if (tb != NULL)
+        PyException_SetTraceback(exc, tb);          /* borrows tb */
+    PyObject *call[4];
+    assert(nargs <= 3 && exc_at <= nargs);
+    for (Py_ssize_t i = 0, j = 0; i <= nargs; i++)
+        call[i] = i == exc_at ? exc : args[j++];    /* borrowed: the call holds its own */
+    PyObject *err_obj = PyObject_Vectorcall(factory, call, (size_t)nargs + 1, NULL);
+    if (err_obj != NULL) {
+        PyException_SetCause(err_obj, Py_NewRef(exc));     /* steals the new reference */
+        PyException_SetContext(err_obj, Py_NewRef(exc));   /* steals the new reference */
+        PyErr_SetObject((PyObject *)Py_TYPE(err_obj), err_obj);
+        Py_DECREF(err_obj);
+    }
+    Py_DECREF(type);
+    Py_DECREF(exc);
+    Py_XDECREF(tb);
+    return -1;
+}
+
 /* hash(key) and hash(ns) into the composite hash; a TypeError becomes
- * UnhashableKeyError (other errors propagate, as in the pure map). */
+ * UnhashableKeyError, any other Exception KeyHashError (rule U). */
 static int hash_pair(PyObject *key, PyObject *ns, uint64_t *h)
 {
     Py_hash_t hk = PyObject_Hash(key);
-    if (hk == -1) {
+    Py_hash_t hn = hk == -1 ? -1 : PyObject_Hash(ns);
+    if (hn == -1 && PyErr_Occurred()) {             /* hk == -1 always sets an error */
         if (PyErr_ExceptionMatches(PyExc_TypeError))
             return raise_unhashable(key, ns);
-        return -1;
-    }
-    Py_hash_t hn = PyObject_Hash(ns);
-    if (hn == -1) {
-        if (PyErr_ExceptionMatches(PyExc_TypeError))
-            return raise_unhashable(key, ns);
-        return -1;
+        PyObject *args[2] = {key, ns};
+        return raise_user_error(fn_key_hash_error, args, 2, 2);
     }
     *h = composite_hash(hk, hn);
     return 0;
@@ -649,12 +704,13 @@ restart:;
     Entry *p = NULL;
     for (Entry *e = slot_get(t, b); e != NULL; p = e, e = e->next) {
         int found = entry_matches(e, h, key, ns);
-        if (m->stamp != stamp)
-            goto restart;                                   /* an __eq__ changed the map */
-        if (found < 0) {
-            *err = -1;
+        if (found < 0) {                                    /* rule U: nothing written */
+            PyObject *args[2] = {key, ns};
+            *err = raise_user_error(fn_key_comparison_error, args, 2, 2);
             return NULL;
         }
+        if (m->stamp != stamp)
+            goto restart;                                   /* an __eq__ changed the map */
         if (found) {
             *table = t;
             *bucket = b;
@@ -896,7 +952,9 @@ static inline PyObject *entry_set_state(MapObject *m, Entry *e, PyObject *state)
     return old;
 }
 
-static PyObject *serializer_copy(MapObject *m, PyObject *state)
+/* serializer.copy(state) for the mapping (key, ns): a new reference, or NULL
+ * with StateCopyError or StateTooDeepError set (rule U). */
+static PyObject *serializer_copy(MapObject *m, PyObject *state, PyObject *key, PyObject *ns)
 {
     if (m->serializer == NULL) {
         PyErr_SetString(PyExc_RuntimeError, "the map was cleared by the garbage collector");
@@ -907,15 +965,19 @@ static PyObject *serializer_copy(MapObject *m, PyObject *state)
     PyObject *copy = PyObject_CallMethodOneArg(serializer, str_copy, arg);
     Py_DECREF(arg);
     Py_DECREF(serializer);
+    if (copy == NULL) {
+        PyObject *args[2] = {key, ns};
+        raise_user_error(fn_state_copy_error, args, 2, 2);
+    }
     return copy;
 }
 
 /* Rule S's copy of a state a snapshot may hold: serializer.copy, then the
  * re-entrancy check (rule d of the header). A new reference, or NULL. */
-static PyObject *copy_shared_state(MapObject *m, PyObject *state)
+static PyObject *copy_shared_state(MapObject *m, PyObject *state, PyObject *key, PyObject *ns)
 {
     uint64_t stamp = m->stamp;
-    PyObject *copy = serializer_copy(m, state);
+    PyObject *copy = serializer_copy(m, state, key, ns);
     if (copy != NULL && m->stamp != stamp) {
         Py_DECREF(copy);
         raise_reentrant("serializer.copy");
@@ -952,7 +1014,7 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
 #if COWSTATE_BUG != BUG_GET_SKIPS_STATE_COPY
     if (e->state_version < m->highest) {                      /* rule S */
-        PyObject *copy = copy_shared_state(m, e->state);
+        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);
         if (copy == NULL)
             return NULL;
         if (e->entry_version < m->highest) {                  /* rule E, H re-read */
@@ -1022,7 +1084,7 @@ static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssi
     PyObject *key = args[0], *ns = args[1], *state = args[2];
     PyObject *result = NULL;                                  /* a new reference or NULL */
     if (f.entry != NULL && f.entry->state_version < m->highest) {
-        result = copy_shared_state(m, f.entry->state);
+        result = copy_shared_state(m, f.entry->state, key, ns);
         if (result == NULL)
             return NULL;
     }
@@ -1094,7 +1156,7 @@ static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_
         Py_RETURN_NONE;
     /* Copy a shared state first (rule S): a raising copy loses nothing. */
     PyObject *result = f.entry->state_version < m->highest
-        ? copy_shared_state(m, f.entry->state) : Py_NewRef(f.entry->state);
+        ? copy_shared_state(m, f.entry->state, args[0], args[1]) : Py_NewRef(f.entry->state);
     if (result == NULL)
         return NULL;
     if (unlink_found(m, &f) < 0) {            /* `f` is current: a changed map raised above */
@@ -1117,7 +1179,7 @@ static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t n
     if (e == NULL)
         old = Py_NewRef(Py_None);
     else if (e->state_version < m->highest) {                 /* rule S */
-        old = serializer_copy(m, e->state);
+        old = serializer_copy(m, e->state, key, ns);
         if (old == NULL)
             return NULL;
     }
@@ -1125,27 +1187,9 @@ static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t n
         old = Py_NewRef(e->state);
     PyObject *new = PyObject_CallFunctionObjArgs(fn, old, value, NULL);
     Py_DECREF(old);
-    if (new == NULL) {
-        PyObject *type, *exc, *tb;
-        PyErr_Fetch(&type, &exc, &tb);
-        PyErr_NormalizeException(&type, &exc, &tb);
-        if (!PyErr_GivenExceptionMatches(type, PyExc_Exception)) {
-            PyErr_Restore(type, exc, tb);                     /* KeyboardInterrupt & co. */
-            return NULL;
-        }
-        if (tb != NULL)
-            PyException_SetTraceback(exc, tb);
-        PyObject *err_obj = PyObject_CallMethodObjArgs(Err_TransformFunction, str_of, fn, exc,
-                                                       key, ns, NULL);
-        if (err_obj != NULL) {
-            PyException_SetCause(err_obj, Py_NewRef(exc));   /* raise ... from exc */
-            PyException_SetContext(err_obj, Py_NewRef(exc));
-            PyErr_SetObject((PyObject *)Py_TYPE(err_obj), err_obj);
-            Py_DECREF(err_obj);
-        }
-        Py_XDECREF(type);
-        Py_XDECREF(exc);
-        Py_XDECREF(tb);
+    if (new == NULL) {            /* rule U: TransformFunctionError.of(fn, exc, key, ns) */
+        PyObject *args[3] = {fn, key, ns};
+        raise_user_error(fn_transform_error, args, 3, 1);
         return NULL;
     }
     if (new == Py_None) {
@@ -1562,14 +1606,22 @@ static PyObject *Iter_next(IterObject *it)
         it->position++;
         if (it->mode == ITER_ENTRIES)
             return Py_NewRef(item);
-        PyObject *ns = PyTuple_GET_ITEM(item, 1);
-        PyObject *eq = PyObject_RichCompare(ns, it->filter_ns, Py_EQ);
+        /* Our own reference: __eq__ (or the error's repr) may call next() on
+         * this iterator, which replaces the chain that holds the item. */
+        item = Py_NewRef(item);
+        PyObject *eq = PyObject_RichCompare(PyTuple_GET_ITEM(item, 1), it->filter_ns, Py_EQ);
         int match = eq == NULL ? -1 : PyObject_IsTrue(eq);
         Py_XDECREF(eq);
-        if (match < 0)
+        if (match < 0) {                      /* rule U: the namespace's __eq__ raised */
+            PyObject *args[2] = {PyTuple_GET_ITEM(item, 0), it->filter_ns};
+            raise_user_error(fn_key_comparison_error, args, 2, 2);
+            Py_DECREF(item);
             return NULL;
-        if (match)
-            return Py_NewRef(PyTuple_GET_ITEM(item, 0));
+        }
+        PyObject *key = match ? Py_NewRef(PyTuple_GET_ITEM(item, 0)) : NULL;
+        Py_DECREF(item);
+        if (key != NULL)
+            return key;
     }
 }
 
@@ -2343,6 +2395,15 @@ static int lookup_attr(PyObject *module, const char *name, PyObject **out)
     return *out == NULL ? -1 : 0;
 }
 
+/* `module.cls.method`, a bound class method (rule U's error factories). */
+static int lookup_method(PyObject *module, const char *cls, const char *method, PyObject **out)
+{
+    PyObject *owner = PyObject_GetAttrString(module, cls);
+    *out = owner == NULL ? NULL : PyObject_GetAttrString(owner, method);
+    Py_XDECREF(owner);
+    return *out == NULL ? -1 : 0;
+}
+
 static struct PyModuleDef cmap_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "cowstate." STR(COWSTATE_MODULE),
@@ -2364,9 +2425,12 @@ PyMODINIT_FUNC CAT(PyInit_, COWSTATE_MODULE)(void)
         | lookup_attr(errors, "MaximumCapacityError", &Err_MaximumCapacity)
         | lookup_attr(errors, "NoneStateError", &Err_NoneState)
         | lookup_attr(errors, "SnapshotReleasedError", &Err_SnapshotReleased)
-        | lookup_attr(errors, "TransformFunctionError", &Err_TransformFunction)
         | lookup_attr(errors, "UnhashableKeyError", &Err_UnhashableKey)
         | lookup_attr(errors, "VersionOverflowError", &Err_VersionOverflow)
+        | lookup_method(errors, "KeyHashError", "raised_by_pair", &fn_key_hash_error)
+        | lookup_method(errors, "KeyComparisonError", "of", &fn_key_comparison_error)
+        | lookup_method(errors, "StateCopyError", "of", &fn_state_copy_error)
+        | lookup_method(errors, "TransformFunctionError", "of", &fn_transform_error)
         | lookup_attr(pure, "StateEntry", &StateEntry_type)
         | lookup_attr(pure, "_constructor_arguments", &fn_constructor_arguments)
         | lookup_attr(pure, "_checked_serializer", &fn_checked_serializer)

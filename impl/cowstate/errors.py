@@ -8,6 +8,21 @@ keeps working. Every message says what was expected and what came instead.
 
 An operation that raises one of these errors has not changed the map: the
 check happens before the first write.
+
+User code
+---------
+A map runs code of its caller's: a key's or namespace's ``__hash__`` and
+``__eq__``, the state serializer's ``copy`` (a state's ``__deepcopy__``) and
+a transform function. Whatever that code raises (any ``Exception``; a
+``KeyboardInterrupt`` or ``SystemExit`` passes as it is) comes out as one of
+:class:`UnhashableKeyError` (``__hash__`` raised ``TypeError``),
+:class:`KeyHashError` (it raised anything else), :class:`KeyComparisonError`,
+:class:`StateCopyError`, :class:`StateTooDeepError` (the copy ran out of
+recursion depth) or :class:`TransformFunctionError`, with the original
+exception chained as ``__cause__``, and the map unchanged: the same mappings
+(``(key, namespace) -> `` the same state objects) and its invariants. What
+"unchanged" does not promise: a rehash step the operation took, and private
+copies of entries it made (copy-on-write rule E) are internal and stay.
 """
 
 from __future__ import annotations
@@ -30,8 +45,10 @@ __all__ = [
     "IncompatibleSnapshotError",
     "InconsistentMetadataError",
     "InvalidArgumentError",
+    "KeyComparisonError",
     "KeyGroupMismatchError",
     "KeyGroupOutOfRangeError",
+    "KeyHashError",
     "KeyTypeMismatchError",
     "MaxParallelismMismatchError",
     "MaximumCapacityError",
@@ -45,7 +62,9 @@ __all__ = [
     "SnapshotFormatError",
     "SnapshotReleasedError",
     "SnapshotWriteError",
+    "StateCopyError",
     "StateRegistrationError",
+    "StateTooDeepError",
     "StorageUnavailableError",
     "TransformFunctionError",
     "TruncatedSnapshotError",
@@ -99,15 +118,23 @@ class UnhashableKeyError(CowStateError, TypeError):
 
     @classmethod
     def check(cls, value: object, role: str = "key") -> None:
-        """Raise this error unless ``value`` (a ``role``: key, namespace) hashes."""
+        """Raise this error unless ``value`` (a ``role``: key, namespace) hashes;
+        :class:`KeyHashError` if its ``__hash__`` raises anything but ``TypeError``."""
         try:
             hash(value)
         except TypeError:
             raise cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}") from None
+        except Exception as exc:
+            raise KeyHashError.raised_by(value, role, exc) from exc
 
 
 class TransformFunctionError(CowStateError):
-    """The function given to ``transform`` raised; the mapping was not changed."""
+    """The function given to ``transform`` raised; the mapping was not changed:
+    it maps the same state object as before. The function's argument is not
+    restored: an in-place change the function made to it before raising stays
+    in that object, which is the mapped state itself unless an open snapshot
+    held it (then it was a private copy, dropped). See the transform contract
+    in :mod:`cowstate.state_map`."""
 
     @classmethod
     def of(
@@ -116,8 +143,81 @@ class TransformFunctionError(CowStateError):
         """``fn`` raised ``exc`` while transforming ``(key, namespace)``."""
         return cls(
             f"expected transform function {getattr(fn, '__name__', fn)!r} to return a "
-            f"state, got {type(exc).__name__}: {exc}; ({key!r}, {namespace!r}) is "
-            "unchanged"
+            f"state, got {type(exc).__name__}: {exc}; ({_describe(key)}, "
+            f"{_describe(namespace)}) still maps the same state object (an in-place "
+            "change the function made to its argument is not undone)"
+        )
+
+
+class KeyHashError(UnhashableKeyError):
+    """A key's or namespace's ``__hash__`` raised something other than
+    ``TypeError`` (which is :class:`UnhashableKeyError`, this class's base):
+    the key cannot address a mapping. The cause is chained; nothing changed."""
+
+    @classmethod
+    def raised_by(cls, value: object, role: str, exc: BaseException) -> KeyHashError:
+        """``hash(value)``, a ``role`` (key, namespace), raised ``exc``."""
+        return cls(
+            f"expected hash() of the {role} {_describe(value)} to return an int, got "
+            f"{type(exc).__name__}: {exc}; the map is unchanged"
+        )
+
+    @classmethod
+    def raised_by_pair(cls, key: object, namespace: object, exc: BaseException) -> KeyHashError:
+        """``hash(key)`` or ``hash(namespace)`` raised ``exc``: names the one that
+        did when the other hashes (without calling the failing one again)."""
+        try:
+            hash(key)
+        except Exception:
+            return cls.raised_by(key, "key", exc)
+        return cls.raised_by(namespace, "namespace", exc)
+
+
+class KeyComparisonError(CowStateError, TypeError):
+    """Comparing a key or namespace with a mapped one (``__eq__``) raised, so
+    the mapping cannot be found or ruled out. The cause is chained; nothing
+    changed."""
+
+    @classmethod
+    def of(cls, key: object, namespace: object, exc: BaseException) -> KeyComparisonError:
+        """Looking ``(key, namespace)`` up raised ``exc`` in an ``__eq__``."""
+        return cls(
+            f"expected comparing ({_describe(key)}, {_describe(namespace)}) with the "
+            f"mapped keys (__eq__) to return a bool, got {type(exc).__name__}: {exc}; "
+            "the map is unchanged"
+        )
+
+
+class StateCopyError(CowStateError, TypeError):
+    """The state serializer's ``copy`` (for the default serializer: the state's
+    ``__deepcopy__``) raised while the map copied a state a snapshot holds
+    (rule S), or while a synchronous snapshot copied every state. The cause is
+    chained; nothing changed and no snapshot was taken."""
+
+    @classmethod
+    def of(cls, key: object, namespace: object, exc: BaseException) -> StateCopyError:
+        """Copying the state of ``(key, namespace)`` raised ``exc``."""
+        if isinstance(exc, RecursionError):
+            return StateTooDeepError.of(key, namespace, exc)
+        return cls(
+            f"expected the state serializer to copy the state of ({_describe(key)}, "
+            f"{_describe(namespace)}), got {type(exc).__name__}: {exc}; the map is unchanged"
+        )
+
+
+class StateTooDeepError(StateCopyError, RecursionError):
+    """Copying a state ran out of Python's recursion depth (a state nested
+    deeper than about ``sys.getrecursionlimit() / 2`` levels, for the default
+    serializer's deep copy). Such a state may be stored, read while no
+    snapshot holds it and removed; copying it (rule S, a synchronous
+    snapshot) raises this. The ``RecursionError`` is chained; nothing changed."""
+
+    @classmethod
+    def of(cls, key: object, namespace: object, exc: BaseException) -> StateTooDeepError:
+        return cls(
+            f"expected a state the serializer can copy within Python's recursion limit "
+            f"for ({_describe(key)}, {_describe(namespace)}), got one nested too deep "
+            f"({type(exc).__name__}: {exc}); the map is unchanged"
         )
 
 
@@ -329,3 +429,16 @@ class MixedKeyTypesError(SnapshotEntryError):
     """A restore whose keys are not all of one key type (the backend's, when its
     first key fixed one), or holds a key :class:`AmbiguousKeyError` refuses.
     Nothing was restored."""
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _describe(value: object) -> str:
+    """``repr(value)`` for a message, shortened; a repr that raises (a hostile
+    or too deep object) does not hide the error being reported."""
+    try:
+        text = repr(value)
+    except Exception:
+        return f"<{type(value).__name__} object>"
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -20,6 +20,13 @@ on RocksDB a returned object is a copy and such mutations are not stored.
 
 ``None`` means "absent" everywhere: ``ValueState.update(None)`` clears,
 and ``None`` elements of a list state are refused.
+
+A user function that raises (a reduce function, an aggregate function's
+``add``) is a TransformFunctionError and follows the table's transform
+contract (rule U of :mod:`cowstate.state_map`): the same accumulator stays
+mapped, and an in-place change the function made to it before raising stays
+in it on the heap when no snapshot held it (a private copy was changed and
+dropped otherwise, and always on RocksDB).
 """
 
 from __future__ import annotations

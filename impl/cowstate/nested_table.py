@@ -9,6 +9,13 @@ over one :class:`NestedStateMap` per key group: plain dicts
 serializer), so callers may mutate states in place at any time: the
 synchronous alternative to :class:`~cowstate.state_table.CopyOnWriteStateTable`,
 slow to snapshot, simple to trust.
+
+User code (rule U of :mod:`cowstate.state_map`) gets the maps' errors: a key's
+or namespace's ``__hash__`` raising is an UnhashableKeyError (TypeError) or a
+KeyHashError, its ``__eq__`` raising (the dicts compare colliding keys) a
+KeyComparisonError, a state copy raising in ``snapshot()`` a StateCopyError
+or StateTooDeepError with no snapshot taken; each leaves the dicts as they
+were (no empty namespace dict is left behind).
 """
 
 from __future__ import annotations
@@ -19,11 +26,14 @@ from typing import Generic
 from cowstate.errors import (
     ConcurrentModificationError,
     InvalidArgumentError,
+    KeyComparisonError,
+    KeyHashError,
     NoneStateError,
+    StateCopyError,
     UnhashableKeyError,
 )
 from cowstate.serializers import DefaultSerializer, StateSerializer
-from cowstate.state_meta import StateEntry, apply_transform
+from cowstate.state_meta import StateEntry, apply_transform, keys_in
 from cowstate.state_table import StateTable, StateTableSnapshot
 from cowstate.type_vars import K, N, S, V
 
@@ -103,23 +113,32 @@ class NestedStateMap(Generic[K, N, S]):
 
     def get(self, key: K, namespace: N) -> S | None:
         _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        return None if inner is None else inner.get(key)
+        try:
+            inner = self._namespaces.get(namespace)
+            return None if inner is None else inner.get(key)
+        except Exception as exc:  # rule U: a dict compared with __eq__
+            raise KeyComparisonError.of(key, namespace, exc) from exc
 
     def contains_key(self, key: K, namespace: N) -> bool:
         _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        return inner is not None and key in inner
+        try:
+            inner = self._namespaces.get(namespace)
+            return inner is not None and key in inner
+        except Exception as exc:  # rule U
+            raise KeyComparisonError.of(key, namespace, exc) from exc
 
     def __len__(self) -> int:
         return self._size
 
     def size_of_namespace(self, namespace: N) -> int:
-        inner = self._namespaces.get(namespace)
+        try:
+            inner = self._namespaces.get(namespace)
+        except Exception as exc:  # rule U: hash or __eq__ of a namespace
+            raise KeyComparisonError.of(None, namespace, exc) from exc
         return 0 if inner is None else len(inner)
 
     def keys(self, namespace: N) -> Iterator[K]:
-        return (e.key for e in self if e.namespace == namespace)
+        return keys_in(iter(self), namespace)
 
     def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
         return self._iterate(self._mod_count)
@@ -147,11 +166,18 @@ class NestedStateMap(Generic[K, N, S]):
                 "absent, use remove() to unmap"
             )
         _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        if inner is None:
-            inner = self._namespaces[namespace] = {}
-        old = inner.get(key)
-        inner[key] = state
+        created = False
+        try:  # rule U: every lookup before the first write
+            inner = self._namespaces.get(namespace)
+            old = None if inner is None else inner.get(key)
+            if inner is None:
+                inner = self._namespaces[namespace] = {}
+                created = True
+            inner[key] = state  # a dict that raises while comparing stores nothing
+        except Exception as exc:
+            if created:
+                del self._namespaces[namespace]
+            raise KeyComparisonError.of(key, namespace, exc) from exc
         if old is None:
             self._size += 1
             self._mod_count += 1
@@ -162,12 +188,19 @@ class NestedStateMap(Generic[K, N, S]):
 
     def remove_and_get_old(self, key: K, namespace: N) -> S | None:
         _check_hashable(key, namespace)
-        inner = self._namespaces.get(namespace)
-        if inner is None or key not in inner:
-            return None
-        old = inner.pop(key)
+        try:  # rule U
+            inner = self._namespaces.get(namespace)
+            if inner is None or key not in inner:
+                return None
+            old = inner.pop(key)  # a dict that raises while comparing removes nothing
+        except Exception as exc:
+            raise KeyComparisonError.of(key, namespace, exc) from exc
         if not inner:
-            del self._namespaces[namespace]
+            try:
+                del self._namespaces[namespace]
+            except Exception as exc:  # rule U: put it back (an empty dict compares nothing)
+                inner[key] = old
+                raise KeyComparisonError.of(key, namespace, exc) from exc
         self._size -= 1
         self._mod_count += 1
         return old
@@ -177,13 +210,18 @@ class NestedStateMap(Generic[K, N, S]):
         self.put(key, namespace, apply_transform(fn, old, value, key, namespace))
 
     def copy_entries(self) -> list[StateEntry[K, N, S]]:
-        """Every mapping with a deep copy of its state (the synchronous snapshot)."""
+        """Every mapping with a deep copy of its state (the synchronous snapshot);
+        a copy that raises is a StateCopyError (StateTooDeepError for a
+        RecursionError), with nothing copied kept."""
         copy = self._serializer.copy
-        return [
-            StateEntry(key, namespace, copy(state))
-            for namespace, inner in self._namespaces.items()
-            for key, state in inner.items()
-        ]
+        out: list[StateEntry[K, N, S]] = []
+        for namespace, inner in self._namespaces.items():
+            for key, state in inner.items():
+                try:
+                    out.append(StateEntry(key, namespace, copy(state)))
+                except Exception as exc:  # rule U
+                    raise StateCopyError.of(key, namespace, exc) from exc
+        return out
 
     def __repr__(self) -> str:
         return f"<NestedStateMap size={self._size}>"
@@ -195,3 +233,5 @@ def _check_hashable(key: object, namespace: object) -> None:
         hash(namespace)
     except TypeError:
         raise UnhashableKeyError.of(key, namespace) from None
+    except Exception as exc:  # rule U
+        raise KeyHashError.raised_by_pair(key, namespace, exc) from exc

@@ -94,6 +94,58 @@ after every step of the state machines. Comments in the code cite them.
    twice the primary; outside a rehash ``len(map) <= threshold + 1``; every
    keyed operation during a rehash moves at least 4 entries or finishes it.
 
+User code (rule U)
+==================
+The map calls code of its caller's: ``hash`` and ``==`` of keys and
+namespaces, ``serializer.copy`` (rule S; the default serializer's deep copy
+calls a state's ``__deepcopy__``) and the function of ``transform``.
+
+Rule U (user code)  Whatever that code raises (an ``Exception``; a
+                    ``KeyboardInterrupt`` or ``SystemExit`` passes unchanged)
+                    comes out as a :mod:`cowstate.errors` exception chained
+                    from it (``__cause__``), and the map is unchanged:
+
+    __hash__ raised TypeError      UnhashableKeyError     (a TypeError)
+    __hash__ raised anything else  KeyHashError           (an UnhashableKeyError)
+    __eq__ raised                  KeyComparisonError     (a TypeError)
+    serializer.copy raised         StateCopyError         (a TypeError)
+      ... a RecursionError         StateTooDeepError      (a StateCopyError and a RecursionError)
+    transform's function raised    TransformFunctionError
+
+"Unchanged" means: the same mappings, each to the same state object (the
+contents a model compares), invariants 1-9 hold, no open snapshot changed
+(inv. 8), and the next operation works. It does not mean the same internal
+layout: the operation's rehash step (inv. 9) may have run, and rule E may have
+replaced shared entries by private copies (``put_and_get_old`` makes the
+entry private before it copies the old state) -- neither shows in the
+contents. The code keeps rule U by order, not by undoing: every hash comes
+before anything else, a chain search writes nothing (rule E copies only once
+the mapping is found), and every rule S copy comes before the write that
+needs it (``remove_and_get_old`` copies before it unmaps). A ``keys`` or
+``size_of_namespace`` whose namespace ``__eq__`` raises is a
+KeyComparisonError too.
+
+The transform contract: ``fn(old, value)`` gets the mapped state object itself
+when no open snapshot holds it (``state_version >= H``), else a private copy
+(rule S). If ``fn`` raises (TransformFunctionError) or returns ``None``
+(NoneStateError), the mapping still maps the same state object; an in-place
+change ``fn`` made to its argument before raising is *not undone*: it shows in
+the mapped state in the first case and is dropped with the copy in the second.
+A function that must be all-or-nothing copies first (copying for every
+transform would cost a deep copy per call). ``AggregatingState.add`` and the
+other keyed states that transform keep the same contract.
+
+Deep states: storing, reading a state no snapshot holds, iterating,
+snapshotting and removing never recurse into a state, whatever its depth (the
+C map neither). Copying does (the default serializer's deep copy takes two
+Python frames per level), so a state nested deeper than about half the
+recursion limit (some 500 levels at the default 1000) raises StateTooDeepError
+wherever it must be copied -- rule S in ``get``, ``put_and_get_old``,
+``remove_and_get_old`` and ``transform`` while a snapshot holds it, the nested
+table's snapshot -- with the map unchanged; ``put`` and ``remove`` still
+replace or drop it. A snapshot file refuses such a state by the value codec's
+own limit (:data:`cowstate.value_codec.MAX_CONTAINER_DEPTH`).
+
 Iteration is fail-fast: an iterator raises
 :class:`~cowstate.errors.ConcurrentModificationError` when a mapping was added
 or removed, or a rehash step relinked entries, since it was created. Replacing
@@ -135,9 +187,12 @@ from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
     InvalidArgumentError,
+    KeyComparisonError,
+    KeyHashError,
     MaximumCapacityError,
     NoneStateError,
     SnapshotReleasedError,
+    StateCopyError,
     TransformFunctionError,
     UnhashableKeyError,
     VersionOverflowError,
@@ -155,6 +210,7 @@ __all__ = [
     "StateMapSnapshot",
     "apply_transform",
     "composite_hash",
+    "keys_in",
 ]
 
 
@@ -244,6 +300,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         h ^= h >> 16  # composite_hash (inv. 1)
         if self._rehash is None:
             tab = self._primary
@@ -252,17 +310,22 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             self._incremental_rehash()
             tab, index = self._select(h)
         e = tab[index]
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                if e.state_version < self._highest_required:  # rule S
-                    return self._copy_state_for_caller(tab, index, e)  # type: ignore[no-any-return]
-                return e.state  # type: ignore[no-any-return]
-            e = e.next
-        return None
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    break
+                e = e.next
+        except Exception as exc:  # rule U: nothing written yet
+            raise KeyComparisonError.of(key, namespace, exc) from exc
+        if e is None:
+            return None
+        if e.state_version < self._highest_required:  # rule S
+            return self._copy_state_for_caller(tab, index, e, key, namespace)  # type: ignore[no-any-return]
+        return e.state  # type: ignore[no-any-return]
 
     def contains_key(self, key: K, namespace: N) -> bool:
         """True if ``(key, namespace)`` is mapped."""
@@ -279,11 +342,12 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def size_of_namespace(self, namespace: N) -> int:
         """Number of mappings whose namespace equals ``namespace``."""
-        return sum(1 for e in self if e.namespace == namespace)
+        return sum(1 for _ in self.keys(namespace))
 
     def keys(self, namespace: N) -> Iterator[K]:
-        """The keys mapped in ``namespace`` (fail-fast, like ``iter``)."""
-        return (e.key for e in self if e.namespace == namespace)
+        """The keys mapped in ``namespace`` (fail-fast, like ``iter``); a
+        namespace ``__eq__`` that raises ends it with KeyComparisonError."""
+        return keys_in(iter(self), namespace)
 
     def __iter__(self) -> Iterator[StateEntry[K, N, S]]:
         """Every mapping once, primary table first (fail-fast, see module doc)."""
@@ -320,6 +384,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         h ^= h >> 16  # composite_hash (inv. 1)
         if self._rehash is not None:
             self._incremental_rehash()
@@ -337,7 +403,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e = self._put_entry(h, key, namespace)
         old = e.state
         if old is not None and e.state_version < self._highest_required:  # rule S
-            old = self._serializer.copy(old)
+            try:  # rule U: only rule E's private copies were made so far
+                old = self._serializer.copy(old)
+            except Exception as exc:
+                raise StateCopyError.of(key, namespace, exc) from exc
         e.state = state
         e.state_version = self._version
         return old  # type: ignore[no-any-return]
@@ -355,7 +424,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             return None
         old = e.state
         if e.state_version < self._highest_required:  # rule S, before unmapping:
-            old = self._serializer.copy(old)  # a raising copy loses nothing
+            try:  # rule U: a raising copy loses nothing
+                old = self._serializer.copy(old)
+            except Exception as exc:
+                raise StateCopyError.of(key, namespace, exc) from exc
         self._remove_entry(h, key, namespace)
         return old  # type: ignore[no-any-return]
 
@@ -363,19 +435,26 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
 
         Atomic: if ``fn`` raises (:class:`TransformFunctionError`) or returns
-        ``None`` (:class:`NoneStateError`) the map is unchanged. ``fn`` gets a
-        state it may mutate (rule S) and must not use this map.
+        ``None`` (:class:`NoneStateError`) the mapping is unchanged. ``fn`` gets
+        a state it may mutate (rule S) and must not use this map; what an
+        in-place change before raising leaves is the transform contract of the
+        module doc (rule U).
         """
         try:
             h = composite_hash(key, namespace)
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         e = self._find(h, key, namespace)
         old = None
         if e is not None:
             old = e.state
             if e.state_version < self._highest_required:  # rule S
-                old = self._serializer.copy(old)
+                try:  # rule U
+                    old = self._serializer.copy(old)
+                except Exception as exc:
+                    raise StateCopyError.of(key, namespace, exc) from exc
         new = apply_transform(fn, old, value, key, namespace)
         if self._rehash is not None:  # this operation's rehash step, once fn succeeded
             self._incremental_rehash()
@@ -430,6 +509,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError:
             raise UnhashableKeyError.of(key, namespace) from None
+        except Exception as exc:  # rule U
+            raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         if self._rehash is not None:
             self._incremental_rehash()
         return h ^ (h >> 16)  # composite_hash (inv. 1)
@@ -451,14 +532,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         else:
             tab, index = self._select(h)
         e = tab[index]
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                return e
-            e = e.next
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    return e
+                e = e.next
+        except Exception as exc:  # rule U
+            raise KeyComparisonError.of(key, namespace, exc) from exc
         return None
 
     def _put_entry(self, h: int, key: K, namespace: N) -> _Entry:
@@ -470,16 +554,21 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         else:
             tab, index = self._select(h)
         e = tab[index]
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                if e.entry_version < self._highest_required:  # rule E
-                    e = self._copy_chain(tab, index, e)
-                return e
-            e = e.next
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    break
+                e = e.next
+        except Exception as exc:  # rule U: the search writes nothing
+            raise KeyComparisonError.of(key, namespace, exc) from exc
+        if e is not None:
+            if e.entry_version < self._highest_required:  # rule E
+                e = self._copy_chain(tab, index, e)
+            return e
         self._mod_count += 1
         if self._primary_size + self._rehash_size > self._threshold:
             # A new rehash starts at index 0, so (tab, index) stays right (inv. 2).
@@ -501,31 +590,41 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             tab, index = self._select(h)
         e = tab[index]
         prev: _Entry | None = None
-        while e is not None:
-            if (
-                e.hash == h
-                and (e.key is key or e.key == key)
-                and (e.namespace is namespace or e.namespace == namespace)
-            ):
-                if prev is None:
-                    tab[index] = e.next  # the live bucket list is never shared
-                else:
-                    if prev.entry_version < self._highest_required:  # rule E
-                        prev = self._copy_chain(tab, index, prev)
-                    prev.next = e.next
-                self._mod_count += 1
-                if tab is self._primary:
-                    self._primary_size -= 1
-                else:
-                    self._rehash_size -= 1
-                return e
-            prev = e
-            e = e.next
-        return None
+        try:
+            while e is not None:
+                if (
+                    e.hash == h
+                    and (e.key is key or e.key == key)
+                    and (e.namespace is namespace or e.namespace == namespace)
+                ):
+                    break
+                prev = e
+                e = e.next
+        except Exception as exc:  # rule U: the search writes nothing
+            raise KeyComparisonError.of(key, namespace, exc) from exc
+        if e is None:
+            return None
+        if prev is None:
+            tab[index] = e.next  # the live bucket list is never shared
+        else:
+            if prev.entry_version < self._highest_required:  # rule E
+                prev = self._copy_chain(tab, index, prev)
+            prev.next = e.next
+        self._mod_count += 1
+        if tab is self._primary:
+            self._primary_size -= 1
+        else:
+            self._rehash_size -= 1
+        return e
 
-    def _copy_state_for_caller(self, tab: list[_Entry | None], index: int, e: _Entry) -> Any:
+    def _copy_state_for_caller(
+        self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
+    ) -> Any:
         """Rule S: replace a shared state by a deep copy and return the copy."""
-        state = self._serializer.copy(e.state)
+        try:  # rule U: before any write
+            state = self._serializer.copy(e.state)
+        except Exception as exc:
+            raise StateCopyError.of(key, namespace, exc) from exc
         if e.entry_version < self._highest_required:  # rule E
             e = self._copy_chain(tab, index, e)
         e.state = state
@@ -740,6 +839,19 @@ class StateMapSnapshot(Generic[K, N, S]):
     def __repr__(self) -> str:
         state = "released" if self._released else f"size={self._size}"
         return f"<StateMapSnapshot version={self.version} {state}>"
+
+
+def keys_in(entries: Iterator[StateEntry[K, N, S]], namespace: N) -> Iterator[K]:
+    """The keys of ``entries`` whose namespace equals ``namespace``; a namespace
+    ``__eq__`` that raises ends it with :class:`KeyComparisonError` (rule U).
+    Every map's and table's ``keys(namespace)`` filters through it."""
+    for e in entries:
+        try:
+            same = bool(e.namespace == namespace)
+        except Exception as exc:
+            raise KeyComparisonError.of(e.key, namespace, exc) from exc
+        if same:
+            yield e.key
 
 
 # --------------------------------------------------------------------------

@@ -17,7 +17,8 @@ is described, and in which format it was written.
   *identifiers* instead of serializers -- in a snapshot file's metadata and in
   a checkpoint's keyed state handle alike.
 - :func:`apply_transform`: what ``transform`` means for every table (the
-  function's errors, ``None`` refused).
+  function's errors, ``None`` refused); :func:`keys_in`: ``keys(namespace)``
+  for every table (a raising namespace ``__eq__`` is a KeyComparisonError).
 
 Tables, snapshot files, both backends and the checkpoint handles import these
 from here; nothing here imports a table or a backend.
@@ -39,7 +40,7 @@ from cowstate.serializers import (
     duplicate_serializer,
     serializer_identifier,
 )
-from cowstate.state_map import StateEntry, apply_transform
+from cowstate.state_map import StateEntry, apply_transform, keys_in
 
 __all__ = [
     "MAX_STATES",
@@ -51,6 +52,7 @@ __all__ = [
     "StateMetaInfo",
     "StateMetadata",
     "apply_transform",
+    "keys_in",
 ]
 
 #: Flink's limit on the states of one snapshot: state ids are shorts.

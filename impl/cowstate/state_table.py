@@ -71,7 +71,7 @@ from cowstate.serializers import (
     StateSerializer,
     duplicate_serializer,
 )
-from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo
+from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo, keys_in
 from cowstate.table_base import TableBase
 from cowstate.type_vars import K, N, S, V
 
@@ -138,7 +138,7 @@ class StateTable(TableBase[K, N, S]):
 
     def keys(self, namespace: N) -> Iterator[K]:
         """The keys mapped in ``namespace``, in key-group order (fail-fast)."""
-        return (e.key for e in self if e.namespace == namespace)
+        return keys_in(iter(self), namespace)
 
     def size_of_namespace(self, namespace: N) -> int:
         return sum(m.size_of_namespace(namespace) for m in self._maps)

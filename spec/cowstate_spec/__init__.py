@@ -20,6 +20,9 @@ What the machines and the differential run check:
 - :mod:`cowstate_spec.invariants`: the structural checkers and snapshot fingerprints;
 - :mod:`cowstate_spec.contract`: what callers do with the states they get;
 - :mod:`cowstate_spec.keys`: keys with chosen hashes (collisions, long chains);
+- :mod:`cowstate_spec.hostile`: user code that raises (rule U): probe keys,
+  states whose copy raises, states too deep to copy, transform functions that
+  mutate then raise;
 - :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch.
 
 The differential run (``cowstate check``; Spark needs the ``spark`` extra):

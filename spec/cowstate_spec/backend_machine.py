@@ -30,6 +30,13 @@ must agree by type, not only by ``==``.
 Invariants: every state's live contents equal the model's, keys compared by
 type too; once no writer is pending, no copy-on-write map holds an open snapshot version (every map
 snapshot was released after success, failure or cancellation).
+
+``backend_machine_for(..., hostile=True)`` adds :class:`HostileUserCode`: an
+aggregating state whose aggregate function mutates the accumulator and then
+raises must give TransformFunctionError and keep the transform contract (rule
+U of ``cowstate.state_map``). It is not in the plain machine, whose
+derandomized examples (and the coverage measured on them) any new rule would
+change.
 """
 
 from __future__ import annotations
@@ -48,7 +55,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from cowstate.errors import CowStateError, SnapshotCancelledError
+from cowstate.descriptors import AggregatingStateDescriptor
+from cowstate.errors import CowStateError, SnapshotCancelledError, TransformFunctionError
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.state_table import StateTable
@@ -63,10 +71,11 @@ from cowstate_spec.backends import (
     restore_results,
 )
 from cowstate_spec.cmap_view import MAP_CLASSES, view_of
+from cowstate_spec.hostile import Trapped
 from cowstate_spec.keys import EQUAL_KEYS, typed_keys
 from cowstate_spec.machine import Outcome
 
-__all__ = ["BackendMachine", "backend_machine_for"]
+__all__ = ["BackendMachine", "HostileUserCode", "backend_machine_for"]
 
 MAX_PARALLELISM = 8
 WAIT = 60.0  # seconds a writer may take at most
@@ -435,12 +444,86 @@ class BackendMachine(RuleBasedStateMachine):
             self.backend.close()
 
 
+class AppendThenRaise:
+    """An aggregate function that appends each value to its accumulator, and
+    raises (:class:`~cowstate_spec.hostile.Trapped`) after appending a
+    negative one."""
+
+    def create_accumulator(self) -> list[int]:
+        return []
+
+    def add(self, value: int, accumulator: list[int]) -> list[int]:
+        accumulator.append(value)
+        if value < 0:
+            raise Trapped(f"aggregate function refuses {value} after appending it")
+        return accumulator
+
+    def get_result(self, accumulator: list[int]) -> list[int]:
+        return list(accumulator)
+
+    def merge(self, a: list[int], b: list[int]) -> list[int]:
+        return a + b
+
+    def __repr__(self) -> str:
+        return "AppendThenRaise()"
+
+
+HOSTILE = AggregatingStateDescriptor("hostile", aggregate_function=AppendThenRaise())
+
+
+class HostileUserCode(BackendMachine):
+    """The backend machine plus a state whose aggregate function mutates, then raises."""
+
+    def register(self) -> None:
+        super().register()
+        self.hostile = (self.backend.get_state(HOSTILE), self.model.get_state(HOSTILE))
+
+    @rule(value=st.integers(-3, 3))
+    def hostile_aggregating_add(self, value: int) -> None:
+        """``add(value)``; a negative value makes the function append it and
+        raise. TransformFunctionError, and the accumulator is the one before
+        plus the appended value exactly when the backend handed the function
+        the stored accumulator -- which it must on the heap with no writer
+        pending, and never on RocksDB. The model follows what happened."""
+        self.gate.tick()
+        impl_state, model_state = self.hostile
+        if value >= 0 or Outcome(lambda: self.backend.current_key).error is not None:
+            self.both(lambda b: (impl_state if b is self.backend else model_state).add(value))
+            return
+        at = (self.backend.current_key, self.backend.current_namespace)
+        before = copy.deepcopy(self.accumulator_at(at))
+        outcome = Outcome(lambda: impl_state.add(value))
+        assert isinstance(outcome.error, TransformFunctionError), f"add({value}) {outcome}"
+        assert isinstance(outcome.error.__cause__, Trapped)
+        after = self.accumulator_at(at)
+        kept = before is not None and after == [*before, value]
+        assert kept or after == before, f"add({value}): {before!r} became {after!r}"
+        if before is not None and not self.pending:
+            assert kept == self.implementation.mutations_persist, (
+                f"add({value}) with no writer pending: {before!r} became {after!r}"
+            )
+        if kept:  # the model's function mutates its stored accumulator too
+            model = Outcome(lambda: model_state.add(value))
+            assert isinstance(model.error, Trapped), f"model add({value}) {model}"
+        live = {(k, n): s for k, n, s in self.backend.entries(HOSTILE.name)}
+        expected = self.model.contents(HOSTILE.name)
+        assert live == expected, f"hostile: implementation {live!r}, model {expected!r}"
+
+    def accumulator_at(self, at: tuple[Any, Any]) -> Any:
+        return next((s for k, n, s in self.backend.entries(HOSTILE.name) if (k, n) == at), None)
+
+
 def backend_machine_for(
-    implementation: BackendImplementation, key_group_range: KeyGroupRange
+    implementation: BackendImplementation,
+    key_group_range: KeyGroupRange,
+    *,
+    hostile: bool = False,
 ) -> type[BackendMachine]:
-    """The backend machine class for ``implementation`` over ``key_group_range``."""
+    """The backend machine class for ``implementation`` over ``key_group_range``
+    (with :class:`HostileUserCode`'s rule if ``hostile``)."""
+    base = HostileUserCode if hostile else BackendMachine
     return type(
-        f"BackendMachine[{implementation.name}, {key_group_range!r}]",
-        (BackendMachine,),
+        f"{base.__name__}[{implementation.name}, {key_group_range!r}]",
+        (base,),
         {"implementation": implementation, "key_group_range": key_group_range},
     )

@@ -226,6 +226,28 @@ ITERATION_BUGS: list[Bug] = [
 ]
 
 
+# ------------------------------------------- hostile user code (rule U, issue 17)
+#: Bugs only hostile user code shows: the state machine with the rule of
+#: hostile user code (``machine_for(..., hostile=True)``) must catch each
+#: (``tests/test_user_code_errors.py``); the plain machine never could.
+USER_CODE_BUGS: list[Bug] = [
+    Bug(
+        "remove-and-get-old-copies-after-unmapping",
+        "remove_and_get_old",
+        "old = e.state",
+        "old = e.state; self._remove_entry(h, key, namespace)",
+        "rule U: a copy that raises after the mapping was removed loses the old state",
+    ),
+    Bug(
+        "lookup-lets-equality-error-escape",
+        "_find",
+        "except Exception as exc:  # rule U",
+        "except ArithmeticError as exc:  # rule U",
+        "rule U: a key's raising __eq__ must come out as KeyComparisonError",
+    ),
+]
+
+
 def broken_class(bug: Bug) -> type[Any]:
     """``bug.cls`` with ``bug`` applied to one method."""
     source = textwrap.dedent(inspect.getsource(getattr(bug.cls, bug.method)))

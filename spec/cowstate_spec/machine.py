@@ -12,6 +12,16 @@ contract (DESIGN.md section 3) is in the rules and the invariants:
 - bad input (``None`` states, unhashable keys, failing transform functions)
   raises a ``cowstate.errors`` exception exactly when the model refuses it,
   and changes nothing;
+- with ``machine_for(..., hostile=True)`` (:class:`HostileUserCode`), hostile
+  user code (rule U of ``cowstate.state_map``, the objects of
+  :mod:`cowstate_spec.hostile`) -- a probe key or namespace whose ``__hash__``
+  or ``__eq__`` raises, a stored state whose ``__deepcopy__`` raises while
+  armed, a state nested deeper than a deep copy can go, a transform function
+  that mutates its argument and then raises -- raises the documented error
+  chained from the cause, and the contents equal the model's afterwards
+  (for the transform: plus the function's in-place change exactly when the
+  implementation handed it the stored object, which it must when no snapshot
+  is open and its mutations persist);
 - the implementation's structural checker holds after every step.
 
 Where an implementation legitimately departs from this (its
@@ -63,23 +73,71 @@ from hypothesis.stateful import (
     rule,
 )
 
-from cowstate.errors import ConcurrentModificationError, CowStateError
+from cowstate.errors import (
+    ConcurrentModificationError,
+    CowStateError,
+    KeyComparisonError,
+    KeyHashError,
+    StateCopyError,
+    StateTooDeepError,
+    TransformFunctionError,
+)
+from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model import ReferenceStateMap
 from cowstate_spec import contract as c
 from cowstate_spec import coverage as cov
 from cowstate_spec import strategies as s
 from cowstate_spec.cmap_view import MAP_CLASSES
 from cowstate_spec.contract import snapshot_contents
+from cowstate_spec.hostile import (
+    CopyTrapList,
+    MutateThenRaise,
+    TrapKey,
+    Trapped,
+    armed,
+    deep_state,
+)
 from cowstate_spec.implementations import Implementation
 from cowstate_spec.keys import typed_keys
 
-__all__ = ["StateMapMachine", "StateTableMachine", "machine_for", "snapshot_contents"]
+__all__ = [
+    "HostileUserCode",
+    "StateMapMachine",
+    "StateTableMachine",
+    "machine_for",
+    "snapshot_contents",
+]
 
 
 #: Operations on one mapping: each performs a rehash step (invariant 9).
 KEYED_OPERATIONS = frozenset(
     {"get", "contains_key", "put", "put_and_get_old", "remove", "remove_and_get_old", "transform"}
 )
+
+#: The keyed operations' arguments after ``(key, namespace)``, for the rules of
+#: hostile user code.
+HOSTILE_CALLS: dict[str, tuple[Any, ...]] = {
+    "get": (),
+    "contains_key": (),
+    "put": ([7],),
+    "put_and_get_old": ([7],),
+    "remove": (),
+    "remove_and_get_old": (),
+    "transform": (7, c.add_or_append),
+}
+#: The operation that hands out a stored state (rule S copies it first) in
+#: place of each keyed operation, for the cases about copies.
+HANDING_OUT = {
+    "get": "get",
+    "contains_key": "get",
+    "put": "put_and_get_old",
+    "put_and_get_old": "put_and_get_old",
+    "remove": "remove_and_get_old",
+    "remove_and_get_old": "remove_and_get_old",
+    "transform": "transform",
+}
+#: The cases of ``hostile_user_code`` (its ``hostile_<case>`` methods).
+HOSTILE_CASES = ("key_hash", "key_equality", "transform", "state_copy", "deep_state")
 
 
 #: ``grow_into_a_rehash`` stops at this many mappings: rehashes of 4, 8 and 16
@@ -428,6 +486,156 @@ class StateMapMachine(RuleBasedStateMachine):
         self.both("put", *args, 1)
         self.both("get", *args)
 
+    # ----------------------------------------- hostile user code (rule U)
+
+    def user_code_target(self, kn: tuple[Any, Any]) -> dict[str, Any] | None:
+        """The keyword arguments that address ``kn`` with a probe in place of its
+        key (a table's: the key's own key group), or None where the rules of
+        hostile user code do not apply (the reference model)."""
+        return {} if isinstance(self.impl, MAP_CLASSES) else None
+
+    def compares_keys(self) -> bool:
+        """Whether the implementation compares keys with ``__eq__`` (not RocksDB's bytes)."""
+        return isinstance(self.impl, MAP_CLASSES)
+
+    def copies_shared_states(self) -> bool:
+        """Whether rule S copies a state a snapshot holds before handing it out
+        (the nested table copies every state at ``snapshot()`` instead)."""
+        return isinstance(self.impl, MAP_CLASSES)
+
+    def mapped(self, kn: tuple[Any, Any], **kwargs: Any) -> bool:
+        return Outcome(lambda: self.model.contains_key(*kn, **kwargs)).value is True
+
+    def peek(self, kn: tuple[Any, Any]) -> Any:
+        """The state the implementation maps ``kn`` to (None: absent), read by
+        iterating: no rule S copy, the stored object itself."""
+        key, namespace = kn  # HashKeys of one value but other hashes are ==: hash first
+        h = (hash(key), hash(namespace))
+        return next(
+            (
+                state
+                for k, n, state in self.impl
+                if (hash(k), hash(n)) == h and k == key and n == namespace
+            ),
+            None,
+        )
+
+    def refused(
+        self, call: Callable[[], Any], error: type[Exception], cause: type[BaseException]
+    ) -> None:
+        """``call`` raises ``error`` chained from a ``cause``; the contents are the model's."""
+        outcome = Outcome(call)
+        assert isinstance(outcome.error, error) and isinstance(outcome.error.__cause__, cause), (
+            f"{outcome}, expected {error.__name__} from {cause.__name__}"
+        )
+        self.contents_agree()
+
+    def contents_agree(self) -> None:
+        impl, model = snapshot_contents(self.impl), snapshot_contents(self.model)
+        assert impl == model, f"contents: implementation {impl!r}, model {model!r}"
+
+    def hostile_key_hash(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """A probe whose ``__hash__`` raises: KeyHashError."""
+        probe = TrapKey("probe", 0, 0, "hash")
+        args = (probe, kn[1]) if as_key else (kn[0], probe)
+        call = functools.partial(getattr(self.impl, op), *args, *HOSTILE_CALLS[op], **kwargs)
+        self.refused(call, KeyHashError, Trapped)
+
+    def hostile_key_equality(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """A probe hashing as a mapped key (or namespace): the implementation
+        must compare it with that one, and the comparison raises."""
+        if not self.compares_keys() or not self.mapped(kn, **kwargs):
+            return
+        key, namespace = kn
+        if as_key:
+            key = TrapKey("probe", 0, hash(key), "eq")
+        else:
+            namespace = TrapKey("probe", 0, hash(namespace), "eq")
+        call = functools.partial(
+            getattr(self.impl, op), key, namespace, *HOSTILE_CALLS[op], **kwargs
+        )
+        self.refused(call, KeyComparisonError, Trapped)
+
+    def hostile_transform(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """The transform contract: TransformFunctionError, the same state object
+        mapped, the function's in-place change kept exactly when it was given
+        the stored object (which it must be when no snapshot is open)."""
+        had = self.mapped(kn, **kwargs)
+        before = self.peek(kn)
+        fn = MutateThenRaise()
+        outcome = Outcome(lambda: self.impl.transform(*kn, value, fn, **kwargs))
+        assert isinstance(outcome.error, TransformFunctionError), (
+            f"transform{kn!r} with a function that mutates then raises {outcome}"
+        )
+        assert fn.called and isinstance(outcome.error.__cause__, Trapped)
+        after = self.peek(kn)
+        if not had:
+            assert fn.received is None and after is None, f"{kn!r} was absent: {after!r}"
+            return
+        if self.implementation.capabilities.mutations_persist:
+            assert after is before, f"{kn!r} maps another state object after a failed transform"
+            if not self.open:
+                assert fn.received is before, "no snapshot open: transform must hand out the state"
+        if fn.received is after:  # the stored object was changed in place: the model follows
+            c.mutate_in_place(self.model.get(*kn, **kwargs), value)
+        self.contents_agree()
+
+    def hostile_state_copy(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """A stored state whose deep copy raises (armed): rule S's copy (or the
+        nested table's snapshot) raises StateCopyError and changes nothing.
+        The state stays mapped and copies normally afterwards."""
+        if not self.implementation.capabilities.snapshots or len(self.open) >= 4:
+            return
+        self.put_checked(kn, CopyTrapList([value]), **kwargs)
+        if self.copies_shared_states():
+            self.snapshot()
+            op = HANDING_OUT[op]
+            call = functools.partial(getattr(self.impl, op), *kn, *HOSTILE_CALLS[op], **kwargs)
+        else:
+            call = self.impl.snapshot
+        with armed():
+            self.refused(call, StateCopyError, Trapped)
+
+    def hostile_deep_state(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """A state nested deeper than a deep copy can go: storing and removing it
+        work; copying it (rule S, the nested table's snapshot) raises
+        StateTooDeepError (a RecursionError) and changes nothing. The deep
+        state is the implementation's only, so the rule puts back what it
+        replaced before it ends."""
+        if not self.implementation.capabilities.snapshots:
+            return
+        had = self.mapped(kn, **kwargs)
+        old = copy.deepcopy(self.model.get(*kn, **kwargs)) if had else None
+        deep = deep_state()
+        self.impl.put(*kn, deep, **kwargs)
+        if self.copies_shared_states():
+            op = HANDING_OUT[op]
+            snapshot = self.impl.snapshot()
+            outcome = Outcome(lambda: getattr(self.impl, op)(*kn, *HOSTILE_CALLS[op], **kwargs))
+            snapshot.release()
+            assert isinstance(outcome.error, StateTooDeepError), f"{op}{kn!r} {outcome}"
+            assert self.peek(kn) is deep, f"{op}{kn!r} unmapped or replaced a deep state"
+        else:
+            outcome = Outcome(self.impl.snapshot)
+        assert isinstance(outcome.error, StateTooDeepError), f"snapshot() {outcome}"
+        assert isinstance(outcome.error, RecursionError)
+        assert isinstance(outcome.error.__cause__, RecursionError)
+        if had:
+            self.impl.put(*kn, old, **kwargs)
+        else:
+            self.impl.remove(*kn, **kwargs)
+        self.contents_agree()
+
     # ------------------------------------------------------------ invariants
 
     @invariant()
@@ -529,6 +737,19 @@ class StateTableMachine(StateMapMachine):
         model.release()
         assert impl.is_released
 
+    def user_code_target(self, kn: tuple[Any, Any]) -> dict[str, Any] | None:
+        """A table routes a probe to the map of ``kn``'s own key group."""
+        key_group = self.own_key_group(kn[0])
+        if key_group is None or key_group not in self.model.key_groups:
+            return None
+        return {"key_group": key_group}
+
+    def compares_keys(self) -> bool:
+        return isinstance(self.impl, StateTable)  # RocksDB compares bytes
+
+    def copies_shared_states(self) -> bool:
+        return isinstance(self.impl, CopyOnWriteStateTable)
+
     def map_of(self, key: Any, key_group: int | None = None) -> Any:
         key_group = self.own_key_group(key) if key_group is None else key_group
         if key_group is None or key_group not in self.model.key_groups:
@@ -580,9 +801,45 @@ class StateTableMachine(StateMapMachine):
             self.compare_snapshot(impl, model)
 
 
-def machine_for(implementation: Implementation) -> type[StateMapMachine]:
-    """The state machine class that checks ``implementation``."""
-    base = StateTableMachine if implementation.table else StateMapMachine
-    return type(
-        f"{base.__name__}[{implementation.name}]", (base,), {"implementation": implementation}
+class HostileUserCode(StateMapMachine):
+    """The rule of hostile user code, mixed into a map or table machine by
+    ``machine_for(..., hostile=True)``.
+
+    It is not in the plain machines on purpose: adding any rule (even one
+    that does nothing) changes every derandomized ``ci`` example, and the rare
+    paths ``tests/test_coverage_events.py`` holds to thresholds were measured
+    on the plain rule set. ``tests/test_user_code_errors.py`` runs the machine
+    with this rule over every implementation; the ``hostile_*`` cases it
+    dispatches to live in :class:`StateMapMachine`.
+    """
+
+    @rule(
+        case=st.sampled_from(HOSTILE_CASES),
+        kn=StateMapMachine.any_key,
+        op=st.sampled_from(sorted(HOSTILE_CALLS)),
+        as_key=st.booleans(),
+        value=st.integers(0, 9),
     )
+    def hostile_user_code(
+        self, case: str, kn: tuple[Any, Any], op: str, as_key: bool, value: int
+    ) -> None:
+        """One rule for every case of hostile user code (one rule, not five, so
+        the other rules' rare paths keep their share of the steps): ``case``
+        names the method below; ``op`` is the keyed operation it calls (the
+        copy cases use the operation that hands a state out instead:
+        contains_key, put and remove stand for get, put_and_get_old and
+        remove_and_get_old); ``as_key`` puts a probe in the key's place, else
+        in the namespace's; ``value`` is the state the copy cases store."""
+        kwargs = self.user_code_target(kn)
+        if kwargs is None:
+            return
+        getattr(self, f"hostile_{case}")(kn, op, as_key, value, kwargs)
+
+
+def machine_for(implementation: Implementation, *, hostile: bool = False) -> type[StateMapMachine]:
+    """The state machine class that checks ``implementation`` (with the rule of
+    hostile user code, :class:`HostileUserCode`, if ``hostile``)."""
+    base: type[StateMapMachine] = StateTableMachine if implementation.table else StateMapMachine
+    bases: tuple[type[StateMapMachine], ...] = (HostileUserCode, base) if hostile else (base,)
+    name = f"{'Hostile' if hostile else ''}{base.__name__}[{implementation.name}]"
+    return type(name, bases, {"implementation": implementation})
