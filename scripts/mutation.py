@@ -155,6 +155,7 @@ SCOPES = {
             "test_rocksdb_table.py",
             "test_rocksdb_iterator_status.py",
             "test_storage_machine_reduced.py",
+            "test_mutation_survivors_checkpoint.py",
         ),
     ),
 }

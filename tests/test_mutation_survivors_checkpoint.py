@@ -1,0 +1,65 @@
+"""Tests that kill mutants of the ``checkpoint`` mutation scope the other
+killer tests let through (``make mutate SCOPE=checkpoint``).
+
+Each test is named after what it pins; the mutants it was written for are
+named in its comment. They are part of the scope's killers
+(``scripts/mutation.py``) and of the normal suite.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from cowstate.checkpoint.paths import shared_path
+from cowstate.checkpoint.registry import SharedStateRegistry
+from cowstate.errors import UnsafePathError
+
+# ------------------------------------------------------------------ registry
+
+
+def test_users_names_every_retained_checkpoint_that_uses_a_path() -> None:
+    # registry.users__mutmut_1..5: no caller in the library runs users().
+    registry = SharedStateRegistry()
+    registry.register(1, ["job/shared/a", "job/shared/b"])
+    registry.register(2, ["job/shared/b"])
+    assert registry.users("job/shared/a") == frozenset({1})
+    assert registry.users("job/shared/b") == frozenset({1, 2})
+    assert registry.users("job/shared/unknown") == frozenset()
+    assert isinstance(registry.users("job/shared/unknown"), frozenset)
+    assert registry.unregister(1) == ["job/shared/a"]
+    assert registry.users("job/shared/a") == frozenset()
+    assert registry.users("job/shared/b") == frozenset({2})
+
+
+def test_unregister_forgets_the_checkpoint() -> None:
+    # registry.unregister__mutmut_1 (discard(None)): the registry kept listing a
+    # subsumed checkpoint, and refused to register its id again.
+    registry = SharedStateRegistry()
+    registry.register(1, ["job/shared/a"])
+    registry.register(2, ["job/shared/a"])
+    assert registry.unregister(1) == []
+    assert registry.checkpoints == frozenset({2})
+    registry.register(1, ["job/shared/b"])
+    assert registry.checkpoints == frozenset({1, 2})
+
+
+def test_registry_repr_counts_files_and_lists_checkpoints() -> None:
+    # registry.__repr____mutmut_1
+    registry = SharedStateRegistry()
+    registry.register(2, ["j/shared/x", "j/shared/y"])
+    registry.register(1, ["j/shared/y"])
+    assert repr(registry) == "<SharedStateRegistry 2 files, checkpoints [1, 2]>"
+
+
+# --------------------------------------------------------------------- paths
+
+
+def test_shared_path_is_job_shared_name() -> None:
+    # paths.x_shared_path__mutmut_1: no killer test built a shared path by name.
+    assert shared_path("job-1", "a.sst") == "job-1/shared/a.sst"
+
+
+@pytest.mark.parametrize(("job_id", "name"), [("..", "a.sst"), ("job", "../a"), ("job", "")])
+def test_shared_path_refuses_an_unsafe_job_or_name(job_id: str, name: str) -> None:
+    with pytest.raises(UnsafePathError, match="expected"):
+        shared_path(job_id, name)
