@@ -379,7 +379,7 @@ def report(
             killed = counts["killed"] + counts["timeout"] + counts["segfault"]
             run = len(statuses) - len(eq) - len(not_run)
             rate = killed / run if run else 1.0
-            complete = not not_run and bool(statuses)
+            complete = not not_run
             ok = ok and rate >= target and complete
             survivors += survived
             shown = f"{rate:.1%}" if run else "-"

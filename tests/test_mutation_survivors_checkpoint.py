@@ -43,6 +43,19 @@ def test_unregister_forgets_the_checkpoint() -> None:
     assert registry.checkpoints == frozenset({1, 2})
 
 
+def test_unregister_returns_owned_unused_paths_and_never_disowned_ones() -> None:
+    # registry.unregister__mutmut_7 (`path in self._not_owned`): deleted the files
+    # of a NO_CLAIM snapshot and leaked the job's own; the reduced storage
+    # machine did not subsume a checkpoint holding both within its examples.
+    registry = SharedStateRegistry()
+    registry.register(1, ["job/shared/own", "old/shared/theirs"])
+    registry.disown(["old/shared/theirs"])
+    assert not registry.is_owned("old/shared/theirs")
+    assert registry.is_owned("job/shared/own")
+    assert registry.unregister(1) == ["job/shared/own"]
+    assert registry.paths == frozenset()
+
+
 def test_registry_repr_counts_files_and_lists_checkpoints() -> None:
     # registry.__repr____mutmut_1
     registry = SharedStateRegistry()
