@@ -283,6 +283,11 @@ def refresh_tests(scope: str) -> None:
         else:
             shutil.copy(source, tests / name)
     shutil.copy(TIMEOUTS, stage_dir / "conftest.py")
+    # Statistics without the function -> tests map (seen after an interrupted
+    # run) would make mutmut report every mutant as "no tests": collect again.
+    stats = stage_dir / "mutants" / "mutmut-stats.json"
+    if stats.exists() and not json.loads(stats.read_text()).get("tests_by_mangled_function_name"):
+        stats.unlink()
 
 
 def run_mutmut(scope: str, max_children: int, only: list[str]) -> float:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import pytest
 
+from cowstate.checkpoint import sealed
 from cowstate.checkpoint.paths import shared_path
 from cowstate.checkpoint.registry import SharedStateRegistry
-from cowstate.errors import UnsafePathError
+from cowstate.errors import MetadataChecksumError, UnsafePathError
 
 # ------------------------------------------------------------------ registry
 
@@ -76,3 +77,29 @@ def test_shared_path_is_job_shared_name() -> None:
 def test_shared_path_refuses_an_unsafe_job_or_name(job_id: str, name: str) -> None:
     with pytest.raises(UnsafePathError, match="expected"):
         shared_path(job_id, name)
+
+
+# -------------------------------------------------------------------- sealed
+
+
+def test_unseal_accepts_a_document_of_exactly_the_maximum_size(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # sealed.unseal__mutmut_1 (`len(data) >= MAX_DOCUMENT_SIZE`): refused a
+    # document at the limit. The limit is lowered so the document stays small.
+    document = sealed.seal("metadata", 1, b'{"a": 1}')
+    monkeypatch.setattr(sealed, "MAX_DOCUMENT_SIZE", len(document))
+    assert sealed.unseal(document, "metadata", 1, "_metadata") == b'{"a": 1}\n'
+
+
+def test_unseal_refuses_a_document_over_the_maximum_size_saying_both_sizes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # sealed.unseal__mutmut_2: the message of the size check was None.
+    document = sealed.seal("metadata", 1, b'{"a": 1}')
+    monkeypatch.setattr(sealed, "MAX_DOCUMENT_SIZE", len(document) - 1)
+    with pytest.raises(MetadataChecksumError) as caught:
+        sealed.unseal(document, "metadata", 1, "_metadata")
+    assert str(caught.value) == (
+        f"expected _metadata of at most {len(document) - 1} bytes, got {len(document)}"
+    )
