@@ -103,3 +103,24 @@ def test_unseal_refuses_a_document_over_the_maximum_size_saying_both_sizes(
     assert str(caught.value) == (
         f"expected _metadata of at most {len(document) - 1} bytes, got {len(document)}"
     )
+
+
+def test_a_sealed_empty_body_unseals() -> None:
+    # sealed.unseal__mutmut_13 (`rfind(b"\n", 1, ...)`): with an empty body the
+    # seal line follows a newline at offset 0, which a search from 1 misses.
+    document = sealed.seal("metadata", 1, b"")
+    assert document.startswith(b"\n#cowstate metadata v1 sha256=")
+    assert sealed.unseal(document, "metadata", 1, "_metadata") == b"\n"
+
+
+def test_a_line_after_the_seal_is_refused_showing_that_line() -> None:
+    # sealed.unseal__mutmut_15 (`rfind(..., len(data) - 2)`): took the seal line
+    # for the last line and showed it; unseal__mutmut_23: showed None.
+    document = sealed.seal("metadata", 1, b'{"a": 1}') + b"\n"
+    with pytest.raises(MetadataChecksumError) as caught:
+        sealed.unseal(document, "metadata", 1, "_metadata")
+    assert str(caught.value) == (
+        "expected _metadata to end with its seal line '#cowstate metadata v1 sha256=...', "
+        f"got b'\\n' ({len(document)} bytes): the file is torn, truncated or not a cowstate "
+        "document"
+    )
