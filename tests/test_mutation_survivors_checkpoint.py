@@ -124,3 +124,14 @@ def test_a_line_after_the_seal_is_refused_showing_that_line() -> None:
         f"got b'\\n' ({len(document)} bytes): the file is torn, truncated or not a cowstate "
         "document"
     )
+
+
+def test_a_document_without_a_seal_line_shows_80_bytes_of_its_last_line() -> None:
+    # sealed.unseal__mutmut_24 (`[:81]`); __mutmut_26/27 changed the message's end.
+    document = b"y" * 200
+    with pytest.raises(MetadataChecksumError) as caught:
+        sealed.unseal(document, "restore", 2, "_restore")
+    assert str(caught.value) == (
+        "expected _restore to end with its seal line '#cowstate restore v2 sha256=...', "
+        f"got {b'y' * 80!r} (200 bytes): the file is torn, truncated or not a cowstate document"
+    )
