@@ -224,12 +224,20 @@ def main(argv: list[str] | None = None) -> int:
         help="cap of the per-test wall-clock timeout in seconds (default 300)",
     )
     parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run each survivor of the scopes against tests/test_mutation_survivors_<scope>.py",
+    )
+    parser.add_argument(
         "--report-only",
         action="store_true",
         help="report the staged scopes in build/mutation without running mutmut",
     )
     args = parser.parse_args(argv)
-    if not args.report_only:
+    if args.recheck:
+        for scope in args.scope or ["core"]:
+            recheck(scope)
+    elif not args.report_only:
         for scope in args.scope or ["core"]:
             if args.resume and (BUILD / scope / "pyproject.toml").exists():
                 refresh_tests(scope)
@@ -333,6 +341,47 @@ def equivalent_mutants() -> dict[str, str]:
     return out
 
 
+def recheck(scope: str) -> None:
+    """Run every surviving mutant of ``scope`` against the scope's survivor tests.
+
+    mutmut ran each mutant against every killer test that reaches it; a
+    survivor killed afterwards by a new test in
+    ``tests/test_mutation_survivors_<scope>.py`` is recorded as killed in
+    ``build/mutation/<scope>/rechecked.json`` (the report applies it), without
+    running the whole killer suite again. The test file runs first with no
+    mutant active and must pass, or nothing is recorded.
+    """
+    tests = ROOT / "tests" / f"test_mutation_survivors_{scope}.py"
+    mutants = BUILD / scope / "mutants"
+    env = dict(
+        os.environ,
+        COWSTATE_PROFILE="mutation",
+        PYTHONHASHSEED="0",
+        PYTHONPATH=os.pathsep.join([str(mutants / "src"), str(ROOT / "model"), str(ROOT / "spec")]),
+    )
+    env.pop("CI", None)
+
+    def run(mutant: str) -> int:
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        return subprocess.run(
+            [*command, str(tests)],
+            cwd=ROOT,
+            env=dict(env, MUTANT_UNDER_TEST=mutant),
+            capture_output=True,
+        ).returncode
+
+    if run("") != 0:
+        raise SystemExit(f"{tests.name} fails with no mutant active: nothing rechecked")
+    path = BUILD / scope / "rechecked.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    for statuses in collect().get(scope, {}).values():
+        for name, status in statuses.items():
+            if status in ("survived", "no tests") and done.get(name) != "killed":
+                done[name] = "killed" if run(name) != 0 else "survived"
+                print(f"{done[name]:8s} {name}")
+    path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
+
+
 def collect() -> dict[str, dict[str, dict[str, str]]]:
     """scope -> module -> mutant name -> status, from mutmut's .meta files of the staged scopes."""
     out: dict[str, dict[str, dict[str, str]]] = {}
@@ -341,13 +390,17 @@ def collect() -> dict[str, dict[str, dict[str, str]]]:
         if not config.exists():
             continue
         staged = tomllib.loads(config.read_text())
+        rechecked_path = BUILD / scope / "rechecked.json"
+        rechecked = json.loads(rechecked_path.read_text()) if rechecked_path.exists() else {}
         out[scope] = {}
         for path in staged["tool"]["mutmut"]["only_mutate"]:
             meta = BUILD / scope / "mutants" / f"{path}.meta"
             data = json.loads(meta.read_text()) if meta.exists() else {}
             module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
             out[scope][module] = {
-                name: STATUS.get(code, "suspicious")
+                name: "killed"
+                if rechecked.get(name) == "killed"
+                else STATUS.get(code, "suspicious")
                 for name, code in data.get("exit_code_by_key", {}).items()
             }
     return out

@@ -8,6 +8,8 @@ named in its comment. They are part of the scope's killers
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from cowstate.checkpoint import sealed
@@ -134,4 +136,18 @@ def test_a_document_without_a_seal_line_shows_80_bytes_of_its_last_line() -> Non
     assert str(caught.value) == (
         "expected _restore to end with its seal line '#cowstate restore v2 sha256=...', "
         f"got {b'y' * 80!r} (200 bytes): the file is torn, truncated or not a cowstate document"
+    )
+
+
+def test_a_checksum_mismatch_names_16_hex_digits_of_both_digests() -> None:
+    # sealed.unseal__mutmut_40/41: 17 digits of the expected / actual digest.
+    document = sealed.seal("metadata", 1, b'{"a": 1}')
+    edited = document.replace(b'{"a": 1}', b'{"a": 2}')
+    expected = document.rsplit(b"sha256=", 1)[1][:16].decode()
+    actual = hashlib.sha256(b'{"a": 2}\n').hexdigest()[:16]
+    with pytest.raises(MetadataChecksumError) as caught:
+        sealed.unseal(edited, "metadata", 1, "_metadata")
+    assert str(caught.value) == (
+        f"expected _metadata to match its SHA-256 {expected}..., got {actual}...: "
+        "the file is corrupt or was edited"
     )
