@@ -46,7 +46,10 @@ registry.*'``, fnmatch patterns, repeatable; those are run again even if they
 have a result), and ``--resume`` keeps the staged scope and mutmut's results
 (refreshing the killer tests), so a stopped run continues where it stopped
 and survivors are checked again after new tests. Each run's wall time is
-added to ``build/mutation/<scope>/runs.json``.
+added to ``build/mutation/<scope>/runs.json``. ``--recheck`` runs each
+survivor against ``tests/test_mutation_survivors_<scope>.py`` only (after a
+control run with no mutant active) and records the ones it kills in
+``build/mutation/<scope>/rechecked.json``; the report counts them as killed.
 
 The report (``build/mutation/report.md`` and ``.json``, also printed) covers
 every staged scope: per module, mutants generated, killed, timed out,
@@ -57,7 +60,7 @@ equivalent. Exit status 1 when a module misses the target or was not run to
 the end.
 
     python scripts/mutation.py [--scope core] [--scope tables] [--scope checkpoint]
-                               [--only GLOB ...] [--resume] [--max-children N]
+                               [--only GLOB ...] [--resume] [--recheck] [--max-children N]
                                [--timeout SECONDS] [--target 0.97] [--report-only]
 """
 
