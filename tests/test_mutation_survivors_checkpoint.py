@@ -11,11 +11,12 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from pydantic import BaseModel
 
 from cowstate.checkpoint import sealed
 from cowstate.checkpoint.paths import shared_path
 from cowstate.checkpoint.registry import SharedStateRegistry
-from cowstate.errors import MetadataChecksumError, UnsafePathError
+from cowstate.errors import CorruptCheckpointError, MetadataChecksumError, UnsafePathError
 
 # ------------------------------------------------------------------ registry
 
@@ -150,4 +151,41 @@ def test_a_checksum_mismatch_names_16_hex_digits_of_both_digests() -> None:
     assert str(caught.value) == (
         f"expected _metadata to match its SHA-256 {expected}..., got {actual}...: "
         "the file is corrupt or was edited"
+    )
+
+
+class _Six(BaseModel):
+    a: int
+    b: int
+    c: int
+    d: int
+    e: int
+    f: int
+
+
+def test_unseal_model_names_the_file_of_a_torn_document() -> None:
+    # sealed.unseal_model__mutmut_5: passed None as the file's name.
+    with pytest.raises(MetadataChecksumError, match=r"^expected _savepoint to end with"):
+        sealed.unseal_model(b"torn", "savepoint", 1, _Six, "a savepoint", "_savepoint")
+
+
+def test_unseal_model_lists_the_first_five_problems_by_field() -> None:
+    # sealed.unseal_model__mutmut_11/12: the problems became None.
+    body = b'{"a": "x", "b": "x", "c": "x", "d": "x", "e": "x", "f": "x"}'
+    document = sealed.seal("metadata", 1, body)
+    with pytest.raises(CorruptCheckpointError) as caught:
+        sealed.unseal_model(document, "metadata", 1, _Six, "checkpoint metadata", "_metadata")
+    message = str(caught.value)
+    assert message.startswith("expected checkpoint metadata in _metadata, got: a: Input should")
+    problems = message.split("got: ", 1)[1].split("; ")
+    assert [p.split(":")[0] for p in problems] == ["a", "b", "c", "d", "e"]
+    assert all("valid integer" in p for p in problems)
+
+
+def test_unseal_model_calls_a_problem_of_the_whole_body_document() -> None:
+    document = sealed.seal("metadata", 1, b"[1]")
+    with pytest.raises(CorruptCheckpointError) as caught:
+        sealed.unseal_model(document, "metadata", 1, _Six, "checkpoint metadata", "_metadata")
+    assert str(caught.value).startswith(
+        "expected checkpoint metadata in _metadata, got: document: "
     )
