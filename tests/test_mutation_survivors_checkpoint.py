@@ -189,3 +189,15 @@ def test_unseal_model_calls_a_problem_of_the_whole_body_document() -> None:
     assert str(caught.value).startswith(
         "expected checkpoint metadata in _metadata, got: document: "
     )
+
+
+class _Nested(BaseModel):
+    xs: list[int]
+
+
+def test_unseal_model_joins_a_nested_location_with_dots() -> None:
+    # sealed.unseal_model__mutmut_16: joined the location with 'XX.XX'.
+    document = sealed.seal("metadata", 1, b'{"xs": [1, "q"]}')
+    with pytest.raises(CorruptCheckpointError) as caught:
+        sealed.unseal_model(document, "metadata", 1, _Nested, "checkpoint metadata", "_metadata")
+    assert str(caught.value).startswith("expected checkpoint metadata in _metadata, got: xs.1: ")
