@@ -246,8 +246,11 @@ def main(argv: list[str] | None = None) -> int:
                 refresh_tests(scope)
             else:
                 stage(scope, args.timeout)
-            elapsed = run_mutmut(scope, args.max_children, args.only)
-            record_run(scope, args.only, elapsed)
+            started = time.monotonic()
+            try:
+                run_mutmut(scope, args.max_children, args.only)
+            finally:  # a stopped run's time counts too: its results stay
+                record_run(scope, args.only, time.monotonic() - started)
     text, summary, ok = report(collect(), run_times(), args.target)
     BUILD.mkdir(parents=True, exist_ok=True)
     (BUILD / "report.md").write_text(text + "\n")
@@ -301,18 +304,16 @@ def refresh_tests(scope: str) -> None:
         stats.unlink()
 
 
-def run_mutmut(scope: str, max_children: int, only: list[str]) -> float:
+def run_mutmut(scope: str, max_children: int, only: list[str]) -> None:
     env = dict(os.environ, COWSTATE_PROFILE="mutation", PYTHONHASHSEED="0")
     env.pop("CI", None)
     mutmut = Path(sys.executable).with_name("mutmut")
-    started = time.monotonic()
     subprocess.run(
         [str(mutmut), "run", "--max-children", str(max_children), *only],
         cwd=BUILD / scope,
         env=env,
         check=True,
     )
-    return time.monotonic() - started
 
 
 def record_run(scope: str, only: list[str], elapsed: float) -> None:
