@@ -47,7 +47,8 @@ have a result), and ``--resume`` keeps the staged scope and mutmut's results
 (refreshing the killer tests), so a stopped run continues where it stopped
 and survivors are checked again after new tests. Each run's wall time is
 added to ``build/mutation/<scope>/runs.json``. ``--recheck`` runs each
-survivor against ``tests/test_mutation_survivors_<scope>.py`` only (after a
+survivor (with ``--only``: each matching mutant not killed yet) against
+``tests/test_mutation_survivors_<scope>.py`` only (after a
 control run with no mutant active) and records the ones it kills in
 ``build/mutation/<scope>/rechecked.json``; the report counts them as killed.
 
@@ -67,6 +68,7 @@ the end.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.recheck:
         for scope in args.scope or ["core"]:
-            recheck(scope)
+            recheck(scope, args.only)
     elif not args.report_only:
         for scope in args.scope or ["core"]:
             if args.resume and (BUILD / scope / "pyproject.toml").exists():
@@ -345,8 +347,10 @@ def equivalent_mutants() -> dict[str, str]:
     return out
 
 
-def recheck(scope: str) -> None:
-    """Run every surviving mutant of ``scope`` against the scope's survivor tests.
+def recheck(scope: str, only: list[str]) -> None:
+    """Run every surviving mutant of ``scope`` (with ``only``: every one
+    matching ``only`` not killed yet, not-run ones included) against the
+    scope's survivor tests.
 
     mutmut ran each mutant against every killer test that reaches it; a
     survivor killed afterwards by a new test in
@@ -380,9 +384,14 @@ def recheck(scope: str) -> None:
     done = json.loads(path.read_text()) if path.exists() else {}
     for statuses in collect().get(scope, {}).values():
         for name, status in statuses.items():
-            if status in ("survived", "no tests") and done.get(name) != "killed":
-                done[name] = "killed" if run(name) != 0 else "survived"
-                print(f"{done[name]:8s} {name}")
+            wanted = ("survived", "no tests") + (("not checked",) if only else ())
+            if only and not any(fnmatch.fnmatchcase(name, glob) for glob in only):
+                continue
+            if status in wanted and done.get(name) != "killed":
+                killed = run(name) != 0
+                if killed or status != "not checked":  # one not killed stays "not run"
+                    done[name] = "killed" if killed else "survived"
+                    print(f"{done[name]:8s} {name}")
     path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
 
 

@@ -16,7 +16,12 @@ from pydantic import BaseModel
 from cowstate.checkpoint import sealed
 from cowstate.checkpoint.paths import shared_path
 from cowstate.checkpoint.registry import SharedStateRegistry
-from cowstate.errors import CorruptCheckpointError, MetadataChecksumError, UnsafePathError
+from cowstate.errors import (
+    CorruptCheckpointError,
+    InvalidArgumentError,
+    MetadataChecksumError,
+    UnsafePathError,
+)
 
 # ------------------------------------------------------------------ registry
 
@@ -58,6 +63,19 @@ def test_unregister_returns_owned_unused_paths_and_never_disowned_ones() -> None
     assert registry.is_owned("job/shared/own")
     assert registry.unregister(1) == ["job/shared/own"]
     assert registry.paths == frozenset()
+
+
+def test_registering_a_checkpoint_twice_is_refused_and_changes_nothing() -> None:
+    # registry.register__mutmut_2 (message None), __mutmut_3 (`add(None)`: the
+    # registry never knew which checkpoints it had, so it took the id twice).
+    registry = SharedStateRegistry()
+    registry.register(3, ["job/shared/a"])
+    assert registry.checkpoints == frozenset({3})
+    with pytest.raises(InvalidArgumentError) as caught:
+        registry.register(3, ["job/shared/b"])
+    assert str(caught.value) == "expected checkpoint 3 to be registered once, it already is"
+    assert registry.paths == frozenset({"job/shared/a"})
+    assert registry.users("job/shared/a") == frozenset({3})
 
 
 def test_registry_repr_counts_files_and_lists_checkpoints() -> None:
