@@ -73,10 +73,15 @@ verify: $(STAMP)
 	$(PY) -m cowstate_spec.symbolic --profile deep
 
 ## make mutate: mutmut 3 over the core of impl/cowstate (the map) with the fast
-## spec suite as killer; SCOPE=tables mutates the table layer instead (hours);
-## writes build/mutation/report.md (see scripts/mutation.py)
+## spec suite as killer; SCOPE=tables mutates the table layer, SCOPE=checkpoint the
+## checkpoint layer and the RocksDB backend (hours each on 2 shared cores; ONLY='glob'
+## restricts a run to mutants by name, RESUME=1 continues a stopped one); hard per-test
+## timeouts end a hanging mutant in seconds; writes build/mutation/report.md over every
+## staged scope (see scripts/mutation.py, CONTRIBUTING.md)
 mutate: $(STAMP)
-	$(PY) scripts/mutation.py --scope $(or $(SCOPE),core)
+	nice -n 10 $(PY) scripts/mutation.py --scope $(or $(SCOPE),core) \
+		$(foreach g,$(ONLY),--only '$(g)') $(if $(RESUME),--resume) \
+		--max-children $(or $(MUTATE_JOBS),2)
 
 ## make sanitize: the C map under AddressSanitizer + UBSan (gcc runtimes), running the
 ## map machines over the C map and the C-map tests (see scripts/sanitize.sh)

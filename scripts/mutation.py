@@ -1,11 +1,12 @@
 """Mutation testing of ``impl/cowstate`` with mutmut 3 (``make mutate``).
 
 mutmut 3 mutates a copy of the sources and imports it from ``mutants/src``;
-our library lives in ``impl/``, so this script stages a small project in
-``build/mutation/``: ``src/cowstate`` (a copy of ``impl/cowstate``), the
-killer tests, and a ``pyproject.toml`` with the mutmut settings. The spec and
-the model are imported from the installed project, the mutated library from
-the staging copy.
+our library lives in ``impl/``, so this script stages a small project per
+scope in ``build/mutation/<scope>/``: ``src/cowstate`` (a copy of
+``impl/cowstate``), the killer tests, ``conftest.py`` (the per-test timeouts
+of ``scripts/mutation_timeouts.py``) and a ``pyproject.toml`` with the mutmut
+settings. The spec and the model are imported from the installed project,
+the mutated library from the staging copy.
 
 The mutated modules and their killer tests come in scopes. ``core``: the
 map and its arithmetic, serializers, introspection and errors, killed by the
@@ -15,28 +16,59 @@ input, Flink's scenarios, the seed's worked examples, the arithmetic).
 descriptors and keyed states, the heap backend, killed by their own tests
 (key-group vectors, table scenarios and contracts, snapshot files, the
 backend and its machine, the checkpoint rules for ``snapshot_to`` /
-``restore_from``). ``make mutate`` runs ``core``; ``tables`` is run by
-name (``make mutate SCOPE=tables``): it takes hours here, because every
-survivor runs the table and backend machines (see CONTRIBUTING.md for what it
-has reached). The checkpoint layer and the RocksDB backend are not in a
-scope yet: their killer tests (the storage machine, RocksDB) take minutes per
-mutant. All of it runs under the Hypothesis ``mutation`` profile (fixed
-seeds, no shrinking, no database). Tests that rebuild broken
-implementations from the source text (``bad_implementations``) cannot run
-on mutmut's trampolines and are left out.
+``restore_from``). ``checkpoint``: the coordinator, recovery, the checkpoint
+storage, registry, handles, file system, paths and sealed documents, and the
+RocksDB backend and table, killed by the checkpoint rules, restore trust and
+all-or-nothing restore, the RocksDB tests and a reduced storage machine
+(``tests/test_storage_machine_reduced.py``). ``make mutate`` runs ``core``;
+the others are run by name (``make mutate SCOPE=tables``). All of it runs
+under the Hypothesis ``mutation`` profile (fixed seeds, no shrinking, no
+database). Tests that rebuild broken implementations from the source text
+(``bad_implementations``) cannot run on mutmut's trampolines and are left out.
 
-The report (``build/mutation/report.md`` and ``.json``, also printed) counts
-per module: mutants generated, killed, survived, timed out, and the kill rate
-over non-equivalent mutants; mutants listed in ``docs/equivalent-mutants.md``
-are counted as equivalent. Exit status 1 when a module misses the target.
+Hanging mutants: every test gets a hard wall-clock timeout (pytest-timeout,
+``max(10 s, 10 x its clean duration)``, capped by ``--timeout``), after
+which the run ends with the status mutmut counts as "timeout" (or, if the
+interpreter is stuck in C code holding the GIL, SIGALRM ends it 5 s later:
+status -14, also "timeout"); mutmut's own CPU limit is ``(clean time + 1 s)
+x 2 x TIMEOUT_MULTIPLIER``. ``make test`` has no timeouts: only the staged
+runs load them.
 
-    python scripts/mutation.py [--scope core] [--scope tables] [--max-children N]
-                               [--target 0.97] [--report-only]
+mutmut runs in its ``forkserver`` isolation: every mutant's tests run in a
+process forked from one that has only collected the tests. The default
+(forking from mutmut's main process, which ran the statistics) breaks
+RocksDB: the parent's RocksDB thread pool does not survive the fork, so the
+first flush in a child waits forever, holding the GIL -- every RocksDB test
+would "time out" on the unmutated code too, a false kill.
+
+A run can be restricted to mutants by name (``--only 'cowstate.checkpoint.
+registry.*'``, fnmatch patterns, repeatable; those are run again even if they
+have a result), and ``--resume`` keeps the staged scope and mutmut's results
+(refreshing the killer tests), so a stopped run continues where it stopped
+and survivors are checked again after new tests. Each run's wall time is
+added to ``build/mutation/<scope>/runs.json``. ``--recheck`` runs each
+survivor (with ``--only``: each matching mutant not killed yet) against
+``tests/test_mutation_survivors_<scope>.py`` only (after a
+control run with no mutant active) and records the ones it kills in
+``build/mutation/<scope>/rechecked.json``; the report counts them as killed.
+
+The report (``build/mutation/report.md`` and ``.json``, also printed) covers
+every staged scope: per module, mutants generated, killed, timed out,
+survived (including "no tests"), equivalent, not run yet, and the kill rate
+over the non-equivalent mutants that were run; per scope, the wall time of its
+runs. Mutants listed in ``docs/equivalent-mutants.md`` are counted as
+equivalent. Exit status 1 when a module misses the target or was not run to
+the end.
+
+    python scripts/mutation.py [--scope core] [--scope tables] [--scope checkpoint]
+                               [--only GLOB ...] [--resume] [--recheck] [--max-children N]
+                               [--timeout SECONDS] [--target 0.97] [--report-only]
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -50,8 +82,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STAGE = ROOT / "build" / "mutation"
+BUILD = ROOT / "build" / "mutation"
 EQUIVALENT = ROOT / "docs" / "equivalent-mutants.md"
+TIMEOUTS = Path(__file__).resolve().with_name("mutation_timeouts.py")
+#: mutmut's CPU limit per mutant is (clean time of its tests + 1 s) x 2 x this.
+TIMEOUT_MULTIPLIER = 3.0
 
 
 @dataclass(frozen=True)
@@ -104,14 +139,42 @@ SCOPES = {
             "test_checkpoint_rules.py",
         ),
     ),
+    "checkpoint": Scope(
+        (
+            "checkpoint/coordinator.py",
+            "checkpoint/recovery.py",
+            "checkpoint/storage.py",
+            "checkpoint/registry.py",
+            "checkpoint/handles.py",
+            "checkpoint/filesystem.py",
+            "checkpoint/paths.py",
+            "checkpoint/sealed.py",
+            "rocksdb/backend.py",
+            "rocksdb/table.py",
+        ),
+        (
+            "test_checkpoint_rules.py",
+            "test_restore_trust.py",
+            "test_all_or_nothing_restore.py",
+            "test_rocksdb_backend.py",
+            "test_rocksdb_table.py",
+            "test_rocksdb_iterator_status.py",
+            "test_storage_machine_reduced.py",
+            "test_mutation_survivors_checkpoint.py",
+        ),
+    ),
 }
-TEST_SUPPORT = ("conftest.py", "data", "java")
+TEST_SUPPORT = ("conftest.py", "restore_support.py", "data", "java")
 
 PYPROJECT = """\
 [tool.mutmut]
 source_paths = ["src/cowstate/"]
 only_mutate = {only_mutate}
-pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x"]
+also_copy = ["conftest.py"]
+process_isolation = "forkserver"
+forkserver_warmup = "collect"
+timeout_multiplier = {multiplier}
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-x", "--timeout={timeout}"]
 pytest_add_cli_args_test_selection = ["tests/"]
 
 [tool.pytest.ini_options]
@@ -130,43 +193,146 @@ STATUS = {
     -24: "timeout",
     152: "timeout",
     255: "timeout",
+    -14: "timeout",
     -11: "segfault",
     -9: "segfault",
     None: "not checked",
 }
 
 
-def stage(scopes: list[str]) -> None:
-    """Copy the library and the scopes' killer tests into a fresh staging project."""
-    if STAGE.exists():
-        shutil.rmtree(STAGE)
-    (STAGE / "src").mkdir(parents=True)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--target", type=float, default=0.97)
+    parser.add_argument(
+        "--scope",
+        action="append",
+        choices=sorted(SCOPES),
+        help="what to mutate (repeatable; default: core)",
+    )
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="GLOB",
+        help="run only the mutants whose names match (fnmatch; repeatable; run again)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the staged scope and mutmut's results (refresh the killer tests)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="cap of the per-test wall-clock timeout in seconds (default 300)",
+    )
+    parser.add_argument(
+        "--recheck",
+        action="store_true",
+        help="run each survivor of the scopes against tests/test_mutation_survivors_<scope>.py",
+    )
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="report the staged scopes in build/mutation without running mutmut",
+    )
+    args = parser.parse_args(argv)
+    if args.recheck:
+        for scope in args.scope or ["core"]:
+            recheck(scope, args.only)
+    elif not args.report_only:
+        for scope in args.scope or ["core"]:
+            if args.resume and (BUILD / scope / "pyproject.toml").exists():
+                refresh_tests(scope)
+            else:
+                stage(scope, args.timeout)
+            started = time.monotonic()
+            try:
+                run_mutmut(scope, args.max_children, args.only)
+            finally:  # a stopped run's time counts too: its results stay
+                record_run(scope, args.only, time.monotonic() - started)
+    text, summary, ok = report(collect(), run_times(), args.target)
+    BUILD.mkdir(parents=True, exist_ok=True)
+    (BUILD / "report.md").write_text(text + "\n")
+    (BUILD / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
+    print(text)
+    print(f"\nreport written to {BUILD / 'report.md'}")
+    return 0 if ok else 1
+
+
+def stage(scope: str, timeout: float) -> None:
+    """Copy the library and the scope's killer tests into a fresh staging project."""
+    stage_dir = BUILD / scope
+    if stage_dir.exists():
+        shutil.rmtree(stage_dir)
+    (stage_dir / "src").mkdir(parents=True)
     shutil.copytree(
         ROOT / "impl" / "cowstate",
-        STAGE / "src" / "cowstate",
+        stage_dir / "src" / "cowstate",
         ignore=shutil.ignore_patterns("__pycache__"),
     )
-    (STAGE / "tests").mkdir()
-    tests = {name for scope in scopes for name in SCOPES[scope].tests}
-    for name in sorted(tests) + list(TEST_SUPPORT):
+    refresh_tests(scope)
+    modules = [f"src/cowstate/{m}" for m in SCOPES[scope].modules]
+    (stage_dir / "pyproject.toml").write_text(
+        PYPROJECT.format(
+            only_mutate=json.dumps(modules), multiplier=TIMEOUT_MULTIPLIER, timeout=timeout
+        )
+    )
+
+
+def refresh_tests(scope: str) -> None:
+    """(Re)copy the scope's killer tests and the timeout plugin into its staging project.
+
+    mutmut copies them on into ``mutants/`` at the start of each run and maps
+    the mutants to tests it has not seen before, so a resumed run uses new tests."""
+    stage_dir = BUILD / scope
+    tests = stage_dir / "tests"
+    if tests.exists():
+        shutil.rmtree(tests)
+    tests.mkdir(parents=True)
+    for name in list(SCOPES[scope].tests) + list(TEST_SUPPORT):
         source = ROOT / "tests" / name
         if source.is_dir():
-            shutil.copytree(source, STAGE / "tests" / name)
+            shutil.copytree(source, tests / name, ignore=shutil.ignore_patterns("__pycache__"))
         else:
-            shutil.copy(source, STAGE / "tests" / name)
-    modules = [f"src/cowstate/{m}" for scope in scopes for m in SCOPES[scope].modules]
-    (STAGE / "pyproject.toml").write_text(PYPROJECT.format(only_mutate=json.dumps(modules)))
+            shutil.copy(source, tests / name)
+    shutil.copy(TIMEOUTS, stage_dir / "conftest.py")
+    # Statistics without the function -> tests map (seen after an interrupted
+    # run) would make mutmut report every mutant as "no tests": collect again.
+    stats = stage_dir / "mutants" / "mutmut-stats.json"
+    if stats.exists() and not json.loads(stats.read_text()).get("tests_by_mangled_function_name"):
+        stats.unlink()
 
 
-def run_mutmut(max_children: int) -> float:
+def run_mutmut(scope: str, max_children: int, only: list[str]) -> None:
     env = dict(os.environ, COWSTATE_PROFILE="mutation", PYTHONHASHSEED="0")
     env.pop("CI", None)
     mutmut = Path(sys.executable).with_name("mutmut")
-    started = time.monotonic()
     subprocess.run(
-        [str(mutmut), "run", "--max-children", str(max_children)], cwd=STAGE, env=env, check=True
+        [str(mutmut), "run", "--max-children", str(max_children), *only],
+        cwd=BUILD / scope,
+        env=env,
+        check=True,
     )
-    return time.monotonic() - started
+
+
+def record_run(scope: str, only: list[str], elapsed: float) -> None:
+    path = BUILD / scope / "runs.json"
+    runs = json.loads(path.read_text()) if path.exists() else []
+    runs.append({"only": only, "seconds": round(elapsed, 1), "finished": time.time()})
+    path.write_text(json.dumps(runs, indent=2) + "\n")
+
+
+def run_times() -> dict[str, float]:
+    """Scope -> the summed wall time of its recorded runs, in seconds."""
+    out = {}
+    for scope in SCOPES:
+        path = BUILD / scope / "runs.json"
+        if path.exists():
+            out[scope] = sum(run["seconds"] for run in json.loads(path.read_text()))
+    return out
 
 
 def equivalent_mutants() -> dict[str, str]:
@@ -181,97 +347,138 @@ def equivalent_mutants() -> dict[str, str]:
     return out
 
 
-def collect() -> dict[str, dict[str, str]]:
-    """module -> mutant name -> status, from mutmut's .meta files of the staged scopes."""
-    staged = tomllib.loads((STAGE / "pyproject.toml").read_text())
-    out: dict[str, dict[str, str]] = {}
-    for path in staged["tool"]["mutmut"]["only_mutate"]:
-        meta = STAGE / "mutants" / f"{path}.meta"
-        data = json.loads(meta.read_text()) if meta.exists() else {}
-        module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
-        out[module] = {
-            name: STATUS.get(code, "suspicious")
-            for name, code in data.get("exit_code_by_key", {}).items()
-        }
+def recheck(scope: str, only: list[str]) -> None:
+    """Run every surviving mutant of ``scope`` (with ``only``: every one
+    matching ``only`` not killed yet, not-run ones included) against the
+    scope's survivor tests.
+
+    mutmut ran each mutant against every killer test that reaches it; a
+    survivor killed afterwards by a new test in
+    ``tests/test_mutation_survivors_<scope>.py`` is recorded as killed in
+    ``build/mutation/<scope>/rechecked.json`` (the report applies it), without
+    running the whole killer suite again. The test file runs first with no
+    mutant active and must pass, or nothing is recorded.
+    """
+    tests = ROOT / "tests" / f"test_mutation_survivors_{scope}.py"
+    mutants = BUILD / scope / "mutants"
+    env = dict(
+        os.environ,
+        COWSTATE_PROFILE="mutation",
+        PYTHONHASHSEED="0",
+        PYTHONPATH=os.pathsep.join([str(mutants / "src"), str(ROOT / "model"), str(ROOT / "spec")]),
+    )
+    env.pop("CI", None)
+
+    def run(mutant: str) -> int:
+        command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
+        return subprocess.run(
+            [*command, str(tests)],
+            cwd=ROOT,
+            env=dict(env, MUTANT_UNDER_TEST=mutant),
+            capture_output=True,
+        ).returncode
+
+    if run("") != 0:
+        raise SystemExit(f"{tests.name} fails with no mutant active: nothing rechecked")
+    path = BUILD / scope / "rechecked.json"
+    done = json.loads(path.read_text()) if path.exists() else {}
+    for statuses in collect().get(scope, {}).values():
+        for name, status in statuses.items():
+            wanted = ("survived", "no tests") + (("not checked",) if only else ())
+            if only and not any(fnmatch.fnmatchcase(name, glob) for glob in only):
+                continue
+            if status in wanted and done.get(name) != "killed":
+                killed = run(name) != 0
+                if killed or status != "not checked":  # one not killed stays "not run"
+                    done[name] = "killed" if killed else "survived"
+                    print(f"{done[name]:8s} {name}")
+    path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
+
+
+def collect() -> dict[str, dict[str, dict[str, str]]]:
+    """scope -> module -> mutant name -> status, from mutmut's .meta files of the staged scopes."""
+    out: dict[str, dict[str, dict[str, str]]] = {}
+    for scope in SCOPES:
+        config = BUILD / scope / "pyproject.toml"
+        if not config.exists():
+            continue
+        staged = tomllib.loads(config.read_text())
+        rechecked_path = BUILD / scope / "rechecked.json"
+        rechecked = json.loads(rechecked_path.read_text()) if rechecked_path.exists() else {}
+        out[scope] = {}
+        for path in staged["tool"]["mutmut"]["only_mutate"]:
+            meta = BUILD / scope / "mutants" / f"{path}.meta"
+            data = json.loads(meta.read_text()) if meta.exists() else {}
+            module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
+            out[scope][module] = {
+                name: "killed"
+                if rechecked.get(name) == "killed"
+                else STATUS.get(code, "suspicious")
+                for name, code in data.get("exit_code_by_key", {}).items()
+            }
     return out
 
 
 def report(
-    results: dict[str, dict[str, str]], elapsed: float | None, target: float
+    results: dict[str, dict[str, dict[str, str]]], seconds: dict[str, float], target: float
 ) -> tuple[str, dict[str, object], bool]:
     equivalent = equivalent_mutants()
     ok = True
-    summary: dict[str, object] = {"elapsed_seconds": elapsed, "target": target, "modules": {}}
-    lines = [
-        "| module | generated | killed | timeout | survived | equivalent | "
-        "kill rate (non-equivalent) |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    summary: dict[str, object] = {"target": target, "scopes": {}}
+    lines = []
     survivors = []
-    for module, statuses in results.items():
-        counts = Counter(statuses.values())
-        eq = [
-            name for name, status in statuses.items() if status == "survived" and name in equivalent
+    for scope, modules in results.items():
+        wall = seconds.get(scope)
+        lines += [
+            f"### Scope `{scope}`"
+            + (f" (mutmut runs: {wall / 60:.0f} min wall time)" if wall is not None else ""),
+            "",
+            "| module | generated | killed | timeout | survived | equivalent | not run | "
+            "kill rate (non-equivalent, run) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
-        survived = [
-            name
-            for name, status in statuses.items()
-            if status in ("survived", "suspicious", "no tests", "not checked")
-            and name not in equivalent
-        ]
-        killed = counts["killed"] + counts["timeout"] + counts["segfault"]
-        non_equivalent = len(statuses) - len(eq)
-        rate = killed / non_equivalent if non_equivalent else 1.0
-        ok = ok and rate >= target
-        survivors += survived
-        lines.append(
-            f"| {module} | {len(statuses)} | {counts['killed']} | {counts['timeout']} "
-            f"| {len(survived)} | {len(eq)} | {rate:.1%} |"
-        )
-        summary["modules"][module] = {  # type: ignore[index]
-            "generated": len(statuses),
-            "killed": counts["killed"],
-            "timeout": counts["timeout"],
-            "survived": survived,
-            "equivalent": eq,
-            "kill_rate": rate,
-        }
+        scope_summary: dict[str, object] = {"wall_seconds": wall, "modules": {}}
+        for module, statuses in modules.items():
+            counts = Counter(statuses.values())
+            eq = [n for n, s in statuses.items() if s == "survived" and n in equivalent]
+            not_run = [n for n, s in statuses.items() if s == "not checked"]
+            survived = [
+                n
+                for n, s in statuses.items()
+                if s in ("survived", "suspicious", "no tests") and n not in equivalent
+            ]
+            killed = counts["killed"] + counts["timeout"] + counts["segfault"]
+            run = len(statuses) - len(eq) - len(not_run)
+            rate = killed / run if run else 1.0
+            complete = not not_run
+            ok = ok and rate >= target and complete
+            survivors += survived
+            shown = f"{rate:.1%}" if run else "-"
+            lines.append(
+                f"| {module} | {len(statuses)} | {counts['killed'] + counts['segfault']} "
+                f"| {counts['timeout']} | {len(survived)} | {len(eq)} | {len(not_run)} "
+                f"| {shown} |"
+            )
+            scope_summary["modules"][module] = {  # type: ignore[index]
+                "generated": len(statuses),
+                "killed": counts["killed"] + counts["segfault"],
+                "timeout": counts["timeout"],
+                "survived": survived,
+                "equivalent": eq,
+                "not_run": len(not_run),
+                "kill_rate": rate,
+            }
+        summary["scopes"][scope] = scope_summary  # type: ignore[index]
+        lines.append("")
     text = "\n".join(lines)
     if survivors:
-        text += "\n\nSurviving non-equivalent mutants (`mutmut show NAME` in build/mutation):\n"
-        text += "\n".join(f"- `{name}`" for name in survivors)
-    if elapsed is not None:
-        text += f"\n\nmutmut run took {elapsed:.0f} s."
-    text += f"\nTarget: kill rate >= {target:.0%} in every module: {'MET' if ok else 'NOT MET'}."
+        text += "\nSurviving non-equivalent mutants (`mutmut show NAME` in build/mutation/SCOPE):\n"
+        text += "\n".join(f"- `{name}`" for name in survivors) + "\n"
+    text += (
+        f"\nTarget: kill rate >= {target:.0%} in every module, every mutant run: "
+        f"{'MET' if ok else 'NOT MET'}."
+    )
     return text, summary, ok
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
-    parser.add_argument("--target", type=float, default=0.97)
-    parser.add_argument(
-        "--scope",
-        action="append",
-        choices=sorted(SCOPES),
-        help="what to mutate (repeatable; default: core)",
-    )
-    parser.add_argument(
-        "--report-only",
-        action="store_true",
-        help="report the last run in build/mutation without running mutmut",
-    )
-    args = parser.parse_args(argv)
-    elapsed = None
-    if not args.report_only:
-        stage(args.scope or ["core"])
-        elapsed = run_mutmut(args.max_children)
-    text, summary, ok = report(collect(), elapsed, args.target)
-    (STAGE / "report.md").write_text(text + "\n")
-    (STAGE / "report.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(text)
-    print(f"\nreport written to {STAGE / 'report.md'}")
-    return 0 if ok else 1
 
 
 if __name__ == "__main__":
