@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -199,6 +200,19 @@ def test_torn_and_unknown_version_metadata_are_precise_errors(tmp_path: Path) ->
         (lambda d: d.update(kind="savepoint"), "savepoint format exactly"),
         (lambda d: d.update(disowned=["job/shared/x"]), "disowned"),
         (lambda d: d.update(job_id="../x"), "job id"),
+        (lambda d: d["subtasks"][0].update(files=[], full_size=0), "expected files in subtask"),
+        (
+            lambda d: (
+                d["subtasks"][0].update(key_group_range=[0, 15]),
+                d["subtasks"][1].update(key_group_range=[16, 15]),
+            ),
+            "holds no key group, to hold no state",
+        ),
+        (
+            lambda d: d["subtasks"][1]["states"][0].update(state_serializer="int32"),
+            "one kind and serializers in every subtask",
+        ),
+        (lambda d: d["subtasks"][1].update(key_serializer="utf8"), "one key serializer"),
     ],
 )
 def test_a_resealed_document_that_contradicts_itself_is_refused(
@@ -211,6 +225,78 @@ def test_a_resealed_document_that_contradicts_itself_is_refused(
     with pytest.raises(InconsistentMetadataError, match=message):
         read_metadata(FileSystem(), directory)
     job.close()
+
+
+def _native_checkpoint(root: Path) -> str:
+    """A closed RocksDB job's native checkpoint with two flushed SST files per subtask."""
+    job = Job(root, "rocksdb", retained=2)
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.put(range(30, 60), "b")
+    directory = job.checkpoint()
+    job.close()
+    return directory
+
+
+def _resealed_file(directory: str, path: Path, data: bytes) -> None:
+    """Replace ``path`` (a file of the snapshot) by ``data``, resealing its size and CRC."""
+    path.write_bytes(data)
+
+    def edit(document: dict[str, Any]) -> None:
+        for subtask in document["subtasks"]:
+            for f in subtask["files"]:
+                if Path(directory, f["path"]) == path:  # an exclusive file of the snapshot
+                    f.update(size=len(data), crc32=zlib.crc32(data))
+            subtask["full_size"] = sum(f["size"] for f in subtask["files"])
+            subtask["checkpointed_size"] = min(subtask["checkpointed_size"], subtask["full_size"])
+
+    reseal(directory, edit)
+
+
+@pytest.mark.parametrize(
+    "damage", ["older manifest", "manifest cut short", "current cut", "handle drops an sst"]
+)
+def test_rocksdb_native_files_that_disagree_with_their_handle_are_refused(
+    tmp_path: Path, damage: str
+) -> None:
+    """N1-N3: a MANIFEST cut short opens as an older, smaller database without an
+    error; a broken CURRENT fails to open with RocksDB's own exception; a handle
+    that no longer lists an SST file. Each a CorruptCheckpointError, nothing
+    restored (size and CRC resealed, so only the contents can tell)."""
+    directory = _native_checkpoint(tmp_path / "root")
+    files = sorted(p for p in Path(directory).rglob("*") if p.is_file())
+    files += sorted((tmp_path / "root" / "job" / "shared").glob("*.sst"))  # incremental: shared
+    if damage == "handle drops an sst":
+        dropped = next(p for p in files if p.suffix == ".sst")
+
+        def edit(document: dict[str, Any]) -> None:
+            for subtask in document["subtasks"]:
+                subtask["files"] = [
+                    f for f in subtask["files"] if Path(f["path"]).name != dropped.name
+                ]
+                subtask["full_size"] = sum(f["size"] for f in subtask["files"])
+                subtask["checkpointed_size"] = min(
+                    subtask["checkpointed_size"], subtask["full_size"]
+                )
+
+        reseal(directory, edit)
+    elif damage == "older manifest":  # chk-1's MANIFEST under chk-2's name: chk-1's database
+        victim = next(p for p in files if p.name.startswith("MANIFEST"))
+        older = Path(directory).parent / "chk-1" / victim.parent.name
+        source = next(older.glob("MANIFEST*"))  # retained: _native_checkpoint keeps two
+        _resealed_file(directory, victim, source.read_bytes())
+    else:
+        name = "MANIFEST" if damage == "manifest cut short" else "CURRENT"
+        victim = next(p for p in files if p.name.startswith(name))
+        data = victim.read_bytes()
+        _resealed_file(directory, victim, data[: len(data) // 2])
+    backends = fresh_backends("rocksdb")
+    storage = CheckpointStorage(str(tmp_path / "other"), "job", FileSystem())
+    with pytest.raises(CorruptCheckpointError):
+        CheckpointCoordinator.restore(storage, backends, directory, RestoreMode.NO_CLAIM)
+    assert [list(b.entries("value")) for b in backends] == [[], []]
+    for backend in backends:
+        backend.close()
 
 
 # ------------------------------------------------------------------ confined paths

@@ -8,7 +8,7 @@
 - :mod:`~cowstate.checkpoint.registry`: which retained checkpoints use each shared file;
 - :mod:`~cowstate.checkpoint.handles`: file and keyed-state handles, the ``_metadata`` model;
 - :mod:`~cowstate.checkpoint.sealed`: the checksum seal of ``_metadata`` and the job's documents;
-- :mod:`~cowstate.checkpoint.verify`: the consistency checks M1-M8 of a ``_metadata``;
+- :mod:`~cowstate.checkpoint.verify`: the consistency checks M1-M9 of a ``_metadata``;
 - :mod:`~cowstate.checkpoint.paths`: confined relative paths, rules P1-P4;
 - :mod:`~cowstate.checkpoint.location`: where a snapshot writes, and reads from;
 - :mod:`~cowstate.checkpoint.filesystem`: atomic, durable writes over fsspec;
@@ -17,7 +17,7 @@
 
 Trust model. Everything read back from a checkpoint directory may be
 corrupt or hostile. Before anything is restored: ``_metadata``'s seal,
-schema and consistency (M1-M8) are verified; every path is resolved inside
+schema and consistency (M1-M9) are verified; every path is resolved inside
 the snapshot's directory or its job's ``shared/`` directory (P1-P4), so no
 file outside is ever opened; every file's size and CRC32 are checked; every
 subtask is prepared before any is committed. Deletion is confined to what

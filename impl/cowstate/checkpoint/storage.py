@@ -303,7 +303,7 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
     :class:`CheckpointNotFoundError` when the directory or its ``_metadata``
     is missing (an unfinished or deleted snapshot); a
     :class:`CorruptCheckpointError` subclass when it fails its seal, its
-    schema or its consistency checks (M1-M8 of :mod:`~cowstate.checkpoint.verify`).
+    schema or its consistency checks (M1-M9 of :mod:`~cowstate.checkpoint.verify`).
     """
     if not isinstance(directory, str) or not directory:
         raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")

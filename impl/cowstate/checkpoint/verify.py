@@ -3,7 +3,7 @@
 :func:`parse_metadata` turns the bytes of a ``_metadata`` file into a
 :class:`~cowstate.checkpoint.handles.CheckpointMetadata` that holds together,
 or raises a :class:`~cowstate.errors.CorruptCheckpointError` subclass; no other
-exception escapes it, whatever the bytes. The checks, in order (cited as M1-M8):
+exception escapes it, whatever the bytes. The checks, in order (cited as M1-M9):
 
 M1. The seal: format version and SHA-256 of the content
     (:mod:`~cowstate.checkpoint.sealed`).
@@ -12,7 +12,8 @@ M3. Identity: a job id of letters, digits, ``.``, ``_``, ``-``; a checkpoint
     id >= 1; ``savepoint_format`` set exactly for savepoints.
 M4. Key groups: every subtask has the document's max parallelism and a range
     inside ``[0, max parallelism - 1]``; the ranges are disjoint and together
-    cover every key group (a job's subtasks own all of them).
+    cover every key group (a job's subtasks own all of them); a subtask with
+    an empty range lists no state and no file.
 M5. Handles: every subtask's ``checkpoint_id`` is the document's, its state ids
     and names are distinct, a subtask that lists states lists files,
     ``full_size`` is the sum of its file sizes and ``checkpointed_size`` at
@@ -21,8 +22,12 @@ M6. Paths: every file path is relative and confined
     (:mod:`~cowstate.checkpoint.paths`, P1-P2); a savepoint has no shared file.
 M7. No file is listed twice (in one subtask or across subtasks).
 M8. ``disowned`` names only shared files the document lists.
+M9. One job, one schema: every subtask names the same key serializer, and a
+    state listed by several subtasks has the same kind and serializers in
+    each (a subtask restored alone would otherwise adopt a schema the others
+    contradict).
 
-What M1-M8 cannot know -- whether the files exist with the listed sizes and
+What M1-M9 cannot know -- whether the files exist with the listed sizes and
 CRCs, and what they hold -- is checked when they are read, before anything
 is restored.
 """
@@ -43,7 +48,7 @@ _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 def render_metadata(metadata: CheckpointMetadata) -> bytes:
-    """The sealed bytes of ``metadata`` (checked by M3-M8 first: the writer never
+    """The sealed bytes of ``metadata`` (checked by M3-M9 first: the writer never
     writes what a reader would refuse)."""
     verify_metadata(metadata, "the _metadata to write")
     body = metadata.model_dump_json(indent=1).encode("utf-8")
@@ -51,7 +56,7 @@ def render_metadata(metadata: CheckpointMetadata) -> bytes:
 
 
 def parse_metadata(data: bytes, where: str) -> CheckpointMetadata:
-    """The verified document in ``data`` (M1-M8); ``where`` names it in errors."""
+    """The verified document in ``data`` (M1-M9); ``where`` names it in errors."""
     metadata = unseal_model(  # M1, M2
         data,
         METADATA_KIND,
@@ -65,7 +70,7 @@ def parse_metadata(data: bytes, where: str) -> CheckpointMetadata:
 
 
 def verify_metadata(metadata: CheckpointMetadata, where: str) -> None:
-    """M3-M8 over a parsed document."""
+    """M3-M9 over a parsed document."""
     _check_identity(metadata, where)
     _check_key_groups(metadata, where)
     seen: set[tuple[str, str]] = set()
@@ -112,6 +117,7 @@ def verify_metadata(metadata: CheckpointMetadata, where: str) -> None:
                     f"listed twice (again in subtask {index})"
                 )
             seen.add((f.scope, f.path))
+    _check_schema(metadata, where)  # M9
     stray = sorted(set(metadata.disowned) - shared)  # M8
     if stray:
         raise InconsistentMetadataError(
@@ -142,6 +148,26 @@ def _check_identity(metadata: CheckpointMetadata, where: str) -> None:
         raise InconsistentMetadataError(f"expected at least one subtask in {where}, got none")
 
 
+def _check_schema(metadata: CheckpointMetadata, where: str) -> None:
+    """M9."""
+    key_serializers = {handle.key_serializer for handle in metadata.subtasks}
+    if len(key_serializers) > 1:
+        raise InconsistentMetadataError(
+            f"expected one key serializer for every subtask of {where}, got "
+            f"{sorted(key_serializers)}"
+        )
+    schemas: dict[str, tuple[str, str, str]] = {}
+    for index, handle in enumerate(metadata.subtasks):
+        for state in handle.states:
+            schema = (str(state.kind), state.namespace_serializer, state.state_serializer)
+            known = schemas.setdefault(state.name, schema)
+            if known != schema:
+                raise InconsistentMetadataError(
+                    f"expected state {state.name!r} to have one kind and serializers in every "
+                    f"subtask of {where}, subtask {index} has {schema}, another {known}"
+                )
+
+
 def _check_key_groups(metadata: CheckpointMetadata, where: str) -> None:
     """M4."""
     max_parallelism = metadata.max_parallelism
@@ -160,6 +186,12 @@ def _check_key_groups(metadata: CheckpointMetadata, where: str) -> None:
             )
         if start <= end:
             ranges.append((start, end, index))
+        elif handle.states or handle.files:
+            raise InconsistentMetadataError(
+                f"expected subtask {index} of {where}, which holds no key group, to hold no "
+                f"state and no file, it lists {len(handle.states)} states and "
+                f"{len(handle.files)} files"
+            )
     ranges.sort()
     expected = 0
     for start, end, index in ranges:

@@ -21,7 +21,9 @@ instance directory for the key groups of one backend:
   N1. its column families are exactly those of the handle's states (a
       column family the handle does not name would be dropped unseen);
   N2. every key of every column family lies in the handle's key groups (the
-      first and the last key of each: RocksDB keys sort by key group).
+      first and the last key of each: RocksDB keys sort by key group);
+  N3. the database uses exactly the SST files the handle lists (a MANIFEST
+      cut short opens as an older, smaller database without an error).
 
 Reads check the iterator's status (:func:`~cowstate.rocksdb.table.scan`):
 RocksDB files that fail to open or to read back whole are a
@@ -212,18 +214,11 @@ class Restorer:
                     ),
                 )
             )
-            for index, directory in enumerate(directories):
-                if index != first:
-                    other = open_read_only(directory)
-                    try:
-                        names = Rdict.list_cf(str(directory), raw_options())
-                        check_native(other, handles[index], set(names) - {"default"})
-                    finally:
-                        other.close()
+            for handle, directory in zip(handles, directories, strict=True):
+                check_native(directory, handle)
             path = self.instance.root / f"db-{uuid.uuid4().hex[:12]}"
             os.rename(directories[first], path)
             built = self.instance.open_existing(path)
-            check_native(built.db, handles[first], built.column_families)
             wanted = {column_family_name(name) for name in metas}
             for name in wanted - built.column_families:
                 if any(column_family_name(s.name) == name for s in handles[first].states):
@@ -390,16 +385,45 @@ class Restorer:
         check_key_types(decoder.name, key_group, decoded.keys, self.key_types)
 
 
-def check_native(db: Rdict, handle: KeyedStateHandle, column_families: Iterable[str]) -> None:
-    """N1 and N2 (module doc) for ``db``, the database of ``handle``'s files,
-    whose column families (without ``default``) are ``column_families``."""
+def check_native(directory: Path, handle: KeyedStateHandle) -> None:
+    """N1-N3 (module doc) for the RocksDB files of ``handle`` in ``directory``,
+    opened read-only; whatever RocksDB raises on them (a missing or corrupt
+    file) is a :class:`~cowstate.errors.CorruptCheckpointError`."""
     where = f"the RocksDB files of key groups {list(handle.key_group_range)}"
-    present = set(column_families)
+    try:
+        names = set(Rdict.list_cf(str(directory), raw_options())) - {"default"}
+        db = open_read_only(directory)
+    except Exception as exc:  # rocksdict's own errors
+        raise CorruptCheckpointError(
+            f"expected {where} to open, got {type(exc).__name__}: {exc}"
+        ) from exc
+    try:
+        _check_native(db, handle, names, where)
+    except CowStateError:
+        raise
+    except Exception as exc:  # rocksdict's own errors (a corrupt block)
+        raise CorruptCheckpointError(
+            f"expected {where} to read, got {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        db.close()
+
+
+def _check_native(db: Rdict, handle: KeyedStateHandle, present: set[str], where: str) -> None:
     named = {column_family_name(state.name) for state in handle.states}
     if present != named:  # N1
         raise CorruptCheckpointError(
             f"expected {where} to hold the column families of its handle's states "
             f"{sorted(named)}, they hold {sorted(present)}"
+        )
+    live = {os.path.basename(f["name"]) for f in db.live_files()}
+    listed = {
+        f.local_name or os.path.basename(f.path) for f in handle.files if f.path.endswith(".sst")
+    }
+    if live != listed:  # N3
+        raise CorruptCheckpointError(
+            f"expected {where} to use exactly the {len(listed)} SST files its handle lists, "
+            f"it uses {sorted(live)[:5]}, the handle lists {sorted(listed)[:5]}"
         )
     r = KeyGroupRange.of(*handle.key_group_range)
     for name in sorted(present):  # N2

@@ -129,6 +129,10 @@ class Mutation:
     data: bytes
     description: str
     moves: tuple[Move, ...] = ()
+    #: A state whose serializer id was edited: (name, old id, new id). The file
+    #: then claims the states its bytes decode to under the new serializer: a
+    #: fresh backend that restores exactly those is right (:func:`reinterpreted_view`).
+    reinterpret: tuple[str, str, str] | None = None
 
 
 @dataclass
@@ -560,6 +564,7 @@ def _meta_edit(field: str) -> Corruption:
         document = json.loads(fixture.image.metadata)
         states = document["states"]
         state = rng.choice(states)
+        reinterpret: tuple[str, str, str] | None = None
         if field == "max-parallelism":
             value = rng.choice((8, 32, 1, 2**15, *_JUNK))
             document["max_parallelism"] = value
@@ -583,6 +588,8 @@ def _meta_edit(field: str) -> Corruption:
             if field == "key-serializer":
                 document["key_serializer"] = value
             else:
+                if field == "state-serializer" and isinstance(value, str):
+                    reinterpret = (state["name"], state["state_serializer"], value)
                 state[field.replace("-", "_")] = value
             what = f"{field} {value!r}"
         elif field == "kind":
@@ -606,7 +613,7 @@ def _meta_edit(field: str) -> Corruption:
         else:  # "json"
             return _meta_json(image, document, rng)
         image.metadata = json.dumps(document).encode()
-        return Mutation(image.encode(), f"metadata {what} (re-CRC'd)")
+        return Mutation(image.encode(), f"metadata {what} (re-CRC'd)", reinterpret=reinterpret)
 
     return corrupt
 
@@ -755,6 +762,30 @@ def claimed_view(
     return tuple(entry for entry in view if entry not in gone)
 
 
+def reinterpreted_view(
+    fixture: FileFixture, reinterpret: tuple[str, str, str], key_group_range: KeyGroupRange
+) -> View | None:
+    """What a file whose state ``name`` was re-labelled from serializer ``old``
+    to ``new`` claims for ``key_group_range``: every state of it there decoded
+    from its bytes with ``new`` (None if one does not decode to a state)."""
+    name, old, new = reinterpret
+    try:
+        encode, decode = serializer_for(old).serialize, serializer_for(new).deserialize
+    except CowStateError:
+        return None
+    entries = []
+    for state_name, group, key, namespace, state in fixture.original:
+        if state_name == name and group in key_group_range:
+            try:
+                state = decode(encode(state))
+            except Exception:
+                return None
+            if state is None:
+                return None
+        entries.append((state_name, group, key, namespace, state))
+    return expected_views(tuple(entries), [key_group_range])[0]
+
+
 def _restore_into(
     suite: FileSuite,
     fixture: FileFixture,
@@ -794,6 +825,9 @@ def _restore_into(
         if mutation.moves:
             claimed = claimed_view(fixture, mutation.moves, key_group_range)
             expected = [] if claimed is None else [[claimed]]
+        if mutation.reinterpret is not None:
+            view = reinterpreted_view(fixture, mutation.reinterpret, key_group_range)
+            expected += [] if view is None else [[view]]
         verdict = classify(error, before, after, expected)
     finally:
         try:
