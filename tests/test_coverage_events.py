@@ -26,22 +26,22 @@ from cowstate_spec.machine import machine_for
 #: machine: (cow-map, c-map, cow-table). A threshold is three quarters of the
 #: count, rounded down: a change of strategies that loses a path fails here.
 MEASURED: dict[str, tuple[int, int, int]] = {
-    cov.SNAPSHOT_IN_REHASH: (44, 54, 0),
-    cov.SNAPSHOT_IN_REHASH_STARTED: (21, 22, 0),
-    cov.SNAPSHOT_IN_REHASH_LATE: (8, 8, 0),
-    cov.SHARED_STATE_COPY["get"]: (43, 6, 17),
-    cov.SHARED_STATE_COPY["put_and_get_old"]: (36, 20, 9),
-    cov.SHARED_STATE_COPY["remove_and_get_old"]: (33, 16, 38),
-    cov.SHARED_STATE_COPY["transform"]: (62, 21, 3),
-    cov.CHAIN_COPY_PAST_HEAD: (72, 33, 47),
-    cov.REHASH_MOVES_SHARED_ENTRY: (65, 56, 145),
-    cov.RELEASE_OUT_OF_ORDER: (61, 88, 21),
-    cov.ITERATION_INTERRUPTED_BY_REHASH: (4, 30, 0),  # the table machine has no such rule
-    cov.TABLE_SNAPSHOT_IN_REHASH: (0, 0, 175),
+    cov.SNAPSHOT_IN_REHASH: (17, 36, 0),
+    cov.SNAPSHOT_IN_REHASH_STARTED: (7, 21, 0),
+    cov.SNAPSHOT_IN_REHASH_LATE: (7, 7, 0),
+    cov.SHARED_STATE_COPY["get"]: (134, 99, 22),
+    cov.SHARED_STATE_COPY["put_and_get_old"]: (15, 13, 56),
+    cov.SHARED_STATE_COPY["remove_and_get_old"]: (72, 81, 32),
+    cov.SHARED_STATE_COPY["transform"]: (36, 2, 37),
+    cov.CHAIN_COPY_PAST_HEAD: (79, 31, 26),
+    cov.REHASH_MOVES_SHARED_ENTRY: (51, 50, 29),
+    cov.RELEASE_OUT_OF_ORDER: (5, 48, 43),
+    cov.ITERATION_INTERRUPTED_BY_REHASH: (1, 12, 0),  # the table machine has no such rule
+    cov.TABLE_SNAPSHOT_IN_REHASH: (0, 0, 14),
 }
 #: The backend path, measured under ``ci`` on the heap backend over the pure map
 #: (every key group, twice the profile's steps, as tests/test_backend_machine.py).
-BACKEND_MEASURED = {cov.WRITER_AND_OWNER_SAME_KEY_GROUP: 1999}
+BACKEND_MEASURED = {cov.WRITER_AND_OWNER_SAME_KEY_GROUP: 1374}
 MACHINES = ("cow-map", "c-map", "cow-table")
 
 
