@@ -21,15 +21,17 @@ bug                                 machine (rule or invariant that sees it)
 string-hash-over-code-points        table machine (``put_astral_key``, then any
                                     keyed rule or ``entries_in_key_group``)
 writer-drops-the-last-key-group     backend machine (``complete_snapshot``)
-writer-releases-before-serializing  backend machine (``complete_snapshot``; the
-                                    writer's serializer passes the write gate)
-shallow-serializer-fast-path        backend machine (``map_get_and_mutate`` of a
-                                    list value while a writer is pending)
+writer-releases-before-serializing  backend machine
+                                    (``complete_snapshot_mutating_what_it_reads``)
+shallow-serializer-fast-path        backend machine
+                                    (``complete_snapshot_mutating_what_it_reads``
+                                    on a map state holding a list)
 uncompared-block-crc                backend machine (``restore_a_corrupted_copy``)
-clipped-rescaling-range             backend machine (``rescale``: the ranges
-                                    must partition the key groups)
-native-savepoint-shares-sst-files   storage machine (RocksDB: a native savepoint
-                                    must not lose files when checkpoints go)
+clipped-rescaling-range             backend machine (``rescale``: the operators
+                                    together restore the whole snapshot)
+native-savepoint-shares-sst-files   storage machine, ``savepoint`` rule: the
+                                    coordinator's own write-time check refuses
+                                    a savepoint listing shared files
 ==================================  ==========================================
 
 Each has an identity-rewrite control (``old`` replaced by itself, the same
