@@ -27,6 +27,18 @@ alike (one key type per backend, :mod:`cowstate.key_types`);
 ``set_current_key_twice`` sets two such keys in a row, and the current key
 must agree by type, not only by ``==``.
 
+The implementation's states are registered with a :class:`GatedSerializer`
+(the default serializer's identifier and bytes) whose ``serialize`` passes the
+write gate on a writer thread, so the owner also runs between a writer
+reading a state and serializing it; ``complete_snapshot_mutating_what_it_reads``
+drives a writer one write at a time and, each time it waits to serialize a
+state the live backend still holds, first mutates that mapping through the
+state API. ``restore_a_corrupted_copy`` requires a completed snapshot file
+with a bit flipped to be refused, and the restoring backend to stay empty;
+``fill_every_key_group`` puts a key in every key group; ``rescale`` requires
+the operators together to restore the whole snapshot (``operator_range`` is
+the range function it splits with).
+
 Invariants: every state's live contents equal the model's, keys compared by
 type too; once no writer is pending, no copy-on-write map holds an open snapshot version (every map
 snapshot was released after success, failure or cancellation).
@@ -41,9 +53,14 @@ change.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import dataclasses
+import functools
+import io
 import operator
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from hypothesis import strategies as st
@@ -55,10 +72,11 @@ from hypothesis.stateful import (
     rule,
 )
 
-from cowstate.descriptors import AggregatingStateDescriptor
+from cowstate.descriptors import AggregatingStateDescriptor, StateDescriptor
 from cowstate.errors import CowStateError, SnapshotCancelledError, TransformFunctionError
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.serializers import DefaultSerializer
 from cowstate.state_table import StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_model.key_groups import assign_to_key_group
@@ -79,6 +97,10 @@ __all__ = ["BackendMachine", "HostileUserCode", "backend_machine_for"]
 
 MAX_PARALLELISM = 8
 WAIT = 60.0  # seconds a writer may take at most
+#: One key in each key group 0..7 of MAX_PARALLELISM (fill_every_key_group).
+KEY_PER_KEY_GROUP = ("d", 3, 6, 9, "e", 27, 0, 2)
+CORRUPTIONS = 8  # restore_a_corrupted_copy: copies with one bit flipped each
+MAX_DRIVEN_WRITES = 400  # complete_snapshot_mutating_what_it_reads: then the gate opens
 
 #: Equal keys of different types and keys no backend takes (NaN, -0.0).
 equal_keys = st.sampled_from([*EQUAL_KEYS, float("nan"), (1, "a"), (1.0, "a")])
@@ -103,6 +125,10 @@ class BackendMachine(RuleBasedStateMachine):
 
     implementation: BackendImplementation
     key_group_range: KeyGroupRange
+    #: How ``rescale`` splits the key groups (a broken one must be caught).
+    operator_range: Callable[[int, int, int], KeyGroupRange] = staticmethod(
+        compute_key_group_range_for_operator_index
+    )
 
     def __init__(self) -> None:
         super().__init__()
@@ -110,15 +136,17 @@ class BackendMachine(RuleBasedStateMachine):
         self.model = ReferenceKeyedStateBackend(
             self.key_group_range, MAX_PARALLELISM, default_namespace=VOID_NAMESPACE
         )
+        self.gate = WriteGate(timeout=WAIT)  # before register(): the serializers pass it
+        self.writer_serializer = GatedSerializer(self.gate, threading.get_ident())
+        self.writer_descriptors = gated_descriptors(self.writer_serializer)
         self.register()
-        self.gate = WriteGate(timeout=WAIT)
         self.pending: list[tuple[Any, Any]] = []  # (future, model snapshot)
         self.completed: list[tuple[Any, Any]] = []  # (result, model snapshot)
         self.next_id = 1
 
     def register(self) -> None:
         self.states = {
-            name: (self.backend.get_state(d), self.model.get_state(d))
+            name: (self.backend.get_state(self.writer_descriptors[name]), self.model.get_state(d))
             for name, d in DESCRIPTORS.items()
         }
 
@@ -381,10 +409,9 @@ class BackendMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 2), parallelism=st.integers(2, 3))
     def rescale(self, index: int, parallelism: int) -> None:
         result, model = self.completed[index % len(self.completed)]
+        restored: dict[str, dict[tuple[Any, Any], Any]] = {name: {} for name in model.states}
         for index_ in range(parallelism):
-            key_groups = compute_key_group_range_for_operator_index(
-                MAX_PARALLELISM, parallelism, index_
-            )
+            key_groups = self.operator_range(MAX_PARALLELISM, parallelism, index_)
             backend = self.implementation.factory(key_groups, MAX_PARALLELISM)
             try:
                 restore_results(backend, [result])
@@ -399,13 +426,124 @@ class BackendMachine(RuleBasedStateMachine):
                         f"operator {index_} of {parallelism} ({key_groups!r}) restored "
                         f"{name} = {held!r}, expected {mine!r}"
                     )
+                    restored[name].update(held)
             finally:
                 backend.close()
+        expected = {name: dict(contents) for name, contents in model.states.items()}
+        assert restored == expected, (
+            f"the {parallelism} operators together restored {restored!r}, the snapshot "
+            f"holds {expected!r}: a key group belongs to no operator"
+        )
 
     def finish_pending(self) -> None:
         for future, model in self.pending:
             self.check_written(self.wait(future), model)
         self.pending.clear()
+
+    # --------------------------- rules that back the bad layers' catches
+    # (cowstate_spec.bad_layers: a snapshot reader, writer, serializer or
+    # rescaling range broken on purpose, each caught by a rule)
+
+    @precondition(lambda self: any(_is_bytes_handle(result) for result, _ in self.completed))
+    @rule(index=st.integers(0, 2), position=st.integers(0, 1 << 16), bit=st.integers(0, 7))
+    def restore_a_corrupted_copy(self, index: int, position: int, bit: int) -> None:
+        """A completed snapshot file with one bit flipped must be refused with a
+        ``cowstate.errors`` exception, and the backend restoring it stays empty:
+        ``CORRUPTIONS`` copies, each with another byte flipped, spread over the
+        file (header, key-group blocks, index, footer)."""
+        files = [result for result, _ in self.completed if _is_bytes_handle(result)]
+        original = files[index % len(files)].handle.getvalue()
+        for k in range(CORRUPTIONS):
+            at = (position + k * len(original) // CORRUPTIONS) % len(original)
+            data = bytearray(original)
+            data[at] ^= 1 << bit
+            backend = self.implementation.factory(self.key_group_range, MAX_PARALLELISM)
+            try:
+                outcome = Outcome(functools.partial(backend.restore, [bytes(data)]))
+                assert isinstance(outcome.error, CowStateError), (
+                    f"restoring a snapshot with bit {bit} of byte {at} flipped {outcome}, "
+                    "expected a cowstate.errors exception"
+                )
+                assert not backend.state_names, (
+                    f"a refused restore left states {sorted(backend.state_names)} behind"
+                )
+            finally:
+                backend.close()
+
+    @rule(value=small_ints)
+    def fill_every_key_group(self, value: int) -> None:
+        """A value (a list) and a map entry (a list too) at one key of every key
+        group of the range: a snapshot then has something to lose everywhere
+        (a dropped key group, a key group no rescaled operator owns, a block a
+        corruption hits) and map values a shallow copy would share."""
+        for key in KEY_PER_KEY_GROUP:
+            if assign_to_key_group(key, MAX_PARALLELISM) in self.key_group_range:
+                self.both(operator.methodcaller("set_current_key", key))
+                self.on_state("value", "update", [key, value])
+                self.on_state("map", "put", "w", [value])
+
+    @precondition(lambda self: bool(self.pending))
+    @rule(index=st.integers(0, 3), item=st.integers(0, 99))
+    def complete_snapshot_mutating_what_it_reads(self, index: int, item: int) -> None:
+        """``complete_snapshot``, driving the writers one write at a time: each
+        time a writer waits to serialize a mutable state the live backend still
+        holds, the owner first mutates that very mapping through the state API
+        (granting no write meanwhile). A map snapshot still open for its key
+        group must keep the writer's object intact (rule S), so the file must
+        still hold the synchronous moment."""
+        future, model = self.pending.pop(index % len(self.pending))
+        serializer = self.writer_serializer
+        # Only a heap writer serializes states (RocksDB's uploads files).
+        driven = MAX_DRIVEN_WRITES if isinstance(self.backend.table("value"), StateTable) else 0
+        for _ in range(driven):
+            if future.done():
+                break
+            if serializer.waiting.wait(timeout=0.002):
+                self.mutate_what_the_writer_reads(serializer.reading, item)
+            self.gate.tick()
+        result = self.wait(future)
+        self.check_written(result, model)
+        self.completed = [*self.completed[-2:], (result, model)]
+
+    def mutate_what_the_writer_reads(self, reading: Any, item: int) -> None:
+        if type(reading) not in (list, dict):
+            return  # gone meanwhile, or an immutable state
+        found = next(
+            (
+                (name, key, namespace)
+                for name in ("value", "list", "map", "aggregating")
+                for key, namespace, state in self.backend.entries(name)
+                if state is reading
+            ),
+            None,
+        )
+        if found is None:
+            return  # the live backend no longer holds it (replaced or copied)
+        name, key, namespace = found
+        with self.writes_withheld():
+            self.both(lambda b: b.set_current_key(key))
+            self.both(lambda b: b.set_current_namespace(namespace))
+            if name == "value":
+                self.mutate(self.on_state("value", "value"), item)
+            elif name == "list":
+                self.mutate(self.on_state("list", "get"), item)
+            elif name == "aggregating":
+                self.on_state("aggregating", "add", item)
+            else:
+                listed = [k for k, v in reading.items() if isinstance(v, list)]
+                if listed:  # the dict's own lists: a shallow copy would share them
+                    self.mutate(self.on_state("map", "get", listed[0]), item)
+                else:
+                    self.on_state("map", "put", "v", item)
+
+    @contextlib.contextmanager
+    def writes_withheld(self) -> Iterator[None]:
+        """The owner's operations grant the writers no write meanwhile."""
+        self.gate.tick = lambda: None  # type: ignore[method-assign]
+        try:
+            yield
+        finally:
+            del self.gate.tick
 
     # ------------------------------------------------------------ invariants
 
@@ -511,6 +649,43 @@ class HostileUserCode(BackendMachine):
 
     def accumulator_at(self, at: tuple[Any, Any]) -> Any:
         return next((s for k, n, s in self.backend.entries(HOSTILE.name) if (k, n) == at), None)
+
+
+def _is_bytes_handle(result: Any) -> bool:
+    """True for a heap snapshot result whose file is in memory (not RocksDB's)."""
+    return isinstance(getattr(result, "handle", None), io.BytesIO)
+
+
+class GatedSerializer(DefaultSerializer):
+    """The default serializer (same identifier, same bytes) whose ``serialize``,
+    off the owner's thread, first passes the write gate: an asynchronous writer
+    lets the owner run one operation between reading a state and serializing
+    it. While a writer waits there, ``waiting`` is set and ``reading`` is the
+    state object it is about to serialize."""
+
+    __slots__ = ("_gate", "_owner", "reading", "waiting")
+
+    def __init__(self, gate: WriteGate, owner: int) -> None:
+        self._gate = gate
+        self._owner = owner
+        self.reading: Any = None
+        self.waiting = threading.Event()
+
+    def serialize(self, state: Any) -> bytes:
+        if threading.get_ident() != self._owner:
+            self.reading = state
+            self.waiting.set()
+            try:
+                self._gate.pass_through()
+            finally:
+                self.waiting.clear()
+                self.reading = None
+        return DefaultSerializer.serialize(state)
+
+
+def gated_descriptors(serializer: GatedSerializer) -> dict[str, StateDescriptor]:
+    """:data:`DESCRIPTORS` with ``serializer`` as every state's serializer."""
+    return {name: dataclasses.replace(d, serializer=serializer) for name, d in DESCRIPTORS.items()}
 
 
 def backend_machine_for(

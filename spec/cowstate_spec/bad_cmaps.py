@@ -7,6 +7,12 @@ variant is compiled once into ``build/bad_cmaps/`` as its own module
 (``-DCOWSTATE_MODULE=_cmap_bug<n>``) and loaded beside the real one, so the
 state machines drive it exactly as they drive ``cowstate._cmap``.
 
+Defects ``_cmap.c`` does not plant under a number are :class:`CRewrite` objects:
+one exact text of the source (one occurrence) replaced, in a copy compiled
+the same way (``-DCOWSTATE_MODULE=_cmap_rw_<name>``) -- the C form of the pure
+map's one-line bugs. Each has an identity control (the text replaced by
+itself), which the machine must pass.
+
 ``build_bad_cmap(bug)`` needs a C compiler and the Python headers (as
 ``pip install -e .`` does); it raises ``RuntimeError`` with the compiler's
 output when the build fails.
@@ -25,7 +31,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["C_BUGS", "CBug", "bad_cmap_implementation", "build_bad_cmap"]
+__all__ = [
+    "C_BUGS",
+    "C_REWRITES",
+    "CBug",
+    "CRewrite",
+    "bad_cmap_implementation",
+    "build_bad_cmap",
+    "c_identity",
+]
 
 SOURCE = Path(__file__).resolve().parents[2] / "impl" / "cowstate" / "_cmap.c"
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_cmaps"
@@ -65,19 +79,87 @@ C_BUGS = [
     ),
 ]
 
-_LOADED: dict[int, ModuleType] = {}
+
+@dataclass(frozen=True)
+class CRewrite:
+    """One defect planted by text: ``old`` (exactly one occurrence in ``_cmap.c``)
+    becomes ``new`` in the copy that is compiled."""
+
+    name: str
+    old: str
+    new: str
+    breaks: str
 
 
-def build_bad_cmap(bug: CBug) -> ModuleType:
+#: The C forms of the pure map's bugs ``_cmap.c`` has no number for. Not the
+#: rehash relinking a shared entry in place: in C that lets a snapshot reach
+#: entries freed later (a use-after-free that crashes the interpreter instead
+#: of failing an assertion), which is what ``make sanitize`` is for.
+C_REWRITES = [
+    CRewrite(
+        "c-get-checks-entry-version",
+        "    if (e->state_version < m->highest) {                      /* rule S */\n"
+        "        PyObject *copy = copy_shared_state(m, e->state);",
+        "    if (e->entry_version < m->highest) {                      /* rule S */\n"
+        "        PyObject *copy = copy_shared_state(m, e->state);",
+        "rule S asks the state's version: a rule E copy still holds the snapshot's state",
+    ),
+    CRewrite(
+        "c-select-active-table-off-by-one",
+        "b < m->rehash_index) {",
+        "b < m->rehash_index + 1) {",
+        "a bucket is looked up in the rehash table before it moved",
+    ),
+    CRewrite(
+        "c-remove-skips-modification-count",
+        "    m->mod_count++;\n    if (t == &m->primary)\n        m->primary_size--;",
+        "    if (t == &m->primary)\n        m->primary_size--;",
+        "an iterator must fail fast after a removal",
+    ),
+    CRewrite(
+        "c-rehash-forgets-moved-count",
+        "    m->primary_size -= moved;\n    m->rehash_size += moved;\n"
+        "    m->rehash_index = r;\n    return 0;",
+        "    m->primary_size -= moved;\n    m->rehash_size += moved - 1;\n"
+        "    m->rehash_index = r;\n    return 0;",
+        "per-table counters drift (invariant 3)",
+    ),
+]
+
+
+def c_identity(bug: CRewrite) -> CRewrite:
+    """The control of ``bug``: its text replaced by itself."""
+    return CRewrite(f"identity-{bug.name}", bug.old, bug.old, "control")
+
+
+_LOADED: dict[int | str, ModuleType] = {}
+
+
+def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
     """Compile (once per source version) and import the map with ``bug`` planted."""
-    if bug.number in _LOADED:
-        return _LOADED[bug.number]
-    name = f"_cmap_bug{bug.number}"
+    key: int | str = bug.number if isinstance(bug, CBug) else bug.name
+    if key in _LOADED:
+        return _LOADED[key]
+    text = SOURCE.read_text()
+    if isinstance(bug, CBug):
+        name = f"_cmap_bug{bug.number}"
+        source, defines = SOURCE, [f"-DCOWSTATE_BUG={bug.number}"]
+    else:
+        if text.count(bug.old) != 1:
+            raise ValueError(
+                f"bug {bug.name}: expected exactly one {bug.old!r} in {SOURCE.name}, "
+                f"found {text.count(bug.old)}"
+            )
+        name = "_cmap_rw_" + bug.name.replace("-", "_")
+        defines = []
     digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest / f"{name}{suffix}"
     if not target.exists():
         target.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(bug, CRewrite):
+            source = target.with_name(f"{name}.c")
+            source.write_text(text.replace(bug.old, bug.new))
         include = sysconfig.get_paths()["include"]
         command = [
             "cc",
@@ -86,9 +168,10 @@ def build_bad_cmap(bug: CBug) -> ModuleType:
             "-O1",
             "-std=c11",
             f"-I{include}",
-            f"-DCOWSTATE_BUG={bug.number}",
+            f"-I{SOURCE.parent}",  # a rewritten copy includes what _cmap.c does
+            *defines,
             f"-DCOWSTATE_MODULE={name}",
-            str(SOURCE),
+            str(source),
             "-o",
             str(target),
         ]
@@ -100,11 +183,11 @@ def build_bad_cmap(bug: CBug) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    _LOADED[bug.number] = module
+    _LOADED[key] = module
     return module
 
 
-def bad_cmap_implementation(bug: CBug, initial_capacity: int = 4) -> Any:
+def bad_cmap_implementation(bug: CBug | CRewrite, initial_capacity: int = 4) -> Any:
     """The :class:`~cowstate_spec.implementations.Implementation` of a broken C map,
     checked like the real one (structure export, fingerprints, rehash steps)."""
     from cowstate_spec.implementations import _cow

@@ -5,7 +5,72 @@ Like Hypothesis' own "bad machines", each entry is one plausible bug in
 (so the broken class differs from the real one in exactly that line). The
 test ``tests/test_spec_catches_bad_implementations.py`` runs the state machine
 on each and requires it to fail; a bug the spec cannot see is a hole in the
-spec.
+spec. The layers above have their own lists here (``bad_backends()``,
+``STORAGE_BUGS``) and in :mod:`cowstate_spec.bad_layers` (broken functions:
+hashing, rescaling ranges, serializer copies, snapshot writer and reader,
+RocksDB savepoints); the C map's in :mod:`cowstate_spec.bad_cmaps`.
+
+Every defect class backed twice
+===============================
+Each defect class below is caught by a *state machine* exploring on its own
+-- not only by a hand-written scenario -- within the ``ci`` profile's budget
+(``tests/test_spec_catches_every_class.py``, generation only: map and table
+machines 120 examples x 40 steps, the backend machine 120 x 80 as in
+``tests/test_backend_machine.py``, the storage machine 30 x 40 as in
+``tests/test_storage_machine.py``); the three marked (m) under the
+``mutation`` profile's settings (60 x 40, no shrinking) too.
+:data:`DEFECT_CLASSES` is this table as data; the test checks the two agree
+with the lists.
+
+=====================================  ===================================  ========
+defect class                           planted bug(s)                       machine
+=====================================  ===================================  ========
+a skipped state copy                   get-skips-state-copy                 map
+                                       c-get-skips-state-copy               C map
+a relinked shared predecessor          remove-relinks-shared-predecessor,   map
+                                       chain-copy-mutates-shared-predecessor
+                                       c-relinks-shared-predecessor         C map
+a rehash that relinks shared entries   rehash-relinks-shared-entries        map
+a snapshot layout without the moved    snapshot-omits-moved-high-half (m)   map
+high half
+a release that forgets older           release-forgets-older-snapshots,     map
+snapshots                              release-keeps-lowest-version
+                                       c-release-forgets-open-snapshot      C map
+an off-by-one table selection          select-active-table-off-by-one (m)   map
+                                       c-select-active-table-off-by-one     C map
+a rehash step that stops inside a      rehash-step-stops-inside-a-bucket    map
+bucket
+lost size bookkeeping                  rehash-forgets-moved-count           map
+                                       c-rehash-forgets-moved-count         C map
+a missing modification count           remove-skips-modification-count      map
+                                       c-remove-skips-modification-count    C map
+get checks the entry's version         get-checks-entry-version (m)         map
+instead of the state's
+string hashing over code points        string-hash-over-code-points         table
+a writer that drops the last key       writer-drops-the-last-key-group      backend
+group
+an uncompared CRC (block path only)    uncompared-block-crc                 backend
+a native savepoint that shares SSTs    native-savepoint-shares-sst-files    storage
+subsumption deleting retained files    registry-deletes-files-still-used    storage
+an incremental first checkpoint        no-claim-does-not-force-full         storage
+after NO_CLAIM
+a writer releasing key groups before   writer-releases-before-serializing   backend
+serializing
+a shallow serializer fast path         shallow-serializer-fast-path         backend
+a clipped rescaling range              clipped-rescaling-range              backend
+=====================================  ===================================  ========
+
+Three classes have no C form here: a C snapshot copies whole chunk
+directories (no compact layout to lose a high half of: its analogue is
+``c-directory-copy-misses-a-chunk``), ``move_bucket`` moves a bucket all or
+nothing by construction, and a C rehash relinking a shared entry in place
+is a use-after-free (it crashes the interpreter; ``make sanitize`` is for
+that), not a wrong answer a machine could assert on.
+``c-get-checks-entry-version`` is in ``C_REWRITES`` but not in the table:
+the C map machine finds it under five of six seeds within the ``ci``
+budget, not under the fixed one. The C map's bugs are ``C_BUGS`` (numbered
+in ``_cmap.c``) and ``C_REWRITES`` (text rewrites of a copy) of
+:mod:`cowstate_spec.bad_cmaps`.
 """
 
 from __future__ import annotations
@@ -166,6 +231,39 @@ BUGS: list[Bug] = [
         "e = _Entry(key, namespace, None, h, None, version, version)\n    tab[index] = e",
         "a new entry replaces the chain it heads",
     ),
+    Bug(
+        "get-checks-entry-version",
+        "get",
+        "if e.state_version < self._highest_required:  # rule S",
+        "if e.entry_version < self._highest_required:  # rule S",
+        "rule S asks the state's version: an entry copied by rule E (new entry "
+        "version) still holds the snapshot's state",
+    ),
+    Bug(
+        "release-forgets-older-snapshots",
+        "_release_version",
+        "highest_required_version(self._open_versions)",
+        "highest_required_version(frozenset(v for v in self._open_versions if v > version))",
+        "releasing the newest snapshot drops H to 0 while older snapshots are open",
+    ),
+    Bug(
+        "rehash-step-stops-inside-a-bucket",
+        "_incremental_rehash",
+        "moved += 1\n        old[r] = None",
+        "moved += 1\n            if moved >= MIN_TRANSFERRED_PER_INCREMENTAL_REHASH:\n"
+        "                break\n"
+        "        if e is not None:\n            old[r] = e\n            break\n"
+        "        old[r] = None",
+        "a rehash step moves whole buckets: stopping after 4 entries splits bucket r "
+        "between the tables (invariant 2)",
+    ),
+    Bug(
+        "remove-skips-modification-count",
+        "_remove_entry",
+        "self._mod_count += 1",
+        "pass",
+        "an iterator must fail fast after a removal (fail-fast iteration)",
+    ),
     # ------------------------------------------------------------ state tables
     Bug(
         "table-routes-by-python-hash",
@@ -248,15 +346,75 @@ USER_CODE_BUGS: list[Bug] = [
 ]
 
 
-def broken_class(bug: Bug) -> type[Any]:
-    """``bug.cls`` with ``bug`` applied to one method."""
-    source = textwrap.dedent(inspect.getsource(getattr(bug.cls, bug.method)))
+#: The defect classes of the table in the module doc: class -> ``(machine, bug
+#: name)`` pairs. Machines: ``map`` (the pure map's state machine over
+#: :data:`BUGS`), ``c-map`` (over ``bad_cmaps.C_BUGS`` and ``C_REWRITES``), ``table`` (the table
+#: machine over ``bad_layers.TABLE_LAYER_BUGS``), ``backend`` (the backend
+#: machine over ``bad_layers.BACKEND_LAYER_BUGS``), ``storage`` (the storage
+#: machine over :data:`STORAGE_BUGS` and ``bad_layers.storage_layer_bugs()``).
+DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
+    "a skipped state copy": (("map", "get-skips-state-copy"), ("c-map", "c-get-skips-state-copy")),
+    "a relinked shared predecessor": (
+        ("map", "remove-relinks-shared-predecessor"),
+        ("map", "chain-copy-mutates-shared-predecessor"),
+        ("c-map", "c-relinks-shared-predecessor"),
+    ),
+    "a rehash that relinks shared entries": (("map", "rehash-relinks-shared-entries"),),
+    "a snapshot layout without the moved high half": (("map", "snapshot-omits-moved-high-half"),),
+    "a release that forgets older snapshots": (
+        ("map", "release-forgets-older-snapshots"),
+        ("map", "release-keeps-lowest-version"),
+        ("c-map", "c-release-forgets-open-snapshot"),
+    ),
+    "an off-by-one table selection": (
+        ("map", "select-active-table-off-by-one"),
+        ("c-map", "c-select-active-table-off-by-one"),
+    ),
+    "a rehash step that stops inside a bucket": (("map", "rehash-step-stops-inside-a-bucket"),),
+    "lost size bookkeeping": (
+        ("map", "rehash-forgets-moved-count"),
+        ("c-map", "c-rehash-forgets-moved-count"),
+    ),
+    "a missing modification count": (
+        ("map", "remove-skips-modification-count"),
+        ("c-map", "c-remove-skips-modification-count"),
+    ),
+    "get checks the entry's version instead of the state's": (("map", "get-checks-entry-version"),),
+    "string hashing over code points": (("table", "string-hash-over-code-points"),),
+    "a writer that drops the last key group": (("backend", "writer-drops-the-last-key-group"),),
+    "an uncompared CRC": (("backend", "uncompared-block-crc"),),
+    "a native savepoint that shares SST files": (("storage", "native-savepoint-shares-sst-files"),),
+    "subsumption deleting retained files": (("storage", "registry-deletes-files-still-used"),),
+    "an incremental first checkpoint after NO_CLAIM": (
+        ("storage", "no-claim-does-not-force-full"),
+    ),
+    "a writer releasing key groups before serializing": (
+        ("backend", "writer-releases-before-serializing"),
+    ),
+    "a shallow serializer fast path": (("backend", "shallow-serializer-fast-path"),),
+    "a clipped rescaling range": (("backend", "clipped-rescaling-range"),),
+}
+#: The classes the ``mutation`` profile's settings must find too (no shrinking).
+MUTATION_CLASSES = (
+    "an off-by-one table selection",
+    "get checks the entry's version instead of the state's",
+    "a snapshot layout without the moved high half",
+)
+
+
+def broken_class(bug: Bug, **helpers: Any) -> type[Any]:
+    """``bug.cls`` with ``bug`` applied to one method, compiled in the globals of
+    the class's module (``helpers`` override names there: broken callees, see
+    :mod:`cowstate_spec.bad_layers`)."""
+    method = getattr(bug.cls, bug.method)
+    source = textwrap.dedent(inspect.getsource(method))
     if source.count(bug.old) != 1:
         raise ValueError(
             f"bug {bug.name}: expected exactly one {bug.old!r} in {bug.method}, "
             f"found {source.count(bug.old)}"
         )
-    namespace = dict(vars(sys.modules[bug.cls.__module__]))
+    # The method's own module (bug.cls may be a broken class made here).
+    namespace = dict(vars(sys.modules[method.__module__])) | helpers
     exec(compile(source.replace(bug.old, bug.new), f"<bug {bug.name}>", "exec"), namespace)
     return type(
         f"Broken_{bug.name.replace('-', '_')}",

@@ -42,6 +42,12 @@ rule S rules on mapped keys while a snapshot is open (``get``,
 interrupted by a keyed operation's rehash step must fail fast (the rule grows
 the map into a rehash first). Only the machines whose paths are counted
 (``coverage.COUNTED``) read the structure around every keyed operation.
+Others back the catches of :mod:`cowstate_spec.bad_implementations`: a
+``remove``, then ``get`` and mutate every mapping while a snapshot is open
+(after rule E copies), an
+iterator across a ``remove`` or ``put`` that must fail fast, and (tables)
+keys beyond the Basic Multilingual Plane, which Java hashes as two UTF-16
+units.
 
 State tables (``implementation.table``) get :class:`StateTableMachine`: the
 same rules against the reference table of the same key groups, plus the
@@ -667,6 +673,65 @@ class StateMapMachine(RuleBasedStateMachine):
         if self.implementation.check is not None:
             self.implementation.check(self.impl, [fp for _, _, fp in self.open if fp is not None])
 
+    # ------------------------------------- rules that back the bad maps' catches
+    # (cowstate_spec.bad_implementations: each defect class caught by a rule,
+    # not only by a scenario test)
+
+    @precondition(
+        lambda self: bool(self.open) and not self.rehashing() and not self.implementation.table
+    )
+    @rule(item=st.integers(0, 99), newest_first=st.booleans())
+    def get_and_mutate_every_mapping(self, item: int, newest_first: bool) -> None:
+        """Rule E on ``remove`` and rule S on ``get`` of every mapping while a
+        snapshot is open: the oldest and the newest mappings are removed (a
+        removed entry's shared chain predecessors are copied before one is
+        relinked: new entries holding the snapshot's states), every other
+        mapping is got and mutated (a get behind others in its chain copies
+        them too), and the two are put back with their states; then every
+        mapping is removed and put back in turn (an entry behind others in its
+        chain relinks a shared predecessor). Oldest first or newest first: a
+        chain holds its entries newest first, or oldest first after a rehash.
+        Only the states' versions tell ``get`` to copy those states. Not while
+        rehashing (a sweep of gets would finish the rehash at once), and not on
+        tables (their maps are the map machines' to sweep)."""
+        mapped = list(snapshot_contents(self.model))
+        if not mapped:
+            return
+        if newest_first:
+            mapped.reverse()
+        removed = list(dict.fromkeys([mapped[0], mapped[-1]]))
+        olds = [(kn, self.equal_results("remove_and_get_old", *kn)[0]) for kn in removed]
+        for kn in mapped:
+            if kn not in removed:
+                self.get_and_mutate(kn, item)
+        for kn, old in olds:
+            self.put_checked(kn, old)
+        for kn in mapped:  # rule E on remove everywhere: each chain position once
+            self.put_checked(kn, self.equal_results("remove_and_get_old", *kn)[0])
+
+    @precondition(
+        lambda self: not self.implementation.table and not isinstance(self.impl, ReferenceStateMap)
+    )
+    @rule(kn=mappings, taken=st.integers(0, 2), remove=st.booleans())
+    def iterate_across_a_change(self, kn: tuple[Any, Any], taken: int, remove: bool) -> None:
+        """An iterator, then a ``remove`` (or a ``put``) of a mapped key: if the
+        mapping went (or came), the iterator must fail fast. (Any copy-on-write
+        map, broken C variants included; the reference model does not promise it.)"""
+        iterator = iter(self.impl)
+        seen = list(itertools.islice(iterator, taken))
+        size = len(self.impl)
+        if remove:
+            self.equal_results("remove", *kn)
+        else:
+            self.put_checked(kn, 0)
+        if len(self.impl) == size or len(seen) < taken:
+            return  # nothing added or removed (a replaced state may go on), or exhausted
+        outcome = Outcome(lambda: list(iterator))
+        assert isinstance(outcome.error, ConcurrentModificationError), (
+            f"iteration across a {'remove' if remove else 'put'} of {kn!r} {outcome}, "
+            "expected ConcurrentModificationError"
+        )
+
     def teardown(self) -> None:
         for impl, model, _ in self.open:
             impl.release()
@@ -799,6 +864,21 @@ class StateTableMachine(StateMapMachine):
     def open_snapshots_never_change(self) -> None:
         for impl, model, _ in self.open:
             self.compare_snapshot(impl, model)
+
+    # ------------------------------------ rules that back the bad tables' catches
+
+    #: Strings beyond the Basic Multilingual Plane: Java hashes their UTF-16 code
+    #: units (two per character), so a hash over code points routes each of
+    #: these to another key group of 8 (``string-hash-over-code-points``).
+    astral_keys = st.sampled_from(
+        ["\N{GRINNING FACE}", "\N{PARTY POPPER}", "\N{EARTH GLOBE EUROPE-AFRICA}"]
+    )
+
+    @rule(target=StateMapMachine.mappings, key=astral_keys, namespace=s.namespaces, state=s.states)
+    def put_astral_key(self, key: str, namespace: Any, state: Any) -> tuple[Any, Any]:
+        """``put`` of a key beyond the BMP, routed by the table itself."""
+        self.put_checked((key, namespace), state)
+        return (key, namespace)
 
 
 class HostileUserCode(StateMapMachine):

@@ -7,7 +7,9 @@ directory. The rules: state operations (routed to the subtask owning the
 key), trigger / complete / abort checkpoints (several pending at once),
 savepoints in both formats, moving and deleting savepoint directories,
 restoring a new job from any existing snapshot in each restore mode (and
-another parallelism), crash-and-recover, and injected faults -- the k-th
+another parallelism; a restart from the latest checkpoint at the same
+parallelism as its own rule), rounds of a few updates and a checkpoint
+completed at once, crash-and-recover, and injected faults -- the k-th
 file-system write fails (leaving a partial file behind until the abort
 cleans it up), or the process "crashes" at the k-th file-system operation:
 from then on every file-system call fails, so no cleanup code runs, exactly
@@ -519,7 +521,10 @@ class StorageMachine(RuleBasedStateMachine):
     @invariant()
     def every_snapshot_restores_to_its_moment(self) -> None:
         for directory, snapshot in self.model.existing().items():
-            metadata = read_metadata(self.filesystem, directory)
+            try:
+                metadata = read_metadata(self.filesystem, directory)
+            except CheckpointError as exc:
+                raise AssertionError(f"snapshot {directory} is gone: {exc}") from exc
             fingerprint = tuple(
                 sorted(
                     (path, os.path.getsize(path) if os.path.exists(path) else -1)
@@ -562,6 +567,27 @@ class StorageMachine(RuleBasedStateMachine):
             }
         finally:
             backend.close()
+
+    # ------------------------------ rules and invariants that back the bad
+    # classes' catches (cowstate_spec.bad_implementations, bad_layers)
+
+    @precondition(lambda self: bool(self.model.retained))
+    @rule(mode=st.sampled_from(sorted(MODES)))
+    def restart_from_the_latest_checkpoint(self, mode: str) -> None:
+        """The most common restore, as its own rule: a new job from the latest
+        retained checkpoint at the same parallelism, where RocksDB builds
+        incrementally on the restored files (rule 7's NO_CLAIM and LEGACY paths)."""
+        self.restore("the latest checkpoint", 0, mode, "the same")
+
+    @precondition(lambda self: len(self.model.pending) < 3)
+    @rule(keys=st.lists(st.integers(0, 15), max_size=4), value=st.integers(-3, 99))
+    def change_some_and_checkpoint(self, keys: list[int], value: int) -> None:
+        """A round of a running job in one step: a few updates, then a checkpoint
+        that completes at once (incremental checkpoints share files with the
+        ones before them, and subsuming those must keep what is still used)."""
+        for key in keys:
+            self.change_state("update", key, value)
+        self.trigger_checkpoint(complete_now=True)
 
     def teardown(self) -> None:
         self.faults.revive()
