@@ -385,7 +385,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         finally:
             for reader in readers:
                 reader.rewind()
-        key_types = self._context.key_types.copy()  # E5, committed with the tables
+        key_types = self._context.key_types.copy()  # E6, committed with the tables
         for name, blocks in restored.blocks.items():
             for key_group, block in blocks.items():
                 check_key_types(name, key_group, block.keys, key_types)

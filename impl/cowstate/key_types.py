@@ -38,7 +38,7 @@ K4. A state table on its own (not a backend's) holds one key type *per
     colliding test keys the table state machine builds its long chains and
     rehashes from, and gained nothing, since only keys that can be equal
     can meet in one mapping.)
-K5. A restore checks every key it decodes against K1-K4 (check E5 of
+K5. A restore checks every key it decodes against K1-K4 (check E6 of
     :mod:`cowstate.snapshot.checks`): a backend's restore brings keys of one
     signature, the backend's if one is fixed, else they fix it when the
     restore commits. A refusal is a :class:`~cowstate.errors.MixedKeyTypesError`.

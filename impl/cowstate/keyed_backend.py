@@ -20,7 +20,7 @@ holding what its handle says (:meth:`AbstractKeyedStateBackend._check_file_of`).
 One key type per backend (:mod:`cowstate.key_types`, as Flink's typed key
 serializer): the first ``set_current_key`` -- or the keys of the first restore
 that brings any -- fixes it, every table of the backend shares it, and a
-restore's keys must be of it (E5 of :mod:`cowstate.snapshot.checks`; checked
+restore's keys must be of it (E6 of :mod:`cowstate.snapshot.checks`; checked
 on a copy, adopted when the restore commits).
 """
 

@@ -99,9 +99,9 @@ C_REWRITES = [
     CRewrite(
         "c-get-checks-entry-version",
         "    if (e->state_version < m->highest) {                      /* rule S */\n"
-        "        PyObject *copy = copy_shared_state(m, e->state);",
+        "        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);",
         "    if (e->entry_version < m->highest) {                      /* rule S */\n"
-        "        PyObject *copy = copy_shared_state(m, e->state);",
+        "        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);",
         "rule S asks the state's version: a rule E copy still holds the snapshot's state",
     ),
     CRewrite(

@@ -106,7 +106,7 @@ Restores (``prepare_restore``, then ``commit()``)
 
    - canonical: read each file (size and CRC32 checked), validate its
      metadata (and that it holds what its handle says), decode and check
-     every entry of this backend's key groups (E1-E5 of
+     every entry of this backend's key groups (E1-E6 of
      :mod:`cowstate.snapshot.checks`), and write the raw entries with
      ``WriteBatch`` into new column families;
    - native: download each handle's files under their local names (size and
@@ -433,7 +433,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
             self.key_group_range,
             self.max_parallelism,
             self._key_serializer,
-            self._context.key_types.copy(),  # E5: committed with the database
+            self._context.key_types.copy(),  # E6: committed with the database
         )
         seed: tuple[int, dict[str, FileHandle]] | None = None
         backend_uid = uuid.uuid4().hex

@@ -5,7 +5,7 @@ instance directory for the key groups of one backend:
 
 - :meth:`Restorer.from_canonical`: the raw entries of canonical snapshot files
   (size and CRC32 checked, each file holding what its handle says), every
-  entry decoded and checked (:mod:`cowstate.snapshot.checks`: E1-E3, E5, and E4
+  entry decoded and checked (:mod:`cowstate.snapshot.checks`: E1-E3, E5, E6, and E4
   on the raw RocksDB keys of each key group) before it is written with
   ``WriteBatch`` into new column families: undecodable or ``None`` entries
   are refused here, never found at first read;
@@ -13,7 +13,7 @@ instance directory for the key groups of one backend:
   names; one handle of the same range is the new database as it is (no entry
   is read), else the handle sharing most key groups is clipped to the range
   (``delete_range``) and the others' keys of the range are copied in, each
-  copied entry decoded and checked (E1-E3, E5; RocksDB keys are unique, so E4
+  copied entry decoded and checked (E1-E3, E5, E6; RocksDB keys are unique, so E4
   holds) on the way. Before any of it, every handle's database must hold what
   its handle says (:func:`check_native`), so a handle resealed with other
   states or another range is refused instead of restored short:
@@ -112,7 +112,7 @@ class Restorer:
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.key_serializer = key_serializer
-        #: The key type the restored keys must have or fix (E5), staged.
+        #: The key type the restored keys must have or fix (E6), staged.
         self.key_types = KeyTypes() if key_types is None else key_types
 
     def from_canonical(
@@ -263,7 +263,7 @@ class Restorer:
             shutil.rmtree(scratch, ignore_errors=True)
 
     def _check_first_keys(self, built: Database) -> None:
-        """E5 for the entries kept as the native files hold them (not decoded): the
+        """E6 for the entries kept as the native files hold them (not decoded): the
         first key of each column family, in this backend's key groups."""
         lower = key_group_prefix(self.key_group_range.start_key_group)
         upper = key_group_prefix(self.key_group_range.end_key_group + 1)
@@ -353,7 +353,7 @@ class Restorer:
         self, decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes, bytes]]
     ) -> list[bytes]:
         """The RocksDB keys of one key group's raw ``(namespace, key, state)`` rows
-        of a canonical file, after checks E1-E5."""
+        of a canonical file, after checks E1-E6."""
         decoded = decode_rows(decoder, key_group, rows)
         check_key_groups(
             decoder.name, key_group, decoded.keys, self.max_parallelism, self.key_serializer
@@ -372,7 +372,7 @@ class Restorer:
     def _check_stored(
         self, decoder: EntryDecoder, key_group: int, rows: Sequence[tuple[bytes, bytes]]
     ) -> None:
-        """Checks E1-E3 and E5 of one key group's ``(RocksDB key, value)`` rows read from
+        """Checks E1-E3, E5 and E6 of one key group's ``(RocksDB key, value)`` rows read from
         a snapshot's database (a RocksDB key is unique: E4 holds)."""
         raw = []
         for rocks_key, value in rows:
