@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CMAP   := $(VENV)/.cmap-built
 
-.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest deep verify mutate sanitize fuzz clean
+.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean
 
 ## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
 ## when its source changes, without reinstalling everything.
@@ -40,7 +40,14 @@ crosshair: $(STAMP)
 ## a fixed seed string keys also land in the same buckets, so a run is
 ## reproducible bit for bit (tests of other seeds set their own).
 pytest: $(CMAP)
-	PYTHONHASHSEED=0 $(PY) -m pytest
+	PYTHONHASHSEED=0 $(PY) -m pytest $(addprefix --ignore=,$(STRENGTH_TESTS))
+
+## make strength: the spec-strength suites kept out of make test for its 15-minute
+## budget -- every named defect class caught by its machine within the ci budget,
+## and the machines with hostile user code over every implementation (3-5 min)
+STRENGTH_TESTS = tests/test_spec_catches_every_class.py tests/test_user_code_errors.py
+strength: $(CMAP)
+	PYTHONHASHSEED=0 $(PY) -m pytest $(STRENGTH_TESTS)
 
 ## make demo: the main job, a differential run of the implementation against the model
 demo: $(CMAP)
