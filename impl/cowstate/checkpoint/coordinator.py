@@ -207,6 +207,8 @@ class CheckpointCoordinator:
         #: A CLAIM record whose snapshot holds no claim marker (rule 8): the
         #: snapshot's files are treated as not owned, never deleted.
         self.unconfirmed_claim: str | None = None
+        #: True once this job deleted the snapshot it CLAIMed (and its marker).
+        self._claim_settled = False
         #: Paths a registry or document asked to delete and rule 8 refused.
         self.refused_deletions: list[str] = []
 
@@ -613,6 +615,9 @@ class CheckpointCoordinator:
             if self.storage.owns(oldest.directory):
                 filesystem.delete_dir(oldest.directory)
             elif self._claim_holds():  # a CLAIMed snapshot elsewhere: its listed files only
+                # Its marker goes with it; the shared files later checkpoints still
+                # use stay claimed (rule 8), so the claim is settled from here on.
+                self._claim_settled = True
                 _delete_snapshot_files(
                     filesystem, oldest.directory, oldest.metadata, allowed=self._claimed
                 )
@@ -628,6 +633,8 @@ class CheckpointCoordinator:
 
     def _claim_holds(self) -> bool:
         """Does the snapshot this job CLAIMed still hold its claim marker (rule 8)?"""
+        if self._claim_settled:
+            return True
         record = self.restored_from
         marker = None if record is None else claim_marker(self.storage.filesystem, record)
         return (
