@@ -16,12 +16,12 @@ import os
 import subprocess
 import sys
 import threading
-import tracemalloc
 import weakref
 from typing import Any
 
 import pytest
 from conftest import MAPS
+from leak_support import traced_growth
 
 import cowstate
 from cowstate import maps, state_map
@@ -125,21 +125,9 @@ def test_build_snapshot_mutate_release_drop_leaks_nothing() -> None:
         open_and_dropped = m.snapshot()  # released by its deallocation
         del open_and_dropped
 
-    cycle()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        cycle()
-        gc.collect()
-        start, _ = tracemalloc.get_traced_memory()
-        for _ in range(200):
-            cycle()
-        gc.collect()
-        end, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    growth = traced_growth(cycle, 200)
     assert [sys.getrefcount(s) for s in states] == baseline
-    assert end - start < 64 * 1024, f"memory grew by {end - start} bytes over 200 cycles"
+    assert growth < 64 * 1024, f"memory grew by {growth} bytes over 200 cycles"
 
 
 @needs_c

@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import gc
 import sys
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -30,6 +28,7 @@ from conftest import MAPS, TABLES, Tables, table_types
 from hypothesis import settings
 from hypothesis.errors import Flaky
 from hypothesis.stateful import run_state_machine_as_test
+from leak_support import traced_growth
 
 from cowstate import HeapKeyedStateBackend, KeyGroupRange
 from cowstate.descriptors import AggregatingStateDescriptor
@@ -473,18 +472,6 @@ def test_the_c_map_error_paths_leak_nothing() -> None:
             list(m.keys(eq_probe))
         snap.release()
 
-    cycle()
-    gc.collect()
-    tracemalloc.start()
-    try:
-        cycle()
-        gc.collect()
-        start, _ = tracemalloc.get_traced_memory()
-        for _ in range(100):
-            cycle()
-        gc.collect()
-        end, _ = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
+    growth = traced_growth(cycle, 100)
     assert [sys.getrefcount(o) for o in objects] == baseline
-    assert end - start < 64 * 1024, f"memory grew by {end - start} bytes over 100 cycles"
+    assert growth < 64 * 1024, f"memory grew by {growth} bytes over 100 cycles"

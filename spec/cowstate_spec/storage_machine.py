@@ -86,12 +86,6 @@ class Faults:
         with self._lock:
             self._countdown, self._kind, self.fired = countdown, kind, ""
 
-    @property
-    def armed(self) -> bool:
-        """Is a fault waiting to fire?"""
-        with self._lock:
-            return bool(self._kind)
-
     def disarm(self) -> None:
         with self._lock:
             self._countdown, self._kind = 0, ""
@@ -577,11 +571,7 @@ class StorageMachine(RuleBasedStateMachine):
     # ------------------------------ rules and invariants that back the bad
     # classes' catches (cowstate_spec.bad_implementations, bad_layers)
 
-    # Enabled only with no fault armed: an armed fault fires in whichever
-    # subtask's writer thread reaches the file system first, so with these
-    # multi-step rules the model's state after a fault depended on thread
-    # scheduling (Hypothesis: FlakyStrategyDefinition on rocksdb, retain 2).
-    @precondition(lambda self: bool(self.model.retained) and not self.faults.armed)
+    @precondition(lambda self: bool(self.model.retained))
     @rule(mode=st.sampled_from(sorted(MODES)))
     def restart_from_the_latest_checkpoint(self, mode: str) -> None:
         """The most common restore, as its own rule: a new job from the latest
@@ -589,7 +579,7 @@ class StorageMachine(RuleBasedStateMachine):
         incrementally on the restored files (rule 7's NO_CLAIM and LEGACY paths)."""
         self.restore("the latest checkpoint", 0, mode, "the same")
 
-    @precondition(lambda self: len(self.model.pending) < 3 and not self.faults.armed)
+    @precondition(lambda self: len(self.model.pending) < 3)
     @rule(keys=st.lists(st.integers(0, 15), max_size=4), value=st.integers(-3, 99))
     def change_some_and_checkpoint(self, keys: list[int], value: int) -> None:
         """A round of a running job in one step: a few updates, then a checkpoint
