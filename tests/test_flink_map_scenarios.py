@@ -45,6 +45,7 @@ from cowstate import (
     VersionOverflowError,
 )
 from cowstate.introspection import describe
+from cowstate_spec.cmap_view import rehash_progress
 from cowstate_spec.cmap_view import view_of as I
 from cowstate_spec.cmap_view import view_of_snapshot as IS
 from cowstate_spec.invariants import chain
@@ -326,7 +327,7 @@ def run_random_isolation(
         ns = rng.randrange(n_namespaces)
         op = rng.randrange(7)
         composite = (key, ns)
-        was_rehashing = I(m)._rehash is not None
+        was_rehashing = rehash_progress(m) is not None
         if was_rehashing and m._highest_required > 0:
             stats["rehash_ops_under_snapshot"] += 1
 
@@ -361,9 +362,12 @@ def run_random_isolation(
             m.transform(key, ns, value, append_value)
             reference[composite] = append_value(reference.get(composite), value)
 
-        if not was_rehashing and I(m)._rehash is not None:
+        # rehash_progress, not I(m): a C map's view exports every bucket
+        progress = rehash_progress(m)
+        if not was_rehashing and progress is not None:
             stats["rehashes_started"] += 1
-        stats["max_capacity"] = max(stats["max_capacity"], len(I(m)._primary))
+        if progress is not None:  # growing, the map rehashes into twice L
+            stats["max_capacity"] = max(stats["max_capacity"], 2 * progress[1])
 
         assert len(m) == len(reference)
         if i % full_check_every == 0:
@@ -389,7 +393,7 @@ def run_random_isolation(
                     extra = m.snapshot()
                     snapshot_counter += 1
                     assert extra.version == snapshot_counter
-                    if I(m)._rehash is not None:
+                    if rehash_progress(m) is not None:
                         stats["snapshots_during_rehash"] += 1
                     m.release(extra)
                 if i % 5000 == 0:
@@ -400,11 +404,12 @@ def run_random_isolation(
                 held = m.snapshot()
                 snapshot_counter += 1
                 assert held.version == snapshot_counter
-                if I(m)._rehash is not None:
+                if rehash_progress(m) is not None:
                     stats["snapshots_during_rehash"] += 1
                 held_size = len(m)
                 held_reference = {k: list(v) for k, v in reference.items()}
 
+    stats["max_capacity"] = max(stats["max_capacity"], describe(m).capacity)
     if held is not None:
         _check_snapshot(held, held_size, held_reference)
         held.release()

@@ -2183,6 +2183,16 @@ static PyObject *Map_structure(MapObject *m, PyObject *Py_UNUSED(ignored))
         (Py_ssize_t)1 << CHUNK_BITS_MAX);
 }
 
+/* Test support: (r, L) of a running rehash (its index and the old capacity),
+ * or None -- what _structure() says of the rehash, without exporting a table. */
+static PyObject *Map_rehash_progress(MapObject *m, PyObject *Py_UNUSED(ignored))
+{
+    if (m->rehash.dir == NULL) {
+        Py_RETURN_NONE;
+    }
+    return Py_BuildValue("(nn)", m->rehash_index, m->primary.capacity);
+}
+
 static PyObject *snap_structure_pinned(SnapObject *s);
 
 static PyObject *Snap_structure(SnapObject *s, PyObject *Py_UNUSED(ignored))
@@ -2348,6 +2358,8 @@ static PyMethodDef Map_methods[] = {
     {"_release_version", (PyCFunction)Map_release_version, METH_O, NULL},
     {"_structure", (PyCFunction)Map_structure, METH_NOARGS,
      "Test support: every table, chunk and entry (cowstate_spec.cmap_view)."},
+    {"_rehash_progress", (PyCFunction)Map_rehash_progress, METH_NOARGS,
+     "Test support: (rehash index, old capacity) of a running rehash, or None."},
     {"_corrupt", (PyCFunction)Map_corrupt, METH_VARARGS,
      "Test support: break one invariant on purpose."},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},

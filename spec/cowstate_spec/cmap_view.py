@@ -205,13 +205,11 @@ class SnapshotView:
 
 def rehash_progress(m: Any) -> tuple[int, int] | None:
     """``(r, L)`` of a pure or C map's running rehash (its index and the old
-    capacity), or None outside one. A C map's export is read as it comes:
-    a :class:`MapView` would build a view per entry."""
+    capacity), or None outside one. A C map answers without exporting its
+    tables (``_structure()`` would build every bucket's list)."""
     if is_c_map(m):
-        structure = m._structure()
-        if structure["rehash"] is None:
-            return None
-        return structure["rehash_index"], len(structure["primary"][1])
+        progress: tuple[int, int] | None = m._rehash_progress()
+        return progress
     if m._rehash is None:
         return None
     return m._rehash_index, len(m._primary)
