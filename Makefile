@@ -44,8 +44,11 @@ pytest: $(CMAP)
 
 ## make strength: the spec-strength suites kept out of make test for its 15-minute
 ## budget -- every named defect class caught by its machine within the ci budget,
-## and the machines with hostile user code over every implementation (3-5 min)
-STRENGTH_TESTS = tests/test_spec_catches_every_class.py tests/test_user_code_errors.py
+## the machines with hostile user code over every implementation, and CrossHair
+## refuting every planted arithmetic bug (make test runs CrossHair on the real
+## contracts) -- about 5 min
+STRENGTH_TESTS = tests/test_spec_catches_every_class.py tests/test_user_code_errors.py \
+	tests/test_symbolic.py
 strength: $(CMAP)
 	PYTHONHASHSEED=0 $(PY) -m pytest $(STRENGTH_TESTS)
 

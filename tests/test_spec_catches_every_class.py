@@ -109,33 +109,7 @@ MUTATION_BUGS = [
 ]
 
 
-#: Under the mutation profile's fixed seed the merged machine (issue 17's equal
-#: keys, rule U and catch rules together) no longer reaches the bucket at the
-#: rehash boundary for this bug; it did on the helper's branch and does on 5-6
-#: of 8 other seeds. A strict xfail: when a rule aimed at that bucket lands,
-#: this turns red and the mark goes.
-_NOT_FOUND_UNDER_MUTATION = {"select-active-table-off-by-one"}
-
-
-@pytest.mark.parametrize(
-    "bug",
-    [
-        pytest.param(
-            bug,
-            marks=[
-                pytest.mark.xfail(
-                    strict=True,
-                    raises=pytest.fail.Exception,
-                    reason="not found under the mutation profile's seed (see above)",
-                )
-            ]
-            if bug.name in _NOT_FOUND_UNDER_MUTATION
-            else [],
-        )
-        for bug in named(BUGS, MUTATION_BUGS)
-    ],
-    ids=lambda bug: bug.name,
-)
+@pytest.mark.parametrize("bug", named(BUGS, MUTATION_BUGS), ids=lambda bug: bug.name)
 def test_the_map_machine_catches_under_the_mutation_profile(bug: Bug) -> None:
     with pytest.raises(AssertionError):
         run_state_machine_as_test(machine_for(bad_implementation(bug)), settings=MUTATION_HUNT)

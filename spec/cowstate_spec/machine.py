@@ -79,6 +79,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from cowstate.arithmetic import MIN_TRANSFERRED_PER_INCREMENTAL_REHASH
 from cowstate.errors import (
     ConcurrentModificationError,
     CowStateError,
@@ -93,7 +94,7 @@ from cowstate_model import ReferenceStateMap
 from cowstate_spec import contract as c
 from cowstate_spec import coverage as cov
 from cowstate_spec import strategies as s
-from cowstate_spec.cmap_view import MAP_CLASSES
+from cowstate_spec.cmap_view import MAP_CLASSES, view_of
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.hostile import (
     CopyTrapList,
@@ -370,29 +371,39 @@ class StateMapMachine(RuleBasedStateMachine):
         self.release(1 + index % (len(self.open) - 1))
 
     # Rule S on a mapped key while a snapshot is open: the rules that hand out
-    # states, drawn from the put mappings only (the plain rules draw any key).
+    # states, on a mapping the newest snapshot holds (``choice`` picks it; the
+    # put mapping ``kn`` when it holds none). A put mapping has often been
+    # written since the snapshot: drawn from the bundle alone, rule S on
+    # put_and_get_old and transform was reached a handful of times per run.
 
     @precondition(lambda self: bool(self.open))
-    @rule(kn=mappings, item=st.integers(0, 99))
-    def get_and_mutate_shared(self, kn: tuple[Any, Any], item: int) -> None:
-        self.get_and_mutate(kn, item)
+    @rule(kn=mappings, choice=st.integers(0, 255), item=st.integers(0, 99))
+    def get_and_mutate_shared(self, kn: tuple[Any, Any], choice: int, item: int) -> None:
+        self.get_and_mutate(self.held_by_newest_snapshot(choice, kn), item)
 
     @precondition(lambda self: bool(self.open))
-    @rule(kn=mappings, state=s.states, item=st.integers(0, 99))
-    def put_and_get_old_shared(self, kn: tuple[Any, Any], state: Any, item: int) -> None:
-        self.put_and_get_old(kn, state, item)
-
-    @precondition(lambda self: bool(self.open))
-    @rule(kn=mappings, item=st.integers(0, 99))
-    def remove_and_get_old_shared(self, kn: tuple[Any, Any], item: int) -> None:
-        self.remove_and_get_old(kn, item)
-
-    @precondition(lambda self: bool(self.open))
-    @rule(kn=mappings, value=st.integers(0, 9), fn=s.succeeding_transform_functions)
-    def transform_shared(
-        self, kn: tuple[Any, Any], value: int, fn: Callable[[Any, int], Any]
+    @rule(kn=mappings, choice=st.integers(0, 255), state=s.states, item=st.integers(0, 99))
+    def put_and_get_old_shared(
+        self, kn: tuple[Any, Any], choice: int, state: Any, item: int
     ) -> None:
-        self.transform(kn, value, fn)
+        self.put_and_get_old(self.held_by_newest_snapshot(choice, kn), state, item)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(kn=mappings, choice=st.integers(0, 255), item=st.integers(0, 99))
+    def remove_and_get_old_shared(self, kn: tuple[Any, Any], choice: int, item: int) -> None:
+        self.remove_and_get_old(self.held_by_newest_snapshot(choice, kn), item)
+
+    @precondition(lambda self: bool(self.open))
+    @rule(
+        kn=mappings,
+        choice=st.integers(0, 255),
+        value=st.integers(0, 9),
+        fn=s.succeeding_transform_functions,
+    )
+    def transform_shared(
+        self, kn: tuple[Any, Any], choice: int, value: int, fn: Callable[[Any, int], Any]
+    ) -> None:
+        self.transform(self.held_by_newest_snapshot(choice, kn), value, fn)
 
     @precondition(lambda self: bool(self.open))
     @rule(index=st.integers(0, 7))
@@ -431,6 +442,15 @@ class StateMapMachine(RuleBasedStateMachine):
         if isinstance(self.impl, MAP_CLASSES):
             cov.record_snapshot(self.impl)
 
+    def held_by_newest_snapshot(self, choice: int, otherwise: tuple[Any, Any]) -> tuple[Any, Any]:
+        """Mapping ``choice`` (modulo) of the newest open snapshot, by the model;
+        ``otherwise`` if it holds none or a key group of it was released."""
+        try:
+            held = [(e.key, e.namespace) for e in self.open[-1][1]]
+        except RuntimeError:  # a table snapshot with a released key group
+            return otherwise
+        return held[choice % len(held)] if held else otherwise
+
     def pop_open(self, index: int) -> tuple[Any, Any, Any]:
         """Take the open snapshot ``index`` (modulo) off the list, oldest first."""
         index %= len(self.open)
@@ -460,6 +480,28 @@ class StateMapMachine(RuleBasedStateMachine):
         kns = self.grow_into_a_rehash(start, kn[1])
         if self.rehashing():
             self.iterate_across_the_step(kn, taken)
+        return multiple(*kns)
+
+    @precondition(lambda self: self.can_rehash and not self.implementation.table)
+    @rule(
+        target=mappings,
+        start=st.integers(0, len(s.MANY_KEYS) - 1),
+        kn=any_key,
+        choice=st.integers(0, 255),
+    )
+    def get_at_the_rehash_boundary(
+        self, start: int, kn: tuple[Any, Any], choice: int
+    ) -> MultipleResults[tuple[Any, Any]]:
+        """Outside a rehash, puts until one starts (``grow_into_a_rehash``);
+        then ``get`` of a mapping in the bucket where the get's own rehash step
+        will stop (``mappings_at_the_rehash_boundary``): the first bucket
+        still in the old table, the one an off-by-one table selection seeks
+        in the new one. One step, so the rehash is not used up."""
+        kns = self.grow_into_a_rehash(start, kn[1])
+        if self.rehashing():
+            boundary = mappings_at_the_rehash_boundary(self.impl)
+            if boundary:
+                self.equal_results("get", *boundary[choice % len(boundary)])
         return multiple(*kns)
 
     def iterate_across_the_step(self, kn: tuple[Any, Any], taken: int) -> None:
@@ -926,6 +968,35 @@ class HostileUserCode(StateMapMachine):
         if kwargs is None:
             return
         getattr(self, f"hostile_{case}")(kn, op, as_key, value, kwargs)
+
+
+def mappings_at_the_rehash_boundary(m: Any) -> list[tuple[Any, Any]]:
+    """The mappings of the bucket the next rehash step of ``m`` stops at.
+
+    A step moves whole buckets from the rehash index ``r`` on until at least
+    ``MIN_TRANSFERRED_PER_INCREMENTAL_REHASH`` entries moved (invariant 9);
+    the bucket after the last one it moves is the new ``r``, the first still
+    in the old table. Empty if the step would finish the rehash or that
+    bucket holds nothing.
+    """
+    view = view_of(m)
+    primary, r = view._primary, view._rehash_index
+    moved = 0
+    while moved < MIN_TRANSFERRED_PER_INCREMENTAL_REHASH:
+        if r == len(primary):
+            return []
+        e = primary[r]
+        while e is not None:
+            moved, e = moved + 1, e.next
+        r += 1
+    if r == len(primary):
+        return []
+    out = []
+    e = primary[r]
+    while e is not None:
+        out.append((e.key, e.namespace))
+        e = e.next
+    return out
 
 
 def machine_for(implementation: Implementation, *, hostile: bool = False) -> type[StateMapMachine]:
