@@ -109,6 +109,9 @@ SCOPES = {
             "test_arithmetic.py",
             "test_error_messages.py",
             "test_copy_costs.py",
+            "test_serializers.py",
+            "test_default_serializer.py",
+            "test_mutation_survivors_core.py",
         ),
     ),
     "tables": Scope(

@@ -37,10 +37,12 @@ as a Hypothesis event): ``put_many`` grows the map within a run; a snapshot
 rule enabled only during a rehash, and one that grows the map into a rehash
 (``grow_into_a_rehash``, up to ``GROWTH_LIMIT`` mappings) and steps it past
 three quarters before it snapshots; releases of any snapshot but the oldest;
-rule S rules on mapped keys while a snapshot is open (``get``,
+rule S rules on a mapping the newest open snapshot holds (``get``,
 ``put_and_get_old``, ``remove_and_get_old``, ``transform``); an iterator
-interrupted by a keyed operation's rehash step must fail fast (the rule grows
-the map into a rehash first). Only the machines whose paths are counted
+interrupted by a keyed operation's rehash step must fail fast, and a ``get``
+of a mapping in the bucket where its own rehash step stops (the first still
+in the old table: ``mappings_at_the_rehash_boundary``) must find it -- both
+rules grow the map into a rehash first. Only the machines whose paths are counted
 (``coverage.COUNTED``) read the structure around every keyed operation.
 Others back the catches of :mod:`cowstate_spec.bad_implementations`: a
 ``remove``, then ``get`` and mutate every mapping while a snapshot is open
