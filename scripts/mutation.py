@@ -95,6 +95,9 @@ class Scope:
 
     modules: tuple[str, ...]
     tests: tuple[str, ...]
+    #: run by ``--recheck`` beside ``test_mutation_survivors_<scope>.py``: killer
+    #: tests that joined the scope after a run (their mutants need no full rerun)
+    recheck_with: tuple[str, ...] = ()
 
 
 SCOPES = {
@@ -113,6 +116,7 @@ SCOPES = {
             "test_default_serializer.py",
             "test_mutation_survivors_core.py",
         ),
+        recheck_with=("test_serializers.py", "test_default_serializer.py"),
     ),
     "tables": Scope(
         (
@@ -362,7 +366,8 @@ def recheck(scope: str, only: list[str]) -> None:
     running the whole killer suite again. The test file runs first with no
     mutant active and must pass, or nothing is recorded.
     """
-    tests = ROOT / "tests" / f"test_mutation_survivors_{scope}.py"
+    tests = [ROOT / "tests" / f"test_mutation_survivors_{scope}.py"]
+    tests += [ROOT / "tests" / name for name in SCOPES[scope].recheck_with]
     mutants = BUILD / scope / "mutants"
     env = dict(
         os.environ,
@@ -375,14 +380,15 @@ def recheck(scope: str, only: list[str]) -> None:
     def run(mutant: str) -> int:
         command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
         return subprocess.run(
-            [*command, str(tests)],
+            [*command, *map(str, tests)],
             cwd=ROOT,
             env=dict(env, MUTANT_UNDER_TEST=mutant),
             capture_output=True,
         ).returncode
 
     if run("") != 0:
-        raise SystemExit(f"{tests.name} fails with no mutant active: nothing rechecked")
+        names = ", ".join(test.name for test in tests)
+        raise SystemExit(f"{names} fail with no mutant active: nothing rechecked")
     path = BUILD / scope / "rechecked.json"
     done = json.loads(path.read_text()) if path.exists() else {}
     for statuses in collect().get(scope, {}).values():
