@@ -449,7 +449,9 @@ def report(
         scope_summary: dict[str, object] = {"wall_seconds": wall, "modules": {}}
         for module, statuses in modules.items():
             counts = Counter(statuses.values())
-            eq = [n for n, s in statuses.items() if s == "survived" and n in equivalent]
+            eq = [
+                n for n, s in statuses.items() if s in ("survived", "no tests") and n in equivalent
+            ]
             not_run = [n for n, s in statuses.items() if s == "not checked"]
             survived = [
                 n

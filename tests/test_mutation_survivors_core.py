@@ -17,14 +17,25 @@ from cowstate.errors import (
     ForeignSnapshotError,
     KeyComparisonError,
     KeyHashError,
+    SerializerMismatchError,
     SnapshotReleasedError,
     StateCopyError,
     StateTooDeepError,
+    UnhashableKeyError,
     UnknownCheckpointError,
     UnknownStateError,
+    UntrustedSerializerError,
 )
 from cowstate.introspection import describe
-from cowstate.serializers import DefaultSerializer, duplicate_serializer
+from cowstate.serializers import (
+    DefaultSerializer,
+    IntSerializer,
+    PickleSerializer,
+    StringSerializer,
+    duplicate_serializer,
+    serializer_for,
+    serializer_identifier,
+)
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate_spec.implementations import C_MAP
 
@@ -340,3 +351,149 @@ def test_a_serializer_with_duplicate_is_duplicated() -> None:
     assert type(copy) is Stateful and copy is not original
     plain = DefaultSerializer()
     assert duplicate_serializer(plain) is plain
+
+
+@pytest.mark.parametrize("make", MAPS, ids=["pure", "c"][: len(MAPS)])
+def test_iteration_ended_by_a_change_after_the_last_mapping_says_so_too(make: Any) -> None:
+    # CopyOnWriteStateMap._iterate: the check after the last bucket (a change
+    # made after the last mapping was handed out).
+    m = make()
+    m.put("k", "ns", [1])
+    iterator = iter(m)
+    next(iterator)
+    m.remove("k", "ns")  # no mapping left to reach: only the final check sees it
+    with pytest.raises(ConcurrentModificationError) as caught:
+        next(iterator)
+    assert str(caught.value).startswith("expected no mapping added or removed")
+    # ... and the check before the first mapping (a change between iter and next)
+    unstarted = iter(m)
+    m.put("j", "ns", [2])
+    with pytest.raises(ConcurrentModificationError) as before:
+        next(unstarted)
+    assert str(before.value) == str(caught.value)
+
+
+@pytest.mark.parametrize("make", MAPS, ids=["pure", "c"][: len(MAPS)])
+def test_keys_of_a_namespace_whose_comparison_raises_names_the_key(make: Any) -> None:
+    # state_map.keys_in: the KeyComparisonError of keys(namespace).
+    m = make()
+    m.put("k", "ns", [1])
+    with pytest.raises(KeyComparisonError) as caught:
+        list(m.keys(_RaisingEq()))
+    assert str(caught.value) == (
+        "expected comparing ('k', RaisingEq()) with the mapped keys (__eq__) to return "
+        "a bool, got RuntimeError: eq broke; the map is unchanged"
+    )
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_describe_reads_a_c_map_of_several_chunks() -> None:
+    # introspection.describe: capacity is the directory's bucket count, not its
+    # buckets per chunk (equal below 1024 buckets).
+    if C_MAP is None:
+        pytest.skip("the C map is not built (tests/test_implementations.py fails for that)")
+    c = C_MAP(initial_capacity=2048)
+    for k in range(1538):  # past 3/4 of 2048: a rehash into 4096
+        c.put(k, "ns", [k])
+    assert (describe(c).capacity, describe(c).rehash_capacity) == (2048, 4096)
+
+
+# ------------------------------------------------------------- errors' helpers
+
+
+def test_unhashable_check_names_the_role_and_the_value() -> None:
+    # errors.UnhashableKeyError.check: the message, the role, no chained TypeError,
+    # and a raising __hash__ as KeyHashError.
+    with pytest.raises(UnhashableKeyError) as caught:
+        UnhashableKeyError.check([1, 2])
+    assert type(caught.value) is UnhashableKeyError
+    assert str(caught.value) == "expected a hashable key, got list [1, 2]"
+    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    with pytest.raises(UnhashableKeyError) as namespace:
+        UnhashableKeyError.check({"a": 1}, "namespace")
+    assert str(namespace.value) == "expected a hashable namespace, got dict {'a': 1}"
+    with pytest.raises(KeyHashError) as raising:
+        UnhashableKeyError.check(_RaisingHash(), "namespace")
+    assert str(raising.value) == (
+        "expected hash() of the namespace RaisingHash() to return an int, got "
+        "ValueError: no hash today; the map is unchanged"
+    )
+    assert isinstance(raising.value.__cause__, ValueError)
+    UnhashableKeyError.check(("a", 1))  # hashable: nothing raised
+
+
+class _RaisingRepr:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_a_message_shortens_a_long_repr_and_survives_a_raising_one() -> None:
+    # errors._describe: at most 200 characters (197 and "..."), and a repr
+    # that raises is replaced by the type's name.
+    long = "x" * 300
+    error = KeyComparisonError.of(long, _RaisingRepr(), RuntimeError("eq"))
+    shown = repr(long)[:197] + "..."
+    assert str(error) == (
+        f"expected comparing ({shown}, <_RaisingRepr object>) with the mapped keys "
+        "(__eq__) to return a bool, got RuntimeError: eq; the map is unchanged"
+    )
+    exact = "y" * 198  # its repr is 200 characters: shown whole
+    assert f"({exact!r}, 1)" in str(KeyComparisonError.of(exact, 1, RuntimeError("eq")))
+    over = "y" * 199  # 201: shortened
+    assert f"({repr(over)[:197]}..., 1)" in str(KeyComparisonError.of(over, 1, RuntimeError("eq")))
+
+
+# ---------------------------------------------------------------- serializers
+
+
+def test_serializers_repr_as_their_class() -> None:
+    # serializers.PickleSerializer.__repr__, _FixedSerializer.__repr__.
+    assert repr(PickleSerializer()) == "PickleSerializer()"
+    assert repr(StringSerializer()) == "StringSerializer()"
+    assert repr(IntSerializer()) == "IntSerializer()"
+
+
+def test_a_serializer_without_an_identifier_is_named_by_its_class() -> None:
+    # serializers.serializer_identifier: no identifier attribute at all.
+    class Plain:
+        def copy(self, state: Any) -> Any:
+            return state
+
+        def serialize(self, state: Any) -> bytes:
+            return b""
+
+        def deserialize(self, data: bytes) -> Any:
+            return None
+
+    assert serializer_identifier(Plain()) == (
+        f"{__name__}.test_a_serializer_without_an_identifier_is_named_by_its_class.<locals>.Plain"
+    )
+
+
+_KNOWN = "bytes, cowstate-value, cowstate-value-immutable, int32, int64, utf8"
+
+
+@pytest.mark.parametrize(
+    ("identifier", "remedy"),
+    [("pickle", "PickleSerializer()"), ("pickle-immutable", "ImmutablePickleSerializer()")],
+)
+def test_a_file_naming_a_pickle_serializer_is_told_the_remedy(identifier: str, remedy: str) -> None:
+    # serializers.serializer_for: the UntrustedSerializerError message.
+    with pytest.raises(UntrustedSerializerError) as caught:
+        serializer_for(identifier)
+    assert str(caught.value) == (
+        f"expected a serializer identifier cowstate decodes without running code from "
+        f"the file ({_KNOWN}), got {identifier!r}: unpickling runs whatever the file says; "
+        "if you trust the file, register the state's descriptor (or give the backend a key "
+        f"or namespace serializer) with {remedy} before restoring"
+    )
+
+
+def test_an_unknown_serializer_identifier_lists_the_known_ones() -> None:
+    # serializers.serializer_for: the SerializerMismatchError message.
+    with pytest.raises(SerializerMismatchError) as caught:
+        serializer_for("my.Serializer")
+    assert str(caught.value) == (
+        f"expected a built-in serializer identifier ({_KNOWN}), got 'my.Serializer'; "
+        "register the state's descriptor before restoring"
+    )
