@@ -15,6 +15,7 @@ from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
 from cowstate.introspection import describe
 from cowstate_spec.bad_implementations import BUGS, bad_implementation
 from cowstate_spec.implementations import by_name
+from cowstate_spec.keys import HashKey
 from cowstate_spec.machine import StateMapMachine, machine_for
 
 
@@ -78,3 +79,22 @@ def test_runner_never_mutates_the_operation_list() -> None:
     ops = operations(spec, 0)
     assert not run_workload(by_name("cow-map"), ops).diverged
     assert ops == operations(spec, 0)
+
+
+def test_the_sweep_rule_gets_a_mapping_equal_to_a_removed_one() -> None:
+    # get_and_mutate_every_mapping used to pick the mappings it got by "not in
+    # removed": HashKeys of one value and other hashes are equal yet two
+    # mappings, so the rule skipped the get of every mapping equal to a removed
+    # one (under the ci seed, the entries a chain copy had left sharing their
+    # states: c-get-checks-entry-version went unseen).
+    state = machine_for(by_name("cow-map"))()
+    first, second, third = (HashKey(1, 64), None), (HashKey(1, 4), None), (3, None)
+    assert first == second
+    for kn in (first, second, third):
+        state.put(kn=kn, state=[])
+    state.snapshot()
+    state.get_and_mutate_every_mapping(item=7, newest_first=False)
+    check_all(state)
+    assert state.impl.get(*second) == [7], "the mapping between the removed ones was not got"
+    assert state.impl.get(*first) == state.impl.get(*third) == []
+    state.teardown()

@@ -749,10 +749,14 @@ class StateMapMachine(RuleBasedStateMachine):
             return
         if newest_first:
             mapped.reverse()
-        removed = list(dict.fromkeys([mapped[0], mapped[-1]]))
-        olds = [(kn, self.equal_results("remove_and_get_old", *kn)[0]) for kn in removed]
-        for kn in mapped:
-            if kn not in removed:
+        # by position: HashKeys of one value and other hashes are equal, yet two mappings
+        removed = {0, len(mapped) - 1}
+        olds = [
+            (mapped[i], self.equal_results("remove_and_get_old", *mapped[i])[0])
+            for i in sorted(removed)
+        ]
+        for i, kn in enumerate(mapped):
+            if i not in removed:
                 self.get_and_mutate(kn, item)
         for kn, old in olds:
             self.put_checked(kn, old)
