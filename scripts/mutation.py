@@ -48,8 +48,8 @@ have a result), and ``--resume`` keeps the staged scope and mutmut's results
 and survivors are checked again after new tests. Each run's wall time is
 added to ``build/mutation/<scope>/runs.json``. ``--recheck`` runs each
 survivor (with ``--only``: each matching mutant not killed yet) against
-``tests/test_mutation_survivors_<scope>.py`` only (after a
-control run with no mutant active) and records the ones it kills in
+``tests/test_mutation_survivors_<scope>*.py`` only (after a
+control run with no mutant active; ``--max-children`` runs at once) and records the ones it kills in
 ``build/mutation/<scope>/rechecked.json``; the report counts them as killed.
 
 The report (``build/mutation/report.md`` and ``.json``, also printed) covers
@@ -78,6 +78,7 @@ import sys
 import time
 import tomllib
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +96,7 @@ class Scope:
 
     modules: tuple[str, ...]
     tests: tuple[str, ...]
-    #: run by ``--recheck`` beside ``test_mutation_survivors_<scope>.py``: killer
+    #: run by ``--recheck`` beside ``test_mutation_survivors_<scope>*.py``: killer
     #: tests that joined the scope after a run (their mutants need no full rerun)
     recheck_with: tuple[str, ...] = ()
 
@@ -238,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recheck",
         action="store_true",
-        help="run each survivor of the scopes against tests/test_mutation_survivors_<scope>.py",
+        help="run each survivor of the scopes against tests/test_mutation_survivors_<scope>*.py",
     )
     parser.add_argument(
         "--report-only",
@@ -248,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.recheck:
         for scope in args.scope or ["core"]:
-            recheck(scope, args.only)
+            recheck(scope, args.only, args.max_children)
     elif not args.report_only:
         for scope in args.scope or ["core"]:
             if args.resume and (BUILD / scope / "pyproject.toml").exists():
@@ -299,7 +300,8 @@ def refresh_tests(scope: str) -> None:
     if tests.exists():
         shutil.rmtree(tests)
     tests.mkdir(parents=True)
-    for name in list(SCOPES[scope].tests) + list(TEST_SUPPORT):
+    names = [*SCOPES[scope].tests, *survivor_tests(scope)]
+    for name in [*dict.fromkeys(names), *TEST_SUPPORT]:
         source = ROOT / "tests" / name
         if source.is_dir():
             shutil.copytree(source, tests / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -311,6 +313,12 @@ def refresh_tests(scope: str) -> None:
     stats = stage_dir / "mutants" / "mutmut-stats.json"
     if stats.exists() and not json.loads(stats.read_text()).get("tests_by_mangled_function_name"):
         stats.unlink()
+
+
+def survivor_tests(scope: str) -> list[str]:
+    """The scope's survivor tests: ``tests/test_mutation_survivors_<scope>*.py``
+    (one file per module group where a scope has many)."""
+    return sorted(p.name for p in (ROOT / "tests").glob(f"test_mutation_survivors_{scope}*.py"))
 
 
 def run_mutmut(scope: str, max_children: int, only: list[str]) -> None:
@@ -354,20 +362,20 @@ def equivalent_mutants() -> dict[str, str]:
     return out
 
 
-def recheck(scope: str, only: list[str]) -> None:
+def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     """Run every surviving mutant of ``scope`` (with ``only``: every one
     matching ``only`` not killed yet, not-run ones included) against the
     scope's survivor tests.
 
     mutmut ran each mutant against every killer test that reaches it; a
     survivor killed afterwards by a new test in
-    ``tests/test_mutation_survivors_<scope>.py`` is recorded as killed in
+    ``tests/test_mutation_survivors_<scope>*.py`` is recorded as killed in
     ``build/mutation/<scope>/rechecked.json`` (the report applies it), without
     running the whole killer suite again. The test file runs first with no
     mutant active and must pass, or nothing is recorded.
     """
-    tests = [ROOT / "tests" / f"test_mutation_survivors_{scope}.py"]
-    tests += [ROOT / "tests" / name for name in SCOPES[scope].recheck_with]
+    names = [*survivor_tests(scope), *SCOPES[scope].recheck_with]
+    tests = [ROOT / "tests" / name for name in names]
     mutants = BUILD / scope / "mutants"
     env = dict(
         os.environ,
@@ -387,20 +395,26 @@ def recheck(scope: str, only: list[str]) -> None:
         ).returncode
 
     if run("") != 0:
-        names = ", ".join(test.name for test in tests)
-        raise SystemExit(f"{names} fail with no mutant active: nothing rechecked")
+        listed = ", ".join(test.name for test in tests)
+        raise SystemExit(f"{listed} fail with no mutant active: nothing rechecked")
     path = BUILD / scope / "rechecked.json"
     done = json.loads(path.read_text()) if path.exists() else {}
-    for statuses in collect().get(scope, {}).values():
-        for name, status in statuses.items():
-            wanted = ("survived", "no tests") + (("not checked",) if only else ())
-            if only and not any(fnmatch.fnmatchcase(name, glob) for glob in only):
-                continue
-            if status in wanted and done.get(name) != "killed":
-                killed = run(name) != 0
-                if killed or status != "not checked":  # one not killed stays "not run"
-                    done[name] = "killed" if killed else "survived"
-                    print(f"{done[name]:8s} {name}")
+    wanted = ("survived", "no tests") + (("not checked",) if only else ())
+    todo = [
+        (name, status)
+        for statuses in collect().get(scope, {}).values()
+        for name, status in statuses.items()
+        if status in wanted
+        and done.get(name) != "killed"
+        and (not only or any(fnmatch.fnmatchcase(name, glob) for glob in only))
+    ]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each run is its own process
+        codes = pool.map(lambda t: run(t[0]), todo)
+        for (name, status), code in zip(todo, codes, strict=True):
+            killed = code != 0
+            if killed or status != "not checked":  # one not killed stays "not run"
+                done[name] = "killed" if killed else "survived"
+                print(f"{done[name]:8s} {name}", flush=True)
     path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
 
 
