@@ -33,21 +33,24 @@ from restore_support import (
 
 from cowstate.checkpoint.coordinator import CheckpointCoordinator, _restore_backends
 from cowstate.checkpoint.filesystem import FileSystem
-from cowstate.checkpoint.handles import RestoreMode, SnapshotOptions
+from cowstate.checkpoint.handles import KeyedStateHandle, RestoreMode, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import CheckpointingBackend, PreparedRestore
 from cowstate.checkpoint.storage import CheckpointStorage
+from cowstate.descriptors import ListStateDescriptor, ValueStateDescriptor
 from cowstate.errors import (
     BackendClosedError,
     CowStateError,
     InvalidArgumentError,
     KeyGroupMismatchError,
     SnapshotEntryError,
+    StateRegistrationError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+from cowstate.serializers import DefaultSerializer
 
 LOW, HIGH = KeyGroupRange(0, 7), KeyGroupRange(8, 15)
 #: Int keys whose key groups are in each range.
@@ -380,3 +383,73 @@ def test_commit_into_a_closed_backend_is_refused_and_discards(make: Make, tmp_pa
         staged.commit()
     if isinstance(backend, RocksDBKeyedStateBackend):
         assert not backend.instance_path.exists()
+
+
+def bare_backend(kind: str, tmp_path: Path) -> AbstractKeyedStateBackend[Any]:
+    """A backend with no state registered yet."""
+    serializers: dict[str, Any] = {"key_serializer": SER, "namespace_serializer": SER}
+    if kind == "heap":
+        return HeapKeyedStateBackend(FULL, MAX_P, **serializers)
+    return RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "rocks", **serializers)
+
+
+def canonical_value_savepoint(tmp_path: Path) -> tuple[KeyedStateHandle, SnapshotSource]:
+    """A canonical savepoint of value state ``value`` (the default serializer, which
+    a restore can name before the state is registered): ``v<k>`` for keys 0-39."""
+    writer = bare_backend("heap", tmp_path)
+    value = writer.get_state(ValueStateDescriptor("value"))
+    writer.set_current_namespace("a")
+    for k in range(40):
+        writer.set_current_key(k)
+        value.update(f"v{k}")
+    location = SnapshotLocation(FileSystem(), str(tmp_path / "sp"), str(tmp_path / "shared"))
+    options = SnapshotOptions(kind="savepoint", format="canonical")
+    handle = writer.snapshot_to(1, location, options).result(30)  # type: ignore[attr-defined]
+    writer.close()
+    assert isinstance(handle, KeyedStateHandle)
+    return handle, SnapshotSource(FileSystem(), str(tmp_path / "sp"))
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_a_state_registered_between_prepare_and_commit_is_checked_at_the_commit(
+    kind: str, tmp_path: Path
+) -> None:
+    # A state registered after prepare_restore escaped every check: the commit
+    # installed the file's value state under a list state's handle (its get()
+    # returned the restored value); only the next get_state refused it.
+    handle, source = canonical_value_savepoint(tmp_path)
+    backend = bare_backend(kind, tmp_path)
+    staged = backend.prepare_restore([handle], source)
+    items = backend.get_state(ListStateDescriptor("value"))
+    with pytest.raises(StateRegistrationError) as excinfo:
+        staged.commit()
+    assert str(excinfo.value) == (
+        "expected state 'value', registered after the restore was prepared, to be a value "
+        "state with serializer 'cowstate-value' as the restore holds it, got a list "
+        "state descriptor with serializer 'cowstate-value'; the restore is discarded"
+    )
+    assert staged.status == "discarded"
+    assert dump(backend) == {"value": {}}  # unchanged: the list state, empty
+    backend.set_current_key(1)
+    assert list(items.get()) == []
+    backend.close()
+
+
+@pytest.mark.parametrize("kind", ["heap", "rocksdb"])
+def test_a_state_registered_between_prepare_and_commit_takes_its_descriptors_serializer(
+    kind: str, tmp_path: Path
+) -> None:
+    # The same state registered compatibly commits; the restored table then
+    # uses the descriptor's serializer object, as a registration after the
+    # commit would make it (it kept the one the file's identifier named).
+    handle, source = canonical_value_savepoint(tmp_path)
+    backend = bare_backend(kind, tmp_path)
+    staged = backend.prepare_restore([handle], source)
+    own = DefaultSerializer()
+    value = backend.get_state(ValueStateDescriptor("value", serializer=own))
+    staged.commit()
+    assert backend.table("value").meta.state_serializer is own
+    backend.set_current_key(3)
+    backend.set_current_namespace("a")
+    assert value.value() == "v3"
+    backend.close()

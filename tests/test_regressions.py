@@ -7,12 +7,19 @@ same order, then the invariants.
 
 from __future__ import annotations
 
-from typing import Any
+import io
+from typing import IO, Any, cast
 
 import pytest
+import restore_support
 
 from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
+from cowstate.errors import TruncatedSnapshotError, UnhashableKeyError
 from cowstate.introspection import describe
+from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.nested_table import NestedMapsStateTable
+from cowstate.snapshot import SnapshotReader
+from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_spec.bad_implementations import BUGS, bad_implementation
 from cowstate_spec.implementations import by_name
 from cowstate_spec.keys import HashKey
@@ -98,3 +105,72 @@ def test_the_sweep_rule_gets_a_mapping_equal_to_a_removed_one() -> None:
     assert state.impl.get(*second) == [7], "the mapping between the removed ones was not got"
     assert state.impl.get(*first) == state.impl.get(*third) == []
     state.teardown()
+
+
+class _TrickleStream(io.RawIOBase):
+    """A seekable raw stream that returns at most ``chunk`` bytes per read, as
+    ``io.RawIOBase`` allows (a pipe, a socket, a slow network file)."""
+
+    def __init__(self, data: bytes, chunk: int) -> None:
+        self._data, self._chunk, self._at = data, chunk, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        self._at = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: len(self._data)}[whence]
+        self._at += offset
+        return self._at
+
+    def tell(self) -> int:
+        return self._at
+
+    def readinto(self, buffer: Any) -> int:
+        piece = self._data[self._at : self._at + min(self._chunk, len(buffer))]
+        buffer[: len(piece)] = piece
+        self._at += len(piece)
+        return len(piece)
+
+
+def test_a_snapshot_read_from_a_raw_stream_with_short_reads_is_read_whole() -> None:
+    # The reader took any read shorter than asked for a truncated file
+    # ("expected 16 bytes of the header at offset 0, got 8"); a raw stream may
+    # return fewer bytes than it holds, so it reads again until the end.
+    data = restore_support.crafted(restore_support.by_group([(k, "a", [k]) for k in range(40)]))
+    whole = SnapshotReader(data)
+    trickled = SnapshotReader(cast("IO[bytes]", _TrickleStream(data, chunk=8)))
+    assert trickled.metadata == whole.metadata
+    assert trickled.offsets == whole.offsets
+    for key_group in whole.offsets:
+        assert trickled.read_key_group(key_group) == whole.read_key_group(key_group)
+
+
+def test_a_snapshot_cut_after_it_was_opened_is_still_truncated() -> None:
+    # ... but the end of the stream before the length is still a truncation.
+    data = restore_support.crafted(restore_support.by_group([(k, "a", [k]) for k in range(40)]))
+    stream = io.BytesIO(data)
+    reader = SnapshotReader(stream)
+    last = max(reader.offsets)
+    stream.truncate(reader.offsets[last] + 5)
+    with pytest.raises(TruncatedSnapshotError, match=rf"at offset {reader.offsets[last]}, got 5$"):
+        reader.read_key_group(last)
+
+
+@pytest.mark.parametrize("table_class", [CopyOnWriteStateTable, NestedMapsStateTable])
+def test_an_unhashable_key_outside_a_sub_range_is_refused_as_unhashable(
+    table_class: type[StateTable[Any, Any, Any]],
+) -> None:
+    # A list key whose key group fell outside a sub-range table's range raised
+    # KeyGroupOutOfRangeError ("most likely a key whose hash or equality is not
+    # deterministic"); inside the range, and on RocksDB, UnhashableKeyError.
+    table = table_class(KeyGroupRange(0, 9), 128)
+    assert assign_to_key_group([0], 128) == 111  # outside
+    assert assign_to_key_group([3], 128) == 3  # inside
+    for key in ([0], [3]):
+        with pytest.raises(UnhashableKeyError) as excinfo:
+            table.put(key, "ns", 1)
+        assert str(excinfo.value) == f"expected a hashable key, got list {key!r}"
+    assert len(table) == 0

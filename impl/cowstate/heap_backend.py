@@ -395,7 +395,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         for name, holder in self._holders.items():  # registered, absent: empty
             if name not in tables:
                 tables[name] = self._new_table(metas.get(name, holder.table.meta))
-        return HeapPreparedRestore(self, tables, metas, key_types)
+        staged = {name: table.meta for name, table in tables.items()}
+        return HeapPreparedRestore(self, tables, staged, key_types)
 
     def _filled_table(
         self, meta: StateMetaInfo, blocks: dict[int, DecodedBlock]
@@ -482,10 +483,9 @@ class HeapPreparedRestore(StagedRestore):
         metas: dict[str, StateMetaInfo],
         key_types: KeyTypes,
     ) -> None:
-        super().__init__(backend, key_types)
+        super().__init__(backend, key_types, metas)
         self._heap = backend
         self._tables = tables
-        self._metas = metas
 
     def _apply(self) -> None:
         tables, self._tables = self._tables, {}

@@ -118,13 +118,21 @@ class StagedRestore(ABC):
     or ``discard()``. Committing a used one raises
     :class:`~cowstate.errors.InvalidArgumentError`; committing into a backend
     closed meanwhile raises :class:`~cowstate.errors.BackendClosedError` and
-    discards. ``discard()`` of a used one does nothing."""
+    discards. A state registered between the prepare and the commit must be
+    what the staged restore holds under its name (its kind and serializer),
+    as it would have had to be at the prepare: otherwise the commit raises
+    :class:`~cowstate.errors.StateRegistrationError` and discards."""
 
     def __init__(
-        self, backend: AbstractKeyedStateBackend[Any], key_types: KeyTypes | None = None
+        self,
+        backend: AbstractKeyedStateBackend[Any],
+        key_types: KeyTypes | None = None,
+        metas: dict[str, StateMetaInfo] | None = None,
     ) -> None:
         self._backend = backend
         self._status = "prepared"
+        #: The meta info of the states the staged restore holds, by name.
+        self._metas: dict[str, StateMetaInfo] = {} if metas is None else metas
         #: The key type the restored keys fixed or matched (K4 of
         #: :mod:`cowstate.key_types`), the backend's from the commit on.
         self._key_types = key_types
@@ -145,6 +153,11 @@ class StagedRestore(ABC):
             raise BackendClosedError(
                 "expected an open backend to commit the restore into, got one that was closed"
             )
+        try:
+            self._backend._check_registered_since(self._metas)
+        except StateRegistrationError:
+            self.discard()
+            raise
         self._status = "committed"
         if self._key_types is not None:
             self._backend._context.key_types.adopt(self._key_types)
@@ -592,12 +605,16 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
 
     def _install_tables(self, tables: dict[str, TableT], metas: dict[str, StateMetaInfo]) -> None:
         """Swap restored tables in: registered states absent from ``tables`` become
-        empty, restored states not registered yet keep their restored meta info."""
+        empty, restored states not registered yet keep their restored meta info;
+        a registered state's table takes its descriptor's (it may have been
+        registered after the restore was prepared)."""
         for name, holder in self._holders.items():
             new = tables.pop(name, None)
-            holder.table = self._share_key_types(
-                new if new is not None else self._new_table(metas.get(name, holder.table.meta))
-            )
+            if new is None:
+                new = self._new_table(metas.get(name, holder.table.meta))
+            if holder.descriptor is not None:
+                new.set_meta_info(self._meta_for(holder.descriptor))
+            holder.table = self._share_key_types(new)
         for name, table in tables.items():
             self._holders[name] = StateHolder(None, self._share_key_types(table))
 
@@ -633,6 +650,25 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
                 f"got {name!r}"
             )
         return holder
+
+    def _check_registered_since(self, staged: dict[str, StateMetaInfo]) -> None:
+        """Every registered state the staged restore holds too has its kind and
+        serializer there (a state registered after the prepare was not checked)."""
+        for name, holder in self._holders.items():
+            meta = staged.get(name)
+            if holder.descriptor is None or meta is None:
+                continue
+            ours, theirs = (
+                serializer_identifier(meta.state_serializer),
+                serializer_identifier(holder.descriptor.serializer),
+            )
+            if meta.kind != holder.descriptor.kind or ours != theirs:
+                raise StateRegistrationError(
+                    f"expected state {name!r}, registered after the restore was prepared, to "
+                    f"be a {meta.kind} state with serializer {ours!r} as the restore holds it, "
+                    f"got a {holder.descriptor.kind} state descriptor with serializer "
+                    f"{theirs!r}; the restore is discarded"
+                )
 
     def _check_same_state(self, holder: StateHolder[TableT], descriptor: StateDescriptor) -> None:
         meta = holder.table.meta

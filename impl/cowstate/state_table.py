@@ -249,6 +249,8 @@ class StateTable(TableBase[K, N, S]):
         index = key_group - self._start
         if 0 <= index < len(self._maps):
             return self._maps[index]
+        # an unhashable key outside the range is refused as inside it (the map's rule U)
+        UnhashableKeyError.check(key)
         return self._maps[self._range.index_of(key_group)]  # raises KeyGroupOutOfRangeError
 
     def _iterate(

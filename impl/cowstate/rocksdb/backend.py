@@ -591,10 +591,9 @@ class RocksDBPreparedRestore(StagedRestore):
         backend_uid: str,
         key_types: KeyTypes | None = None,
     ) -> None:
-        super().__init__(backend, key_types)
+        super().__init__(backend, key_types, metas)
         self._rocks = backend
         self._built = built
-        self._metas = metas
         self._seed = seed
         self._backend_uid = backend_uid
 

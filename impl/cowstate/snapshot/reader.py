@@ -106,6 +106,11 @@ class SnapshotReader:
             )
         self._stream.seek(self._base + offset)
         data = self._stream.read(length)
+        while len(data) < length:  # a raw stream may return fewer bytes than it holds
+            more = self._stream.read(length - len(data))
+            if not more:  # the end of the stream: the file was cut since its size was taken
+                break
+            data += more
         if len(data) != length:
             raise TruncatedSnapshotError(
                 f"expected {length} bytes of {what} at offset {offset}, got {len(data)}"
