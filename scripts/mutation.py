@@ -400,6 +400,7 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     path = BUILD / scope / "rechecked.json"
     done = json.loads(path.read_text()) if path.exists() else {}
     wanted = ("survived", "no tests") + (("not checked",) if only else ())
+    equivalent = equivalent_mutants()
     todo = [
         (name, status)
         for statuses in collect().get(scope, {}).values()
@@ -412,7 +413,9 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
         codes = pool.map(lambda t: run(t[0]), todo)
         for (name, status), code in zip(todo, codes, strict=True):
             killed = code != 0
-            if killed or status != "not checked":  # one not killed stays "not run"
+            # one not killed stays "not run", unless it is argued equivalent: then no
+            # killer can kill it (else the argument is wrong, and a full run kills it)
+            if killed or status != "not checked" or name in equivalent:
                 done[name] = "killed" if killed else "survived"
                 print(f"{done[name]:8s} {name}", flush=True)
     path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
