@@ -386,13 +386,18 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     env.pop("CI", None)
 
     def run(mutant: str) -> int:
+        """A fresh interpreter's pytest exit status with ``mutant`` active (124: hung)."""
         command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
-        return subprocess.run(
-            [*command, *map(str, tests)],
-            cwd=ROOT,
-            env=dict(env, MUTANT_UNDER_TEST=mutant),
-            capture_output=True,
-        ).returncode
+        try:
+            return subprocess.run(
+                [*command, *map(str, tests)],
+                cwd=ROOT,
+                env=dict(env, MUTANT_UNDER_TEST=mutant),
+                capture_output=True,
+                timeout=RECHECK_TIMEOUT,
+            ).returncode
+        except subprocess.TimeoutExpired:
+            return 124
 
     if run("") != 0:
         listed = ", ".join(test.name for test in tests)
@@ -409,16 +414,73 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
         and done.get(name) != "killed"
         and (not only or any(fnmatch.fnmatchcase(name, glob) for glob in only))
     ]
-    with ThreadPoolExecutor(max_workers=jobs) as pool:  # each run is its own process
-        codes = pool.map(lambda t: run(t[0]), todo)
-        for (name, status), code in zip(todo, codes, strict=True):
-            killed = code != 0
-            # one not killed stays "not run", unless it is argued equivalent: then no
-            # killer can kill it (else the argument is wrong, and a full run kills it)
-            if killed or status != "not checked" or name in equivalent:
-                done[name] = "killed" if killed else "survived"
-                print(f"{done[name]:8s} {name}", flush=True)
+    # First each mutant in a child forked from a warm worker (tests imported
+    # once): a test failure there (status 1) is a kill. Anything else -- a
+    # pass, an error, a hang -- is run again in a fresh interpreter, which
+    # also sees the mutants that act only at import time.
+    names = [name for name, _ in todo]
+    forked: dict[str, int] = {}
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        shares = [names[i::jobs] for i in range(jobs)]
+        for part in pool.map(lambda share: forked_statuses(share, tests, env), shares):
+            forked.update(part)
+    again = [name for name in names if forked.get(name) != 1]
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        fresh = dict(zip(again, pool.map(run, again), strict=True))
+    for name, status in todo:
+        killed = forked.get(name) == 1 or fresh.get(name, 0) != 0
+        # one not killed stays "not run", unless it is argued equivalent: then no
+        # killer can kill it (else the argument is wrong, and a full run kills it)
+        if killed or status != "not checked" or name in equivalent:
+            done[name] = "killed" if killed else "survived"
+            print(f"{done[name]:8s} {name}", flush=True)
     path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
+
+
+#: A recheck run that takes longer than this (seconds) is a hang: killed.
+RECHECK_TIMEOUT = 120.0
+
+_FORK_WORKER = """
+import os, signal, sys
+import pytest
+
+files = sys.argv[1:]
+os.environ["MUTANT_UNDER_TEST"] = ""
+pytest.main(["--collect-only", "-q", "-p", "no:cacheprovider", *files])  # import them once
+sys.stdout.flush()
+for line in sys.stdin:
+    name = line.strip()
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.environ["MUTANT_UNDER_TEST"] = name
+        signal.alarm(60)  # a hang ends the child (and goes to a fresh run)
+        os._exit(int(pytest.main(["-q", "-x", "-p", "no:cacheprovider", *files])))
+    _, status = os.waitpid(pid, 0)
+    print("STATUS", os.waitstatus_to_exitcode(status), name, flush=True)
+"""
+
+
+def forked_statuses(names: list[str], tests: list[Path], env: dict[str, str]) -> dict[str, int]:
+    """Mutant -> pytest's exit status in a child of one warm worker process."""
+    if not names:
+        return {}
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_WORKER, *map(str, tests)],
+        cwd=ROOT,
+        env=env,
+        input="\n".join(names) + "\n",
+        capture_output=True,
+        text=True,
+    )
+    out = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("STATUS "):
+            _, code, name = line.split(" ", 2)
+            out[name] = int(code)
+    return out
 
 
 def collect() -> dict[str, dict[str, dict[str, str]]]:
