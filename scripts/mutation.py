@@ -415,20 +415,20 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
         and (not only or any(fnmatch.fnmatchcase(name, glob) for glob in only))
     ]
     # First each mutant in a child forked from a warm worker (tests imported
-    # once): a test failure there (status 1) is a kill. Anything else -- a
-    # pass, an error, a hang -- is run again in a fresh interpreter, which
-    # also sees the mutants that act only at import time.
+    # once): a test failure there (status 1) or a hang (its alarm, -14) is a
+    # kill. Anything else -- a pass, an error -- is run again in a fresh
+    # interpreter, which also sees the mutants that act only at import time.
     names = [name for name, _ in todo]
     forked: dict[str, int] = {}
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         shares = [names[i::jobs] for i in range(jobs)]
         for part in pool.map(lambda share: forked_statuses(share, tests, env), shares):
             forked.update(part)
-    again = [name for name in names if forked.get(name) != 1]
+    again = [name for name in names if forked.get(name) not in FORKED_KILLS]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         fresh = dict(zip(again, pool.map(run, again), strict=True))
     for name, status in todo:
-        killed = forked.get(name) == 1 or fresh.get(name, 0) != 0
+        killed = forked.get(name) in FORKED_KILLS or fresh.get(name, 0) != 0
         # one not killed stays "not run", unless it is argued equivalent: then no
         # killer can kill it (else the argument is wrong, and a full run kills it)
         if killed or status != "not checked" or name in equivalent:
@@ -437,8 +437,12 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     path.write_text(json.dumps(done, indent=2, sort_keys=True) + "\n")
 
 
-#: A recheck run that takes longer than this (seconds) is a hang: killed.
-RECHECK_TIMEOUT = 120.0
+#: A fresh recheck run that takes longer than this (seconds) is a hang:
+#: killed (the survivor tests take a few seconds with the interpreter's start).
+RECHECK_TIMEOUT = 30.0
+#: Exit statuses of a forked recheck child that are kills: a test failed, or
+#: the child hung until its alarm (``signal.alarm``) ended it.
+FORKED_KILLS = (1, -14)
 
 _FORK_WORKER = """
 import os, signal, sys
@@ -456,7 +460,7 @@ for line in sys.stdin:
         os.dup2(null, 1)
         os.dup2(null, 2)
         os.environ["MUTANT_UNDER_TEST"] = name
-        signal.alarm(60)  # a hang ends the child (and goes to a fresh run)
+        signal.alarm(30)  # a hang ends the child: a kill, as a mutmut timeout
         os._exit(int(pytest.main(["-q", "-x", "-p", "no:cacheprovider", *files])))
     _, status = os.waitpid(pid, 0)
     print("STATUS", os.waitstatus_to_exitcode(status), name, flush=True)
@@ -498,12 +502,16 @@ def collect() -> dict[str, dict[str, dict[str, str]]]:
             meta = BUILD / scope / "mutants" / f"{path}.meta"
             data = json.loads(meta.read_text()) if meta.exists() else {}
             module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
-            out[scope][module] = {
-                name: "killed"
-                if rechecked.get(name) == "killed"
-                else STATUS.get(code, "suspicious")
-                for name, code in data.get("exit_code_by_key", {}).items()
-            }
+            statuses = {}
+            for name, code in data.get("exit_code_by_key", {}).items():
+                status = STATUS.get(code, "suspicious")
+                again = rechecked.get(name)
+                # a kill by the survivor tests counts; so does a survival of a
+                # mutant mutmut never ran (recheck records only equivalent ones)
+                if again == "killed" or (again == "survived" and status == "not checked"):
+                    status = again
+                statuses[name] = status
+            out[scope][module] = statuses
     return out
 
 
