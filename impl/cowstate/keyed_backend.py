@@ -658,10 +658,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
             meta = staged.get(name)
             if holder.descriptor is None or meta is None:
                 continue
-            ours, theirs = (
-                serializer_identifier(meta.state_serializer),
-                serializer_identifier(holder.descriptor.serializer),
-            )
+            ours, theirs = _serializer_identifiers(meta, holder.descriptor)
             if meta.kind != holder.descriptor.kind or ours != theirs:
                 raise StateRegistrationError(
                     f"expected state {name!r}, registered after the restore was prepared, to "
@@ -677,10 +674,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
                 f"expected state {descriptor.name!r} to be registered again as a {meta.kind} "
                 f"state, got a {descriptor.kind} state descriptor"
             )
-        ours, theirs = (
-            serializer_identifier(meta.state_serializer),
-            serializer_identifier(descriptor.serializer),
-        )
+        ours, theirs = _serializer_identifiers(meta, descriptor)
         if ours != theirs:
             raise StateRegistrationError(
                 f"expected state {descriptor.name!r} with serializer {ours!r}, got {theirs!r}"
@@ -689,3 +683,11 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     def _check_open(self) -> None:
         if self._closed:
             raise BackendClosedError("expected an open backend, got one that was closed")
+
+
+def _serializer_identifiers(meta: StateMetaInfo, descriptor: StateDescriptor) -> tuple[str, str]:
+    """The serializer identifiers of a registered (or restored) state and of a
+    descriptor that names it, in that order."""
+    return serializer_identifier(meta.state_serializer), serializer_identifier(
+        descriptor.serializer
+    )
