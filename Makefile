@@ -39,8 +39,13 @@ crosshair: $(STAMP)
 ## PYTHONHASHSEED=0: the ci profile replays the same examples every run, and with
 ## a fixed seed string keys also land in the same buckets, so a run is
 ## reproducible bit for bit (tests of other seeds set their own).
+## PYTEST_JOBS (default 2) pytest-xdist workers, each taking whole files
+## (--dist loadfile: a file's module fixtures, Spark sessions among them, stay
+## in one process); PYTEST_JOBS=0 runs the suite in this process.
+PYTEST_JOBS ?= 2
 pytest: $(CMAP)
-	PYTHONHASHSEED=0 $(PY) -m pytest $(addprefix --ignore=,$(STRENGTH_TESTS))
+	PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile \
+		$(addprefix --ignore=,$(STRENGTH_TESTS))
 
 ## make strength: the spec-strength suites kept out of make test for its 15-minute
 ## budget -- every named defect class caught by its machine within the ci budget,
