@@ -52,6 +52,15 @@ survivor (with ``--only``: each matching mutant not killed yet) against
 control run with no mutant active; ``--max-children`` runs at once) and records the ones it kills in
 ``build/mutation/<scope>/rechecked.json``; the report counts them as killed.
 
+Results outlive ``build/``: every report also writes each staged scope's
+results to ``docs/mutation-results/<scope>.json`` (per mutated file, mutmut's
+hash of every function and the exit status of every mutant run, with
+``rechecked.json`` and the run times), to be committed. Staging a scope
+afresh puts them back as mutmut's ``.meta`` files, and mutmut keeps the
+result of every mutant whose function's hash is unchanged: a run stopped in
+one checkout continues in another (``--resume`` or not), and a function
+edited since is run again.
+
 The report (``build/mutation/report.md`` and ``.json``, also printed) covers
 every staged scope: per module, mutants generated, killed, timed out,
 survived (including "no tests"), equivalent, not run yet, and the kill rate
@@ -85,6 +94,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "mutation"
 EQUIVALENT = ROOT / "docs" / "equivalent-mutants.md"
+RESULTS = ROOT / "docs" / "mutation-results"
 TIMEOUTS = Path(__file__).resolve().with_name("mutation_timeouts.py")
 #: mutmut's CPU limit per mutant is (clean time of its tests + 1 s) x 2 x this.
 TIMEOUT_MULTIPLIER = 3.0
@@ -261,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
                 run_mutmut(scope, args.max_children, args.only)
             finally:  # a stopped run's time counts too: its results stay
                 record_run(scope, args.only, time.monotonic() - started)
+    for scope in staged_scopes():
+        save_results(scope)
     text, summary, ok = report(collect(), run_times(), args.target)
     BUILD.mkdir(parents=True, exist_ok=True)
     (BUILD / "report.md").write_text(text + "\n")
@@ -288,6 +300,60 @@ def stage(scope: str, timeout: float) -> None:
             only_mutate=json.dumps(modules), multiplier=TIMEOUT_MULTIPLIER, timeout=timeout
         )
     )
+    restore_results(scope)
+
+
+def staged_scopes() -> list[str]:
+    return [scope for scope in SCOPES if (BUILD / scope / "pyproject.toml").exists()]
+
+
+def save_results(scope: str) -> None:
+    """Write the staged scope's results to ``docs/mutation-results/<scope>.json``:
+    per mutated file the functions' hashes and every mutant's exit status (null:
+    not run yet), the rechecks and the run times."""
+    stage_dir = BUILD / scope
+    files = {}
+    for path in sorted((stage_dir / "mutants" / "src").rglob("*.py.meta")):
+        data = json.loads(path.read_text())
+        files[str(path.relative_to(stage_dir / "mutants"))] = {
+            "hash_by_function_name": data.get("hash_by_function_name", {}),
+            "exit_code_by_key": data.get("exit_code_by_key", {}),
+        }
+    if not files:  # staged but never generated: nothing to keep
+        return
+    saved: dict[str, object] = {"files": files}
+    for name in ("rechecked", "runs"):
+        source = stage_dir / f"{name}.json"
+        saved[name] = json.loads(source.read_text()) if source.exists() else None
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{scope}.json").write_text(json.dumps(saved, indent=1, sort_keys=True) + "\n")
+
+
+def restore_results(scope: str) -> None:
+    """Put the saved results of ``scope`` back into a fresh staging project as
+    mutmut's ``.meta`` files (mutmut keeps the statuses of unchanged functions)."""
+    source = RESULTS / f"{scope}.json"
+    if not source.exists():
+        return
+    saved = json.loads(source.read_text())
+    stage_dir = BUILD / scope
+    for name, data in saved["files"].items():
+        meta = stage_dir / "mutants" / name
+        meta.parent.mkdir(parents=True, exist_ok=True)
+        meta.write_text(
+            json.dumps(
+                {
+                    "exit_code_by_key": data["exit_code_by_key"],
+                    "hash_by_function_name": data["hash_by_function_name"],
+                    "type_check_error_by_key": {},
+                    "durations_by_key": {},
+                    "estimated_durations_by_key": {},
+                }
+            )
+        )
+    for name in ("rechecked", "runs"):
+        if saved.get(name) is not None:
+            (stage_dir / f"{name}.json").write_text(json.dumps(saved[name], indent=2) + "\n")
 
 
 def refresh_tests(scope: str) -> None:
@@ -341,12 +407,18 @@ def record_run(scope: str, only: list[str], elapsed: float) -> None:
 
 
 def run_times() -> dict[str, float]:
-    """Scope -> the summed wall time of its recorded runs, in seconds."""
+    """Scope -> the summed wall time of its recorded runs (staged, else saved), in seconds."""
     out = {}
     for scope in SCOPES:
         path = BUILD / scope / "runs.json"
+        saved = RESULTS / f"{scope}.json"
         if path.exists():
-            out[scope] = sum(run["seconds"] for run in json.loads(path.read_text()))
+            runs = json.loads(path.read_text())
+        elif saved.exists():
+            runs = json.loads(saved.read_text()).get("runs") or []
+        else:
+            continue
+        out[scope] = sum(run["seconds"] for run in runs)
     return out
 
 
@@ -488,22 +560,33 @@ def forked_statuses(names: list[str], tests: list[Path], env: dict[str, str]) ->
 
 
 def collect() -> dict[str, dict[str, dict[str, str]]]:
-    """scope -> module -> mutant name -> status, from mutmut's .meta files of the staged scopes."""
+    """scope -> module -> mutant name -> status, from mutmut's .meta files of the
+    staged scopes, and from ``docs/mutation-results`` for a scope not staged here."""
     out: dict[str, dict[str, dict[str, str]]] = {}
     for scope in SCOPES:
         config = BUILD / scope / "pyproject.toml"
-        if not config.exists():
+        saved_path = RESULTS / f"{scope}.json"
+        codes_by_file: dict[str, dict[str, int | None]] = {}
+        if config.exists():
+            staged = tomllib.loads(config.read_text())
+            for path in staged["tool"]["mutmut"]["only_mutate"]:
+                meta = BUILD / scope / "mutants" / f"{path}.meta"
+                data = json.loads(meta.read_text()) if meta.exists() else {}
+                codes_by_file[path] = data.get("exit_code_by_key", {})
+            rechecked_path = BUILD / scope / "rechecked.json"
+            rechecked = json.loads(rechecked_path.read_text()) if rechecked_path.exists() else {}
+        elif saved_path.exists():
+            saved = json.loads(saved_path.read_text())
+            for meta_name, data in sorted(saved["files"].items()):
+                codes_by_file[meta_name.removesuffix(".meta")] = data["exit_code_by_key"]
+            rechecked = saved.get("rechecked") or {}
+        else:
             continue
-        staged = tomllib.loads(config.read_text())
-        rechecked_path = BUILD / scope / "rechecked.json"
-        rechecked = json.loads(rechecked_path.read_text()) if rechecked_path.exists() else {}
         out[scope] = {}
-        for path in staged["tool"]["mutmut"]["only_mutate"]:
-            meta = BUILD / scope / "mutants" / f"{path}.meta"
-            data = json.loads(meta.read_text()) if meta.exists() else {}
+        for path, codes in codes_by_file.items():
             module = ".".join(Path(path).relative_to("src").with_suffix("").parts)
             statuses = {}
-            for name, code in data.get("exit_code_by_key", {}).items():
+            for name, code in codes.items():
                 status = STATUS.get(code, "suspicious")
                 again = rechecked.get(name)
                 # a kill by the survivor tests counts; so does a survival of a
