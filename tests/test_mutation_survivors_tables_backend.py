@@ -14,7 +14,8 @@ from __future__ import annotations
 import io
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures._base import _Waiter
 from pathlib import Path
 from typing import Any
 
@@ -901,6 +902,49 @@ def test_a_backend_writes_on_one_thread_of_its_own_which_close_ends() -> None:
     assert not started[0].is_alive()
 
 
+class _PendingWhenResolved(_Waiter):
+    """A ``concurrent.futures`` waiter (the kind ``wait()`` and
+    ``as_completed()`` install): told inside ``set_result`` /
+    ``set_exception``, before the future's done callbacks run, what the
+    backend then counts as pending."""
+
+    def __init__(self, backend: HeapKeyedStateBackend) -> None:
+        super().__init__()
+        self.backend = backend
+        self.seen: list[int] = []
+
+    def add_result(self, future: Future[Any]) -> None:
+        self.seen.append(self.backend.pending_snapshots)
+
+    def add_exception(self, future: Future[Any]) -> None:
+        self.seen.append(self.backend.pending_snapshots)
+
+    def add_cancelled(self, future: Future[Any]) -> None:
+        self.seen.append(self.backend.pending_snapshots)
+
+
+def test_a_snapshot_is_no_longer_pending_when_whoever_waits_for_it_wakes() -> None:
+    # keyed_backend._run_async__mutmut_13 (the writer discards None instead of
+    # its future): the done callback forgets the future only after set_result
+    # has woken every waiter, so a thread woken by the result could still count
+    # the snapshot as pending (documented: cleanup runs "*before* the future
+    # resolves, so whoever waits finds ... the snapshot no longer pending").
+    # The waiter below is called by set_result itself, deterministically in
+    # the window a woken thread would see.
+    backend = heap()
+    fill(backend, range(10))
+    go, entered = threading.Event(), threading.Event()
+    future = backend.snapshot(1, _recording([], go, entered))
+    assert entered.wait(30)
+    waiter = _PendingWhenResolved(backend)
+    with future._condition:  # where concurrent.futures.wait() registers its waiters
+        future._waiters.append(waiter)
+    go.set()
+    assert future.result(30).info is not None
+    assert waiter.seen == [0]
+    backend.close()
+
+
 # ------------------------------------------------ snapshot()'s arguments
 
 
@@ -1022,6 +1066,30 @@ def test_cancelling_a_queued_or_a_running_snapshot_says_it_worked() -> None:
     assert str(excinfo.value) == "snapshot cancelled before key group 0 was written"
     assert backend.pending_snapshots == 0
     backend.close()
+
+
+def test_a_registered_state_absent_from_the_snapshot_is_empty_after_the_restore() -> None:
+    # heap_backend._prepare__mutmut_70 (None staged for a registered state the
+    # files do not hold): the prepare stages an empty table for it, and the
+    # restore replaces what the state held with nothing.
+    source = heap()
+    fill(source, range(10))
+    snapshot = io.BytesIO()
+    assert source.snapshot(1, lambda: snapshot).result(30).info is not None
+    source.close()
+    target = heap()
+    extra = target.get_state(ValueStateDescriptor("extra", SER))
+    target.set_current_key(3)
+    extra.update("before the restore")
+    target.restore([snapshot.getvalue()])
+    assert sorted(target.state_names) == ["extra", "value"]
+    assert list(target.entries("extra")) == []
+    target.set_current_key(3)
+    assert extra.value() is None
+    assert dump(target)["value"] == {
+        (key, ns): state for key in range(10) for ns, state in (("a", f"v{key}"), ("b", [key]))
+    }
+    target.close()
 
 
 # ------------------------------------------------- states and their names
