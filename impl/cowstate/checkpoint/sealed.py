@@ -56,8 +56,11 @@ def unseal(data: bytes, kind: str, version: int, where: str) -> bytes:
     ``where`` names the file in error messages.
     """
     if len(data) > MAX_DOCUMENT_SIZE:
+        # a read limited to MAX_DOCUMENT_SIZE stops one byte past it
+        # (FileSystem.read_bytes): then only "more" is known, not the size
+        got = "more" if len(data) == MAX_DOCUMENT_SIZE + 1 else f"{len(data)}"
         raise MetadataChecksumError(
-            f"expected {where} of at most {MAX_DOCUMENT_SIZE} bytes, got {len(data)}"
+            f"expected {where} of at most {MAX_DOCUMENT_SIZE} bytes, got {got}"
         )
     cut = data.rfind(b"\n", 0, len(data) - 1) + 1
     match = _SEAL.match(data, cut)
