@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle
+from cowstate.checkpoint.location import SnapshotSource
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
@@ -60,6 +62,12 @@ STATE_META = StateMetadata(
 Contents = dict[str, dict[tuple[Any, Any], Any]]
 #: A crafted entry: (key, namespace, state) objects, pickled as they are.
 Entry = tuple[Any, Any, Any]
+
+#: Reads crafted handles by their absolute paths (:func:`handle_for` makes them
+#: relative to /).
+ABSOLUTE = SnapshotSource(FileSystem(), "/")
+#: What the crafted canonical files of the restore tests hold.
+RESTORED_ENTRIES: list[Entry] = [(k, "a", f"restored{k}") for k in range(20)]
 
 
 def heap(key_group_range: KeyGroupRange = FULL) -> HeapKeyedStateBackend:

@@ -21,8 +21,10 @@ from typing import Any
 
 import pytest
 from restore_support import (
+    ABSOLUTE,
     FULL,
     MAX_P,
+    RESTORED_ENTRIES,
     SER,
     VALUE,
     by_group,
@@ -67,10 +69,8 @@ from cowstate.snapshot import SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 
-#: Read crafted handles by their absolute paths (``handle_for`` makes them relative to /).
-ROOT = SnapshotSource(FileSystem(), "/")
-#: What the crafted file of the staged-restore tests holds.
-ENTRIES = [(k, "a", f"restored{k}") for k in range(20)]
+ROOT = ABSOLUTE
+ENTRIES = RESTORED_ENTRIES
 RESTORED = {"value": {(k, ns): state for k, ns, state in ENTRIES}}
 
 

@@ -1,0 +1,288 @@
+"""Tests that kill mutants of the ``checkpoint`` mutation scope (``make mutate
+SCOPE=checkpoint``) in its RocksDB modules, ``cowstate.rocksdb.backend`` and
+``cowstate.rocksdb.table``, that the scope's other killer tests let through or
+never reach.
+
+Each test is named after what it pins; the mutants it was written for are
+named in its comment. They run on real RocksDB databases (``rocksdict``, in
+``tmp_path``) and real snapshot files (crafted with the real writer by
+:mod:`restore_support`), and are part of the normal suite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from restore_support import (
+    ABSOLUTE,
+    FULL,
+    MAX_P,
+    RESTORED_ENTRIES,
+    by_group,
+    crafted,
+    dump,
+    fill,
+    handle_for,
+    rocks,
+)
+from rocksdict import Options, Rdict
+
+from cowstate.errors import (
+    InvalidArgumentError,
+    NoneStateError,
+    SnapshotFormatError,
+    UnhashableKeyError,
+)
+from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.rocksdb.table import RocksDBStateTable
+from cowstate.state_meta import StateMetaInfo
+
+ROOT = ABSOLUTE
+ENTRIES = RESTORED_ENTRIES
+#: Two tables sharing one column family, each with half the key groups.
+LOW = KeyGroupRange(0, 7)
+HIGH = KeyGroupRange(8, MAX_P - 1)
+
+Table = RocksDBStateTable[Any, Any, Any]
+
+
+def keys_in(key_group_range: KeyGroupRange, count: int) -> list[int]:
+    """The first ``count`` int keys whose key groups are in ``key_group_range``."""
+    return [k for k in range(1000) if assign_to_key_group(k, MAX_P) in key_group_range][:count]
+
+
+def wal_bytes(db_path: Path) -> int:
+    """Bytes in the write-ahead log files (``*.log``) of the database at ``db_path``."""
+    return sum(p.stat().st_size for p in db_path.iterdir() if p.suffix == ".log")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "db"
+
+
+@pytest.fixture
+def column(db_path: Path) -> Iterator[Rdict]:
+    """One column family of a fresh raw-mode database at ``db_path``."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    database = Rdict(str(db_path), options)
+    try:
+        yield database.create_column_family("state", options)
+    finally:
+        database.close()
+
+
+@pytest.fixture
+def tables(column: Rdict) -> Iterator[tuple[Table, Table]]:
+    """Tables of :data:`LOW` and :data:`HIGH` over the same column family, each
+    holding 5 keys of its own key groups (``state [k]`` in namespace ``"ns"``)."""
+    low: Table = RocksDBStateTable(column, LOW, MAX_P)
+    high: Table = RocksDBStateTable(column, HIGH, MAX_P)
+    for table, key_group_range in ((low, LOW), (high, HIGH)):
+        for key in keys_in(key_group_range, 5):
+            table.put(key, "ns", [key])
+    try:
+        yield low, high
+    finally:
+        low.detach()
+        high.detach()
+
+
+@pytest.fixture
+def full(column: Rdict) -> Iterator[Table]:
+    """A table of every key group over the column family."""
+    table: Table = RocksDBStateTable(column, FULL, MAX_P)
+    try:
+        yield table
+    finally:
+        table.detach()
+
+
+# -------------------------------------------------------------- rocksdb.table
+
+
+def test_a_table_counts_only_the_mappings_of_its_own_key_groups(
+    tables: tuple[Table, Table],
+) -> None:
+    # table.__len__ 5 (no upper bound: counted the other table's mappings
+    # stored after its key groups in the same column family).
+    low, high = tables
+    assert len(low) == 5
+    assert len(high) == 5
+    assert sum(1 for _ in low) == 5
+
+
+def test_keys_and_namespace_sizes_see_only_the_tables_own_key_groups(
+    tables: tuple[Table, Table],
+) -> None:
+    # table._raw_keys 3 (no upper bound: keys() and size_of_namespace() also
+    # read the mappings of the key groups after the table's).
+    low, high = tables
+    assert sorted(low.keys("ns")) == sorted(keys_in(LOW, 5))
+    assert low.size_of_namespace("ns") == 5
+    assert sorted(high.keys("ns")) == sorted(keys_in(HIGH, 5))
+    assert high.size_of_namespace("ns") == 5
+
+
+def test_entries_in_key_group_give_that_key_group_alone(full: Table) -> None:
+    # table.entries_in_key_group 3 (no upper bound: every later key group too)
+    # and 9 (`key_group + 2`: the next key group too).
+    keys = keys_in(FULL, 200)
+    for key in keys:
+        full.put(key, "ns", f"s{key}")
+    for key_group in range(MAX_P):
+        own = {k for k in keys if assign_to_key_group(k, MAX_P) == key_group}
+        assert own  # every key group holds keys
+        got = {(e.key, e.namespace, e.state) for e in full.entries_in_key_group(key_group)}
+        assert got == {(k, "ns", f"s{k}") for k in own}
+
+
+def test_a_mapping_put_in_a_given_key_group_is_found_and_removed_there(full: Table) -> None:
+    # table.contains_key 4, put_and_get_old 4, remove 7, remove_and_get_old 4
+    # (`key_group=None`: the key's own key group instead of the one given).
+    key = 7
+    own = assign_to_key_group(key, MAX_P)
+    given = (own + 3) % MAX_P
+    full.put(key, "ns", "first", key_group=given)
+    assert full.contains_key(key, "ns", key_group=given)
+    assert not full.contains_key(key, "ns")
+    assert full.put_and_get_old(key, "ns", "second", key_group=given) == "first"
+    assert full.get(key, "ns", key_group=given) == "second"
+    assert full.get(key, "ns") is None
+    assert full.remove_and_get_old(key, "ns", key_group=given) == "second"
+    assert full.get(key, "ns", key_group=given) is None
+    full.put(key, "ns", "third", key_group=given)
+    full.put(key, "ns", "own")
+    full.remove(key, "ns", key_group=given)
+    assert full.get(key, "ns", key_group=given) is None
+    assert full.get(key, "ns") == "own"
+    assert len(full) == 1
+
+
+def test_put_and_get_old_refuses_none_naming_the_call(full: Table) -> None:
+    # table.put_and_get_old 8, 9, 11, 16, 17 (the message: the operation, key
+    # and namespace it names).
+    full.put(3, "ns", "kept")
+    with pytest.raises(NoneStateError) as excinfo:
+        full.put_and_get_old(3, "ns", None)
+    assert str(excinfo.value) == (
+        "expected a state for put_and_get_old(3, 'ns'), got None; None means absent, use "
+        "remove() to unmap"
+    )
+    assert full.get(3, "ns") == "kept"
+
+
+@pytest.mark.parametrize("call", ["put_and_get_old", "remove", "remove_and_get_old", "absent"])
+def test_state_writes_skip_the_write_ahead_log(full: Table, db_path: Path, call: str) -> None:
+    # table.put_and_get_old 24, 27, remove 2, 4, remove_and_get_old 12, 14
+    # (the writes' options dropped: the database's default options write the
+    # WAL, which the module doc says state writes skip).
+    full.put(1, "ns", "one")
+    assert wal_bytes(db_path) == 0
+    if call == "put_and_get_old":
+        assert full.put_and_get_old(1, "ns", "two") == "one"
+        assert full.get(1, "ns") == "two"
+    elif call == "remove":
+        full.remove(1, "ns")
+        assert full.get(1, "ns") is None
+    elif call == "remove_and_get_old":
+        assert full.remove_and_get_old(1, "ns") == "one"
+        assert full.get(1, "ns") is None
+    else:
+        full.remove(2, "ns")  # absent: a delete all the same
+    assert wal_bytes(db_path) == 0
+
+
+@pytest.mark.parametrize("call", ["keys", "size_of_namespace"])
+def test_reading_by_an_unhashable_namespace_is_refused_naming_the_namespace(
+    full: Table, call: str
+) -> None:
+    # table._namespace_bytes 1-6 (the namespace not checked, or the message
+    # naming no role, the wrong role or a mangled one).
+    full.put(1, "ns", "kept")
+    with pytest.raises(UnhashableKeyError) as excinfo:
+        getattr(full, call)([1])
+    assert str(excinfo.value) == "expected a hashable namespace, got list [1]"
+
+
+def test_a_table_repr_names_its_state_key_groups_and_whether_attached(column: Rdict) -> None:
+    # table.__repr__ 1-9 (no killer test took the repr of a RocksDB table).
+    table: Table = RocksDBStateTable(column, LOW, MAX_P, meta=StateMetaInfo("counts"))
+    assert repr(table) == "<RocksDBStateTable 'counts' KeyGroupRange(0, 7) of 16, attached>"
+    table.detach()
+    assert repr(table) == "<RocksDBStateTable 'counts' KeyGroupRange(0, 7) of 16, detached>"
+
+
+# ------------------------------------------------------------ rocksdb.backend
+
+
+def test_restore_refuses_a_single_handle_or_a_non_iterable_naming_its_type(
+    tmp_path: Path,
+) -> None:
+    # backend.restore 1 (`and`: a lone handle iterated as its fields, an int
+    # failing in list()), 3 (message None), 4 (`type(None)` named).
+    handle = handle_for(tmp_path / "sp" / "file", crafted(by_group(ENTRIES)))
+    backend = rocks(tmp_path / "local")
+    try:
+        fill(backend, range(100, 110), tag="mine")
+        before = dump(backend)
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.restore(handle, ROOT)  # type: ignore[arg-type]
+        assert str(excinfo.value) == (
+            "expected an iterable of KeyedStateHandles, got KeyedStateHandle"
+        )
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.restore(5, ROOT)  # type: ignore[arg-type]
+        assert str(excinfo.value) == "expected an iterable of KeyedStateHandles, got int"
+        assert dump(backend) == before
+    finally:
+        backend.close()
+
+
+def test_restore_without_a_source_is_refused_saying_what_it_needs(tmp_path: Path) -> None:
+    # backend.restore 14-20 (the message of a restore without a SnapshotSource).
+    handle = handle_for(tmp_path / "sp" / "file", crafted(by_group(ENTRIES)))
+    backend = rocks(tmp_path / "local")
+    try:
+        fill(backend, range(100, 110), tag="mine")
+        before = dump(backend)
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.restore([handle])
+        assert str(excinfo.value) == (
+            "expected the SnapshotSource of the snapshot's directory (handles' paths are "
+            "relative to it), got None"
+        )
+        assert dump(backend) == before
+    finally:
+        backend.close()
+
+
+def test_a_canonical_file_of_other_key_groups_than_its_handle_is_refused_by_path(
+    tmp_path: Path,
+) -> None:
+    # backend._check_file 2 (the file's path passed as None: the message named
+    # None instead of the file).
+    low = KeyGroupRange(0, 7)
+    blocks = {kg: rows for kg, rows in by_group(ENTRIES).items() if kg in low}
+    assert blocks  # the file holds entries
+    file = tmp_path / "sp" / "file"
+    handle = handle_for(file, crafted(blocks, key_group_range=low))  # says key groups 0-15
+    backend = rocks(tmp_path / "local")
+    try:
+        fill(backend, range(100, 110), tag="mine")
+        before = dump(backend)
+        with pytest.raises(SnapshotFormatError) as excinfo:
+            backend.restore([handle], ROOT)
+        assert str(excinfo.value) == (
+            f"expected {str(file)!r} to hold key groups [0, 15] in format canonical of max "
+            f"parallelism {MAX_P} with key serializer 'tests.trusted-pickle' as its handle "
+            f"says, the file holds key groups [0, 7] in format canonical of max parallelism "
+            f"{MAX_P} with key serializer 'tests.trusted-pickle'"
+        )
+        assert dump(backend) == before
+    finally:
+        backend.close()
