@@ -45,7 +45,9 @@ A run can be restricted to mutants by name (``--only 'cowstate.checkpoint.
 registry.*'``, fnmatch patterns, repeatable; those are run again even if they
 have a result), and ``--resume`` keeps the staged scope and mutmut's results
 (refreshing the killer tests), so a stopped run continues where it stopped
-and survivors are checked again after new tests. Each run's wall time is
+and survivors are checked again after new tests; the staged library is
+brought up to ``impl/cowstate`` first, and mutmut runs the mutants of the
+functions edited since again. Each run's wall time is
 added to ``build/mutation/<scope>/runs.json``. ``--recheck`` runs each
 survivor (with ``--only``: each matching mutant not killed yet) against
 ``tests/test_mutation_survivors_<scope>*.py`` only (after a
@@ -263,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.report_only:
         for scope in args.scope or ["core"]:
             if args.resume and (BUILD / scope / "pyproject.toml").exists():
+                refresh_sources(scope)
                 refresh_tests(scope)
             else:
                 stage(scope, args.timeout)
@@ -356,6 +359,33 @@ def restore_results(scope: str) -> None:
             (stage_dir / f"{name}.json").write_text(json.dumps(saved[name], indent=2) + "\n")
 
 
+#: mutmut's own first step of ``mutmut run``, alone: (re)generate the mutants of
+#: every source file newer than its mutant file, keeping the results of every
+#: function whose hash is unchanged (run in the staged project).
+_REGENERATE = "from mutmut.__main__ import create_mutants; create_mutants(1)"
+
+
+def refresh_sources(scope: str) -> None:
+    """Bring the staged library up to ``impl/cowstate`` and regenerate the
+    mutants of the files edited since: their changed functions' mutants are
+    run again, every other result is kept (a resumed run, and a recheck,
+    judge the library as it is now)."""
+    stage_dir = BUILD / scope
+    shutil.copytree(  # copy2 keeps the mtimes, so only edited files look newer
+        ROOT / "impl" / "cowstate",
+        stage_dir / "src" / "cowstate",
+        ignore=shutil.ignore_patterns("__pycache__"),
+        dirs_exist_ok=True,
+    )
+    if (stage_dir / "mutants").exists():
+        subprocess.run(
+            [sys.executable, "-c", _REGENERATE],
+            cwd=stage_dir,
+            check=True,
+            capture_output=True,
+        )
+
+
 def refresh_tests(scope: str) -> None:
     """(Re)copy the scope's killer tests and the timeout plugin into its staging project.
 
@@ -446,6 +476,7 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     running the whole killer suite again. The test file runs first with no
     mutant active and must pass, or nothing is recorded.
     """
+    refresh_sources(scope)
     names = [*survivor_tests(scope), *SCOPES[scope].recheck_with]
     tests = [ROOT / "tests" / name for name in names]
     mutants = BUILD / scope / "mutants"

@@ -135,3 +135,30 @@ def test_a_scope_staged_but_never_generated_saves_nothing(mutation: ModuleType) 
     _stage(mutation, SOURCE)
     mutation.save_results("core")
     assert not (mutation.RESULTS / "core.json").exists()
+
+
+def test_a_refresh_brings_the_staged_library_up_to_date_and_reruns_edited_functions(
+    mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the library as it is now, in a project root of its own
+    root = tmp_path / "root"
+    (root / "impl" / "cowstate").mkdir(parents=True)
+    monkeypatch.setattr(mutation, "ROOT", root)
+    stage_dir = _stage(mutation, SOURCE)
+    generated = _generate(stage_dir)
+    run: dict[str, int | None] = dict.fromkeys(generated, 1)
+    _set_codes(stage_dir, run)
+
+    edited = SOURCE.replace("x // 2", "x >> 1")
+    (root / "impl" / "cowstate" / "m.py").write_text(edited)  # newer than the mutants
+    mutation.refresh_sources("core")
+
+    assert (stage_dir / "src" / "cowstate" / "m.py").read_text() == edited
+    meta = json.loads((stage_dir / "mutants/src/cowstate/m.py.meta").read_text())
+    again: dict[str, int | None] = meta["exit_code_by_key"]
+    assert {name: code for name, code in again.items() if "double" in name} == {
+        name: 1 for name in generated if "double" in name
+    }
+    halves = [name for name in again if "halve" in name]
+    assert halves and all(again[name] is None for name in halves)
+    assert "x >> 1" in (stage_dir / "mutants/src/cowstate/m.py").read_text()
