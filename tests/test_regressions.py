@@ -8,13 +8,21 @@ same order, then the invariants.
 from __future__ import annotations
 
 import io
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed, wait
+from pathlib import Path
 from typing import IO, Any, cast
 
 import pytest
 import restore_support
 
 from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
+from cowstate.checkpoint.filesystem import FileSystem
+from cowstate.checkpoint.handles import SnapshotOptions
+from cowstate.checkpoint.location import SnapshotLocation
+from cowstate.checkpoint.protocol import map_future
 from cowstate.errors import TruncatedSnapshotError, UnhashableKeyError
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.nested_table import NestedMapsStateTable
@@ -174,3 +182,49 @@ def test_an_unhashable_key_outside_a_sub_range_is_refused_as_unhashable(
             table.put(key, "ns", 1)
         assert str(excinfo.value) == f"expected a hashable key, got list {key!r}"
     assert len(table) == 0
+
+
+def test_a_cancelled_mapped_future_is_done_for_wait_and_as_completed() -> None:
+    # map_future's future was cancelled but never notified (no executor runs
+    # it), and concurrent.futures.wait() / as_completed() count a cancelled
+    # future as done only once notified: they waited out their whole timeout.
+    inner: Future[int] = Future()
+    outer = map_future(inner, str)
+    assert outer.cancel() and outer.cancelled() and inner.cancelled()
+    done, not_done = wait([outer], timeout=0)
+    assert (done, not_done) == ({outer}, set())
+    assert list(as_completed([outer], timeout=0)) == [outer]
+    assert outer.cancel()  # again: still cancelled, notified once
+    # cancelled from the inner side (the writer's), the same
+    inner = Future()
+    outer = map_future(inner, str)
+    assert inner.cancel()
+    assert outer.cancelled()
+    assert wait([outer], timeout=0).done == {outer}
+
+
+def test_a_queued_heap_snapshot_cancelled_by_its_owner_is_done_for_wait(tmp_path: Path) -> None:
+    # What a coordinator's abort (and close) of a just-triggered checkpoint
+    # does: cancel the heap backend's future of snapshot_to while its writer
+    # is still queued, then wait for it -- which blocked until the timeout.
+    release = threading.Event()
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        executor.submit(release.wait, 30)  # the one writer thread is busy
+        backend = HeapKeyedStateBackend(
+            KeyGroupRange(0, 15),
+            16,
+            key_serializer=restore_support.SER,
+            namespace_serializer=restore_support.SER,
+            executor=executor,
+        )
+        try:
+            backend.get_state(restore_support.VALUE)
+            restore_support.fill(backend, range(10))
+            location = SnapshotLocation(FileSystem(), str(tmp_path / "chk-1"), None)
+            future = backend.snapshot_to(1, location, SnapshotOptions())
+            assert future.cancel() and future.cancelled()
+            assert wait([future], timeout=0).done == {future}
+        finally:
+            release.set()
+            backend.close()
+    assert backend.pending_snapshots == 0

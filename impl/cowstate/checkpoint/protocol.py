@@ -34,6 +34,7 @@ backend between ``prepare_restore`` and ``commit``. ``restore_from`` is
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any, Protocol, TypeVar, runtime_checkable
@@ -149,12 +150,21 @@ def map_future(inner: Future[T], fn: Callable[[T], R]) -> Future[R]:
 
 
 class _Mapped(Future[R]):
+    """The future :func:`map_future` returns. No executor runs it, so when it is
+    cancelled it notifies its own waiters (``set_running_or_notify_cancel``, an
+    executor's job otherwise): ``concurrent.futures.wait()`` and
+    ``as_completed()`` count a cancelled future as done only once notified, and
+    would wait out their whole timeout for it."""
+
     def __init__(self, inner: Future[Any]) -> None:
         super().__init__()
         self._inner = inner
+        self._cancelling = threading.Lock()
 
     def cancel(self) -> bool:
         cancelled = self._inner.cancel()
         if self._inner.cancelled():
-            super().cancel()
+            with self._cancelling:  # once, by the owner's cancel or the inner's callback
+                if not self.cancelled() and super().cancel():
+                    self.set_running_or_notify_cancel()
         return cancelled
