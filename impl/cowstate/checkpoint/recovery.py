@@ -19,7 +19,11 @@ R2. The candidates, newest first: the job's checkpoints whose ``_metadata``
     over is reported with its reason. Corruption (``CorruptCheckpointError``,
     ``CheckpointNotFoundError``, ``SnapshotFormatError``) passes over a
     candidate; a configuration error (a serializer or max-parallelism
-    mismatch, an incompatible format) stops recovery at once.
+    mismatch, an incompatible format) stops recovery at once. The snapshot
+    the job was restored from may be gone (subsumed after a CLAIM, or deleted
+    by its owner after the job's first checkpoint) only once the job has a
+    checkpoint of its own: without one it held the job's whole state, and
+    its absence is a candidate passed over (R3), never an empty start.
 R3. If there were candidates (or broken checkpoints) and none restored:
     :class:`~cowstate.errors.CorruptCheckpointError`, nothing deleted.
 R4. The store: the CLAIMed snapshot if it still exists, then the job's own
@@ -113,8 +117,13 @@ class Recovery:
                         f"{record.directory!r}"
                     )
                 restored_metadata = read_metadata(storage.filesystem, record.directory)
-            except CheckpointNotFoundError:
-                restored_metadata = None  # subsumed (CLAIM) or deleted by its owner
+            except CheckpointNotFoundError as exc:
+                # subsumed (CLAIM) or deleted by its owner: harmless once the job has a
+                # checkpoint of its own; without one it held the job's only state (R3)
+                restored_metadata = None
+                if not own:
+                    report.skipped.append(Skipped(record.directory, str(exc)))
+                    source_broken = True
             except CowStateError as exc:
                 report.skipped.append(Skipped(record.directory, str(exc)))
                 record, source_broken = None, True
