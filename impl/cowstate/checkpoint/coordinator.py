@@ -532,8 +532,10 @@ class CheckpointCoordinator:
     ) -> CheckpointCoordinator:
         """Rebuild after a crash from what is on disk (module doc): restore the
         backends from the newest checkpoint that verifies, else from the
-        snapshot the job was restored from, else leave them empty; then clean
-        up. ``coordinator.recovery`` says what was restored and skipped."""
+        snapshot the job was restored from, else -- a job that never
+        checkpointed nor was restored -- leave them empty (none of them
+        restoring is a ``CorruptCheckpointError``, R3); then clean up.
+        ``coordinator.recovery`` says what was restored and skipped."""
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
         coordinator.recovery = coordinator.recovery_class(coordinator).run()
         return coordinator
