@@ -11,17 +11,21 @@ the normal suite.
 
 from __future__ import annotations
 
+import shutil
 import uuid
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
+from restore_support import heap
 
 from cowstate.checkpoint import sealed
 from cowstate.checkpoint import storage as storage_module
+from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import TEMP_SUFFIX, FileSystem, is_temporary
-from cowstate.checkpoint.storage import CheckpointStorage, SavepointIntent
+from cowstate.checkpoint.handles import RestoreMode, RestoreRecord
+from cowstate.checkpoint.storage import CheckpointStorage, OnDisk, SavepointIntent
 from cowstate.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -99,6 +103,45 @@ def test_leaving_an_unclosed_atomic_stream_discards_it(tmp_path: Path) -> None:
         stream.write(b"whole")
         stream.close_and_get_handle()
     assert [(p.name, p.read_bytes()) for p in tmp_path.iterdir()] == [("kept", b"whole")]
+
+
+def test_list_files_keeps_the_directory_name_as_given(tmp_path: Path) -> None:
+    # filesystem.FileSystem.list_files__mutmut_6 (`directory.rstrip(None)`): a
+    # name's trailing space was cut from the paths; __mutmut_10
+    # (`p.rstrip(None)`): one space too many; __mutmut_8 (`rstrip("XX/XX")`):
+    # a name's trailing X was cut; __mutmut_12: one X too many.
+    spaced = tmp_path / "job "
+    (spaced / "chk-1").mkdir(parents=True)
+    (spaced / "_counter").write_bytes(b"1")
+    (spaced / "chk-1" / "_metadata").write_bytes(b"{}")
+    crossed = tmp_path / "chkX"
+    crossed.mkdir()
+    (crossed / "data").write_bytes(b"x")
+    filesystem = FileSystem()
+    assert filesystem.list_files(str(spaced)) == [
+        f"{spaced}/_counter",
+        f"{spaced}/chk-1/_metadata",
+    ]
+    assert filesystem.list_files(f"{crossed}/") == [f"{crossed}/data"]
+    assert filesystem.list_files(f"file://{crossed}") == [f"file://{crossed}/data"]
+
+
+def test_delete_dir_tells_the_hooks_what_it_deletes(tmp_path: Path) -> None:
+    # filesystem.FileSystem.delete_dir__mutmut_2/3/7/8: the hooks were called
+    # with None, or another operation's name, instead of ("delete", path, None).
+    events: list[tuple[str, str, Any]] = []
+
+    def hooks(event: str, path: str, payload: Any) -> None:
+        events.append((event, path, payload))
+
+    directory = tmp_path / "chk-1"
+    (directory / "sub").mkdir(parents=True)
+    (directory / "sub" / "file").write_bytes(b"x")
+    filesystem = FileSystem(hooks)
+    filesystem.delete_dir(str(directory))
+    filesystem.delete_dir(str(tmp_path / "absent"))
+    assert not directory.exists()
+    assert events == [("delete", str(directory), None), ("delete", str(tmp_path / "absent"), None)]
 
 
 # ------------------------------------------------------------------- storage
@@ -251,3 +294,89 @@ def test_a_savepoint_intent_of_another_schema_is_corrupt_naming_what_and_where(
     intent = SavepointIntent(directory="/sp", token="ab")
     storage.write_savepoint_intent(intent)
     assert storage.read_savepoint_intent() == intent
+
+
+def test_an_oversized_restore_record_is_refused_after_reading_one_byte_too_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # storage.CheckpointStorage.read_restore_record__mutmut_12/14 (`limit=None`,
+    # no `limit`): read the whole file, however large. The limit is lowered so
+    # the file stays small.
+    monkeypatch.setattr(storage_module, "MAX_DOCUMENT_SIZE", 100)
+    monkeypatch.setattr(sealed, "MAX_DOCUMENT_SIZE", 100)
+    storage = _storage(tmp_path)
+    path = storage.filesystem.join(storage.job_dir, "_restore")
+    storage.filesystem.write_bytes(path, b"x" * 500)
+    with pytest.raises(MetadataChecksumError) as caught:
+        storage.read_restore_record()
+    assert str(caught.value) == f"expected {path!r} of at most 100 bytes, got more"
+
+
+def test_a_restore_record_of_another_schema_is_corrupt_naming_what_and_where(
+    tmp_path: Path,
+) -> None:
+    # storage.CheckpointStorage.read_restore_record__mutmut_19/30/31: the
+    # message's "a restore record" was None or changed; __mutmut_20: the file
+    # was named None.
+    storage = _storage(tmp_path)
+    assert storage.read_restore_record() is None
+    path = storage.filesystem.join(storage.job_dir, "_restore")
+    storage.filesystem.write_bytes(path, sealed.seal("restore", 1, b'{"directory": "/sp"}'))
+    with pytest.raises(CorruptCheckpointError) as caught:
+        storage.read_restore_record()
+    assert str(caught.value) == (
+        f"expected a restore record in {path!r}, got: mode: Field required; checkpoint_id: "
+        "Field required; kind: Field required"
+    )
+    record = RestoreRecord(
+        directory="/sp", mode=RestoreMode.NO_CLAIM, checkpoint_id=3, kind="savepoint"
+    )
+    storage.write_restore_record(record)
+    assert storage.read_restore_record() == record
+
+
+def test_a_checkpoint_directory_of_another_checkpoint_or_job_is_a_problem_by_its_id(
+    tmp_path: Path,
+) -> None:
+    # storage.CheckpointStorage.checkpoints_on_disk__mutmut_9 (`and`): chk-2
+    # holding checkpoint 1's _metadata was taken for checkpoint 2; __mutmut_14
+    # and 16: the problems' messages were None; __mutmut_18: a problem's
+    # checkpoint id was None.
+    storage = _storage(tmp_path)
+    backend = heap()
+    coordinator = CheckpointCoordinator(storage, [backend])
+    try:
+        completed = coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
+    finally:
+        coordinator.close()
+        backend.close()
+    first = storage.checkpoint_dir(1)
+    shutil.copytree(first, storage.checkpoint_dir(2))
+    other = CheckpointStorage(storage.root, "other")
+    shutil.copytree(first, other.checkpoint_dir(1))
+
+    found = storage.checkpoints_on_disk()
+    assert [(c.checkpoint_id, c.directory) for c in found] == [
+        (1, first),
+        (2, storage.checkpoint_dir(2)),
+    ]
+    assert found[0] == OnDisk(1, first, completed.metadata, None)
+    assert found[1].metadata is None
+    assert type(found[1].problem) is CorruptCheckpointError
+    assert str(found[1].problem) == (
+        f"expected checkpoint 2 in {storage.checkpoint_dir(2)!r}, its _metadata describes "
+        "checkpoint 1"
+    )
+    assert storage.completed_checkpoints() == [completed.metadata]
+
+    [alien] = other.checkpoints_on_disk()
+    assert (alien.checkpoint_id, alien.directory, alien.metadata) == (
+        1,
+        other.checkpoint_dir(1),
+        None,
+    )
+    assert type(alien.problem) is CorruptCheckpointError
+    assert str(alien.problem) == (
+        f"expected a checkpoint of job 'other' in {other.checkpoint_dir(1)!r}, its _metadata "
+        "names job 'job'"
+    )
