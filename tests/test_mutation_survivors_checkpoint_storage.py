@@ -11,6 +11,7 @@ the normal suite.
 
 from __future__ import annotations
 
+import importlib
 import shutil
 import uuid
 import zlib
@@ -25,7 +26,12 @@ from cowstate.checkpoint import storage as storage_module
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import TEMP_SUFFIX, FileSystem, is_temporary
 from cowstate.checkpoint.handles import RestoreMode, RestoreRecord
-from cowstate.checkpoint.storage import CheckpointStorage, OnDisk, SavepointIntent
+from cowstate.checkpoint.storage import (
+    CheckpointStorage,
+    OnDisk,
+    SavepointIntent,
+    read_metadata,
+)
 from cowstate.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -380,3 +386,112 @@ def test_a_checkpoint_directory_of_another_checkpoint_or_job_is_a_problem_by_its
         f"expected a checkpoint of job 'other' in {other.checkpoint_dir(1)!r}, its _metadata "
         "names job 'job'"
     )
+
+
+def test_relation_names_the_job_directory_what_holds_it_and_the_job_files(
+    tmp_path: Path,
+) -> None:
+    # storage.CheckpointStorage.relation__mutmut_13/14 ("job directory"),
+    # __mutmut_27/28 ("holds the job directory"), __mutmut_61/62 ("owned"):
+    # the relation was spelled otherwise; __mutmut_55..60: the job's _counter,
+    # _restore or _savepoint file was taken for a file outside what it owns.
+    storage = _storage(tmp_path)
+    job = storage.job_dir
+    assert storage.relation(job) == "job directory"
+    assert storage.relation(storage.root) == "holds the job directory"
+    assert storage.relation("/") == "holds the job directory"
+    for name in ("_counter", "_restore", "_savepoint"):
+        assert storage.relation(f"{job}/{name}") == "owned"
+        assert storage.owns(f"{job}/{name}")
+    assert storage.relation(f"{job}/_other") == "outside"
+    assert storage.relation(storage.checkpoint_dir(4)) == "owned"
+
+
+def test_a_sibling_of_the_root_named_with_a_trailing_space_does_not_hold_the_job(
+    tmp_path: Path,
+) -> None:
+    # storage.CheckpointStorage.relation__mutmut_19 (`rstrip(None)`): the
+    # trailing space was cut, so "root " was taken for the directory above "root/job".
+    storage = _storage(tmp_path)
+    assert storage.relation(storage.root + " ") == "outside"
+    assert storage.relation(storage.job_dir + " ") == "outside"
+
+
+def test_paths_on_another_file_system_compare_by_their_exact_names() -> None:
+    # storage.CheckpointStorage._normalized__mutmut_12 (`strip(None)`): a
+    # trailing space was cut, so "job " was the job directory; __mutmut_14
+    # (`strip("XX/XX")`): a trailing X was cut, so "jobX" was the job directory.
+    base = f"memory://cowstate-tests/{uuid.uuid4().hex}"
+    storage = CheckpointStorage(f"{base}/root", "job")
+    assert storage.relation(f"{base}/root/job") == "job directory"
+    assert storage.relation(f"{base}/root/job/") == "job directory"
+    assert storage.relation(f"{base}/root/job ") == "outside"
+    assert storage.relation(f"{base}/root/jobX") == "outside"
+    assert storage.relation(f"{base}/root/job/chk-1") == "owned"
+    assert storage.relation(f"{base}/root") == "holds the job directory"
+    assert storage.is_storage_root(f"{base}/root/")
+    assert not storage.is_storage_root(f"{base}/rootX")
+
+
+@pytest.mark.parametrize("directory", ["", None])
+def test_reading_the_metadata_of_no_directory_is_refused_naming_it(directory: Any) -> None:
+    # storage.read_metadata__mutmut_1 (`and`): "" went on to be looked up as a
+    # directory; __mutmut_4: the message was None.
+    with pytest.raises(InvalidArgumentError) as caught:
+        read_metadata(FileSystem(), directory)
+    assert type(caught.value) is InvalidArgumentError
+    assert str(caught.value) == f"expected a snapshot directory, got {directory!r}"
+
+
+def test_reading_missing_metadata_says_whether_the_directory_exists(tmp_path: Path) -> None:
+    # storage.read_metadata__mutmut_15/19: the messages' reasons were changed.
+    missing = str(tmp_path / "absent")
+    with pytest.raises(CheckpointNotFoundError) as caught:
+        read_metadata(FileSystem(), missing)
+    assert str(caught.value) == (
+        f"expected a completed checkpoint or savepoint in {missing!r}, but the directory "
+        "does not exist"
+    )
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(CheckpointNotFoundError) as unfinished:
+        read_metadata(FileSystem(), str(empty))
+    assert str(unfinished.value) == (
+        f"expected a completed checkpoint or savepoint in {str(empty)!r}, but it holds no "
+        "_metadata (unfinished, or not a snapshot)"
+    )
+
+
+def test_oversized_metadata_is_refused_after_reading_one_byte_too_many(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # storage.read_metadata__mutmut_27/29 (`limit=None`, no `limit`): read the
+    # whole file, however large. The limit is lowered so the file stays small.
+    monkeypatch.setattr(storage_module, "MAX_DOCUMENT_SIZE", 100)
+    monkeypatch.setattr(sealed, "MAX_DOCUMENT_SIZE", 100)
+    path = tmp_path / "_metadata"
+    path.write_bytes(b"x" * 500)
+    with pytest.raises(MetadataChecksumError) as caught:
+        read_metadata(FileSystem(), str(tmp_path))
+    assert str(caught.value) == f"expected {str(path)!r} of at most 100 bytes, got more"
+
+
+def test_another_file_system_class_of_the_same_protocol_is_foreign(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # storage.CheckpointStorage._normalized__mutmut_9 (`type(None)`): file
+    # systems were told apart by their protocol alone, so another class
+    # speaking "memory" (with its own store) was taken for the job's.
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    other_memory = type(
+        "OtherMemoryFileSystem", (MemoryFileSystem,), {"store": {}, "pseudo_dirs": [""]}
+    )
+    registry = importlib.import_module(
+        "fsspec.registry"
+    )._registry  # the module, not fsspec.registry
+    monkeypatch.setitem(registry, "cowstateothermem", other_memory)
+    base = f"memory://cowstate-tests/{uuid.uuid4().hex}"
+    storage = CheckpointStorage(f"{base}/root", "job")
+    assert storage.relation(f"cowstateothermem://{base[len('memory://') :]}/sp") == "foreign"
+    assert storage.relation(f"{base}/sp") == "outside"
