@@ -21,11 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restore_support import MAX_P, SER, VALUE, dump, fill, heap, rocks
+from restore_support import MAX_P, SER, VALUE, dump, fill, group_of, heap, rocks
 
 from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
-from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
+from cowstate.checkpoint.handles import (
+    METADATA_FILE,
+    CheckpointMetadata,
+    KeyedStateHandle,
+    RestoreMode,
+    SnapshotOptions,
+)
+from cowstate.checkpoint.location import SnapshotLocation
 from cowstate.checkpoint.storage import CLAIM_MARKER, CheckpointStorage, RestoreRecord
 from cowstate.errors import (
     CheckpointError,
@@ -175,6 +182,119 @@ def test_aborting_an_unknown_checkpoint_names_the_pending_ids(jobs: Jobs) -> Non
     assert str(caught.value) == f"expected a pending checkpoint id ([{pending}]), got 7"
     assert coordinator.pending_checkpoints == [pending]
     coordinator.complete_checkpoint(pending)
+
+
+# trigger_checkpoint__mutmut_2 (message None), __mutmut_3 (`type(None).__name__`).
+def test_a_checkpoint_whose_counter_cannot_be_written_names_the_cause(jobs: Jobs) -> None:
+    armed = threading.Event()
+
+    def full_disk(operation: str, path: str, data: Any) -> None:
+        if armed.is_set() and operation == "write" and path.endswith("/_counter"):
+            raise OSError("no space left on device")
+
+    coordinator = jobs.new(hooks=full_disk)
+    checkpoint(coordinator)
+    armed.set()
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.trigger_checkpoint()
+    assert str(caught.value) == (
+        "expected to trigger a checkpoint, got OSError: no space left on device"
+    )
+    assert coordinator.pending_checkpoints == []
+
+
+class _Refusing(HeapKeyedStateBackend):
+    """A heap subtask that refuses to start a snapshot."""
+
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        raise CheckpointError("the subtask is shutting down")
+
+
+# trigger_checkpoint__mutmut_30 (`abort_checkpoint(None)`: UnknownCheckpointError
+# instead), __mutmut_31 (message None), __mutmut_32 (`type(None).__name__`).
+def test_a_checkpoint_a_subtask_refuses_to_start_is_aborted_and_names_the_cause(
+    jobs: Jobs,
+) -> None:
+    backend = _Refusing(KeyGroupRange(0, MAX_P - 1), MAX_P, key_serializer=SER)
+    try:
+        coordinator = jobs.new(backend)
+        with pytest.raises(CheckpointError) as caught:
+            coordinator.trigger_checkpoint()
+        assert type(caught.value) is CheckpointError
+        assert str(caught.value) == (
+            "expected every subtask to start checkpoint 1, got CheckpointError: the subtask "
+            "is shutting down; the checkpoint was aborted"
+        )
+        assert coordinator.pending_checkpoints == []
+        assert not Path(coordinator.storage.checkpoint_dir(1)).exists()
+    finally:
+        backend.close()
+
+
+class _Cancelled(HeapKeyedStateBackend):
+    """A heap subtask whose snapshot is cancelled before it runs (its writer
+    pool shut down with the task still queued)."""
+
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        future: Future[KeyedStateHandle] = Future()
+        future.cancel()
+        future.set_running_or_notify_cancel()
+        return future
+
+
+# acknowledge__mutmut_18 (the cancellation not a failure: no error),
+# __mutmut_19 (message None), __mutmut_26 (`type(None).__name__`).
+def test_a_checkpoint_whose_subtask_was_cancelled_fails_naming_the_subtask(
+    jobs: Jobs,
+) -> None:
+    backend = _Cancelled(KeyGroupRange(0, MAX_P - 1), MAX_P, key_serializer=SER)
+    try:
+        coordinator = jobs.new(backend)
+        checkpoint_id = coordinator.trigger_checkpoint()
+        with pytest.raises(CheckpointError) as caught:
+            coordinator.complete_checkpoint(checkpoint_id)
+        assert str(caught.value) == (
+            f"expected every subtask to write checkpoint {checkpoint_id}, got CheckpointError: "
+            "subtask 0 was cancelled; the checkpoint was aborted"
+        )
+        assert coordinator.pending_checkpoints == []
+        assert coordinator.completed_checkpoints == []
+    finally:
+        backend.close()
+
+
+# acknowledge__mutmut_15 (`future in done or failure is None`): every failed
+# subtask overwrote the failure, and the error named the last one's cause.
+def test_a_checkpoint_two_subtasks_fail_names_the_first_failure(jobs: Jobs) -> None:
+    def broken_disks(operation: str, path: str, data: Any) -> None:
+        if operation == "write" and "/keyed-state-0-7" in path:
+            raise OSError("disk 0 failed")
+        if operation == "write" and "/keyed-state-8-15" in path:
+            raise OSError("disk 1 failed")
+
+    low = heap(KeyGroupRange(0, 7))
+    high = heap(KeyGroupRange(8, 15))
+    try:
+        fill(low, [k for k in range(40) if group_of(k) <= 7])
+        fill(high, [k for k in range(40) if group_of(k) >= 8])
+        storage = jobs.storage(hooks=broken_disks)
+        coordinator = jobs.keep(CheckpointCoordinator(storage, [high, low]))
+        checkpoint_id = coordinator.trigger_checkpoint()
+        with pytest.raises(CheckpointError) as caught:
+            coordinator.complete_checkpoint(checkpoint_id)
+        assert str(caught.value) == (
+            f"expected every subtask to write checkpoint {checkpoint_id}, got "
+            f"SnapshotWriteError: expected snapshot {checkpoint_id} to be written, got "
+            "OSError: disk 1 failed; its resources were released; the checkpoint was aborted"
+        )
+        assert not Path(storage.checkpoint_dir(checkpoint_id)).exists()
+    finally:
+        low.close()
+        high.close()
 
 
 # __repr____mutmut_1: no killer test printed a coordinator.
@@ -382,6 +502,82 @@ def test_aborting_a_checkpoint_waits_for_a_stuck_subtask_at_most_the_timeout(
         assert not blocked.finished.is_set()  # it returned while the writer was stuck
         assert coordinator.pending_checkpoints == []
         assert not Path(coordinator.storage.checkpoint_dir(checkpoint_id)).exists()
+    finally:
+        blocked.release.set()
+        backend.close()
+        executor.shutdown(wait=True)
+
+
+# acknowledge__mutmut_5 (`timeout=None`), __mutmut_7 (no timeout), __mutmut_8
+# (`... and False`: the given None), __mutmut_10 (`is not None`: the given None):
+# waited for the stuck writer instead of the coordinator's timeout;
+# __mutmut_12 (no failure: no error), __mutmut_13 (`TimeoutError(None)`).
+def test_a_checkpoint_waits_for_a_stuck_subtask_at_most_the_coordinators_timeout(
+    jobs: Jobs, tmp_path: Path
+) -> None:
+    blocked = _Blocked(tmp_path / "root" / "job" / "chk-1")
+    backend, executor = _stuck_backend(blocked)
+    try:
+        coordinator = jobs.new(backend, hooks=blocked.hook, timeout=0.05)
+        checkpoint_id = coordinator.trigger_checkpoint()
+        with pytest.raises(CheckpointError) as caught:
+            coordinator.acknowledge(checkpoint_id)
+        assert str(caught.value) == (
+            f"expected every subtask to write checkpoint {checkpoint_id}, got TimeoutError: "
+            "1 subtasks did not finish in time; the checkpoint was aborted"
+        )
+        assert not blocked.finished.is_set()  # it returned while the writer was stuck
+        assert coordinator.pending_checkpoints == []
+    finally:
+        blocked.release.set()
+        backend.close()
+        executor.shutdown(wait=True)
+
+
+def _released_on_cancel(blocked: _Blocked, backend: HeapKeyedStateBackend) -> None:
+    """Makes the stuck writer of ``backend`` go on as soon as its snapshot is
+    cancelled (an abort waits for the writers it cancels, up to the coordinator's
+    timeout): the snapshot futures it returns release ``blocked`` first."""
+    snapshot_to = backend.snapshot_to
+
+    def snapshot_releasing_on_cancel(
+        checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        future = snapshot_to(checkpoint_id, location, options)
+        cancel = future.cancel
+
+        def release_then_cancel() -> bool:
+            blocked.release.set()
+            return cancel()
+
+        setattr(future, "cancel", release_then_cancel)  # noqa: B010 -- this future's own
+        return future
+
+    setattr(backend, "snapshot_to", snapshot_releasing_on_cancel)  # noqa: B010
+
+
+# acknowledge__mutmut_9 (`... or True`), __mutmut_10 (`is not None`): the
+# timeout given was ignored for the coordinator's; acknowledge__mutmut_5, __mutmut_7;
+# complete_checkpoint__mutmut_5 (`acknowledge(id, None)`), __mutmut_7 (the
+# timeout not passed on).
+@pytest.mark.parametrize("step", ["acknowledge", "complete_checkpoint"])
+def test_a_timeout_given_to_a_checkpoint_step_overrides_the_coordinators(
+    jobs: Jobs, tmp_path: Path, step: str
+) -> None:
+    blocked = _Blocked(tmp_path / "root" / "job" / "chk-1")
+    backend, executor = _stuck_backend(blocked)
+    _released_on_cancel(blocked, backend)
+    try:
+        coordinator = jobs.new(backend, hooks=blocked.hook, timeout=60.0)
+        checkpoint_id = coordinator.trigger_checkpoint()
+        with pytest.raises(CheckpointError) as caught:
+            getattr(coordinator, step)(checkpoint_id, 0.05)
+        assert str(caught.value) == (
+            f"expected every subtask to write checkpoint {checkpoint_id}, got TimeoutError: "
+            "1 subtasks did not finish in time; the checkpoint was aborted"
+        )
+        assert coordinator.pending_checkpoints == []
+        assert coordinator.completed_checkpoints == []
     finally:
         blocked.release.set()
         backend.close()
