@@ -11,7 +11,6 @@ system's test hooks, and are part of the normal suite.
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import threading
 import uuid
@@ -37,7 +36,6 @@ from cowstate.checkpoint.storage import CLAIM_MARKER, CheckpointStorage, Restore
 from cowstate.errors import (
     CheckpointError,
     CorruptCheckpointError,
-    CowStateError,
     InvalidArgumentError,
     MaxParallelismMismatchError,
     UnknownCheckpointError,
@@ -127,12 +125,6 @@ class Jobs:
 
     def close(self) -> None:
         for coordinator in self._coordinators:
-            for pending in coordinator.pending_checkpoints:
-                # Its writers finish first: aborting a heap checkpoint whose writer
-                # has not started waits out the whole timeout (a cancelled
-                # map_future never wakes concurrent.futures.wait).
-                with contextlib.suppress(CowStateError):
-                    coordinator.acknowledge(pending)
             coordinator.close()
         for backend in self._backends:
             backend.close()
