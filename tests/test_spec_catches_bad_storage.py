@@ -1,10 +1,11 @@
 """The storage state machine must catch every broken coordinator, registry and
 storage of ``cowstate_spec.bad_implementations.STORAGE_BUGS``.
 
-Most are found by the machine's own random exploration (``HUNT``). Two need
+Most are found by the machine's own random exploration (``HUNT``). Some need
 a long, specific history -- a RocksDB job restored from its latest checkpoint
-at the same parallelism in NO_CLAIM or LEGACY mode, then several checkpoints
--- which the exploration meets too rarely for CI; for those, ``REPLAYS``
+at the same parallelism in NO_CLAIM or LEGACY mode, then several checkpoints;
+three pending checkpoints completed out of step -- which the exploration
+meets too rarely for CI; for those, ``REPLAYS``
 drives the same machine (same rules, same invariants) through that history
 step by step, and the unchanged classes must pass every replay, so the
 failures come from the bugs.
@@ -67,6 +68,18 @@ def restart(mode: str, checkpoints: int) -> list[Step]:
 REPLAYS: dict[str, list[Step]] = {
     "no-claim-does-not-force-full": restart("no-claim", 1),
     "registry-deletes-disowned-files": restart("legacy", 6),
+    # The storage machine's lost SST (CHANGELOG): 3 is triggered on 1's SSTs,
+    # and completing 2 subsumes 1 while 3 is pending.
+    "subsume-deletes-what-a-pending-checkpoint-reuses": [
+        *load(range(16), 1),
+        ("trigger_checkpoint", {"complete_now": False}),
+        ("trigger_checkpoint", {"complete_now": False}),
+        ("complete_checkpoint", {"index": 0}),
+        ("trigger_checkpoint", {"complete_now": False}),
+        *load(range(4), 2),
+        ("complete_checkpoint", {"index": 0}),
+        ("complete_checkpoint", {"index": 0}),
+    ],
     "garbage-deletes-what-the-job-does-not-own": [
         *load(range(8), 1),
         ("trigger_checkpoint", {"complete_now": True}),

@@ -1,7 +1,9 @@
-"""Regression: the storage machine's leak of a CLAIMed checkpoint's shared file
-(``test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-1]``).
+"""Regressions of shared files the storage machine found under random seeds
+(``test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-1]``):
+a leak of a CLAIMed checkpoint's shared files, and an SST a pending
+checkpoint reused deleted under it (the last two tests).
 
-The machine's step list, reduced by hand: job B restores job A's RocksDB
+The leak, the machine's step list reduced by hand: job B restores job A's RocksDB
 checkpoint in CLAIM mode; B's first checkpoint builds incrementally on the
 claimed SST files (same storage root) and subsumes the claimed checkpoint,
 deleting its exclusive files, ``_metadata`` and claim marker -- the claim is
@@ -147,3 +149,67 @@ def test_recover_never_deletes_the_shared_files_of_a_claim_another_job_took_over
     assert all(Path(p).exists() for p in shared)  # C's latest checkpoint uses them
     recovered.close()
     job_c.close()
+
+
+@pytest.mark.parametrize("acknowledged", [True, False], ids=["acknowledged", "writing"])
+def test_a_pending_checkpoint_keeps_the_shared_files_it_reuses_when_an_older_one_completes(
+    backends: Backends, tmp_path: Path, acknowledged: bool
+) -> None:
+    """The storage machine's lost SST (random profile, rocksdb, retain 1):
+    trigger 1, trigger 2, complete 1; 3 is triggered on 1's SSTs (rule 1);
+    completing 2 subsumed 1 and deleted its SSTs, which pending 3 had
+    acknowledged as its own; 3 completed on missing files and did not restore.
+    Not acknowledged yet, 3 keeps every file it could have reused."""
+    backend = backends.new()
+    fill(backend, range(20))
+    job = CheckpointCoordinator(storage(tmp_path, "a"), [backend])
+    first, second = job.trigger_checkpoint(), job.trigger_checkpoint()
+    job.acknowledge(second)
+    job.complete_checkpoint(first)
+    first_shared = set(job.completed_checkpoints[0].shared_paths(job.storage.filesystem))
+    third = job.trigger_checkpoint()
+    if acknowledged:
+        job.acknowledge(third)
+    contents = dump(backend)
+    fill(backend, range(3), tag="later")  # after 3's synchronous part
+    job.complete_checkpoint(second)  # 2 uploaded its own copies: 1's SSTs are unused
+    assert all(Path(p).exists() for p in first_shared)  # pending 3 uses them
+    completed = job.complete_checkpoint(third)
+    used = set(completed.shared_paths(job.storage.filesystem))
+    assert first_shared <= used  # 3 really built on 1
+    assert all(Path(p).exists() for p in used)
+    assert job.refused_deletions == []
+    on_disk = {str(p) for p in (tmp_path / "root" / "a" / "shared").rglob("*") if p.is_file()}
+    assert on_disk == used  # 2's copies went with 2: no leak either
+
+    restored = backends.new()
+    again = CheckpointCoordinator.restore(
+        storage(tmp_path, "b"), [restored], completed.directory, RestoreMode.NO_CLAIM
+    )
+    assert dump(restored) == contents
+    again.close()
+    job.close()
+
+
+def test_an_aborted_pending_checkpoint_releases_the_shared_files_it_kept(
+    backends: Backends, tmp_path: Path
+) -> None:
+    """The other side: once the pending checkpoint that kept an older one's
+    SSTs is aborted, nothing uses them and they are deleted."""
+    backend = backends.new()
+    fill(backend, range(20))
+    job = CheckpointCoordinator(storage(tmp_path, "a"), [backend])
+    first, second = job.trigger_checkpoint(), job.trigger_checkpoint()
+    job.acknowledge(second)
+    job.complete_checkpoint(first)
+    first_shared = set(job.completed_checkpoints[0].shared_paths(job.storage.filesystem))
+    third = job.trigger_checkpoint()
+    job.acknowledge(third)
+    completed = job.complete_checkpoint(second)
+    assert all(Path(p).exists() for p in first_shared)
+    job.abort_checkpoint(third)
+    assert [p for p in first_shared if Path(p).exists()] == []
+    on_disk = {str(p) for p in (tmp_path / "root" / "a" / "shared").rglob("*") if p.is_file()}
+    assert on_disk == set(completed.shared_paths(job.storage.filesystem))
+    assert job.refused_deletions == []
+    job.close()

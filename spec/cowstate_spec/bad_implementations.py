@@ -550,6 +550,14 @@ STORAGE_BUGS += [
         SharedStateRegistry,
     ),
     Bug(
+        "subsume-deletes-what-a-pending-checkpoint-reuses",
+        "_release_deferred",
+        "for pending in self._pending.values()",
+        "for pending in ()",
+        "rule 5: a pending checkpoint keeps the shared files it may reuse",
+        CheckpointCoordinator,
+    ),
+    Bug(
         "no-claim-does-not-force-full",
         "_adopt",
         "self.force_full = record.mode is RestoreMode.NO_CLAIM",
@@ -563,6 +571,7 @@ STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
     "registry-deletes-disowned-files": "rocksdb",
     "registry-deletes-files-still-used": "rocksdb",
     "no-claim-does-not-force-full": "rocksdb",
+    "subsume-deletes-what-a-pending-checkpoint-reuses": "rocksdb",
 }
 STORAGE_BUGS_RETAINED = {bug.name: 1 for bug in STORAGE_BUGS} | {
     "registry-deletes-files-still-used": 2

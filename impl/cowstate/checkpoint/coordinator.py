@@ -30,7 +30,13 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
 4. Aborting or failing a checkpoint deletes only its own uploads (the
    location's record of what it wrote), never a file a completed checkpoint uses.
 5. Subsuming a checkpoint deletes its exclusive files and exactly the shared
-   files no retained checkpoint uses (:class:`~cowstate.checkpoint.registry.SharedStateRegistry`).
+   files no retained checkpoint uses (:class:`~cowstate.checkpoint.registry.SharedStateRegistry`)
+   and no pending checkpoint may use. A pending checkpoint may reuse any
+   shared file retained when it was triggered (rule 1: the last confirmed
+   checkpoint's), exactly those its handles name once it is acknowledged;
+   a file subsumed while a pending checkpoint may use it is kept
+   (``deferred``) and deleted once that checkpoint completes without it or
+   is aborted.
 6. Deleting a savepoint never breaks a retained checkpoint (no checkpoint
    references a savepoint file); checkpointing and recovery never delete a
    savepoint file (savepoints are not in the store, unless CLAIMed, and a
@@ -138,10 +144,29 @@ class PendingCheckpoint:
     options: SnapshotOptions
     futures: list[Future[KeyedStateHandle]]
     acknowledged: dict[int, KeyedStateHandle] = field(default_factory=dict)
+    #: The shared paths retained when it was triggered: all it may reuse (rule 5).
+    reusable: frozenset[str] = frozenset()
 
     @property
     def is_acknowledged(self) -> bool:
         return len(self.acknowledged) == len(self.futures)
+
+    def may_use(self, filesystem: FileSystem) -> frozenset[str]:
+        """The retained shared paths it may reference (rule 5): once
+        acknowledged, the ones its handles name; before, or if a handle names
+        an unconfined file, every one it could have reused."""
+        if not self.is_acknowledged:
+            return self.reusable
+        source = SnapshotSource(filesystem, self.location.directory)
+        try:
+            named = {
+                source.lexical_path(f)
+                for handle in self.acknowledged.values()
+                for f in handle.shared_files
+            }
+        except CowStateError:
+            return self.reusable
+        return self.reusable & named
 
 
 @dataclass(frozen=True)
@@ -211,6 +236,8 @@ class CheckpointCoordinator:
         self._claim_settled = False
         #: Paths a registry or document asked to delete and rule 8 refused.
         self.refused_deletions: list[str] = []
+        #: Shared paths no retained checkpoint uses that a pending one may (rule 5).
+        self.deferred: set[str] = set()
 
     # ----------------------------------------------------------- checkpoints
 
@@ -228,7 +255,9 @@ class CheckpointCoordinator:
             ) from exc
         location = self.storage.checkpoint_location(checkpoint_id)
         options = SnapshotOptions(kind="checkpoint", full=self.force_full)
-        pending = PendingCheckpoint(checkpoint_id, location, options, [])
+        pending = PendingCheckpoint(
+            checkpoint_id, location, options, [], reusable=self.registry.paths
+        )
         self._pending[checkpoint_id] = pending
         try:
             for backend in self.backends:
@@ -266,6 +295,7 @@ class CheckpointCoordinator:
                 f"expected every subtask to write checkpoint {checkpoint_id}, got "
                 f"{type(failure).__name__}: {failure}; the checkpoint was aborted"
             ) from failure
+        self._release_deferred()  # it now names what it uses (rule 5)
 
     def complete_checkpoint(
         self, checkpoint_id: int, timeout: float | None = None
@@ -333,6 +363,7 @@ class CheckpointCoordinator:
         wait(pending.futures, timeout=self.timeout)  # writers stop touching files
         pending.location.discard()
         self.storage.filesystem.delete_dir(pending.location.directory)
+        self._release_deferred()  # what it kept (rule 5)
         for backend in self.backends:
             backend.notify_checkpoint_aborted(checkpoint_id)  # rule 3
 
@@ -610,8 +641,8 @@ class CheckpointCoordinator:
         filesystem = self.storage.filesystem
         while len(self._completed) > self.num_retained:
             oldest = self._completed.pop(0)
-            for path in self.registry.unregister(oldest.checkpoint_id):
-                self._delete(path)
+            self.deferred.update(self.registry.unregister(oldest.checkpoint_id))
+            self._release_deferred()  # what no pending checkpoint may reuse, now
             if not oldest.owned:
                 continue
             if self.storage.owns(oldest.directory):
@@ -625,6 +656,15 @@ class CheckpointCoordinator:
                 )
             else:  # claimed since by another job (rule 8)
                 self.refused_deletions.append(oldest.directory)
+
+    def _release_deferred(self) -> None:
+        """Delete the deferred paths no retained or pending checkpoint uses (rule 5)."""
+        filesystem = self.storage.filesystem
+        self.deferred -= self.registry.paths  # a completed checkpoint reused them
+        pending_uses = [pending.may_use(filesystem) for pending in self._pending.values()]
+        for path in sorted(self.deferred.difference(*pending_uses)):
+            self.deferred.discard(path)
+            self._delete(path)
 
     def _delete(self, path: str) -> None:
         """Delete a file if rule 8 lets the job delete it; else record the refusal."""
