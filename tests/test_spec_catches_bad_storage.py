@@ -80,6 +80,20 @@ REPLAYS: dict[str, list[Step]] = {
         ("complete_checkpoint", {"index": 0}),
         ("complete_checkpoint", {"index": 0}),
     ],
+    # The storage machine's leaked claimed SST (CHANGELOG): a CLAIMed checkpoint
+    # subsumed by the first checkpoint that reuses its SSTs, a crash, then a
+    # checkpoint that no longer uses them.
+    "recovery-forgets-a-settled-claim": [
+        *load(range(16), 1),
+        ("trigger_checkpoint", {"complete_now": True}),
+        ("restart_from_the_latest_checkpoint", {"mode": "claim"}),
+        ("trigger_checkpoint", {"complete_now": True}),
+        ("inject_fault", {"countdown": 1, "kind": "crash now"}),
+        *load(range(16), 2),
+        ("trigger_checkpoint", {"complete_now": True}),
+        *load(range(16), 3),
+        ("trigger_checkpoint", {"complete_now": True}),  # compacted: the claimed SSTs go
+    ],
     "garbage-deletes-what-the-job-does-not-own": [
         *load(range(8), 1),
         ("trigger_checkpoint", {"complete_now": True}),

@@ -11,9 +11,10 @@ settled: the claimed shared files B's checkpoints still use are B's to delete
 (rule 8, ``CheckpointCoordinator._claim_settled``). B crashes and recovers,
 and its next checkpoint no longer uses those files (in the machine a
 compaction replaced them; here a full checkpoint). The recovered coordinator
-had forgotten the settlement (it lives in memory only: recovery R4 adopts the
+had forgotten the settlement (it lived in memory only: recovery R4 adopts the
 CLAIMed snapshot only while its ``_metadata`` exists), so subsumption refused
-to delete them and they stayed in A's ``shared/`` for ever.
+to delete them and they stayed in A's ``shared/`` for ever. The settling
+checkpoint's ``_metadata`` now says so (``restored_from.settled``, rule 8).
 """
 
 from __future__ import annotations
@@ -63,12 +64,6 @@ def checkpoint(coordinator: CheckpointCoordinator) -> int:
     return coordinator.complete_checkpoint(coordinator.trigger_checkpoint()).checkpoint_id
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug (CHANGELOG, Known issues): recovery forgets a settled CLAIM, so the "
-    "claimed shared files the job owned leak; the fix (a settled_claim list in _metadata, "
-    "read back by recovery R4) is not landed yet",
-)
 def test_recover_deletes_the_shared_files_of_a_settled_claim_once_no_checkpoint_uses_them(
     backends: Backends, tmp_path: Path
 ) -> None:

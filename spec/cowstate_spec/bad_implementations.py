@@ -558,6 +558,14 @@ STORAGE_BUGS += [
         CheckpointCoordinator,
     ),
     Bug(
+        "recovery-forgets-a-settled-claim",
+        "_settles_claim",
+        "if record is None or record.mode is not RestoreMode.CLAIM or record.settled:",
+        "if True:",
+        "rule 8: a settled claim's shared files are the job's to delete, after a crash too",
+        CheckpointCoordinator,
+    ),
+    Bug(
         "no-claim-does-not-force-full",
         "_adopt",
         "self.force_full = record.mode is RestoreMode.NO_CLAIM",
@@ -572,6 +580,7 @@ STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
     "registry-deletes-files-still-used": "rocksdb",
     "no-claim-does-not-force-full": "rocksdb",
     "subsume-deletes-what-a-pending-checkpoint-reuses": "rocksdb",
+    "recovery-forgets-a-settled-claim": "rocksdb",
 }
 STORAGE_BUGS_RETAINED = {bug.name: 1 for bug in STORAGE_BUGS} | {
     "registry-deletes-files-still-used": 2

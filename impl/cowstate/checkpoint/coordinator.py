@@ -58,7 +58,12 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    job's ``_restore`` record: a record forged or copied to name another
    snapshot in CLAIM mode finds no marker and owns nothing. A second CLAIM
    of the same snapshot (by another job) replaces the marker: one owner at
-   a time, and the earlier job no longer deletes it. Anything else a
+   a time, and the earlier job no longer deletes it. Subsuming the claimed
+   snapshot deletes its files and marker and *settles* the claim: the
+   claimed shared files the job's checkpoints still use are the job's from
+   then on. The checkpoint whose completion settles it records that in its
+   ``_metadata`` (``restored_from.settled``, as do the ones after), so
+   recovery knows it once the marker is gone. Anything else a
    registry or document names is left alone and reported in
    ``refused_deletions``.
 9. Nothing is deleted before what replaces it is verified: recovery restores
@@ -321,6 +326,9 @@ class CheckpointCoordinator:
                 f"expected checkpoint {checkpoint_id}'s handles to name confined files, got "
                 f"{type(exc).__name__}: {exc}; the checkpoint was aborted"
             ) from exc
+        restored_from = self.restored_from
+        if restored_from is not None and self._settles_claim():  # rule 8
+            restored_from = restored_from.model_copy(update={"settled": True})
         metadata = CheckpointMetadata(
             job_id=self.storage.job_id,
             checkpoint_id=checkpoint_id,
@@ -329,7 +337,7 @@ class CheckpointCoordinator:
             timestamp=time.time(),
             subtasks=subtasks,
             disowned=tuple(disowned),
-            restored_from=self.restored_from,
+            restored_from=restored_from,
         )
         try:
             write_metadata(self.storage.filesystem, pending.location.directory, metadata)
@@ -340,6 +348,7 @@ class CheckpointCoordinator:
                 f"{type(exc).__name__}: {exc}; the checkpoint was aborted"
             ) from exc
         del self._pending[checkpoint_id]
+        self.restored_from = restored_from
         completed = CompletedCheckpoint(checkpoint_id, pending.location.directory, metadata)
         self._retain(completed)  # rule 5
         for older in [i for i in self._pending if i < checkpoint_id]:
@@ -621,6 +630,16 @@ class CheckpointCoordinator:
             filesystem.join(source.storage_root, path) for path in completed.metadata.disowned
         )
         self._completed.append(completed)
+        record = self.restored_from
+        if record is not None and record.settled and record.mode is RestoreMode.CLAIM:
+            # rule 8: a settled claim -- the claimed files this checkpoint uses (those
+            # outside the job, not disowned) are the job's; recovery learns it here
+            self._claim_settled = True
+            self._claimed.update(
+                path
+                for path in completed.shared_paths(filesystem)
+                if not self.storage.owns(path) and self.registry.is_owned(path)
+            )
 
     def _next_id(self) -> int:
         self._last_id += 1
@@ -672,6 +691,20 @@ class CheckpointCoordinator:
             self.storage.filesystem.delete(path)
         else:
             self.refused_deletions.append(path)
+
+    def _settles_claim(self) -> bool:
+        """Does completing one more checkpoint subsume the snapshot this job
+        CLAIMed while the claim holds, settling it (rule 8)? (What
+        :meth:`_subsume` will do, asked before ``_metadata`` is written.)"""
+        record = self.restored_from
+        if record is None or record.mode is not RestoreMode.CLAIM or record.settled:
+            return False
+        subsumed = self._completed[: max(0, len(self._completed) + 1 - self.num_retained)]
+        return (
+            any(c.directory == record.directory and c.owned for c in subsumed)
+            and not self.storage.owns(record.directory)
+            and self._claim_holds()
+        )
 
     def _claim_holds(self) -> bool:
         """Does the snapshot this job CLAIMed still hold its claim marker (rule 8)?"""

@@ -113,6 +113,10 @@ class RestoreRecord(_Model):
     kind: str
     #: CLAIM only: the token of the claim marker written into ``directory``.
     token: str = Field(default="", pattern=r"^[0-9a-f]{0,32}$")
+    #: CLAIM only, in a checkpoint's ``restored_from``: this checkpoint
+    #: subsumed the claimed snapshot (or a earlier one did), so the claimed
+    #: files the job's checkpoints use are the job's (coordinator rule 8).
+    settled: bool = False
 
 
 class CheckpointMetadata(_Model):

@@ -187,7 +187,8 @@ class Recovery:
         replaced by the checkpoint's record."""
         assert newest.metadata is not None
         lineage = newest.metadata.restored_from
-        if record is not None and record != lineage:
+        settled = None if lineage is None else lineage.model_copy(update={"settled": False})
+        if record is not None and record != settled:  # _restore never says settled
             said = "nothing" if lineage is None else repr(lineage.directory)
             report.skipped.append(
                 Skipped(
