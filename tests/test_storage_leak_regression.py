@@ -208,3 +208,30 @@ def test_an_aborted_pending_checkpoint_releases_the_shared_files_it_kept(
     assert on_disk == set(completed.shared_paths(job.storage.filesystem))
     assert job.refused_deletions == []
     job.close()
+
+
+def test_only_the_checkpoint_that_subsumes_a_claimed_snapshot_says_the_claim_is_settled(
+    backends: Backends, tmp_path: Path
+) -> None:
+    """Rule 8's record: with four retained, the claimed checkpoint is subsumed
+    by the fourth checkpoint after the restore; the ones before it do not say
+    settled (the claim still holds by its marker), it and the ones after do."""
+    first = backends.new()
+    fill(first, range(20))
+    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
+    checkpoint(job_a)
+    claimed = job_a.latest_checkpoint
+    assert claimed is not None
+    job_a.close()
+    job_b = CheckpointCoordinator.restore(
+        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
+    )
+    job_b.num_retained = 4
+    said = []
+    for _ in range(5):
+        completed = job_b.complete_checkpoint(job_b.trigger_checkpoint())
+        assert completed.metadata.restored_from is not None
+        said.append(completed.metadata.restored_from.settled)
+        assert Path(claimed.directory).exists() is not completed.metadata.restored_from.settled
+    assert said == [False, False, False, True, True]
+    job_b.close()
