@@ -17,12 +17,17 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from restore_support import MAX_P, SER, VALUE, dump, fill, group_of, heap, rocks
 
-from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
+from cowstate.checkpoint.coordinator import (
+    SAVEPOINT_MARKER,
+    CheckpointCoordinator,
+    _restore_backends,
+)
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
     METADATA_FILE,
@@ -31,12 +36,13 @@ from cowstate.checkpoint.handles import (
     RestoreMode,
     SnapshotOptions,
 )
-from cowstate.checkpoint.location import SnapshotLocation
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.storage import CLAIM_MARKER, CheckpointStorage, RestoreRecord
 from cowstate.errors import (
     CheckpointError,
     CorruptCheckpointError,
     InvalidArgumentError,
+    KeyGroupMismatchError,
     MaxParallelismMismatchError,
     UnknownCheckpointError,
     UnsafePathError,
@@ -161,16 +167,20 @@ def names(directory: Path) -> list[str]:
 # ----------------------------------------------------- coordinator: checkpoints
 
 
-# abort_checkpoint__mutmut_6 (message None), __mutmut_7 (`sorted(...) and 'none'`),
-# __mutmut_9 ('XXnoneXX').
-def test_aborting_an_unknown_checkpoint_names_the_pending_ids(jobs: Jobs) -> None:
+# _pending_checkpoint__mutmut_5 (`sorted(...) and 'none'`), __mutmut_7
+# ('XXnoneXX'), __mutmut_8 ('NONE'); the message abort_checkpoint had its own
+# copy of (abort_checkpoint__mutmut_6, 7, 9).
+@pytest.mark.parametrize(
+    "step", ["abort_checkpoint", "acknowledge", "complete_checkpoint", "pending_location"]
+)
+def test_a_step_on_an_unknown_checkpoint_names_the_pending_ids(jobs: Jobs, step: str) -> None:
     coordinator = jobs.new()
     with pytest.raises(UnknownCheckpointError) as caught:
-        coordinator.abort_checkpoint(7)
+        getattr(coordinator, step)(7)
     assert str(caught.value) == "expected a pending checkpoint id (none), got 7"
     pending = coordinator.trigger_checkpoint()
     with pytest.raises(UnknownCheckpointError) as caught:
-        coordinator.abort_checkpoint(7)
+        getattr(coordinator, step)(7)
     assert str(caught.value) == f"expected a pending checkpoint id ([{pending}]), got 7"
     assert coordinator.pending_checkpoints == [pending]
     coordinator.complete_checkpoint(pending)
@@ -983,3 +993,39 @@ def test_recover_keeps_one_checkpoint_and_waits_600_s_unless_told_otherwise(
     assert [c.checkpoint_id for c in default.completed_checkpoints] == [2]
     chosen = jobs.recover(num_retained=3, timeout=5.0)
     assert (chosen.num_retained, chosen.timeout) == (3, 5.0)
+
+
+# _restore_backends__mutmut_21 (`suppress(None)`: a failing discard became a
+# TypeError): the first error is the one reported, and every prepared restore
+# is discarded.
+def test_a_discard_that_fails_does_not_hide_the_error_or_stop_the_other_discards() -> None:
+    log: list[str] = []
+
+    class Staged:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def commit(self) -> None:
+            log.append(f"commit {self.name}")
+
+        def discard(self) -> None:
+            log.append(f"discard {self.name}")
+            if self.name == "0":
+                raise OSError("the staging directory is gone")
+
+    class Backend:
+        def __init__(self, name: str, fail: bool) -> None:
+            self.name, self.fail = name, fail
+            self.key_group_range = KeyGroupRange(0, MAX_P - 1)
+
+        def prepare_restore(self, *args: Any, **kwargs: Any) -> Staged:
+            if self.fail:
+                raise KeyGroupMismatchError("expected ..., got a broken file")
+            return Staged(self.name)
+
+    metadata = SimpleNamespace(subtasks=())
+    source = SnapshotSource(FileSystem(), "/")
+    backends = [Backend("0", False), Backend("1", False), Backend("2", True)]
+    with pytest.raises(KeyGroupMismatchError, match="got a broken file"):
+        _restore_backends(backends, metadata, source, incremental_base=False)  # type: ignore[arg-type]
+    assert log == ["discard 0", "discard 1"]

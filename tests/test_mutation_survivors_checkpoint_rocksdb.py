@@ -34,6 +34,7 @@ from cowstate.errors import (
     InvalidArgumentError,
     NoneStateError,
     SnapshotFormatError,
+    TransformFunctionError,
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
@@ -163,6 +164,30 @@ def test_a_mapping_put_in_a_given_key_group_is_found_and_removed_there(full: Tab
     assert len(full) == 1
 
 
+def test_a_transform_in_a_given_key_group_reads_and_writes_there(full: Table) -> None:
+    # table.transform 4 (`key_group=None`: the key's own key group instead of
+    # the one given).
+    key = 7
+    given = (assign_to_key_group(key, MAX_P) + 3) % MAX_P
+    full.put(key, "ns", "there", key_group=given)
+    full.transform(key, "ns", "!", lambda old, value: f"{old}{value}", key_group=given)
+    assert full.get(key, "ns", key_group=given) == "there!"
+    assert full.get(key, "ns") is None
+
+
+def test_a_failing_transform_names_its_key_and_namespace(full: Table) -> None:
+    # table.transform 20, 21 (the key or the namespace the error names dropped).
+    full.put(3, "ns", "kept")
+
+    def fails(old: Any, value: Any) -> Any:
+        raise ValueError("no")
+
+    with pytest.raises(TransformFunctionError) as excinfo:
+        full.transform(3, "ns", 1, fails)
+    assert "(3, 'ns')" in str(excinfo.value)
+    assert full.get(3, "ns") == "kept"
+
+
 def test_put_and_get_old_refuses_none_naming_the_call(full: Table) -> None:
     # table.put_and_get_old 8, 9, 11, 16, 17 (the message: the operation, key
     # and namespace it names).
@@ -176,9 +201,12 @@ def test_put_and_get_old_refuses_none_naming_the_call(full: Table) -> None:
     assert full.get(3, "ns") == "kept"
 
 
-@pytest.mark.parametrize("call", ["put_and_get_old", "remove", "remove_and_get_old", "absent"])
+@pytest.mark.parametrize(
+    "call", ["put_and_get_old", "remove", "remove_and_get_old", "transform", "absent"]
+)
 def test_state_writes_skip_the_write_ahead_log(full: Table, db_path: Path, call: str) -> None:
-    # table.put_and_get_old 24, 27, remove 2, 4, remove_and_get_old 12, 14
+    # table.put_and_get_old 24, 27, remove 2, 4, remove_and_get_old 12, 14,
+    # transform 29, 32
     # (the writes' options dropped: the database's default options write the
     # WAL, which the module doc says state writes skip).
     full.put(1, "ns", "one")
@@ -192,6 +220,9 @@ def test_state_writes_skip_the_write_ahead_log(full: Table, db_path: Path, call:
     elif call == "remove_and_get_old":
         assert full.remove_and_get_old(1, "ns") == "one"
         assert full.get(1, "ns") is None
+    elif call == "transform":
+        full.transform(1, "ns", "!", lambda old, value: f"{old}{value}")
+        assert full.get(1, "ns") == "one!"
     else:
         full.remove(2, "ns")  # absent: a delete all the same
     assert wal_bytes(db_path) == 0

@@ -495,3 +495,20 @@ def test_another_file_system_class_of_the_same_protocol_is_foreign(
     storage = CheckpointStorage(f"{base}/root", "job")
     assert storage.relation(f"cowstateothermem://{base[len('memory://') :]}/sp") == "foreign"
     assert storage.relation(f"{base}/sp") == "outside"
+
+
+# sealed.seal__mutmut_3 (`rstrip(None)`), __mutmut_4 (`lstrip`), __mutmut_5
+# (`rstrip(b"XX\nXX")`): the seal drops only the body's trailing newlines;
+# leading newlines, trailing blanks and a trailing X are content.
+@pytest.mark.parametrize(
+    ("body", "content"),
+    [(b"\n{} \t", b"\n{} \t\n"), (b"{}X\n\n", b"{}X\n"), (b"{}", b"{}\n")],
+    ids=["leading-newline-trailing-blanks", "trailing-x-then-newlines", "bare"],
+)
+def test_a_sealed_body_keeps_everything_but_its_trailing_newlines(
+    body: bytes, content: bytes
+) -> None:
+    data = sealed.seal("metadata", 2, body)
+    assert data.startswith(content)
+    assert data[len(content) :].startswith(b"#cowstate metadata v2 sha256=")
+    assert sealed.unseal(data, "metadata", 2, "the test document") == content

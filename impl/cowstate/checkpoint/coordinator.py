@@ -361,12 +361,8 @@ class CheckpointCoordinator:
 
     def abort_checkpoint(self, checkpoint_id: int) -> None:
         """Cancel checkpoint ``checkpoint_id`` and delete exactly what it wrote (rule 4)."""
-        pending = self._pending.pop(checkpoint_id, None)
-        if pending is None:
-            raise UnknownCheckpointError(
-                f"expected a pending checkpoint id ({sorted(self._pending) or 'none'}), got "
-                f"{checkpoint_id}"
-            )
+        pending = self._pending_checkpoint(checkpoint_id)
+        del self._pending[checkpoint_id]
         for future in pending.futures:
             future.cancel()
         wait(pending.futures, timeout=self.timeout)  # writers stop touching files
