@@ -21,7 +21,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from restore_support import MAX_P, SER, VALUE, dump, fill, group_of, heap, rocks
+from jobs_support import Crash, Jobs
+from restore_support import MAX_P, SER, VALUE, dump, fill, group_of, heap
 
 from cowstate.checkpoint.coordinator import (
     SAVEPOINT_MARKER,
@@ -37,7 +38,7 @@ from cowstate.checkpoint.handles import (
     SnapshotOptions,
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.checkpoint.storage import CLAIM_MARKER, CheckpointStorage, RestoreRecord
+from cowstate.checkpoint.storage import CLAIM_MARKER, RestoreRecord
 from cowstate.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -49,91 +50,8 @@ from cowstate.errors import (
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
-from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
 #: A subtask of these tests.
-Subtask = HeapKeyedStateBackend | RocksDBKeyedStateBackend
-#: The hooks of :class:`FileSystem`: ``(operation, path, data)``.
-Hook = Callable[[str, str, Any], None]
-
-
-class Crash(BaseException):
-    """A crash injected by a file-system hook (no ``except Exception`` stops it)."""
-
-
-class Jobs:
-    """Makes the subtasks and coordinators of one test, and closes them all at its end."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self._backends: list[Subtask] = []
-        self._coordinators: list[CheckpointCoordinator] = []
-
-    def heap(self) -> HeapKeyedStateBackend:
-        backend = heap()
-        self._backends.append(backend)
-        return backend
-
-    def rocks(self) -> RocksDBKeyedStateBackend:
-        backend = rocks(self.tmp_path / "local" / str(len(self._backends)))
-        self._backends.append(backend)
-        return backend
-
-    def storage(
-        self, root: str = "root", job_id: str = "job", hooks: Hook | None = None
-    ) -> CheckpointStorage:
-        return CheckpointStorage(str(self.tmp_path / root), job_id, FileSystem(hooks))
-
-    def keep(self, coordinator: CheckpointCoordinator) -> CheckpointCoordinator:
-        self._coordinators.append(coordinator)
-        return coordinator
-
-    def new(
-        self,
-        backend: Subtask | None = None,
-        root: str = "root",
-        job_id: str = "job",
-        *,
-        hooks: Hook | None = None,
-        **options: Any,
-    ) -> CheckpointCoordinator:
-        subtask = backend if backend is not None else self.heap()
-        storage = self.storage(root, job_id, hooks)
-        return self.keep(CheckpointCoordinator(storage, [subtask], **options))
-
-    def restore(
-        self,
-        directory: str,
-        mode: RestoreMode,
-        backend: Subtask | None = None,
-        root: str = "restored",
-        job_id: str = "job",
-        **options: Any,
-    ) -> CheckpointCoordinator:
-        subtask = backend if backend is not None else self.heap()
-        return self.keep(
-            CheckpointCoordinator.restore(
-                self.storage(root, job_id), [subtask], directory, mode, **options
-            )
-        )
-
-    def recover(
-        self,
-        backend: Subtask | None = None,
-        root: str = "root",
-        job_id: str = "job",
-        **options: Any,
-    ) -> CheckpointCoordinator:
-        subtask = backend if backend is not None else self.heap()
-        return self.keep(
-            CheckpointCoordinator.recover(self.storage(root, job_id), [subtask], **options)
-        )
-
-    def close(self) -> None:
-        for coordinator in self._coordinators:
-            coordinator.close()
-        for backend in self._backends:
-            backend.close()
 
 
 @pytest.fixture

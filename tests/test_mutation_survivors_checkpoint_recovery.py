@@ -20,25 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restore_support import dump, fill, heap, rocks
+from jobs_support import Crash, Hook, Jobs
+from restore_support import dump, fill
 
 from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import METADATA_FILE, RestoreMode, RestoreRecord
 from cowstate.checkpoint.recovery import RecoveryReport, Skipped
-from cowstate.checkpoint.storage import CheckpointStorage, SavepointIntent
+from cowstate.checkpoint.storage import SavepointIntent
 from cowstate.errors import CorruptCheckpointError
-from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.keyed_backend import AbstractKeyedStateBackend
-from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
-
-#: The hooks of :class:`FileSystem`: ``(operation, path, data)``.
-Hook = Callable[[str, str, Any], None]
-Backend = HeapKeyedStateBackend | RocksDBKeyedStateBackend
-
-
-class Crash(BaseException):
-    """A crash injected by a file-system hook (no ``except Exception`` stops it)."""
 
 
 def crash_on(operation: str, matches: Callable[[str, Any], bool]) -> Hook:
@@ -51,83 +42,9 @@ def crash_on(operation: str, matches: Callable[[str, Any], bool]) -> Hook:
     return hook
 
 
-class Jobs:
-    """Makes the subtasks and coordinators of one test, and closes them all at its end."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self._backends: list[Backend] = []
-        self._coordinators: list[CheckpointCoordinator] = []
-
-    def heap(self) -> Backend:
-        backend = heap()
-        self._backends.append(backend)
-        return backend
-
-    def rocks(self) -> Backend:
-        backend = rocks(self.tmp_path / "local" / str(len(self._backends)))
-        self._backends.append(backend)
-        return backend
-
-    def storage(
-        self, root: str = "root", job_id: str = "job", hooks: Hook | None = None
-    ) -> CheckpointStorage:
-        return CheckpointStorage(str(self.tmp_path / root), job_id, FileSystem(hooks))
-
-    def keep(self, coordinator: CheckpointCoordinator) -> CheckpointCoordinator:
-        self._coordinators.append(coordinator)
-        return coordinator
-
-    def new(
-        self,
-        backend: Backend | None = None,
-        root: str = "root",
-        job_id: str = "job",
-        *,
-        hooks: Hook | None = None,
-        **options: Any,
-    ) -> CheckpointCoordinator:
-        subtask = backend if backend is not None else self.heap()
-        storage = self.storage(root, job_id, hooks)
-        return self.keep(CheckpointCoordinator(storage, [subtask], **options))
-
-    def restore(
-        self,
-        directory: str,
-        mode: RestoreMode,
-        backend: Backend | None = None,
-        root: str = "root",
-        job_id: str = "job",
-    ) -> CheckpointCoordinator:
-        subtask = backend if backend is not None else self.heap()
-        return self.keep(
-            CheckpointCoordinator.restore(self.storage(root, job_id), [subtask], directory, mode)
-        )
-
-    def recover(
-        self,
-        backend: Backend | None = None,
-        root: str = "root",
-        job_id: str = "job",
-        *,
-        hooks: Hook | None = None,
-        **options: Any,
-    ) -> CheckpointCoordinator:
-        subtask = backend if backend is not None else self.heap()
-        return self.keep(
-            CheckpointCoordinator.recover(self.storage(root, job_id, hooks), [subtask], **options)
-        )
-
-    def close(self) -> None:
-        for coordinator in self._coordinators:
-            coordinator.close()
-        for backend in self._backends:
-            backend.close()
-
-
 @pytest.fixture
 def jobs(tmp_path: Path) -> Iterator[Jobs]:
-    made = Jobs(tmp_path)
+    made = Jobs(tmp_path, restore_root="root")
     try:
         yield made
     finally:
