@@ -184,7 +184,8 @@ SCOPES = {
         ),
     ),
 }
-TEST_SUPPORT = ("conftest.py", "restore_support.py", "data", "java")
+#: Copied with every scope's killer tests (and every ``tests/*_support.py``).
+TEST_SUPPORT = ("conftest.py", "data", "java")
 
 PYPROJECT = """\
 [tool.mutmut]
@@ -397,7 +398,8 @@ def refresh_tests(scope: str) -> None:
         shutil.rmtree(tests)
     tests.mkdir(parents=True)
     names = [*SCOPES[scope].tests, *survivor_tests(scope)]
-    for name in [*dict.fromkeys(names), *TEST_SUPPORT]:
+    support = sorted(p.name for p in (ROOT / "tests").glob("*_support.py"))
+    for name in [*dict.fromkeys(names), *TEST_SUPPORT, *support]:
         source = ROOT / "tests" / name
         if source.is_dir():
             shutil.copytree(source, tests / name, ignore=shutil.ignore_patterns("__pycache__"))
