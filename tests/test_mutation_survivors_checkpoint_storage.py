@@ -12,11 +12,12 @@ the normal suite.
 from __future__ import annotations
 
 import importlib
+import io
 import shutil
 import uuid
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from restore_support import heap
@@ -79,6 +80,39 @@ def test_upload_copies_a_local_file_in_chunks_of_one_mebibyte(tmp_path: Path) ->
     assert Path(target).read_bytes() == data
     assert chunks == [1 << 20, 4]
     assert sorted(p.name for p in (tmp_path / "remote").iterdir()) == ["000012.sst"]
+
+
+class _Reads(io.BufferedReader):
+    """A local file that records the size of every read."""
+
+    def __init__(self, path: str, sizes: list[int | None]) -> None:
+        super().__init__(io.FileIO(path, "rb"))
+        self.sizes = sizes
+
+    def read(self, size: int | None = -1) -> bytes:
+        self.sizes.append(size)
+        return super().read(size)
+
+
+def test_download_reads_in_chunks_of_one_mebibyte_and_checks_the_whole_file(
+    tmp_path: Path,
+) -> None:
+    # filesystem.FileSystem.download__mutmut_12 (`read(None)`: the whole file
+    # in memory as one chunk), __mutmut_17 (the CRC of the last chunk only),
+    # __mutmut_18 (the size of the last chunk only).
+    data = bytes(range(256)) * ((1 << 20) // 256) + b"tail"
+    remote = tmp_path / "remote.sst"
+    remote.write_bytes(data)
+    sizes: list[int | None] = []
+
+    class Recording(FileSystem):
+        def open(self, path: str) -> IO[bytes]:
+            return _Reads(path, sizes)
+
+    local = tmp_path / "local.sst"
+    Recording().download(str(remote), local, size=len(data), crc32=zlib.crc32(data))
+    assert local.read_bytes() == data
+    assert sizes == [1 << 20] * 3  # a full chunk, the tail, the end
 
 
 def test_a_failed_upload_leaves_no_temporary_file(tmp_path: Path) -> None:
