@@ -104,6 +104,32 @@ def test_a_step_on_an_unknown_checkpoint_names_the_pending_ids(jobs: Jobs, step:
     coordinator.complete_checkpoint(pending)
 
 
+# _check_backends__mutmut_2..4, 6, 7, 11, 12, 25 (each refusal's message
+# dropped, mangled or naming None).
+def test_a_coordinator_refuses_its_subtasks_naming_what_is_wrong(jobs: Jobs) -> None:
+    storage = jobs.storage()
+    low, high = KeyGroupRange(0, MAX_P // 2 - 1), KeyGroupRange(MAX_P // 2, MAX_P - 1)
+    other = HeapKeyedStateBackend(high, MAX_P * 2, key_serializer=SER, namespace_serializer=SER)
+    refused: list[tuple[list[Any], str]] = [
+        ([], "expected at least one backend (subtask), got none"),
+        ([object()], "expected backends with snapshot_to/restore_from, got object"),
+        (
+            [jobs.heap(), other],
+            f"expected one max parallelism for every subtask, got [{MAX_P}, {MAX_P * 2}]",
+        ),
+        (
+            [heap(low)],
+            f"expected the subtasks' key-group ranges to cover all {MAX_P} key groups (a "
+            f"job's subtasks own every key group), got {MAX_P // 2}: [{low!r}]",
+        ),
+    ]
+    for backends, message in refused:
+        with pytest.raises(InvalidArgumentError) as caught:
+            CheckpointCoordinator(storage, backends)
+        assert str(caught.value) == message
+    other.close()
+
+
 # trigger_checkpoint__mutmut_2 (message None), __mutmut_3 (`type(None).__name__`).
 def test_a_checkpoint_whose_counter_cannot_be_written_names_the_cause(jobs: Jobs) -> None:
     armed = threading.Event()

@@ -546,3 +546,27 @@ def test_a_sealed_body_keeps_everything_but_its_trailing_newlines(
     assert data.startswith(content)
     assert data[len(content) :].startswith(b"#cowstate metadata v2 sha256=")
     assert sealed.unseal(data, "metadata", 2, "the test document") == content
+
+
+# storage.read_counter__mutmut_20 (`decode("ascii")`: a counter of other bytes
+# raised UnicodeDecodeError), __mutmut_22 (`limit=None`: a huge counter file
+# read whole): a counter that is not a short decimal is ignored, and at most
+# its first 21 bytes are read.
+def test_a_counter_of_foreign_bytes_is_ignored_and_never_read_whole(tmp_path: Path) -> None:
+    limits: list[int | None] = []
+
+    class Recording(FileSystem):
+        def read_bytes(self, path: str, limit: int | None = None) -> bytes:
+            limits.append(limit)
+            return super().read_bytes(path, limit)
+
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", Recording())
+    storage.write_counter(4)
+    (tmp_path / "root" / "job" / "chk-2").mkdir()
+    counter = tmp_path / "root" / "job" / "_counter"
+    assert storage.read_counter() == 4
+    counter.write_bytes(b"\xff7")
+    assert storage.read_counter() == 2  # the chk-2 on disk
+    counter.write_bytes(b"9" * 10_000)
+    assert storage.read_counter() == 2
+    assert limits == [20, 20, 20]
