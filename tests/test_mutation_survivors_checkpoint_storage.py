@@ -145,6 +145,61 @@ def test_leaving_an_unclosed_atomic_stream_discards_it(tmp_path: Path) -> None:
     assert [(p.name, p.read_bytes()) for p in tmp_path.iterdir()] == [("kept", b"whole")]
 
 
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_list_dir_keeps_every_name_as_it_is(tmp_path: Path, where: str) -> None:
+    # filesystem.FileSystem.list_dir__mutmut_6, 8 (the directory's trailing
+    # space or X cut from the paths), 15, 16, 18 (an entry's trailing space or
+    # X cut, or its leading slash: the whole path for a name), 20, 22
+    # (`detail` not False: memory:// lists dicts).
+    filesystem = FileSystem()
+    base = str(tmp_path) if where == "local" else f"memory://cowstate-tests/{uuid.uuid4().hex}"
+    names = ["a ", "bX", "sub"]
+    for directory in (f"{base}/job ", f"{base}/jobX"):
+        for name in names[:2]:
+            filesystem.write_bytes(f"{directory}/{name}", b"x")
+        filesystem.write_bytes(f"{directory}/sub/inner", b"x")
+        assert filesystem.list_dir(directory) == [f"{directory}/{n}" for n in names]
+        assert filesystem.list_dir(f"{directory}/") == [f"{directory}/{n}" for n in names]
+    assert filesystem.list_dir(f"{base}/absent") == []
+
+
+def test_list_dir_takes_an_object_stores_directory_entries_by_their_name(
+    tmp_path: Path,
+) -> None:
+    # filesystem.FileSystem.list_dir__mutmut_16 (`lstrip("/")` for `rstrip`):
+    # object stores (s3fs, gcsfs) list a "directory" with a trailing slash,
+    # which the local and memory file systems never do.
+    from fsspec.implementations.memory import MemoryFileSystem
+
+    class Slashed(MemoryFileSystem):  # type: ignore[misc]
+        def ls(self, path: str, detail: bool = True, **kwargs: Any) -> Any:
+            entries = super().ls(path, detail=True, **kwargs)
+            return [e["name"] + ("/" if e["type"] == "directory" else "") for e in entries]
+
+    class OnSlashed(FileSystem):
+        def _fs(self, path: str) -> tuple[Any, str]:
+            _, p = super()._fs(path)
+            return Slashed(), p
+
+    base = f"memory://cowstate-tests/{uuid.uuid4().hex}"
+    filesystem = OnSlashed()
+    filesystem.write_bytes(f"{base}/job/chk-3/_metadata", b"{}")
+    filesystem.write_bytes(f"{base}/job/_counter", b"3")
+    assert filesystem.list_dir(f"{base}/job") == [f"{base}/job/_counter", f"{base}/job/chk-3"]
+
+
+def test_a_linked_checkpoint_directory_is_not_the_jobs(tmp_path: Path) -> None:
+    # storage.CheckpointStorage.checkpoint_ids_on_disk__mutmut_6 (no local
+    # path looked up), __mutmut_11 (`local is None and ...`): a chk-<id>
+    # symlink counted as the job's own checkpoint.
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    (tmp_path / "root" / "job" / "chk-2").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "root" / "job" / "chk-9").symlink_to(tmp_path / "elsewhere")
+    assert storage.checkpoint_ids_on_disk() == [2]
+    assert storage.read_counter() == 2
+
+
 def test_list_files_keeps_the_directory_name_as_given(tmp_path: Path) -> None:
     # filesystem.FileSystem.list_files__mutmut_6 (`directory.rstrip(None)`): a
     # name's trailing space was cut from the paths; __mutmut_10
