@@ -180,8 +180,10 @@ SCOPES = {
             "test_rocksdb_table.py",
             "test_rocksdb_iterator_status.py",
             "test_storage_machine_reduced.py",
+            "test_storage_leak_regression.py",
             "test_mutation_survivors_checkpoint.py",
         ),
+        recheck_with=("test_storage_leak_regression.py",),
     ),
 }
 #: Copied with every scope's killer tests (and every ``tests/*_support.py``).
