@@ -11,7 +11,10 @@ named in its comment. They run on real RocksDB databases (``rocksdict``, in
 
 from __future__ import annotations
 
+import shutil
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ from restore_support import (
     FULL,
     MAX_P,
     RESTORED_ENTRIES,
+    SER,
+    VALUE,
     by_group,
     crafted,
     dump,
@@ -30,6 +35,9 @@ from restore_support import (
 )
 from rocksdict import Options, Rdict
 
+from cowstate.checkpoint.filesystem import FileSystem
+from cowstate.checkpoint.handles import SnapshotOptions
+from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import (
     InvalidArgumentError,
     NoneStateError,
@@ -38,6 +46,7 @@ from cowstate.errors import (
     UnhashableKeyError,
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import RocksDBStateTable
 from cowstate.state_meta import StateMetaInfo
 
@@ -315,5 +324,61 @@ def test_a_canonical_file_of_other_key_groups_than_its_handle_is_refused_by_path
             f"{MAX_P} with key serializer 'tests.trusted-pickle'"
         )
         assert dump(backend) == before
+    finally:
+        backend.close()
+
+
+def _rocks_with(local: Path, executor: ThreadPoolExecutor) -> RocksDBKeyedStateBackend:
+    backend = RocksDBKeyedStateBackend(
+        FULL,
+        MAX_P,
+        local_dir=local,
+        key_serializer=SER,
+        namespace_serializer=SER,
+        executor=executor,
+    )
+    backend.get_state(VALUE)
+    return backend
+
+
+def test_a_checkpoint_written_across_two_restores_never_becomes_the_base(tmp_path: Path) -> None:
+    # backend._swap 15 (`_generation = 1`: the second restore left the
+    # generation the first one set, so a checkpoint taken between them and
+    # written after the second was recorded as a base of the new database),
+    # 22, 23 (an unseeded restore's last confirmed checkpoint not -1).
+    handle = handle_for(tmp_path / "sp" / "file", crafted(by_group(ENTRIES)))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    executor = ThreadPoolExecutor(max_workers=1)
+    backend = _rocks_with(tmp_path / "local", executor)
+    try:
+        backend.restore([handle], ROOT)
+        assert backend.last_completed_checkpoint_id == -1
+        release = threading.Event()
+        executor.submit(release.wait, 10)  # the writer is busy elsewhere
+        future = backend.snapshot_to(
+            5, storage.checkpoint_location(5), SnapshotOptions(kind="checkpoint")
+        )
+        backend.restore([handle], ROOT)  # a new database under the queued writer
+        release.set()
+        future.result(timeout=30)
+        backend.notify_checkpoint_complete(5)
+        assert backend.last_completed_checkpoint_id == -1
+        assert backend.incremental_base == {}
+    finally:
+        backend.close()
+        executor.shutdown(wait=True)
+
+
+def test_a_restore_survives_a_local_database_directory_already_gone(tmp_path: Path) -> None:
+    # backend._swap 30, 32, 33 (`rmtree` of the replaced database's directory
+    # without ignore_errors: the restore failed after it had swapped).
+    handle = handle_for(tmp_path / "sp" / "file", crafted(by_group(ENTRIES)))
+    backend = rocks(tmp_path / "local")
+    try:
+        old = Path(backend._db_path)
+        fill(backend, range(100, 110), tag="mine")
+        shutil.rmtree(old)  # an operator's clean-up of the working directory
+        backend.restore([handle], ROOT)
+        assert dump(backend)["value"] == {(k, n): s for k, n, s in ENTRIES}
     finally:
         backend.close()

@@ -625,3 +625,19 @@ def test_a_counter_of_foreign_bytes_is_ignored_and_never_read_whole(tmp_path: Pa
     counter.write_bytes(b"9" * 10_000)
     assert storage.read_counter() == 2
     assert limits == [20, 20, 20]
+
+
+# storage.CheckpointStorage.__init__ 1 (`and`: an empty root taken, a non-str
+# one failing later), 4 (message None), 16, 18 (a root's trailing blank or X
+# cut), 19 (the root "/" became "XX/XX").
+def test_a_storage_root_is_refused_unless_a_name_and_kept_as_it_is(tmp_path: Path) -> None:
+    for root in ("", 7, None):
+        with pytest.raises(InvalidArgumentError) as caught:
+            CheckpointStorage(root, "job")  # type: ignore[arg-type]
+        assert str(caught.value) == f"expected a root path or URL, got {root!r}"
+    for name in ("root ", "rootX"):
+        storage = CheckpointStorage(f"{tmp_path}/{name}/", "job")
+        assert storage.root == f"{tmp_path}/{name}"
+        assert storage.job_dir == f"{tmp_path}/{name}/job"
+    top = CheckpointStorage("/", "job")
+    assert (top.root, top.job_dir, top.shared_dir) == ("/", "/job", "/job/shared")
