@@ -54,6 +54,11 @@ class Jobs:
     ) -> CheckpointStorage:
         return CheckpointStorage(str(self.tmp_path / root), job_id, FileSystem(hooks))
 
+    def keep_backend(self, backend: Subtask) -> Subtask:
+        """Close ``backend`` (made by the test) at the end too."""
+        self._backends.append(backend)
+        return backend
+
     def keep(self, coordinator: CheckpointCoordinator) -> CheckpointCoordinator:
         self._coordinators.append(coordinator)
         return coordinator

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from jobs_support import Crash, Jobs
-from restore_support import MAX_P, SER, VALUE, dump, fill, group_of, heap
+from restore_support import FULL, MAX_P, SER, VALUE, dump, fill, group_of, heap
 
 from cowstate.checkpoint.coordinator import (
     SAVEPOINT_MARKER,
@@ -33,6 +33,7 @@ from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
     METADATA_FILE,
     CheckpointMetadata,
+    FileHandle,
     KeyedStateHandle,
     RestoreMode,
     SnapshotOptions,
@@ -973,3 +974,93 @@ def test_a_discard_that_fails_does_not_hide_the_error_or_stop_the_other_discards
     with pytest.raises(KeyGroupMismatchError, match="got a broken file"):
         _restore_backends(backends, metadata, source, incremental_base=False)  # type: ignore[arg-type]
     assert log == ["discard 0", "discard 1"]
+
+
+# PendingCheckpoint.may_use__mutmut_9 (`reusable | named`: an acknowledged
+# pending checkpoint kept every retained file, not just those it names),
+# _release_deferred__mutmut_7 (`discard(None)`: deleted paths stayed deferred).
+def test_an_acknowledged_checkpoint_that_reuses_nothing_keeps_nothing(jobs: Jobs) -> None:
+    backend = jobs.rocks()
+    fill(backend, range(20))
+    coordinator = jobs.new(backend)
+    first, second = coordinator.trigger_checkpoint(), coordinator.trigger_checkpoint()
+    coordinator.acknowledge(second)
+    coordinator.complete_checkpoint(first)
+    [base] = coordinator.completed_checkpoints
+    kept = base.shared_paths(coordinator.storage.filesystem)
+    coordinator.force_full = True  # the third reuses none of the first's SSTs
+    third = coordinator.trigger_checkpoint()
+    coordinator.acknowledge(third)
+    coordinator.complete_checkpoint(second)
+    assert [p for p in kept if Path(p).exists()] == []
+    assert coordinator.deferred == set()
+    coordinator.complete_checkpoint(third)
+
+
+class _Unconfined(HeapKeyedStateBackend):
+    """A subtask whose handle names a shared file outside the storage root."""
+
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        handle = super().snapshot_to(checkpoint_id, location, options).result(timeout=30)
+        escaping = FileHandle(path="../../../outside.sst", size=1, crc32=0, scope="shared")
+        future: Future[KeyedStateHandle] = Future()
+        future.set_result(handle.model_copy(update={"files": (*handle.files, escaping)}))
+        return future
+
+
+# complete_checkpoint__mutmut_21 (`abort_checkpoint(None)`), 22, 23 (the message
+# dropped or naming NoneType): a handle naming an unconfined file.
+def test_a_checkpoint_whose_handle_names_an_unconfined_file_is_aborted_naming_why(
+    jobs: Jobs, tmp_path: Path
+) -> None:
+    backend = _Unconfined(FULL, MAX_P, key_serializer=SER, namespace_serializer=SER)
+    coordinator = jobs.new(jobs.keep_backend(backend))
+    pending = coordinator.trigger_checkpoint()
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.complete_checkpoint(pending)
+    message = str(caught.value)
+    assert message.startswith(
+        f"expected checkpoint {pending}'s handles to name confined files, got UnsafePathError: "
+    )
+    assert message.endswith("; the checkpoint was aborted")
+    assert coordinator.pending_checkpoints == []
+    assert not (tmp_path / "root" / "job" / f"chk-{pending}").exists()
+
+
+# complete_checkpoint__mutmut_58 (`abort_checkpoint(None)`), 59, 60 (the message
+# dropped or naming NoneType): the _metadata cannot be written.
+def test_a_checkpoint_whose_metadata_cannot_be_written_is_aborted_naming_the_cause(
+    jobs: Jobs, tmp_path: Path
+) -> None:
+    def full_disk(operation: str, path: str, data: Any) -> None:
+        if METADATA_FILE in path and operation not in ("exists", "read", "delete"):
+            raise OSError("No space left on device")
+
+    coordinator = jobs.new(hooks=full_disk)
+    pending = coordinator.trigger_checkpoint()
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.complete_checkpoint(pending)
+    assert str(caught.value).startswith(
+        f"expected checkpoint {pending}'s _metadata to be written, got OSError: "
+    )
+    assert str(caught.value).endswith("; the checkpoint was aborted")
+    assert coordinator.pending_checkpoints == []
+    assert coordinator.completed_checkpoints == []
+    assert not (tmp_path / "root" / "job" / f"chk-{pending}").exists()
+
+
+# _settles_claim__mutmut_6 (`return True` for any record but an unsettled
+# CLAIM): a NO_CLAIM job's checkpoints said a claim was settled;
+# complete_checkpoint__mutmut_72 (`force_full = None`).
+def test_a_no_claim_job_never_says_a_claim_is_settled(jobs: Jobs, tmp_path: Path) -> None:
+    directory = tmp_path / "sp"
+    savepoint(jobs, directory)
+    restored = jobs.restore(str(directory), RestoreMode.NO_CLAIM)
+    assert restored.force_full is True
+    metadata = checkpoint(restored)
+    assert metadata.restored_from is not None
+    assert metadata.restored_from.mode is RestoreMode.NO_CLAIM
+    assert metadata.restored_from.settled is False
+    assert restored.force_full is False

@@ -8,7 +8,7 @@ checkpoint in CLAIM mode; B's first checkpoint builds incrementally on the
 claimed SST files (same storage root) and subsumes the claimed checkpoint,
 deleting its exclusive files, ``_metadata`` and claim marker -- the claim is
 settled: the claimed shared files B's checkpoints still use are B's to delete
-(rule 8, ``CheckpointCoordinator._claim_settled``). B crashes and recovers,
+(rule 8, ``restored_from.settled``). B crashes and recovers,
 and its next checkpoint no longer uses those files (in the machine a
 compaction replaced them; here a full checkpoint). The recovered coordinator
 had forgotten the settlement (it lived in memory only: recovery R4 adopts the
@@ -235,3 +235,67 @@ def test_only_the_checkpoint_that_subsumes_a_claimed_snapshot_says_the_claim_is_
         assert Path(claimed.directory).exists() is not completed.metadata.restored_from.settled
     assert said == [False, False, False, True, True]
     job_b.close()
+
+
+def test_a_claim_settled_by_a_recovery_keeping_fewer_checkpoints_is_recorded(
+    backends: Backends, tmp_path: Path
+) -> None:
+    """Recovery retaining fewer checkpoints than the job did subsumes the claimed
+    snapshot itself (R5): no completion predicted that, so the checkpoints
+    after it must still record the settlement, or a second crash forgot it."""
+    first = backends.new()
+    fill(first, range(20))
+    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
+    checkpoint(job_a)
+    claimed = job_a.latest_checkpoint
+    assert claimed is not None
+    shared = claimed.shared_paths(job_a.storage.filesystem)
+    job_a.close()
+    job_b = CheckpointCoordinator.restore(
+        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
+    )
+    job_b.num_retained = 3
+    checkpoint(job_b)  # builds on the claimed SSTs; the claimed snapshot is kept
+    assert Path(claimed.directory).exists()
+
+    recovered = CheckpointCoordinator.recover(storage(tmp_path, "b"), [backends.new()])
+    assert not Path(claimed.directory).exists()  # R5, one retained: settled here
+    completed = recovered.complete_checkpoint(recovered.trigger_checkpoint())
+    assert completed.metadata.restored_from is not None
+    assert completed.metadata.restored_from.settled
+
+    again = CheckpointCoordinator.recover(storage(tmp_path, "b"), [backends.new()])
+    again.force_full = True
+    checkpoint(again)
+    assert again.refused_deletions == []
+    assert [p for p in shared if Path(p).exists()] == []
+    again.close()
+
+
+def test_a_recovery_that_settles_a_claim_deletes_the_claimed_files_nothing_uses(
+    backends: Backends, tmp_path: Path
+) -> None:
+    """The same recovery, when the checkpoint it keeps no longer uses the claimed
+    SSTs: it settles the claim and deletes them in one subsumption (R5)."""
+    first = backends.new()
+    fill(first, range(20))
+    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
+    checkpoint(job_a)
+    claimed = job_a.latest_checkpoint
+    assert claimed is not None
+    shared = claimed.shared_paths(job_a.storage.filesystem)
+    job_a.close()
+    job_b = CheckpointCoordinator.restore(
+        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
+    )
+    job_b.num_retained = 3
+    checkpoint(job_b)  # reuses the claimed SSTs
+    job_b.force_full = True
+    checkpoint(job_b)  # uses none of them
+    assert all(Path(p).exists() for p in shared)
+
+    recovered = CheckpointCoordinator.recover(storage(tmp_path, "b"), [backends.new()])
+    assert recovered.refused_deletions == []
+    assert not Path(claimed.directory).exists()
+    assert [p for p in shared if Path(p).exists()] == []
+    recovered.close()

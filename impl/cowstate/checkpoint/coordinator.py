@@ -237,8 +237,6 @@ class CheckpointCoordinator:
         #: A CLAIM record whose snapshot holds no claim marker (rule 8): the
         #: snapshot's files are treated as not owned, never deleted.
         self.unconfirmed_claim: str | None = None
-        #: True once this job deleted the snapshot it CLAIMed (and its marker).
-        self._claim_settled = False
         #: Paths a registry or document asked to delete and rule 8 refused.
         self.refused_deletions: list[str] = []
         #: Shared paths no retained checkpoint uses that a pending one may (rule 5).
@@ -630,7 +628,6 @@ class CheckpointCoordinator:
         if record is not None and record.settled and record.mode is RestoreMode.CLAIM:
             # rule 8: a settled claim -- the claimed files this checkpoint uses (those
             # outside the job, not disowned) are the job's; recovery learns it here
-            self._claim_settled = True
             self._claimed.update(
                 path
                 for path in completed.shared_paths(filesystem)
@@ -664,8 +661,11 @@ class CheckpointCoordinator:
                 filesystem.delete_dir(oldest.directory)
             elif self._claim_holds():  # a CLAIMed snapshot elsewhere: its listed files only
                 # Its marker goes with it; the shared files later checkpoints still
-                # use stay claimed (rule 8), so the claim is settled from here on.
-                self._claim_settled = True
+                # use stay claimed (rule 8), so the claim is settled from here on --
+                # and every later _metadata says so (here too when recovery, keeping
+                # fewer checkpoints, subsumes it: no completion predicted that).
+                if self.restored_from is not None:
+                    self.restored_from = self.restored_from.model_copy(update={"settled": True})
                 _delete_snapshot_files(
                     filesystem, oldest.directory, oldest.metadata, allowed=self._claimed
                 )
@@ -703,10 +703,11 @@ class CheckpointCoordinator:
         )
 
     def _claim_holds(self) -> bool:
-        """Does the snapshot this job CLAIMed still hold its claim marker (rule 8)?"""
-        if self._claim_settled:
-            return True
+        """Does the snapshot this job CLAIMed still hold its claim marker, or did
+        this job settle the claim (rule 8)?"""
         record = self.restored_from
+        if record is not None and record.settled and record.mode is RestoreMode.CLAIM:
+            return True
         marker = None if record is None else claim_marker(self.storage.filesystem, record)
         return (
             marker is not None
