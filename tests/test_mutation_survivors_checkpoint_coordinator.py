@@ -1064,3 +1064,41 @@ def test_a_no_claim_job_never_says_a_claim_is_settled(jobs: Jobs, tmp_path: Path
     assert metadata.restored_from.mode is RestoreMode.NO_CLAIM
     assert metadata.restored_from.settled is False
     assert restored.force_full is False
+
+
+# __init__ 2 (timeout 601 s), 4, 5 (the refusal of a storage that is not one),
+# 24 (force_full None), 27 (recovery "").
+def test_a_new_coordinator_states_its_defaults_and_refuses_a_storage_that_is_not_one(
+    jobs: Jobs,
+) -> None:
+    coordinator = CheckpointCoordinator(jobs.storage(), [jobs.heap()])
+    assert coordinator.timeout == 600.0
+    assert coordinator.num_retained == 1
+    assert coordinator.force_full is False
+    assert coordinator.recovery is None
+    assert coordinator.deferred == set()
+    with pytest.raises(InvalidArgumentError) as caught:
+        CheckpointCoordinator("root", [jobs.heap()])  # type: ignore[arg-type]
+    assert str(caught.value) == "expected a CheckpointStorage, got str"
+
+
+# _retain__mutmut_12, 13 (a retained checkpoint's disowned files joined with
+# nothing or without their path: the registry did not know them as not
+# owned): a job that CLAIMs a checkpoint built on a LEGACY snapshot's files
+# deleted those files -- another job's -- once it no longer used them.
+def test_a_claimed_checkpoints_legacy_files_are_never_deleted_by_its_new_owner(
+    jobs: Jobs, tmp_path: Path
+) -> None:
+    rocks_checkpoint(jobs, "root", "first")
+    first = str(tmp_path / "root" / "first" / "chk-1")
+    legacy_job = jobs.restore(first, RestoreMode.LEGACY, jobs.rocks(), root="root", job_id="b")
+    built_on = checkpoint(legacy_job)  # builds on the first job's SSTs
+    assert built_on.disowned
+    legacy = [f"{tmp_path}/root/{p}" for p in built_on.disowned]
+    second = str(tmp_path / "root" / "b" / f"chk-{built_on.checkpoint_id}")
+    claiming = jobs.restore(second, RestoreMode.CLAIM, jobs.rocks(), root="root", job_id="c")
+    claiming.force_full = True
+    checkpoint(claiming)  # subsumes the claimed checkpoint, uses none of its files
+    assert not Path(second).exists()
+    assert all(Path(p).exists() for p in legacy)
+    assert claiming.refused_deletions == []

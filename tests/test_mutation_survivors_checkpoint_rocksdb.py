@@ -40,6 +40,7 @@ from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import (
     InvalidArgumentError,
+    KeyTypeMismatchError,
     NoneStateError,
     SnapshotFormatError,
     TransformFunctionError,
@@ -380,5 +381,21 @@ def test_a_restore_survives_a_local_database_directory_already_gone(tmp_path: Pa
         shutil.rmtree(old)  # an operator's clean-up of the working directory
         backend.restore([handle], ROOT)
         assert dump(backend)["value"] == {(k, n): s for k, n, s in ENTRIES}
+    finally:
+        backend.close()
+
+
+def test_a_restore_fixes_the_key_type_of_a_fresh_backend(tmp_path: Path) -> None:
+    # backend.RocksDBPreparedRestore.__init__ 2 (the restored key type not
+    # passed: a fresh backend restored with int keys took a str key).
+    handle = handle_for(tmp_path / "sp" / "file", crafted(by_group(ENTRIES)))
+    backend = rocks(tmp_path / "local")
+    try:
+        backend.restore([handle], ROOT)
+        with pytest.raises(KeyTypeMismatchError) as excinfo:
+            backend.set_current_key("a")
+        assert str(excinfo.value) == (
+            "expected a key of type int (fixed by the first key), got str: 'a'"
+        )
     finally:
         backend.close()

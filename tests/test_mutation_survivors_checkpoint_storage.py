@@ -22,7 +22,7 @@ from typing import IO, Any
 import pytest
 from restore_support import heap
 
-from cowstate.checkpoint import sealed
+from cowstate.checkpoint import paths, sealed
 from cowstate.checkpoint import storage as storage_module
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import TEMP_SUFFIX, FileSystem, is_temporary
@@ -641,3 +641,18 @@ def test_a_storage_root_is_refused_unless_a_name_and_kept_as_it_is(tmp_path: Pat
         assert storage.job_dir == f"{tmp_path}/{name}/job"
     top = CheckpointStorage("/", "job")
     assert (top.root, top.job_dir, top.shared_dir) == ("/", "/job", "/job/shared")
+
+
+def test_read_bytes_without_a_limit_reads_the_whole_file(tmp_path: Path) -> None:
+    # filesystem.FileSystem.read_bytes__mutmut_2 (`read(limit + 1)` with no limit).
+    path = tmp_path / "data"
+    path.write_bytes(b"x" * 100_000)
+    assert FileSystem().read_bytes(str(path)) == b"x" * 100_000
+    assert FileSystem().read_bytes(str(path), limit=10) == b"x" * 11
+
+
+# paths.check_shared_path 3, 6 (the role the refusal names dropped or mangled).
+def test_an_unsafe_shared_path_is_refused_naming_a_shared_file() -> None:
+    with pytest.raises(UnsafePathError) as caught:
+        paths.check_shared_path(7)  # type: ignore[arg-type]
+    assert str(caught.value) == "expected the path of a shared file as a string, got 7"
