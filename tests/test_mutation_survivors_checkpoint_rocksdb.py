@@ -39,6 +39,7 @@ from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import (
+    IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyTypeMismatchError,
     NoneStateError,
@@ -49,7 +50,7 @@ from cowstate.errors import (
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import RocksDBStateTable
-from cowstate.state_meta import StateMetaInfo
+from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 ROOT = ABSOLUTE
 ENTRIES = RESTORED_ENTRIES
@@ -396,6 +397,46 @@ def test_a_restore_fixes_the_key_type_of_a_fresh_backend(tmp_path: Path) -> None
             backend.set_current_key("a")
         assert str(excinfo.value) == (
             "expected a key of type int (fixed by the first key), got str: 'a'"
+        )
+    finally:
+        backend.close()
+
+
+def test_checkpoint_zero_is_a_checkpoint(tmp_path: Path) -> None:
+    # backend.snapshot_to 4 (`checkpoint_id <= 0` refused id 0, which the
+    # handles allow).
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    backend = rocks(tmp_path / "local")
+    try:
+        fill(backend, range(5))
+        handle = backend.snapshot_to(
+            0, storage.checkpoint_location(0), SnapshotOptions(kind="checkpoint")
+        ).result(timeout=30)
+        assert handle.checkpoint_id == 0
+    finally:
+        backend.close()
+
+
+def test_the_handles_of_two_formats_are_refused_naming_both(tmp_path: Path) -> None:
+    # backend.prepare_restore 10, 11 (two formats taken, or the message dropped).
+    low = KeyGroupRange(0, 7)
+    blocks = {kg: rows for kg, rows in by_group(ENTRIES).items() if kg in low}
+    handle = handle_for(tmp_path / "sp" / "file", crafted(blocks, key_group_range=low))
+    handle = handle.model_copy(update={"key_group_range": (0, 7)})
+    native = handle.model_copy(
+        update={
+            "format": SnapshotFormat.ROCKSDB_NATIVE,
+            "backend": "rocksdb",
+            "key_group_range": (8, 15),
+        }
+    )
+    backend = rocks(tmp_path / "local")
+    try:
+        with pytest.raises(IncompatibleSnapshotError) as excinfo:
+            backend.prepare_restore([handle, native], ROOT)
+        formats = sorted({handle.format, native.format})
+        assert str(excinfo.value) == (
+            f"expected the handles of one snapshot (one format), got formats {formats}"
         )
     finally:
         backend.close()

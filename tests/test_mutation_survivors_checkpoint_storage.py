@@ -656,3 +656,32 @@ def test_an_unsafe_shared_path_is_refused_naming_a_shared_file() -> None:
     with pytest.raises(UnsafePathError) as caught:
         paths.check_shared_path(7)  # type: ignore[arg-type]
     assert str(caught.value) == "expected the path of a shared file as a string, got 7"
+
+
+def test_a_file_that_fails_while_read_is_corrupt_naming_the_error(tmp_path: Path) -> None:
+    # filesystem.FileSystem.read_bytes 8, 9 (the message dropped or naming NoneType).
+    class Failing(io.BytesIO):
+        def read(self, size: int | None = -1) -> bytes:
+            raise OSError("Input/output error")
+
+    class Broken(FileSystem):
+        def open(self, path: str) -> IO[bytes]:
+            return Failing(b"data")
+
+    with pytest.raises(CorruptCheckpointError) as caught:
+        Broken().read_bytes("/job/_counter")
+    assert str(caught.value) == "expected to read '/job/_counter', got OSError: Input/output error"
+
+
+# paths.check_shared_path 8, 9, 18 (a path of another form, or whose first
+# component is no job id, taken), 19 (the refusal's message dropped).
+@pytest.mark.parametrize(
+    "path", ["job/other/x.sst", "job/shared/x/y.sst", "job/x.sst", ".job/shared/x.sst"]
+)
+def test_a_shared_path_must_be_a_job_ids_shared_file(path: str) -> None:
+    with pytest.raises(UnsafePathError) as caught:
+        paths.check_shared_path(path)
+    assert str(caught.value) == (
+        f"expected a shared file path of the form '<job id>/shared/<name>', got {path!r}"
+    )
+    assert paths.check_shared_path("job-1/shared/x.sst") == "job-1/shared/x.sst"
