@@ -37,11 +37,13 @@ from rocksdict import Options, Rdict
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
+from cowstate.checkpoint.location import SnapshotSource
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyTypeMismatchError,
+    MixedKeyTypesError,
     NoneStateError,
     SnapshotFormatError,
     TransformFunctionError,
@@ -439,4 +441,47 @@ def test_the_handles_of_two_formats_are_refused_naming_both(tmp_path: Path) -> N
             f"expected the handles of one snapshot (one format), got formats {formats}"
         )
     finally:
+        backend.close()
+
+
+def test_a_restore_of_keys_of_another_type_than_the_backends_is_refused(
+    tmp_path: Path,
+) -> None:
+    # backend.prepare_restore 25, 30 (the backend's key type not given to the
+    # restorer: str keys restored into a backend whose keys are ints).
+    handle = handle_for(
+        tmp_path / "sp" / "file", crafted(by_group([(f"k{k}", "a", k) for k in range(5)]))
+    )
+    backend = rocks(tmp_path / "local")
+    try:
+        fill(backend, range(3))  # fixes int keys
+        before = dump(backend)
+        with pytest.raises(MixedKeyTypesError, match="got str: 'k0'"):
+            backend.restore([handle], ROOT)
+        assert dump(backend) == before
+    finally:
+        backend.close()
+
+
+def test_a_native_restore_is_no_incremental_base_unless_asked(tmp_path: Path) -> None:
+    # backend.prepare_restore 1 (`incremental_base=True` by default: a restore
+    # that did not ask took the snapshot's SSTs as its base).
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    source_backend = rocks(tmp_path / "source")
+    backend = rocks(tmp_path / "local")
+    try:
+        fill(source_backend, range(20))
+        location = storage.checkpoint_location(3)
+        handle = source_backend.snapshot_to(3, location, SnapshotOptions(kind="checkpoint")).result(
+            timeout=30
+        )
+        source = SnapshotSource(FileSystem(), location.directory)
+        backend.prepare_restore([handle], source).commit()
+        assert backend.last_completed_checkpoint_id == -1
+        assert backend.incremental_base == {}
+        assert dump(backend) == dump(source_backend)
+        backend.prepare_restore([handle], source, incremental_base=True).commit()
+        assert backend.last_completed_checkpoint_id == 3
+    finally:
+        source_backend.close()
         backend.close()
