@@ -37,9 +37,10 @@ from rocksdict import Options, Rdict
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
-from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import (
+    CorruptStorageError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyTypeMismatchError,
@@ -51,7 +52,12 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
-from cowstate.rocksdb.table import RocksDBStateTable
+from cowstate.rocksdb.table import (
+    _PREFIX_AND_LENGTH,
+    RocksDBStateTable,
+    check_status,
+    decode_rocks_key,
+)
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 ROOT = ABSOLUTE
@@ -484,4 +490,69 @@ def test_a_native_restore_is_no_incremental_base_unless_asked(tmp_path: Path) ->
         assert backend.last_completed_checkpoint_id == 3
     finally:
         source_backend.close()
+        backend.close()
+
+
+# table.decode_rocks_key 2, 3 (a key of exactly the frame taken as too short,
+# the message dropped), 6, 8, 9 (a key length past the end taken, the
+# message dropped or counting wrong).
+def test_a_rocks_key_is_decoded_or_refused_saying_what_is_missing() -> None:
+    frame = _PREFIX_AND_LENGTH.size
+    assert decode_rocks_key(_PREFIX_AND_LENGTH.pack(3, 0)) == (3, b"", b"")
+    assert decode_rocks_key(_PREFIX_AND_LENGTH.pack(3, 2) + b"kkns") == (3, b"kk", b"ns")
+    with pytest.raises(CorruptStorageError) as excinfo:
+        decode_rocks_key(b"\x00")
+    assert str(excinfo.value) == (
+        f"expected a RocksDB key of at least {frame} bytes (key group, key length), got 00"
+    )
+    torn = _PREFIX_AND_LENGTH.pack(3, 5) + b"kk"
+    with pytest.raises(CorruptStorageError) as excinfo:
+        decode_rocks_key(torn)
+    assert str(excinfo.value) == (
+        "expected a RocksDB key holding the 5 key bytes its length frame says, got 2 bytes "
+        f"after the frame: {torn.hex()}"
+    )
+
+
+class _FailingIterator:
+    def status(self) -> None:
+        raise RuntimeError("Corruption: block checksum mismatch")
+
+
+# table.check_status 1-6 (the bound the message names: "the end" without an
+# upper bound, the bound's bytes with one).
+def test_an_iterator_that_stopped_on_an_error_names_where_and_why() -> None:
+    for upper, bound in ((None, "the end"), (b"\x00\x07", "0007")):
+        with pytest.raises(CorruptStorageError) as excinfo:
+            check_status(_FailingIterator(), b"\x00\x01", upper)  # type: ignore[arg-type]
+        assert str(excinfo.value) == (
+            f"expected RocksDB to read every entry up to {bound}, it stopped after 0001: "
+            "Corruption: block checksum mismatch"
+        )
+
+
+# backend.snapshot_to 9, 11, 12 (the refusals of a location or options of
+# another type), 17, 18, 20, 21 (a checkpoint into a location without a
+# shared directory).
+def test_a_snapshot_is_refused_a_location_or_options_it_cannot_use(tmp_path: Path) -> None:
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    location = storage.checkpoint_location(1)
+    options = SnapshotOptions(kind="checkpoint")
+    backend = rocks(tmp_path / "local")
+    try:
+        refused: list[tuple[Any, Any, str]] = [
+            ("there", options, "expected a SnapshotLocation, got str"),
+            (location, "full", "expected SnapshotOptions, got str"),
+            (
+                SnapshotLocation(FileSystem(), str(tmp_path / "sp")),
+                options,
+                "expected a checkpoint location with a shared directory for the SST files, "
+                "got one without (a savepoint location?)",
+            ),
+        ]
+        for where, how, message in refused:
+            with pytest.raises(InvalidArgumentError) as excinfo:
+                backend.snapshot_to(1, where, how)
+            assert str(excinfo.value) == message
+    finally:
         backend.close()
