@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from restore_support import dump, fill, rocks
 
-from cowstate.checkpoint.coordinator import CheckpointCoordinator
+from cowstate.checkpoint.coordinator import CheckpointCoordinator, CompletedCheckpoint
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import RestoreMode
 from cowstate.checkpoint.storage import CheckpointStorage
@@ -64,18 +64,34 @@ def checkpoint(coordinator: CheckpointCoordinator) -> int:
     return coordinator.complete_checkpoint(coordinator.trigger_checkpoint()).checkpoint_id
 
 
-def test_recover_deletes_the_shared_files_of_a_settled_claim_once_no_checkpoint_uses_them(
-    backends: Backends, tmp_path: Path
-) -> None:
+def job_a_checkpoint(backends: Backends, tmp_path: Path) -> CompletedCheckpoint:
+    """Job A's first checkpoint of 20 keys (RocksDB: shared SSTs), A closed."""
     first = backends.new()
     fill(first, range(20))
     job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
-    assert checkpoint(job_a) == 1
+    checkpoint(job_a)
     claimed = job_a.latest_checkpoint
     assert claimed is not None
-    shared = claimed.shared_paths(job_a.storage.filesystem)
-    assert shared and all(p.startswith(str(tmp_path / "root" / "a" / "shared")) for p in shared)
     job_a.close()
+    return claimed
+
+
+def claim(
+    backends: Backends, tmp_path: Path, claimed: CompletedCheckpoint
+) -> CheckpointCoordinator:
+    """Job B, restored from ``claimed`` in CLAIM mode."""
+    return CheckpointCoordinator.restore(
+        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
+    )
+
+
+def test_recover_deletes_the_shared_files_of_a_settled_claim_once_no_checkpoint_uses_them(
+    backends: Backends, tmp_path: Path
+) -> None:
+    claimed = job_a_checkpoint(backends, tmp_path)
+    assert claimed.checkpoint_id == 1
+    shared = claimed.shared_paths(FileSystem())
+    assert shared and all(p.startswith(str(tmp_path / "root" / "a" / "shared")) for p in shared)
 
     # Job B CLAIMs A's checkpoint; its first checkpoint reuses the claimed SSTs
     # and subsumes the claimed checkpoint: the claim is settled.
@@ -117,18 +133,10 @@ def test_recover_never_deletes_the_shared_files_of_a_claim_another_job_took_over
     """The other side of rule 8: the job whose claim was revoked (a second CLAIM
     of the same checkpoint) never settles it, before a crash or after, even
     once the new owner subsumed the snapshot and its directory is gone."""
-    first = backends.new()
-    fill(first, range(20))
-    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
-    checkpoint(job_a)
-    claimed = job_a.latest_checkpoint
-    assert claimed is not None
-    shared = claimed.shared_paths(job_a.storage.filesystem)
-    job_a.close()
+    claimed = job_a_checkpoint(backends, tmp_path)
+    shared = claimed.shared_paths(FileSystem())
 
-    job_b = CheckpointCoordinator.restore(
-        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
-    )
+    job_b = claim(backends, tmp_path, claimed)
     job_c = CheckpointCoordinator.restore(  # revokes B's claim
         storage(tmp_path, "c"), [backends.new()], claimed.directory, RestoreMode.CLAIM
     )
@@ -216,16 +224,8 @@ def test_only_the_checkpoint_that_subsumes_a_claimed_snapshot_says_the_claim_is_
     """Rule 8's record: with four retained, the claimed checkpoint is subsumed
     by the fourth checkpoint after the restore; the ones before it do not say
     settled (the claim still holds by its marker), it and the ones after do."""
-    first = backends.new()
-    fill(first, range(20))
-    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
-    checkpoint(job_a)
-    claimed = job_a.latest_checkpoint
-    assert claimed is not None
-    job_a.close()
-    job_b = CheckpointCoordinator.restore(
-        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
-    )
+    claimed = job_a_checkpoint(backends, tmp_path)
+    job_b = claim(backends, tmp_path, claimed)
     job_b.num_retained = 4
     said = []
     for _ in range(5):
@@ -243,17 +243,9 @@ def test_a_claim_settled_by_a_recovery_keeping_fewer_checkpoints_is_recorded(
     """Recovery retaining fewer checkpoints than the job did subsumes the claimed
     snapshot itself (R5): no completion predicted that, so the checkpoints
     after it must still record the settlement, or a second crash forgot it."""
-    first = backends.new()
-    fill(first, range(20))
-    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
-    checkpoint(job_a)
-    claimed = job_a.latest_checkpoint
-    assert claimed is not None
-    shared = claimed.shared_paths(job_a.storage.filesystem)
-    job_a.close()
-    job_b = CheckpointCoordinator.restore(
-        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
-    )
+    claimed = job_a_checkpoint(backends, tmp_path)
+    shared = claimed.shared_paths(FileSystem())
+    job_b = claim(backends, tmp_path, claimed)
     job_b.num_retained = 3
     checkpoint(job_b)  # builds on the claimed SSTs; the claimed snapshot is kept
     assert Path(claimed.directory).exists()
@@ -277,17 +269,9 @@ def test_a_recovery_that_settles_a_claim_deletes_the_claimed_files_nothing_uses(
 ) -> None:
     """The same recovery, when the checkpoint it keeps no longer uses the claimed
     SSTs: it settles the claim and deletes them in one subsumption (R5)."""
-    first = backends.new()
-    fill(first, range(20))
-    job_a = CheckpointCoordinator(storage(tmp_path, "a"), [first])
-    checkpoint(job_a)
-    claimed = job_a.latest_checkpoint
-    assert claimed is not None
-    shared = claimed.shared_paths(job_a.storage.filesystem)
-    job_a.close()
-    job_b = CheckpointCoordinator.restore(
-        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
-    )
+    claimed = job_a_checkpoint(backends, tmp_path)
+    shared = claimed.shared_paths(FileSystem())
+    job_b = claim(backends, tmp_path, claimed)
     job_b.num_retained = 3
     checkpoint(job_b)  # reuses the claimed SSTs
     job_b.force_full = True
