@@ -33,13 +33,14 @@ from restore_support import (
     handle_for,
     rocks,
 )
-from rocksdict import Options, Rdict
+from rocksdict import Checkpoint, Options, Rdict, ReadOptions
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import (
+    BackendClosedError,
     CorruptStorageError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
@@ -47,17 +48,22 @@ from cowstate.errors import (
     MixedKeyTypesError,
     NoneStateError,
     SnapshotFormatError,
+    SnapshotWriteError,
     TransformFunctionError,
     UnhashableKeyError,
 )
-from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.key_groups import KeyGroupRange, assign_to_key_group, java_hash
+from cowstate.rocksdb import backend as rocks_backend
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import (
     _PREFIX_AND_LENGTH,
     RocksDBStateTable,
     check_status,
     decode_rocks_key,
+    encode_rocks_key,
+    scan,
 )
+from cowstate.serializers import LongSerializer
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 ROOT = ABSOLUTE
@@ -265,6 +271,188 @@ def test_a_table_repr_names_its_state_key_groups_and_whether_attached(column: Rd
     assert repr(table) == "<RocksDBStateTable 'counts' KeyGroupRange(0, 7) of 16, attached>"
     table.detach()
     assert repr(table) == "<RocksDBStateTable 'counts' KeyGroupRange(0, 7) of 16, detached>"
+
+
+def test_put_refuses_none_naming_the_call(full: Table) -> None:
+    # table.put 8, 9, 11, 16, 17 (the message: the operation, key and namespace
+    # it names).
+    full.put(3, "ns", "kept")
+    with pytest.raises(NoneStateError) as excinfo:
+        full.put(3, "ns", None)
+    assert str(excinfo.value) == (
+        "expected a state for put(3, 'ns'), got None; None means absent, use remove() to unmap"
+    )
+    assert full.get(3, "ns") == "kept"
+
+
+def test_a_detached_table_and_a_none_key_are_refused_saying_what_to_do(column: Rdict) -> None:
+    # table._column 6, 7 (the advice the closed table's message ends with),
+    # table._rocks_key 3 (the message of a None key).
+    table: Table = RocksDBStateTable(column, FULL, MAX_P, meta=StateMetaInfo("counts"))
+    with pytest.raises(InvalidArgumentError) as none_key:
+        table.put(None, "ns", "state")
+    assert str(none_key.value) == (
+        "expected a key, got None; keyed state needs a key (no key set?)"
+    )
+    table.detach()
+    with pytest.raises(BackendClosedError) as closed:
+        table.get(1, "ns")
+    assert str(closed.value) == (
+        "expected the table of state 'counts' to be in use, got one whose database was "
+        "closed or replaced by a restore; ask the backend for its table again"
+    )
+
+
+def test_a_long_key_serializer_places_keys_in_their_long_key_groups(column: Rdict) -> None:
+    # table._rocks_key 18, 21 (the key group computed without the table's key
+    # serializer: an int key hashed as a Java Integer, not a Long).
+    table: Table = RocksDBStateTable(column, FULL, MAX_P, key_serializer=LongSerializer())
+    try:
+        keys = [k for k in range(-200, 0) if java_hash(k, LongSerializer()) != java_hash(k)]
+        moved = [
+            k
+            for k in keys
+            if assign_to_key_group(k, MAX_P, LongSerializer()) != assign_to_key_group(k, MAX_P)
+        ]
+        assert moved  # keys whose Long and Integer key groups differ
+        for key in moved:
+            table.put(key, "ns", [key])
+        for key in moved:
+            group = assign_to_key_group(key, MAX_P, LongSerializer())
+            assert (key, "ns", [key]) in [
+                (e.key, e.namespace, e.state) for e in table.entries_in_key_group(group)
+            ]
+            assert table.get(key, "ns", key_group=group) == [key]
+    finally:
+        table.detach()
+
+
+def test_a_torn_rocks_key_is_shown_by_its_first_40_bytes() -> None:
+    # table.decode_rocks_key 10 (the message showing 41 bytes of a long key).
+    torn = _PREFIX_AND_LENGTH.pack(3, 100) + bytes(range(60))
+    with pytest.raises(CorruptStorageError) as excinfo:
+        decode_rocks_key(torn)
+    shown = str(excinfo.value).rsplit(": ", 1)[1]
+    assert bytes.fromhex(shown) == torn[:40]
+
+
+class _Recording:
+    """A column family whose iterators record the keys they hand out, one list
+    per native iterator; ``honour_bounds=False`` drops the read options, as a
+    binding that ignored the upper bound would."""
+
+    def __init__(self, cf: Rdict, honour_bounds: bool = True) -> None:
+        self.cf = cf
+        self.honour_bounds = honour_bounds
+        self.read: list[list[bytes]] = []
+
+    def iter(self, read_options: ReadOptions) -> _RecordingIterator:
+        keys: list[bytes] = []
+        self.read.append(keys)
+        inner = self.cf.iter(read_options if self.honour_bounds else ReadOptions())
+        return _RecordingIterator(inner, keys)
+
+
+class _RecordingIterator:
+    def __init__(self, inner: Any, keys: list[bytes]) -> None:
+        self.inner, self.keys = inner, keys
+
+    def seek(self, key: bytes) -> None:
+        self.inner.seek(key)
+
+    def valid(self) -> bool:
+        return bool(self.inner.valid())
+
+    def key(self) -> bytes:
+        key: bytes = self.inner.key()
+        self.keys.append(key)
+        return key
+
+    def value(self) -> bytes:
+        value: bytes = self.inner.value()
+        return value
+
+    def next(self) -> None:
+        self.inner.next()
+
+    def status(self) -> None:
+        self.inner.status()
+
+
+def scan_through(
+    recording: _Recording, lower: bytes, upper: bytes | None, chunk: int
+) -> list[tuple[bytes, bytes]]:
+    """Everything ``scan`` reads through ``recording`` (a column family getter)."""
+    return list(scan(lambda: recording, lower, upper, chunk))  # type: ignore[arg-type, return-value]
+
+
+SCANNED = [b"a", b"a\x00", b"aB", b"b", b"c", b"c\x01", b"d", b"e"]
+
+
+@pytest.fixture
+def scanned(column: Rdict) -> Rdict:
+    """The column family holding the keys :data:`SCANNED` (value: the key upper-cased)."""
+    for key in SCANNED:
+        column.put(key, key.upper())
+    return column
+
+
+def test_a_scan_stops_at_its_upper_bound_inside_rocksdb_chunk_by_chunk(scanned: Rdict) -> None:
+    # table.scan 4, 5, 10 (the upper bound not given to RocksDB: the iterator
+    # reads the first key past it), 14 (a native iterator reading chunk + 1
+    # entries), 39 (the next chunk seeking past keys that extend the last one).
+    recording = _Recording(scanned)
+    read = scan_through(recording, b"a", b"d", chunk=2)
+    assert read == [(k, k.upper()) for k in SCANNED if b"a" <= k < b"d"]
+    assert [len(keys) for keys in recording.read] == [2, 2, 2, 0]
+    assert all(key < b"d" for keys in recording.read for key in keys)
+    to_the_end = _Recording(scanned)
+    assert [k for k, _ in scan_through(to_the_end, b"c", None, chunk=1)] == [
+        b"c",
+        b"c\x01",
+        b"d",
+        b"e",
+    ]
+    assert [len(keys) for keys in to_the_end.read] == [1, 1, 1, 1, 0]
+
+
+def test_a_scan_stops_at_its_upper_bound_where_rocksdb_does_not(scanned: Rdict) -> None:
+    # table.scan 18 (the key equal to the upper bound taken), 19 (the chunk
+    # dropped when a key past the bound ends it).
+    for chunk in (2, 100):
+        ignoring = _Recording(scanned, honour_bounds=False)
+        read = scan_through(ignoring, b"a\x00", b"c\x01", chunk=chunk)
+        assert [k for k, _ in read] == [b"a\x00", b"aB", b"b", b"c"]
+
+
+def test_a_scan_stopped_by_corruption_names_its_bound_and_last_key(tmp_path: Path) -> None:
+    # table.scan 23 (the bound the message names dropped), 28 (the start of
+    # the chunk named instead of the last key read), 32 (the last value named).
+    path = tmp_path / "db"
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    database = Rdict(str(path), options)
+    keys = {encode_rocks_key(i % 16, i.to_bytes(4, "big"), b"") for i in range(20_000)}
+    for key in keys:
+        database.put(key, b"v" * 40)
+    database.flush()
+    database.close()
+    del database
+    [sst] = path.glob("*.sst")
+    data = bytearray(sst.read_bytes())
+    data[int(len(data) * 0.3)] ^= 0xFF
+    sst.write_bytes(bytes(data))
+    database = Rdict(str(path), options)
+    try:
+        with pytest.raises(CorruptStorageError) as excinfo:
+            list(scan(database, b"", b"\xff\xff", chunk=100_000))
+    finally:
+        database.close()
+    message = str(excinfo.value)
+    prefix = "expected RocksDB to read every entry up to ffff, it stopped after "
+    assert message.startswith(prefix)
+    last = bytes.fromhex(message.removeprefix(prefix).split(":", 1)[0])
+    assert last in keys  # a key read before the corrupt block, not its value
 
 
 # ------------------------------------------------------------ rocksdb.backend
@@ -554,5 +742,144 @@ def test_a_snapshot_is_refused_a_location_or_options_it_cannot_use(tmp_path: Pat
             with pytest.raises(InvalidArgumentError) as excinfo:
                 backend.snapshot_to(1, where, how)
             assert str(excinfo.value) == message
+    finally:
+        backend.close()
+
+
+# backend.snapshot_to 23 (the local checkpoint directory not named after its
+# checkpoint), 28 (its half-made ``.tmp`` left behind), 29-31 (the message).
+def test_a_local_checkpoint_rocksdb_cannot_take_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    backend = rocks(tmp_path / "local")
+    fill(backend, range(50))
+    checkpoints = Path(backend.local_checkpoints_path)
+    checkpoints.mkdir(exist_ok=True)
+    # A dangling link is no existing directory to the backend, but RocksDB's
+    # final rename of ``chk-1.tmp`` onto it fails.
+    (checkpoints / "chk-1").symlink_to(tmp_path / "nowhere" / "chk-1")
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    try:
+        with pytest.raises(SnapshotWriteError) as excinfo:
+            backend.snapshot_to(
+                1, storage.checkpoint_location(1), SnapshotOptions(kind="checkpoint")
+            )
+        message = str(excinfo.value)
+        where = checkpoints / "chk-1"
+        assert message.startswith(
+            f"expected RocksDB to take local checkpoint 1 in {str(where)!r}, got Exception: "
+        )
+        assert "Not a directory" in message
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["chk-1"]  # no chk-1.tmp
+        assert backend.pending_snapshots == 0
+        location = storage.checkpoint_location(2)
+        handle = backend.snapshot_to(2, location, SnapshotOptions(kind="checkpoint")).result(30)
+        restored = rocks(tmp_path / "restored")
+        try:
+            restored.restore([handle], SnapshotSource(FileSystem(), location.directory))
+            assert dump(restored) == dump(backend)
+        finally:
+            restored.close()
+    finally:
+        backend.close()
+
+
+# backend.snapshot_to 73 (the snapshot the failure names), 76, 91, 92 (what
+# the failure says became of the local checkpoint).
+def test_a_failed_upload_names_its_snapshot_and_the_deleted_local_checkpoint(
+    tmp_path: Path,
+) -> None:
+    def disk_full(op: str, path: str, data: bytes | None) -> None:
+        if op == "write" and "/shared/" in path:
+            raise OSError("disk full")
+
+    backend = rocks(tmp_path / "local")
+    fill(backend, range(50))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=disk_full))
+    try:
+        future = backend.snapshot_to(
+            7, storage.checkpoint_location(7), SnapshotOptions(kind="checkpoint")
+        )
+        with pytest.raises(SnapshotWriteError) as excinfo:
+            future.result(30)
+        assert str(excinfo.value) == (
+            "expected snapshot 7 to be written, got OSError: disk full; its local "
+            "checkpoint was deleted"
+        )
+        assert list(Path(backend.local_checkpoints_path).iterdir()) == []
+    finally:
+        backend.close()
+
+
+# backend.__init__ 6, 12-14 (the writer thread's name).
+def test_the_snapshot_writer_thread_is_named_for_rocksdb(tmp_path: Path) -> None:
+    names: list[str] = []
+
+    def record(op: str, path: str, data: bytes | None) -> None:
+        names.append(threading.current_thread().name)
+
+    backend = rocks(tmp_path / "local")
+    fill(backend, range(50))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=record))
+    try:
+        backend.snapshot_to(
+            1, storage.checkpoint_location(1), SnapshotOptions(kind="checkpoint")
+        ).result(30)
+    finally:
+        backend.close()
+    assert names
+    assert {name.rsplit("_", 1)[0] for name in names} == {"cowstate-rocksdb-snapshot"}
+
+
+# backend.__init__ 19 (the type the refusal of options names).
+def test_options_of_another_type_are_refused_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(InvalidArgumentError) as excinfo:
+        RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "local", options="raw")  # type: ignore[arg-type]
+    assert str(excinfo.value) == "expected rocksdict.Options(raw_mode=True) or None, got str"
+    assert not (tmp_path / "local").exists() or not any((tmp_path / "local").iterdir())
+
+
+# backend._release_resources 1 (closing a database that cannot flush raises
+# instead of the close going on to release the rest).
+def test_a_backend_whose_local_directory_vanished_still_closes(tmp_path: Path) -> None:
+    backend = rocks(tmp_path / "local")
+    fill(backend, range(50))  # in the memtable: closing flushes it (writes skip the WAL)
+    table = backend.table("value")
+    shutil.rmtree(tmp_path / "local")
+    backend.close()
+    with pytest.raises(BackendClosedError):
+        table.get(1, "a")
+    assert not (tmp_path / "local").exists()
+
+
+class _SyncFails:
+    """RocksDB's checkpoint, failing after it renamed its directory into place:
+    what a failed fsync of the new directory does (the one failure after which
+    RocksDB leaves files behind; a disk this test cannot break)."""
+
+    def __init__(self, db: Rdict) -> None:
+        self._checkpoint = Checkpoint(db)
+
+    def create_checkpoint(self, path: str) -> None:
+        self._checkpoint.create_checkpoint(path)
+        del self._checkpoint
+        raise OSError("IO error: While fsync: a directory: Input/output error")
+
+
+# backend.snapshot_to 28 (the local checkpoint left behind by a failure after
+# RocksDB made it).
+def test_a_local_checkpoint_that_fails_once_made_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = rocks(tmp_path / "local")
+    fill(backend, range(50))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    monkeypatch.setattr(rocks_backend, "Checkpoint", _SyncFails)
+    try:
+        with pytest.raises(SnapshotWriteError, match="got OSError: IO error: While fsync"):
+            backend.snapshot_to(
+                1, storage.checkpoint_location(1), SnapshotOptions(kind="checkpoint")
+            )
+        assert list(Path(backend.local_checkpoints_path).iterdir()) == []
     finally:
         backend.close()
