@@ -11,7 +11,10 @@ named in its comment. They run on real RocksDB databases (``rocksdict``, in
 
 from __future__ import annotations
 
+import gc
+import re
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -883,3 +886,61 @@ def test_a_local_checkpoint_that_fails_once_made_is_deleted(
         assert list(Path(backend.local_checkpoints_path).iterdir()) == []
     finally:
         backend.close()
+
+
+def test_a_table_reads_nothing_of_the_key_group_right_after_its_own(
+    column: Rdict,
+) -> None:
+    # table.__init__ 16 (the upper bound one key group too far: the low
+    # table read the first key group of the high one).
+    low: Table = RocksDBStateTable(column, LOW, MAX_P)
+    high: Table = RocksDBStateTable(column, HIGH, MAX_P)
+    try:
+        [next_key] = [k for k in range(1000) if assign_to_key_group(k, MAX_P) == 8][:1]
+        [own_key] = keys_in(LOW, 1)
+        high.put(next_key, "ns", "high")
+        low.put(own_key, "ns", "low")
+        assert len(low) == 1
+        assert [e.key for e in low] == [own_key]
+        assert list(low.keys("ns")) == [own_key]
+    finally:
+        low.detach()
+        high.detach()
+
+
+# backend.__init__ 37-39 (the temporary directory's prefix), 44 (the
+# instance directory's name).
+def test_a_backend_without_a_local_dir_makes_a_named_temporary_one() -> None:
+    backend = RocksDBKeyedStateBackend(FULL, MAX_P)
+    try:
+        instance = backend.instance_path
+        assert instance.parent.parent == Path(tempfile.gettempdir()).absolute()
+        assert instance.parent.name.startswith("cowstate-rocksdb-")
+        assert re.fullmatch(r"cowstate-rocksdb-[0-9a-f]{12}", instance.name)
+    finally:
+        backend.close()
+    assert not instance.parent.exists()
+
+
+# backend.__init__ 53 (the first confirmed id before any: -1 says none).
+def test_a_fresh_backend_has_no_confirmed_checkpoint(tmp_path: Path) -> None:
+    backend = rocks(tmp_path / "local")
+    try:
+        assert backend.last_completed_checkpoint_id == -1
+        assert backend.incremental_base == {}
+    finally:
+        backend.close()
+
+
+# backend.__init__ 72, 76 (the finalizer of a backend dropped without close()
+# given no instance directory to remove).
+def test_a_backend_dropped_without_close_leaves_no_directory(tmp_path: Path) -> None:
+    local = tmp_path / "local"
+    backend = rocks(local)
+    fill(backend, range(20))
+    instance = backend.instance_path
+    assert instance.is_dir()
+    del backend
+    gc.collect()
+    assert not instance.exists()
+    assert local.is_dir()  # the caller's directory stays

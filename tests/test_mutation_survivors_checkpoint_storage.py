@@ -239,6 +239,84 @@ def test_delete_dir_tells_the_hooks_what_it_deletes(tmp_path: Path) -> None:
     assert events == [("delete", str(directory), None), ("delete", str(tmp_path / "absent"), None)]
 
 
+def test_name_and_parent_drop_only_trailing_slashes() -> None:
+    # filesystem.FileSystem.name 2-4, parent 2, 4 (whitespace or "X" stripped
+    # instead of the trailing "/", or the leading "/" instead).
+    assert FileSystem.name("/data/BOX/") == "BOX"
+    assert FileSystem.name("/data/BOX") == "BOX"
+    assert FileSystem.name("memory://root/chk-1//") == "chk-1"
+    assert FileSystem.parent("/data/X/") == "/data"
+    assert FileSystem.parent("/data/X//") == "/data"
+    assert FileSystem.parent("memory://root/job/") == "memory://root"
+
+
+def test_opening_a_missing_file_names_the_file(tmp_path: Path) -> None:
+    # filesystem.FileSystem.open 3 (the message named None).
+    missing = str(tmp_path / "missing")
+    with pytest.raises(CheckpointNotFoundError) as caught:
+        FileSystem().open(missing)
+    assert str(caught.value) == f"expected a file at {missing!r}, found none"
+
+
+def test_makedirs_fsyncs_each_new_directorys_parent_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # filesystem.FileSystem.makedirs 3 (local and remote swapped: no fsync on
+    # a local disk), 12 (a relative name's empty parent made too), 17, 18 (the
+    # wrong directory fsynced: "." for a parent, a bogus one for none).
+    events: list[tuple[str, str]] = []
+
+    def hooks(event: str, path: str, payload: Any) -> None:
+        events.append((event, path))
+
+    filesystem = FileSystem(hooks)
+    filesystem.makedirs(str(tmp_path / "a" / "b"))
+    filesystem.makedirs(str(tmp_path / "a" / "b"))  # exists: nothing to make durable
+    assert (tmp_path / "a" / "b").is_dir()
+    assert events == [("fsync", str(tmp_path)), ("fsync", str(tmp_path / "a"))]
+    events.clear()
+    monkeypatch.chdir(tmp_path)
+    filesystem.makedirs("fresh")
+    assert (tmp_path / "fresh").is_dir()
+    assert events == [("fsync", ".")]
+
+
+def test_makedirs_on_an_object_store_makes_the_directory_there(tmp_path: Path) -> None:
+    # filesystem.FileSystem.makedirs 3 (a remote path made with os.mkdir).
+    url = f"memory://{uuid.uuid4().hex}/made/here"
+    filesystem = FileSystem()
+    filesystem.makedirs(url)
+    assert filesystem.is_dir(url)
+
+
+def test_writing_to_a_closed_atomic_stream_is_refused_naming_it(tmp_path: Path) -> None:
+    # filesystem.AtomicOutputStream._open 2 (the message dropped).
+    path = str(tmp_path / "file")
+    stream = FileSystem().create(path)
+    stream.write(b"data")
+    stream.close_and_get_handle()
+    with pytest.raises(InvalidArgumentError) as caught:
+        stream.write(b"more")
+    assert str(caught.value) == f"expected an open stream for {path!r}, it was closed"
+    assert (tmp_path / "file").read_bytes() == b"data"
+
+
+@pytest.mark.parametrize(
+    ("path", "why"),
+    [
+        ("", "of 1 to 255 characters, got 0"),
+        ("../escape", "inside the snapshot"),
+        (5, "as a string, got 5"),
+    ],
+)
+def test_an_unsafe_exclusive_path_is_refused_naming_an_exclusive_file(path: Any, why: str) -> None:
+    # paths.check_exclusive_path 2, 5, 6 (the role the message names).
+    with pytest.raises(UnsafePathError) as caught:
+        paths.check_exclusive_path(path)
+    assert "path of an exclusive file" in str(caught.value)
+    assert why in str(caught.value)
+
+
 # ------------------------------------------------------------------- storage
 
 
