@@ -625,7 +625,7 @@ class CheckpointCoordinator:
         )
         self._completed.append(completed)
         record = self.restored_from
-        if record is not None and record.settled and record.mode is RestoreMode.CLAIM:
+        if record is not None and record.settled_claim:
             # rule 8: a settled claim -- the claimed files this checkpoint uses (those
             # outside the job, not disowned) are the job's; recovery learns it here
             self._claimed.update(
@@ -706,7 +706,7 @@ class CheckpointCoordinator:
         """Does the snapshot this job CLAIMed still hold its claim marker, or did
         this job settle the claim (rule 8)?"""
         record = self.restored_from
-        if record is not None and record.settled and record.mode is RestoreMode.CLAIM:
+        if record is not None and record.settled_claim:
             return True
         marker = None if record is None else claim_marker(self.storage.filesystem, record)
         return (

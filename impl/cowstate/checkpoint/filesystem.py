@@ -355,10 +355,9 @@ class AtomicOutputStream:
         and durable."""
         stream = self._open()
         stream.flush()
-        fileno = getattr(stream, "fileno", None)
-        if self._filesystem.is_local(self.temp) and fileno is not None:
+        if self._filesystem.is_local(self.temp):  # a local file: it has a descriptor
             self._filesystem._fsync_hook(self.temp)
-            os.fsync(fileno())
+            os.fsync(stream.fileno())
         stream.close()
         self._stream = None
         self._filesystem.rename(self.temp, self.path)

@@ -114,9 +114,15 @@ class RestoreRecord(_Model):
     #: CLAIM only: the token of the claim marker written into ``directory``.
     token: str = Field(default="", pattern=r"^[0-9a-f]{0,32}$")
     #: CLAIM only, in a checkpoint's ``restored_from``: this checkpoint
-    #: subsumed the claimed snapshot (or a earlier one did), so the claimed
+    #: subsumed the claimed snapshot (or an earlier one did), so the claimed
     #: files the job's checkpoints use are the job's (coordinator rule 8).
     settled: bool = False
+
+    @property
+    def settled_claim(self) -> bool:
+        """A CLAIM the job has settled: it holds whatever its checkpoints still
+        use of the claimed snapshot, marker or not (coordinator rule 8)."""
+        return self.settled and self.mode is RestoreMode.CLAIM
 
 
 class CheckpointMetadata(_Model):

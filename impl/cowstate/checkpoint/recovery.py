@@ -138,13 +138,10 @@ class Recovery:
             if self._try_restore(found.directory, found.metadata, report):
                 chosen = index
                 break
-        if (
-            chosen is None
-            and record is not None
-            and restored_metadata is not None
-            and not self._try_restore(record.directory, restored_metadata, report)
-        ):
-            source_broken = True
+        if chosen is None and record is not None and restored_metadata is not None:
+            # R2's fallback: the snapshot the job started from; if it fails too, R3
+            # below raises (its metadata is readable, so it was the job's state)
+            self._try_restore(record.directory, restored_metadata, report)
         if report.restored_from is None and (
             own or broken or source_broken or restored_metadata is not None
         ):
@@ -187,8 +184,8 @@ class Recovery:
         replaced by the checkpoint's record."""
         assert newest.metadata is not None
         lineage = newest.metadata.restored_from
-        settled = None if lineage is None else lineage.model_copy(update={"settled": False})
-        if record is not None and record != settled:  # _restore never says settled
+        unsettled = None if lineage is None else lineage.model_copy(update={"settled": False})
+        if record is not None and record != unsettled:  # _restore never says settled
             said = "nothing" if lineage is None else repr(lineage.directory)
             report.skipped.append(
                 Skipped(
