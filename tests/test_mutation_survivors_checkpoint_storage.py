@@ -317,6 +317,37 @@ def test_an_unsafe_exclusive_path_is_refused_naming_an_exclusive_file(path: Any,
     assert why in str(caught.value)
 
 
+def test_an_exclusive_path_of_up_to_255_characters_and_8_components_is_taken() -> None:
+    # paths._components 3, 5 (the length bound: none, or 255 refused), 10 (8
+    # components refused), 15, 16 ("." or ".." taken as a name).
+    longest = "/".join(["a" * 31] * 8)  # 255 characters, 8 components
+    assert len(longest) == paths.MAX_LENGTH == 255
+    assert paths.check_exclusive_path(longest) == longest
+    assert paths.check_exclusive_path("a/b/c/d/e/f/g/h") == "a/b/c/d/e/f/g/h"
+    assert paths.check_exclusive_path("chk-1/.hidden..name") == "chk-1/.hidden..name"
+    refused = {
+        "a" * 256: "expected the path of an exclusive file of 1 to 255 characters, got 256",
+        "a/b/c/d/e/f/g/h/i": (
+            "expected the path of an exclusive file of at most 8 components, got 9 in "
+            "'a/b/c/d/e/f/g/h/i'"
+        ),
+    }
+    deep = "/".join(["d" * 12] * 9)  # 116 characters: the message shows the first 80
+    refused[deep] = (
+        f"expected the path of an exclusive file of at most 8 components, got 9 in {deep[:80]!r}"
+    )
+    for name in ("a/./b", "a/../b", ".", ".."):
+        refused[name] = (
+            "expected a relative path of an exclusive file inside the snapshot (letters, "
+            "digits, '.', '_', '-' between '/'; no '..', no scheme, not absolute), got "
+            f"{name!r}"
+        )
+    for path, message in refused.items():
+        with pytest.raises(UnsafePathError) as caught:
+            paths.check_exclusive_path(path)
+        assert str(caught.value) == message
+
+
 # ------------------------------------------------------------------- storage
 
 
