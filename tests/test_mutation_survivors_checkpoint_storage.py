@@ -38,6 +38,7 @@ from cowstate.errors import (
     CorruptCheckpointError,
     InvalidArgumentError,
     MetadataChecksumError,
+    StorageUnavailableError,
     UnsafePathError,
 )
 
@@ -345,6 +346,37 @@ def test_an_exclusive_path_of_up_to_255_characters_and_8_components_is_taken() -
     for path, message in refused.items():
         with pytest.raises(UnsafePathError) as caught:
             paths.check_exclusive_path(path)
+        assert str(caught.value) == message
+
+
+def test_join_drops_the_trailing_slashes_of_its_base_but_keeps_the_root() -> None:
+    # filesystem.FileSystem.join 4 (the base kept with its trailing slashes).
+    assert FileSystem.join("/a//", "b") == "/a/b"
+    assert FileSystem.join("/", "b") == "/b"
+    assert FileSystem.join("memory://x//", "b", "c") == "memory://x/b/c"
+
+
+def test_a_path_that_reaches_no_file_system_is_refused_saying_why() -> None:
+    # filesystem.FileSystem._fs 1 (only a value both falsy and not a string
+    # refused), 4, 7 (the messages dropped), 9 (the error type named None).
+    refused: dict[Any, tuple[type[Exception], str]] = {
+        "": (InvalidArgumentError, "expected a path or URL, got ''"),
+        5: (InvalidArgumentError, "expected a path or URL, got 5"),
+        "nosuch://x": (
+            InvalidArgumentError,
+            "expected a path or URL of a known file system, got 'nosuch://x': Protocol not "
+            "known: nosuch",
+        ),
+        # An FTP file system connects when it is made: a closed port refuses it.
+        "ftp://127.0.0.1:1/x": (
+            StorageUnavailableError,
+            "expected to reach the file system of 'ftp://127.0.0.1:1/x', got "
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+        ),
+    }
+    for path, (error, message) in refused.items():
+        with pytest.raises(error) as caught:
+            FileSystem().exists(path)
         assert str(caught.value) == message
 
 
