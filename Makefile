@@ -19,8 +19,8 @@ $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
-## make test: ruff, mypy --strict, bounded CrossHair, the whole pytest suite (ci profile
-## under CI=true), then the C map under AddressSanitizer/UBSan (about a minute)
+## make test: ruff, mypy --strict, bounded CrossHair, the whole pytest suite (the ci
+## Hypothesis profile), then the C map under AddressSanitizer/UBSan (about a minute)
 test: lint typecheck crosshair pytest sanitize
 
 lint: $(STAMP)
@@ -42,9 +42,13 @@ crosshair: $(STAMP)
 ## PYTEST_JOBS (default 2) pytest-xdist workers, each taking whole files
 ## (--dist loadfile: a file's module fixtures, Spark sessions among them, stay
 ## in one process); PYTEST_JOBS=0 runs the suite in this process.
+## TEST_PROFILE (default ci, as CI runs it, within make test's 15 minutes): the
+## Hypothesis profile; TEST_PROFILE=dev draws more examples from random seeds
+## (about 16 minutes in all).
 PYTEST_JOBS ?= 2
+TEST_PROFILE ?= ci
 pytest: $(CMAP)
-	PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile \
+	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile \
 		$(addprefix --ignore=,$(STRENGTH_TESTS))
 
 ## make strength: the spec-strength suites kept out of make test for its 15-minute
