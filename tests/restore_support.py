@@ -1,7 +1,8 @@
 """What the restore tests share (tests/test_restore_*.py, test_all_or_nothing_restore.py):
 backends with serializers the tests control, crafted snapshot files written with
 the real writer's building blocks (so every CRC is valid), handles for them, and
-a dump of a backend's contents.
+a dump of a backend's contents; RocksDB files with a flipped byte for the
+corruption tests.
 
 The crafted files use :class:`TrustedPickle` for keys, namespaces and states --
 a serializer of these tests, registered on every backend they restore into --
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from rocksdict import Options, Rdict
+
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle
 from cowstate.checkpoint.location import SnapshotSource
@@ -27,6 +30,7 @@ from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+from cowstate.rocksdb.table import encode_rocks_key
 from cowstate.snapshot import SnapshotMetadata, SnapshotReader, SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetadata
 
@@ -200,3 +204,33 @@ def handle_for(
         checkpointed_size=len(data),
         full_size=len(data),
     )
+
+
+def flip(path: Path, at: float) -> None:
+    """Flip one byte at fraction ``at`` of the file (in place: hard links see it)."""
+    data = bytearray(path.read_bytes())
+    data[int(len(data) * at)] ^= 0xFF
+    with open(path, "r+b") as f:
+        f.write(data)
+
+
+def corrupt_key(i: int) -> bytes:
+    """The RocksDB key of entry ``i`` of :func:`corrupt_database`."""
+    return encode_rocks_key(i % 16, i.to_bytes(4, "big"), b"")
+
+
+def corrupt_database(path: Path, entries: int) -> Rdict:
+    """A raw-mode database at ``path`` of ``entries`` entries (``corrupt_key(i)``
+    -> the 4 bytes of ``i`` ten times) in one SST with a data byte flipped 30%
+    in, opened again: a read meets a checksum error there."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    db = Rdict(str(path), options)
+    for i in range(entries):
+        db.put(corrupt_key(i), i.to_bytes(4, "big") * 10)
+    db.flush()
+    db.close()
+    del db
+    [sst] = path.glob("*.sst")
+    flip(sst, 0.3)
+    return Rdict(str(path), options)

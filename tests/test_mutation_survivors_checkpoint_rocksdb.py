@@ -30,6 +30,8 @@ from restore_support import (
     SER,
     VALUE,
     by_group,
+    corrupt_database,
+    corrupt_key,
     crafted,
     dump,
     fill,
@@ -63,7 +65,6 @@ from cowstate.rocksdb.table import (
     RocksDBStateTable,
     check_status,
     decode_rocks_key,
-    encode_rocks_key,
     scan,
 )
 from cowstate.serializers import LongSerializer
@@ -216,15 +217,15 @@ def test_a_failing_transform_names_its_key_and_namespace(full: Table) -> None:
     assert full.get(3, "ns") == "kept"
 
 
-def test_put_and_get_old_refuses_none_naming_the_call(full: Table) -> None:
-    # table.put_and_get_old 8, 9, 11, 16, 17 (the message: the operation, key
-    # and namespace it names).
+@pytest.mark.parametrize("call", ["put", "put_and_get_old"])
+def test_a_write_of_none_is_refused_naming_the_call(full: Table, call: str) -> None:
+    # table.put and table.put_and_get_old 8, 9, 11, 16, 17 (the message: the
+    # operation, key and namespace it names).
     full.put(3, "ns", "kept")
     with pytest.raises(NoneStateError) as excinfo:
-        full.put_and_get_old(3, "ns", None)
+        getattr(full, call)(3, "ns", None)
     assert str(excinfo.value) == (
-        "expected a state for put_and_get_old(3, 'ns'), got None; None means absent, use "
-        "remove() to unmap"
+        f"expected a state for {call}(3, 'ns'), got None; None means absent, use remove() to unmap"
     )
     assert full.get(3, "ns") == "kept"
 
@@ -274,18 +275,6 @@ def test_a_table_repr_names_its_state_key_groups_and_whether_attached(column: Rd
     assert repr(table) == "<RocksDBStateTable 'counts' KeyGroupRange(0, 7) of 16, attached>"
     table.detach()
     assert repr(table) == "<RocksDBStateTable 'counts' KeyGroupRange(0, 7) of 16, detached>"
-
-
-def test_put_refuses_none_naming_the_call(full: Table) -> None:
-    # table.put 8, 9, 11, 16, 17 (the message: the operation, key and namespace
-    # it names).
-    full.put(3, "ns", "kept")
-    with pytest.raises(NoneStateError) as excinfo:
-        full.put(3, "ns", None)
-    assert str(excinfo.value) == (
-        "expected a state for put(3, 'ns'), got None; None means absent, use remove() to unmap"
-    )
-    assert full.get(3, "ns") == "kept"
 
 
 def test_a_detached_table_and_a_none_key_are_refused_saying_what_to_do(column: Rdict) -> None:
@@ -431,21 +420,8 @@ def test_a_scan_stops_at_its_upper_bound_where_rocksdb_does_not(scanned: Rdict) 
 def test_a_scan_stopped_by_corruption_names_its_bound_and_last_key(tmp_path: Path) -> None:
     # table.scan 23 (the bound the message names dropped), 28 (the start of
     # the chunk named instead of the last key read), 32 (the last value named).
-    path = tmp_path / "db"
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    database = Rdict(str(path), options)
-    keys = {encode_rocks_key(i % 16, i.to_bytes(4, "big"), b"") for i in range(20_000)}
-    for key in keys:
-        database.put(key, b"v" * 40)
-    database.flush()
-    database.close()
-    del database
-    [sst] = path.glob("*.sst")
-    data = bytearray(sst.read_bytes())
-    data[int(len(data) * 0.3)] ^= 0xFF
-    sst.write_bytes(bytes(data))
-    database = Rdict(str(path), options)
+    database = corrupt_database(tmp_path / "db", 20_000)
+    keys = {corrupt_key(i) for i in range(20_000)}
     try:
         with pytest.raises(CorruptStorageError) as excinfo:
             list(scan(database, b"", b"\xff\xff", chunk=100_000))

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restore_support import dump, group_of, rocks
-from rocksdict import Options, Rdict
+from restore_support import corrupt_database, dump, flip, group_of, rocks
+from rocksdict import Rdict
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
@@ -29,18 +29,10 @@ from cowstate.errors import CorruptCheckpointError, CorruptStorageError, Snapsho
 from cowstate.key_groups import KeyGroupRange
 from cowstate.rocksdb import table as rocks_table
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
-from cowstate.rocksdb.table import encode_rocks_key, scan
+from cowstate.rocksdb.table import scan
 
 ENTRIES = 20_000
 LOW, HIGH, MIDDLE = KeyGroupRange(0, 7), KeyGroupRange(8, 15), KeyGroupRange(4, 11)
-
-
-def flip(path: Path, at: float) -> None:
-    """Flip one byte at fraction ``at`` of the file (in place: hard links see it)."""
-    data = bytearray(path.read_bytes())
-    data[int(len(data) * at)] ^= 0xFF
-    with open(path, "r+b") as f:
-        f.write(data)
 
 
 def without_status_check(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -51,18 +43,7 @@ def without_status_check(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def corrupt_db(tmp_path: Path) -> Iterator[Rdict]:
     """A database of ``ENTRIES`` entries in one SST with a flipped data byte."""
-    path = tmp_path / "db"
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    db = Rdict(str(path), options)
-    for i in range(ENTRIES):
-        db.put(encode_rocks_key(i % 16, i.to_bytes(4, "big"), b""), i.to_bytes(4, "big") * 10)
-    db.flush()
-    db.close()
-    del db
-    [sst] = path.glob("*.sst")
-    flip(sst, 0.3)
-    db = Rdict(str(path), options)
+    db = corrupt_database(tmp_path / "db", ENTRIES)
     yield db
     db.close()
 

@@ -77,11 +77,11 @@ def job_a_checkpoint(backends: Backends, tmp_path: Path) -> CompletedCheckpoint:
 
 
 def claim(
-    backends: Backends, tmp_path: Path, claimed: CompletedCheckpoint
+    backends: Backends, tmp_path: Path, claimed: CompletedCheckpoint, job_id: str = "b"
 ) -> CheckpointCoordinator:
-    """Job B, restored from ``claimed`` in CLAIM mode."""
+    """Job ``job_id`` (B unless said), restored from ``claimed`` in CLAIM mode."""
     return CheckpointCoordinator.restore(
-        storage(tmp_path, "b"), [backends.new()], claimed.directory, RestoreMode.CLAIM
+        storage(tmp_path, job_id), [backends.new()], claimed.directory, RestoreMode.CLAIM
     )
 
 
@@ -137,9 +137,7 @@ def test_recover_never_deletes_the_shared_files_of_a_claim_another_job_took_over
     shared = claimed.shared_paths(FileSystem())
 
     job_b = claim(backends, tmp_path, claimed)
-    job_c = CheckpointCoordinator.restore(  # revokes B's claim
-        storage(tmp_path, "c"), [backends.new()], claimed.directory, RestoreMode.CLAIM
-    )
+    job_c = claim(backends, tmp_path, claimed, "c")  # revokes B's claim
     checkpoint(job_b)  # builds on A's SSTs; the claimed checkpoint is no longer B's
     assert job_b.refused_deletions == [claimed.directory]
     checkpoint(job_c)  # C subsumes it: settled, and the SSTs are C's
