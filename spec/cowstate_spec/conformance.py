@@ -75,6 +75,7 @@ __all__ = [
     "check_differential",
     "factory_implementation",
     "implementation",
+    "is_external_name",
     "is_factory_name",
     "machine_for",
     "skipped_checks",
@@ -98,7 +99,12 @@ _FACTORY_NAME = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 class ConformanceFailure(AssertionError):
     """An implementation disagrees with the model; the message holds the
-    minimized operations, replayable with :func:`run_workload`."""
+    minimized operations, replayable with :func:`run_workload`
+    (``operations``: the same, encoded as :func:`~cowstate_spec.workloads.encode` does)."""
+
+    def __init__(self, message: str, operations: list[list[Any]]) -> None:
+        super().__init__(message)
+        self.operations = operations
 
 
 def implementation(
@@ -115,9 +121,10 @@ def implementation(
     table made as ``factory(key_group_range, max_parallelism, *, meta,
     key_serializer, initial_capacity)``) with ``capabilities`` (the heap
     map's by default), the structural ``check(instance, fingerprints)`` and
-    snapshot ``fingerprint`` if it has internals worth checking, and
+    snapshot ``fingerprint`` if it has internals worth checking (capabilities
+    default to the factory's ``cowstate_capabilities``, else the heap map's), and
     ``close(instance)`` to free what the factory took."""
-    capabilities = capabilities or HEAP
+    capabilities = capabilities or getattr(factory, "cowstate_capabilities", None) or HEAP
     name = name or _name_of(factory)
     if table:
         table_type = TableType(
@@ -243,10 +250,19 @@ def check_differential(
                 implementation_, minimal, check_every=1, initial_capacity=spec.initial_capacity
             )
             raise ConformanceFailure(
-                _failure_message(implementation_, spec, index, minimal, replay)
+                _failure_message(implementation_, spec, index, minimal, replay),
+                [encode(op) for op in minimal],
             )
         results.append(result)
     return results
+
+
+def is_external_name(name: str) -> bool:
+    """True for the names of implementations that are not cowstate's:
+    ``package.module:factory``, ``process:COMMAND`` and the protocol adapters."""
+    from cowstate_spec.process_impl import is_process_name
+
+    return is_process_name(name) or is_factory_name(name)
 
 
 def is_factory_name(name: str) -> bool:

@@ -227,7 +227,10 @@ class Child:
         assert self.process.stdin is not None and self.process.stdout is not None
         self._in = self.process.stdin
         self._out = self.process.stdout.fileno()
-        hello = self.exchange({"hello": {"protocol": [VERSION], "client": "cowstate"}}).get("hello")
+        answer = self.exchange({"hello": {"protocol": [VERSION], "client": "cowstate"}})
+        if "error" in answer:
+            raise ProtocolError(f"implementation {label} refused a request: {answer['error']}")
+        hello = answer.get("hello")
         if not isinstance(hello, dict):
             raise ProtocolError(
                 f"implementation {label} answered the hello without a hello; expected "
@@ -310,11 +313,12 @@ class Child:
             return 0.0
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def close(self) -> None:
+    def close(self, wait: float = 5.0) -> None:
+        """Close its standard input (it exits), waiting ``wait`` seconds before a kill."""
         with contextlib.suppress(OSError):
             self._in.close()
         try:
-            self.process.wait(timeout=5)
+            self.process.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
@@ -394,7 +398,7 @@ def forget(name: str) -> None:
     """Stop the child of ``name`` (tests; the next use starts a new one)."""
     child = _CHILDREN.pop(name, None)
     if child is not None:
-        child.close()
+        child.close(wait=0.2)
 
 
 # ------------------------------------------------------------------ the runner
