@@ -142,6 +142,14 @@ class WorkloadSpec(BaseModel):
     implementations: list[str] = Field(
         default_factory=lambda: _default_implementations(), min_length=1
     )
+    transform_functions: list[
+        Literal["add_or_append", "replace_with_value", "raise_error", "return_none"]
+    ] = Field(
+        default_factory=lambda: list(TRANSFORM_FUNCTIONS),
+        min_length=1,
+        description="the functions transforms apply (leaving out the failing ones checks "
+        "an implementation past a known difference)",
+    )
 
     @field_validator("mix")
     @classmethod
@@ -393,7 +401,7 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
                 ops.append((name, key, namespace, rng.randrange(100)))
             elif name == "transform":
                 ops.append(
-                    (name, key, namespace, rng.randrange(10), rng.choice(TRANSFORM_FUNCTIONS))
+                    (name, key, namespace, rng.randrange(10), rng.choice(spec.transform_functions))
                 )
             else:
                 ops.append((name, key, namespace))
