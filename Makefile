@@ -97,6 +97,7 @@ $(FLINK_CLASS): $(FLINK_SOURCE) $(FLINK_JAR)
 bench: $(CMAP)
 	$(PY) bench/bench_state_map.py
 	$(PY) bench/bench_differential.py
+	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
 	$(PY) bench/bench_serializers.py
