@@ -75,7 +75,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--workloads", type=int, default=40)
-    parser.add_argument("--flink", action="store_true", help="also Flink's map (make flink-adapter)")
+    parser.add_argument("--flink", action="store_true", help="Flink's map too (make flink-adapter)")
     parser.add_argument("--puts", type=int, default=20_000)
     args = parser.parse_args()
 

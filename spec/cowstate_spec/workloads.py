@@ -83,7 +83,13 @@ OPERATIONS = (
 )
 #: The keyed operations ``interrupt_iteration`` applies in the middle of an iteration.
 INTERRUPTIONS = ("put", "remove", "get")
-TRANSFORM_FUNCTIONS = ("add_or_append", "replace_with_value", "raise_error", "return_none")
+TransformFunction = Literal["add_or_append", "replace_with_value", "raise_error", "return_none"]
+TRANSFORM_FUNCTIONS: tuple[TransformFunction, ...] = (
+    "add_or_append",
+    "replace_with_value",
+    "raise_error",
+    "return_none",
+)
 
 StateKind = Literal["int", "str", "list", "dict"]
 DEFAULT_STATE_KINDS: tuple[StateKind, ...] = ("int", "list", "dict")
@@ -142,9 +148,7 @@ class WorkloadSpec(BaseModel):
     implementations: list[str] = Field(
         default_factory=lambda: _default_implementations(), min_length=1
     )
-    transform_functions: list[
-        Literal["add_or_append", "replace_with_value", "raise_error", "return_none"]
-    ] = Field(
+    transform_functions: list[TransformFunction] = Field(
         default_factory=lambda: list(TRANSFORM_FUNCTIONS),
         min_length=1,
         description="the functions transforms apply (leaving out the failing ones checks "
