@@ -18,6 +18,7 @@ import copy
 import io
 import pickle
 import shutil
+import uuid
 import zlib
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -28,7 +29,7 @@ from rocksdict import Options, Rdict
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.descriptors import ValueStateDescriptor
+from cowstate.descriptors import ListStateDescriptor, ValueStateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.keyed_backend import AbstractKeyedStateBackend
@@ -68,6 +69,8 @@ STATE_META = StateMetadata(
 )
 
 Contents = dict[str, dict[tuple[Any, Any], Any]]
+#: A state a target registers before a restore.
+Registered = ValueStateDescriptor[Any] | ListStateDescriptor
 #: A crafted entry: (key, namespace, state) objects, pickled as they are.
 Entry = tuple[Any, Any, Any]
 
@@ -258,6 +261,46 @@ def native_snapshot(
     finally:
         backend.close()
     return handle, SnapshotSource(FileSystem(), str(directory))
+
+
+class Targets:
+    """RocksDB backends that refusals restore into one after another (opening
+    and closing a database for each of many refusals is most of their time),
+    by key groups, class and registered states, each holding state of its own
+    (``fill(..., tag="mine")``): a refusal leaves its target as it was; a
+    target a restore changed (a failing test, a planted check) is closed and
+    made again for the next."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._made: dict[Hashable, tuple[RocksDBKeyedStateBackend, Path, Contents]] = {}
+
+    def get(
+        self,
+        key_group_range: KeyGroupRange = FULL,
+        cls: type[RocksDBKeyedStateBackend] = RocksDBKeyedStateBackend,
+        states: Sequence[Registered] = (),
+    ) -> tuple[RocksDBKeyedStateBackend, Path]:
+        """A target (and its local directory) as it was made."""
+        key = (key_group_range, cls, tuple((d.name, d.kind) for d in states))
+        if key in self._made:
+            backend, local, baseline = self._made.pop(key)
+            if dump(backend) == baseline:
+                self._made[key] = backend, local, baseline
+                return backend, local
+            backend.close()
+        local = self.root / f"target-{len(self._made)}-{uuid.uuid4().hex[:8]}"
+        backend = rocks(local, key_group_range, cls)
+        for descriptor in states:
+            backend.get_state(descriptor)
+        fill(backend, range(100, 160), tag="mine")
+        self._made[key] = backend, local, dump(backend)
+        return backend, local
+
+    def close(self) -> None:
+        for backend, _, _ in self._made.values():
+            backend.close()
+        self._made.clear()
 
 
 #: What :func:`built_once` built, by key.

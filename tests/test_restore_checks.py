@@ -18,7 +18,7 @@ import functools
 import io
 import pickle
 import pickletools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,8 @@ from restore_support import (
     VALUE,
     Contents,
     Entry,
+    Registered,
+    Targets,
     built_once,
     by_group,
     crafted,
@@ -99,14 +101,21 @@ def good_entries() -> list[Entry]:
 Restore = Callable[[bytes, Path], Contents | None]
 
 
-def _into(backend: AbstractKeyedStateBackend[Any], restore: Callable[[], None]) -> Contents:
-    fill(backend, range(100, 130), tag="mine")
+def _into(
+    backend: AbstractKeyedStateBackend[Any], restore: Callable[[], None], *, shared: bool = False
+) -> Contents:
+    """``restore()`` into ``backend`` (given state of its own, then closed; a
+    ``shared`` one of :class:`Targets` holds its own and stays open) leaves it
+    as it was."""
+    if not shared:
+        fill(backend, range(100, 130), tag="mine")
     before = dump(backend)
     try:
         restore()
     finally:
         after = dump(backend)
-        backend.close()
+        if not shared:
+            backend.close()
     assert after == before, "a refused restore changed the backend"
     return after
 
@@ -699,11 +708,12 @@ def placed(position: str, offence: Offence, entries: list[Entry] | None = None) 
 
 
 def restore_through(
-    path: str, code: Code, state: StateMetadata = STATE_META
+    path: str, code: Code, state: StateMetadata = STATE_META, targets: Targets | None = None
 ) -> Callable[[bytes, Path], None]:
     """A restore of one file into a target holding state that a refusal must
     leave as it was: ``path`` is "heap" or "rocksdb" (``restore_from`` of a
-    canonical savepoint) or "restore_table" (a table of its own)."""
+    canonical savepoint; the target one of ``targets``, if given) or
+    "restore_table" (a table of its own)."""
 
     def restore(data: bytes, tmp: Path) -> None:
         if path == "restore_table":
@@ -717,13 +727,19 @@ def restore_through(
             finally:
                 assert {(e.key, e.namespace): e.state for e in table} == {(100, "a"): ["mine"]}
             return
-        backend = heap(cls=code.heap) if path == "heap" else rocks(tmp / "local", cls=code.rocksdb)
-        if state.kind == "list":
-            backend.get_state(ListStateDescriptor(state.name, serializer=SER))
+        registered: list[Registered] = (
+            [ListStateDescriptor(state.name, serializer=SER)] if state.kind == "list" else []
+        )
         handle = handle_for(tmp / "sp" / "file", data, backend=path, state=state)
-        _into(backend, lambda: backend.restore_from([handle], ABSOLUTE))
-        if path == "rocksdb":
-            assert staged_databases(tmp / "local") == 1, "a refused restore left a database behind"
+        if path == "heap":
+            backend = heap(cls=code.heap)
+            for descriptor in registered:
+                backend.get_state(descriptor)
+            _into(backend, lambda: backend.restore_from([handle], ABSOLUTE))
+            return
+        target, local = shared_or_fresh(targets, tmp, FULL, code.rocksdb, registered)
+        _into(target, lambda: target.restore_from([handle], ABSOLUTE), shared=bool(targets))
+        assert staged_databases(local) == 1, "a refused restore left a database behind"
 
     return restore
 
@@ -736,6 +752,7 @@ def refused_wherever(
     says: Callable[[int, Entry], tuple[str, ...]],
     tmp: Path,
     code: Code,
+    targets: Targets | None,
     entries: list[Entry] | None = None,
 ) -> None:
     """``offence``'s entry at ``position`` is refused by ``path`` with ``error``
@@ -749,11 +766,35 @@ def refused_wherever(
 
     data = placed(position, noted, entries)
     state = STATE_META if entries is None else LIST_META
-    restore = restore_through(path, code, state)
+    restore = restore_through(path, code, state, targets)
     refused(restore, data, tmp, error, *says(kg, offending[0]), state=state.name)
 
 
-def e1_case(role: str, path: str, position: str, tmp: Path, code: Code = REAL) -> None:
+def shared_or_fresh(
+    targets: Targets | None,
+    tmp: Path,
+    key_group_range: KeyGroupRange,
+    cls: type[RocksDBKeyedStateBackend],
+    states: Sequence[Registered] = (),
+) -> tuple[RocksDBKeyedStateBackend, Path]:
+    """A RocksDB target of ``targets`` (or a new one under ``tmp``, which
+    :func:`_into` fills) and its local directory."""
+    if targets is not None:
+        return targets.get(key_group_range, cls, states)
+    backend = rocks(tmp / "local", key_group_range, cls)
+    for descriptor in states:
+        backend.get_state(descriptor)
+    return backend, tmp / "local"
+
+
+def e1_case(
+    role: str,
+    path: str,
+    position: str,
+    tmp: Path,
+    code: Code = REAL,
+    targets: Targets | None = None,
+) -> None:
     offences: dict[str, Offence] = {
         "key": lambda kg, _: (None, "c", "x"),
         "namespace": lambda kg, _: (key_of_group(kg), None, "x"),
@@ -767,10 +808,18 @@ def e1_case(role: str, path: str, position: str, tmp: Path, code: Code = REAL) -
         lambda kg, _: (f"key group {kg}", f"whose {role} is None"),
         tmp,
         code,
+        targets,
     )
 
 
-def e2_case(role: str, path: str, position: str, tmp: Path, code: Code = REAL) -> None:
+def e2_case(
+    role: str,
+    path: str,
+    position: str,
+    tmp: Path,
+    code: Code = REAL,
+    targets: Targets | None = None,
+) -> None:
     offences: dict[str, Offence] = {
         "key": lambda kg, _: ([1, 2], "c", "x"),
         "namespace": lambda kg, _: (key_of_group(kg), [1, 2], "x"),
@@ -783,10 +832,13 @@ def e2_case(role: str, path: str, position: str, tmp: Path, code: Code = REAL) -
         lambda kg, _: (f"key group {kg}", f"expected hashable {role}s", "list [1, 2]"),
         tmp,
         code,
+        targets,
     )
 
 
-def e3_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
+def e3_case(
+    path: str, position: str, tmp: Path, code: Code = REAL, targets: Targets | None = None
+) -> None:
     refused_wherever(
         path,
         position,
@@ -798,10 +850,13 @@ def e3_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
         ),
         tmp,
         code,
+        targets,
     )
 
 
-def e4_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
+def e4_case(
+    path: str, position: str, tmp: Path, code: Code = REAL, targets: Targets | None = None
+) -> None:
     refused_wherever(
         path,
         position,
@@ -810,10 +865,13 @@ def e4_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
         lambda kg, entry: (f"({entry[0]!r}, {entry[1]!r}) twice in key group {kg}",),
         tmp,
         code,
+        targets,
     )
 
 
-def e5_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
+def e5_case(
+    path: str, position: str, tmp: Path, code: Code = REAL, targets: Targets | None = None
+) -> None:
     refused_wherever(
         path,
         position,
@@ -822,11 +880,14 @@ def e5_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
         lambda kg, _: (f"key group {kg} to be a list", "got a state of type int"),
         tmp,
         code,
+        targets,
         entries=[(k, ns, [s]) for k, ns, s in good_entries()],
     )
 
 
-def e6_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
+def e6_case(
+    path: str, position: str, tmp: Path, code: Code = REAL, targets: Targets | None = None
+) -> None:
     """A float key among the int keys (the target's type; a table's numbers)."""
     refused_wherever(
         path,
@@ -836,7 +897,15 @@ def e6_case(path: str, position: str, tmp: Path, code: Code = REAL) -> None:
         lambda kg, entry: (f"key group {kg} has float {entry[0]!r}",),
         tmp,
         code,
+        targets,
     )
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targets]:
+    shared = Targets(tmp_path_factory.mktemp("targets"))
+    yield shared
+    shared.close()
 
 
 BACKEND_PATHS = pytest.mark.parametrize("path", ["heap", "rocksdb"])
@@ -856,9 +925,9 @@ AT_EVERY_POSITION = pytest.mark.parametrize("position", POSITIONS)
     ],
 )
 def test_e1_refuses_a_none_key_namespace_or_state_wherever_it_stands(
-    role: str, path: str, position: str, tmp_path: Path
+    role: str, path: str, position: str, tmp_path: Path, targets: Targets
 ) -> None:
-    e1_case(role, path, position, tmp_path)
+    e1_case(role, path, position, tmp_path, targets=targets)
 
 
 @AT_EVERY_POSITION
@@ -874,35 +943,35 @@ def test_e2_refuses_an_unhashable_key_or_namespace_wherever_it_stands(
 @AT_EVERY_POSITION
 @BACKEND_PATHS
 def test_e3_refuses_a_key_of_another_key_group_wherever_it_stands(
-    path: str, position: str, tmp_path: Path
+    path: str, position: str, tmp_path: Path, targets: Targets
 ) -> None:
-    e3_case(path, position, tmp_path)
+    e3_case(path, position, tmp_path, targets=targets)
 
 
 @AT_EVERY_POSITION
 @TABLE_PATHS
 def test_e4_refuses_a_mapping_given_twice_wherever_it_stands(
-    path: str, position: str, tmp_path: Path
+    path: str, position: str, tmp_path: Path, targets: Targets
 ) -> None:
     """The mapping repeated is the block's first (entries 0 and 1), a middle one,
     its last (the last two entries), the last block's last."""
-    e4_case(path, position, tmp_path)
+    e4_case(path, position, tmp_path, targets=targets)
 
 
 @AT_EVERY_POSITION
 @BACKEND_PATHS
 def test_e5_refuses_a_state_its_kind_does_not_hold_wherever_it_stands(
-    path: str, position: str, tmp_path: Path
+    path: str, position: str, tmp_path: Path, targets: Targets
 ) -> None:
-    e5_case(path, position, tmp_path)
+    e5_case(path, position, tmp_path, targets=targets)
 
 
 @AT_EVERY_POSITION
 @TABLE_PATHS
 def test_e6_refuses_a_key_of_another_type_wherever_it_stands(
-    path: str, position: str, tmp_path: Path
+    path: str, position: str, tmp_path: Path, targets: Targets
 ) -> None:
-    e6_case(path, position, tmp_path)
+    e6_case(path, position, tmp_path, targets=targets)
 
 
 # RocksDB native files: a rescaling restore copies the entries of the handles
@@ -967,6 +1036,7 @@ def native_case(
     tmp: Path,
     low_half: tuple[KeyedStateHandle, Path],
     code: Code = REAL,
+    targets: Targets | None = None,
 ) -> None:
     kg = LAST if position == "last-block" else NATIVE_INNER
     says: tuple[str, ...]
@@ -989,11 +1059,12 @@ def native_case(
         ("rescaled", check, position),
         lambda: native_snapshot(tmp, HIGH, keys=NATIVE_KEYS, plant=plant, beside=low_half[1]),
     )
-    target = rocks(tmp / "local", cls=code.rocksdb)
+    target, local = shared_or_fresh(targets, tmp, FULL, code.rocksdb)
 
     def restore(data: bytes, tmp: Path) -> None:
-        _into(target, lambda: target.restore_from([low_half[0], high], source))
-        assert staged_databases(tmp / "local") == 1, "a refused restore left a database behind"
+        restore_from = target.restore_from
+        _into(target, lambda: restore_from([low_half[0], high], source), shared=bool(targets))
+        assert staged_databases(local) == 1, "a refused restore left a database behind"
 
     refused(restore, b"", tmp, error, *says)
 
@@ -1001,16 +1072,22 @@ def native_case(
 @AT_EVERY_POSITION
 @pytest.mark.parametrize("check", ["E1", "E3"])
 def test_a_rescaling_restore_refuses_a_bad_entry_it_copies_wherever_it_stands(
-    check: str, position: str, tmp_path: Path, low_half: tuple[KeyedStateHandle, Path]
+    check: str,
+    position: str,
+    tmp_path: Path,
+    low_half: tuple[KeyedStateHandle, Path],
+    targets: Targets,
 ) -> None:
-    native_case(check, position, tmp_path, low_half)
+    native_case(check, position, tmp_path, low_half, targets=targets)
 
 
 #: The states of the native restore kept as it is, one column family each.
 COLUMN_STATES = ("s0", "s1", "s2")
 
 
-def e6_native_case(position: str, tmp: Path, code: Code = REAL) -> None:
+def e6_native_case(
+    position: str, tmp: Path, code: Code = REAL, targets: Targets | None = None
+) -> None:
     """A native restore of the same key groups keeps the files as they are and
     decodes the first key of each column family only (E6: the key type): a
     float key first in the first, the middle or the last column family of a
@@ -1029,13 +1106,14 @@ def e6_native_case(position: str, tmp: Path, code: Code = REAL) -> None:
         ("first keys", position),
         lambda: native_snapshot(tmp, states=COLUMN_STATES, keys=NATIVE_KEYS, plant=plant),
     )
-    target = rocks(tmp / "local", cls=code.rocksdb)
-    for state in COLUMN_STATES:
-        target.get_state(ValueStateDescriptor(state, serializer=SER))
+    states: list[Registered] = [
+        ValueStateDescriptor(state, serializer=SER) for state in COLUMN_STATES
+    ]
+    target, local = shared_or_fresh(targets, tmp, FULL, code.rocksdb, states)
 
     def restore(data: bytes, tmp: Path) -> None:
-        _into(target, lambda: target.restore_from([handle], source))
-        assert staged_databases(tmp / "local") == 1, "a refused restore left a database behind"
+        _into(target, lambda: target.restore_from([handle], source), shared=bool(targets))
+        assert staged_databases(local) == 1, "a refused restore left a database behind"
 
     refused(
         restore,
@@ -1049,6 +1127,6 @@ def e6_native_case(position: str, tmp: Path, code: Code = REAL) -> None:
 
 @pytest.mark.parametrize("position", ["first", "middle", "last"])
 def test_e6_a_native_restore_refuses_a_first_key_of_another_type_in_any_column_family(
-    position: str, tmp_path: Path
+    position: str, tmp_path: Path, targets: Targets
 ) -> None:
-    e6_native_case(position, tmp_path)
+    e6_native_case(position, tmp_path, targets=targets)

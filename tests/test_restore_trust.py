@@ -27,6 +27,8 @@ from restore_support import (
     ABSOLUTE,
     SER,
     STATE_META,
+    Registered,
+    Targets,
     built_once,
     by_group,
     crafted,
@@ -36,7 +38,6 @@ from restore_support import (
     handle_for,
     heap,
     native_snapshot,
-    rocks,
     staged_databases,
 )
 
@@ -284,11 +285,12 @@ Document = dict[str, Any]
 
 class Resealable:
     """A closed job's checkpoint of three subtasks of ``kind`` (every key group
-    holds state) and the backends restores are tried into: a restore that
-    changed them gets new ones."""
+    holds state) and the backends restores are tried into (of ``targets``, the
+    same kind unless given): a restore that changed them gets new ones."""
 
-    def __init__(self, root: Path, kind: str) -> None:
+    def __init__(self, root: Path, kind: str, targets: str | None = None) -> None:
         self.root, self.kind = root, kind
+        self.targets_kind = targets or kind
         job = Job(root / "root", kind, parallelism=3)
         job.put(range(60), "a")
         self.directory = job.checkpoint()
@@ -308,7 +310,7 @@ class Resealable:
         if self._targets and self._contents(self._targets) != self._baseline:
             self.close()
         if not self._targets:
-            self._targets = fresh_backends(self.kind, 3)
+            self._targets = fresh_backends(self.targets_kind, 3)
             for index, backend in enumerate(self._targets):
                 for key in range(100, 160):
                     if assign_to_key_group(key, MAXP) in backend.key_group_range:
@@ -887,6 +889,15 @@ def test_rocksdb_native_files_that_disagree_with_their_handle_are_refused(
 # a resealed _metadata would.
 
 NATIVE_RANGE = KeyGroupRange(4, 11)
+
+
+@pytest.fixture(scope="module")
+def targets(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Targets]:
+    shared = Targets(tmp_path_factory.mktemp("targets"))
+    yield shared
+    shared.close()
+
+
 COLUMN_STATES = ("s0", "s1", "s2")
 
 
@@ -897,14 +908,20 @@ def refused_native(
     error: type[CowStateError],
     *says: str,
     cls: type[RocksDBKeyedStateBackend] = RocksDBKeyedStateBackend,
+    targets: Targets | None = None,
 ) -> None:
-    """A backend of the handle's key groups holding state of its own refuses
-    to restore ``handle`` with ``error`` saying ``says``, and is as it was."""
-    target = rocks(root / "local", NATIVE_RANGE, cls=cls)
+    """A backend of the handle's key groups holding state of its own (one of
+    ``targets``, if given) refuses to restore ``handle`` with ``error`` saying
+    ``says``, and is as it was."""
+    states: list[Registered] = [
+        ValueStateDescriptor(state.name, serializer=SER) for state in handle.states
+    ]
+    if targets is None:
+        shared = Targets(root / "targets")
+        target, local = shared.get(NATIVE_RANGE, cls, states)
+    else:
+        target, local = targets.get(NATIVE_RANGE, cls, states)
     try:
-        for state in handle.states:
-            target.get_state(ValueStateDescriptor(state.name, serializer=SER))
-        fill(target, range(100, 160), tag="mine")
         before = dump(target)
         with pytest.raises(error) as excinfo:
             target.restore_from([handle], source)
@@ -912,13 +929,17 @@ def refused_native(
         for fragment in ("expected", *says):
             assert fragment in str(excinfo.value), (fragment, str(excinfo.value))
         assert dump(target) == before, "a refused restore changed the backend"
-        assert staged_databases(root / "local") == 1, "a refused restore left a database behind"
+        assert staged_databases(local) == 1, "a refused restore left a database behind"
     finally:
-        target.close()
+        if targets is None:
+            shared.close()
 
 
 def n2_case(
-    position: str, root: Path, cls: type[RocksDBKeyedStateBackend] = RocksDBKeyedStateBackend
+    position: str,
+    root: Path,
+    cls: type[RocksDBKeyedStateBackend] = RocksDBKeyedStateBackend,
+    targets: Targets | None = None,
 ) -> None:
     name = COLUMN_STATES[{"first": 0, "middle": 1}.get(position, 2)]
     key_group = NATIVE_RANGE.end_key_group + 2 if position == "last-block" else 2
@@ -942,14 +963,15 @@ def n2_case(
         f"column family 'state.{name}' holds keys of key groups",
         f"{key_group} to" if key_group < NATIVE_RANGE.start_key_group else f"to {key_group}",
         cls=cls,
+        targets=targets,
     )
 
 
 @pytest.mark.parametrize("position", ["first", "middle", "last", "last-block"])
 def test_n2_refuses_a_key_outside_the_handles_key_groups_in_any_column_family(
-    position: str, tmp_path: Path
+    position: str, tmp_path: Path, targets: Targets
 ) -> None:
-    n2_case(position, tmp_path)
+    n2_case(position, tmp_path, targets=targets)
 
 
 def n1_same_count_case(
