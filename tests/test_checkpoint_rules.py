@@ -436,6 +436,31 @@ def test_subtasks_holding_a_key_group_twice_are_refused_whatever_they_add_up_to(
     subtasks_case(case, tmp_path)
 
 
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        [KeyGroupRange(0, 7), KeyGroupRange(9, 15)],
+        [KeyGroupRange(0, 7), KeyGroupRange.EMPTY, KeyGroupRange(9, 15)],
+        [KeyGroupRange(1, 15)],
+    ],
+    ids=["between-two", "beside-an-empty-range", "the-first"],
+)
+def test_subtasks_that_leave_a_key_group_to_none_are_refused(
+    tmp_path: Path, ranges: list[KeyGroupRange]
+) -> None:
+    backends = [heap(r, MAXP) for r in ranges]
+    storage = CheckpointStorage(str(tmp_path / "root"), "job")
+    with pytest.raises(InvalidArgumentError) as caught:
+        CheckpointCoordinator(storage, backends)
+    in_order = sorted(ranges, key=lambda r: r.start_key_group)
+    assert str(caught.value) == (
+        f"expected the subtasks' key-group ranges to cover all {MAXP} key groups (a job's "
+        f"subtasks own every key group), got {MAXP - 1}: {in_order!r}"
+    )
+    for backend in backends:
+        backend.close()
+
+
 # -------------------------------------------------------------------- rules
 
 

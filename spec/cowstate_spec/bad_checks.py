@@ -13,7 +13,9 @@ are written by the real writer and hold no bad entry for a check to miss:
 - a *counted* set check: two sets compared by their sizes instead of their
   members (N1, N3 of :mod:`cowstate.rocksdb.restore`, the states and key
   groups a file holds against its handle, the cover of the key groups by the
-  subtasks of M4, the disowned files of M8).
+  subtasks of M4, the disowned files of M8), and the coordinator's own
+  subtasks compared as neighbours across an empty range (the defect its
+  ``_check_backends`` had: the count of key groups then hid an overlap).
 
 Each :class:`CheckBug` is one :class:`~cowstate_spec.bad_layers.FunctionBug`
 or :class:`~cowstate_spec.bad_implementations.Bug` (one rewritten line, or a
@@ -27,10 +29,12 @@ backend class, ``restore_table`` or ``CheckpointCoordinator``, a private copy
 They are caught by the tests that put the offending item at the first, a
 middle and the last position and in the last block, or that give a set the
 same size and another member (``tests/test_restore_checks.py``,
-``tests/test_restore_trust.py``): each such test runs its own restore
-through the planted copy and requires its oracle to fail at exactly the
-positions :attr:`CheckBug.escapes` names, and the identity control (the same
-callers rebound, the line unchanged) to pass everywhere.
+``tests/test_restore_trust.py``, ``tests/test_checkpoint_rules.py``):
+``tests/test_spec_catches_bad_checks.py`` runs each such test through the
+planted copy and requires it to fail at exactly the positions
+:attr:`CheckBug.escapes` names (a position, a "same count" case) and pass at
+the others; where a defect fails at every position, its identity control
+(:func:`control`: the same callers rebound, the line unchanged) must pass.
 
 The RocksDB bugs are :func:`rocksdb_check_bugs` (``cowstate.rocksdb`` needs
 the optional ``rocksdict``).
@@ -56,7 +60,6 @@ __all__ = [
     "CHECK_BUGS",
     "Caller",
     "CheckBug",
-    "check_bug_named",
     "control",
     "planted",
     "rocksdb_check_bugs",
@@ -111,14 +114,6 @@ def control(check_bug: CheckBug) -> CheckBug:
     """The identity control of ``check_bug``: the same callers rebound, the line
     unchanged; nothing escapes."""
     return replace(check_bug, bug=identity(check_bug.bug), escapes=frozenset())
-
-
-def check_bug_named(name: str) -> CheckBug:
-    """The check bug called ``name`` (RocksDB's included)."""
-    for check_bug in CHECK_BUGS + rocksdb_check_bugs():
-        if check_bug.name == name:
-            return check_bug
-    raise KeyError(name)
 
 
 _LATER = frozenset({"middle", "last", "last-block"})
