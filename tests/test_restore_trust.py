@@ -7,16 +7,23 @@ file and directory outside the storage root must never be read or deleted.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import shutil
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jobs_support import Crash
 
+from cowstate.checkpoint import paths
 from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
@@ -26,6 +33,7 @@ from cowstate.checkpoint.handles import (
     RestoreRecord,
 )
 from cowstate.checkpoint.inspect import inspect_snapshot
+from cowstate.checkpoint.recovery import RecoveryReport, Skipped
 from cowstate.checkpoint.sealed import seal
 from cowstate.checkpoint.storage import (
     CLAIM_MARKER,
@@ -34,11 +42,13 @@ from cowstate.checkpoint.storage import (
     read_metadata,
 )
 from cowstate.checkpoint.verify import METADATA_KIND
+from cowstate.cli import main as cowstate_main
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import (
     CorruptCheckpointError,
     CowStateError,
     InconsistentMetadataError,
+    InvalidArgumentError,
     MetadataChecksumError,
     UnsafePathError,
     UnsupportedMetadataVersionError,
@@ -362,6 +372,314 @@ def test_a_symlink_out_of_the_snapshot_is_refused(
     assert str(victim) not in opened
 
 
+# ------------------------------------------------ names read from files (P5, P6)
+
+
+def tree(root: Path) -> dict[str, bytes | str | None]:
+    """Everything under ``root``: a file's bytes, a link's target, None for a directory."""
+    found: dict[str, bytes | str | None] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            found[str(path)] = os.readlink(path)
+        elif path.is_file():
+            found[str(path)] = path.read_bytes()
+        else:
+            found[str(path)] = None
+    return found
+
+
+_ONE_NAME = " to be one name of letters, digits, '.', '_' and '-' (not '.' or '..', no '/'), got "
+_CONTROL = " without NUL or other control characters, got "
+_BYTES = " with every name between '/' of at most 255 bytes, got one of "
+
+#: Every class of name P5 or P1 refuses as a file's local name (the name a
+#: RocksDB restore downloads it under): the name, and the end of the refusal.
+BAD_LOCAL_NAMES: dict[str, tuple[str, str]] = {
+    "nul": ("000009\x00.sst", _CONTROL + "U+0000 at 6 in '000009\\x00.sst'"),
+    "newline": ("CURRENT\n", _CONTROL + "U+000A at 7 in 'CURRENT\\n'"),
+    "c1 control": ("OPTIONS\x85", _CONTROL + "U+0085 at 7 in 'OPTIONS\\x85'"),
+    "300 characters": ("x" * 300, _BYTES + f"300 bytes: {'x' * 80!r} (of 300 characters)"),
+    "256 bytes of 128 characters": (
+        "é" * 128,
+        _BYTES + f"256 bytes: {'é' * 80!r} (of 128 characters)",
+    ),
+    "empty": ("", ", got an empty name"),
+    "a directory": ("a/000009.sst", _ONE_NAME + "'a/000009.sst'"),
+    "parent": ("..", _ONE_NAME + "'..'"),
+    "itself": (".", _ONE_NAME + "'.'"),
+    "absolute": ("/etc/hostname", _ONE_NAME + "'/etc/hostname'"),
+    "backslash": ("..\\x", _ONE_NAME + "'..\\\\x'"),
+    "scheme": ("file:x", _ONE_NAME + "'file:x'"),
+    "fullwidth solidus": ("a\uff0fb", _ONE_NAME + "'a\uff0fb'"),
+    "one-dot leaders": ("\u2024\u2024", _ONE_NAME + "'\u2024\u2024'"),
+}
+
+
+@pytest.fixture(scope="module")
+def native_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The storage root of a closed RocksDB job with one native checkpoint
+    (``job/chk-1``) of two subtasks, each several files, exclusive and shared."""
+    root = tmp_path_factory.mktemp("native") / "root"
+    job = Job(root, "rocksdb")
+    job.put(range(60), "a")
+    job.checkpoint()
+    job.close()
+    return root
+
+
+def _refused_everywhere(
+    tmp_path: Path, kind: str, directory: str, message: str, opened: list[str], capsys: Any
+) -> None:
+    """``directory``'s snapshot is refused with ``message`` -- by a restore in every
+    mode, by inspect and ``cowstate savepoint inspect``, and by recovering its job
+    (R3, naming it) -- before any file but ``_metadata`` and ``_counter`` is
+    opened; nothing on disk or in a backend changes."""
+    before = tree(tmp_path)
+    opened.clear()
+    target = fresh_backends(kind)
+    for mode in RestoreMode:
+        with pytest.raises(UnsafePathError) as caught:
+            CheckpointCoordinator.restore(
+                CheckpointStorage(str(tmp_path / "new"), "new"), target, directory, mode
+            )
+        assert str(caught.value) == message
+    with pytest.raises(UnsafePathError) as caught:
+        inspect_snapshot(directory)
+    assert str(caught.value) == message
+    capsys.readouterr()
+    assert cowstate_main(["savepoint", "inspect", directory]) == 2
+    assert capsys.readouterr().err == f"cowstate savepoint inspect: {' '.join(message.split())}\n"
+    storage = CheckpointStorage(str(Path(directory).parent.parent), Path(directory).parent.name)
+    with pytest.raises(CorruptCheckpointError) as recovering:
+        CheckpointCoordinator.recover(storage, target)
+    assert f"({directory}: {message}); nothing was restored or deleted" in str(recovering.value)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+    assert tree(tmp_path) == before
+    metadata = os.path.join(directory, METADATA_FILE)
+    assert set(opened) <= {metadata, os.path.join(storage.job_dir, "_counter")}, opened
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_LOCAL_NAMES))
+def test_a_local_name_no_file_system_takes_is_refused_before_any_file_is_opened(
+    native_job: Path, tmp_path: Path, opened: list[str], capsys: Any, bad: str
+) -> None:
+    """Regression: a resealed local name holding a NUL byte, or of 300
+    characters, escaped a RocksDB restore as a raw ``ValueError`` or
+    ``OSError`` once other files were downloaded, and inspect took it. Every
+    class of bad name (M6, P5), as the first, a middle or the last file in
+    turn, is an ``UnsafePathError`` naming the file, before any file is opened."""
+    name, refusal = BAD_LOCAL_NAMES[bad]
+    shutil.copytree(native_job, tmp_path / "root", symlinks=True)
+    directory = str(tmp_path / "root" / "job" / "chk-1")
+    metadata = read_metadata(FileSystem(), directory)
+    files = [(s, i) for s, h in enumerate(metadata.subtasks) for i in range(len(h.files))]
+    position = sorted(BAD_LOCAL_NAMES).index(bad) % 3  # first, middle, last in turn
+    subtask, index = files[[0, len(files) // 2, len(files) - 1][position]]
+    victim = metadata.subtasks[subtask].files[index]
+
+    def rename(document: dict[str, Any]) -> None:
+        document["subtasks"][subtask]["files"][index]["local_name"] = name
+
+    reseal(directory, rename)
+    where = repr(os.path.join(directory, METADATA_FILE))
+    what = f"the local name of {victim.scope} file {victim.path!r} in {where}"
+    _refused_everywhere(tmp_path, "rocksdb", directory, f"expected {what}{refusal}", opened, capsys)
+
+
+#: Every class of directory name P5 refuses (what ``_restore`` or a
+#: checkpoint's ``restored_from`` may name): the name, and the end of the refusal.
+BAD_DIRECTORIES: dict[str, tuple[str, str]] = {
+    "nul": ("/data/sp\x00-1", _CONTROL + "U+0000 at 8 in '/data/sp\\x00-1'"),
+    "newline": ("/data/sp-1\n", _CONTROL + "U+000A at 10 in '/data/sp-1\\n'"),
+    "300-byte name": (
+        "/data/" + "s" * 300,
+        _BYTES + f"300 bytes: {'s' * 80!r} (of 300 characters)",
+    ),
+    "4121 bytes": (
+        "/" + ("d" * 200 + "/") * 20 + "d" * 100,
+        f" of at most 4095 bytes, got 4121 bytes: {('/' + 'd' * 200)[:80]!r} (of 4121 characters)",
+    ),
+    "empty": ("", ", got an empty name"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_DIRECTORIES))
+def test_a_restored_from_directory_no_file_system_takes_is_refused_before_it_is_looked_at(
+    tmp_path: Path, opened: list[str], capsys: Any, bad: str
+) -> None:
+    """Regression: a checkpoint resealed to say its job started from a
+    directory holding a NUL byte made recovery raise a raw ``ValueError``;
+    one with a 300-byte name was taken (and recovery went on). M6 (P5)
+    refuses the document, whatever reads it."""
+    name, refusal = BAD_DIRECTORIES[bad]
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    directory = job.checkpoint()
+    job.close()
+
+    def started_from(document: dict[str, Any]) -> None:
+        document["restored_from"] = {
+            "directory": name,
+            "mode": "no-claim",
+            "checkpoint_id": 1,
+            "kind": "savepoint",
+        }
+
+    reseal(directory, started_from)
+    where = repr(os.path.join(directory, METADATA_FILE))
+    message = f"expected the directory of restored_from in {where}{refusal}"
+    _refused_everywhere(tmp_path, "heap", directory, message, opened, capsys)
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_DIRECTORIES))
+def test_a_restore_record_naming_a_directory_no_file_system_takes_is_never_followed(
+    tmp_path: Path, opened: list[str], bad: str
+) -> None:
+    """Regression: a ``_restore`` naming a directory with a NUL byte made
+    recovery raise a raw ``ValueError``; one with a 300-byte name was looked
+    for. The job has no checkpoint, so the record held its state: recovery
+    refuses (R3) naming what is wrong, nothing read past ``_restore``,
+    nothing changed."""
+    name, refusal = BAD_DIRECTORIES[bad]
+    job = Job(tmp_path / "root", "heap")
+    job.close()
+    job.storage.write_restore_record(
+        RestoreRecord(directory=name, mode=RestoreMode.CLAIM, checkpoint_id=1, kind="savepoint")
+    )
+    record = os.path.join(job.storage.job_dir, "_restore")
+    before = tree(tmp_path)
+    opened.clear()
+    backends = fresh_backends("heap")
+    with pytest.raises(CorruptCheckpointError) as caught:
+        CheckpointCoordinator.recover(job.storage, backends)
+    message = f"expected the directory in {record!r}{refusal}"
+    assert f"({record}: {message}); nothing was restored or deleted" in str(caught.value)
+    assert tree(tmp_path) == before
+    assert set(opened) <= {record, os.path.join(job.storage.job_dir, "_counter")}, opened
+    assert all(list(b.entries("value")) == [] for b in backends)
+
+
+#: Every class of directory P6 (and P5) refuses in a ``_savepoint`` intent.
+BAD_INTENT_DIRECTORIES: dict[str, tuple[str, str]] = {
+    **BAD_DIRECTORIES,
+    "relative": (
+        "savepoints/sp-1",
+        " to be absolute (a path from '/' or a URL), got 'savepoints/sp-1': it would be "
+        "resolved against the working directory",
+    ),
+    "parent": (
+        "/data/../sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data/../sp-1'",
+    ),
+    "itself": (
+        "/data/./sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data/./sp-1'",
+    ),
+    "trailing slash": (
+        "/data/sp-1/",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data/sp-1/'",
+    ),
+    "empty name": (
+        "/data//sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data//sp-1'",
+    ),
+    "root": ("/", " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/'"),
+    "url with a parent": (
+        "memory://data/../sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got 'memory://data/../sp-1'",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_INTENT_DIRECTORIES))
+def test_a_savepoint_intent_naming_a_directory_p6_refuses_is_reported_and_never_followed(
+    tmp_path: Path, opened: list[str], bad: str
+) -> None:
+    """Regression: an intent naming a directory with a NUL byte made recovery
+    raise a raw ``ValueError``; a relative one was resolved against the
+    working directory. Each is reported and deleted, nothing else changes,
+    and the job recovers its checkpoint."""
+    name, refusal = BAD_INTENT_DIRECTORIES[bad]
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    intent = job.storage.savepoint_intent_path
+    job.storage.write_savepoint_intent(SavepointIntent(directory=name, token="a" * 32))
+    before = tree(tmp_path)
+    del before[intent]
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.contents() == {k: "a" for k in range(30)}
+    report = recovered.coordinator.recovery
+    assert report is not None
+    assert report.skipped == [Skipped(intent, f"expected the directory in {intent!r}{refusal}")]
+    assert report.removed_savepoint is None
+    assert tree(tmp_path) == before
+    recovered.close()
+
+
+@settings(deadline=None)
+@given(
+    name=st.one_of(
+        st.text(st.characters(exclude_categories=()), max_size=20),
+        st.builds(
+            lambda char, count, tail: char * count + tail,
+            st.sampled_from(["a", "\u00e9", "\u20ac", "\U0001f600"]),
+            st.integers(60, 260),
+            st.sampled_from(["", "/b", "\x00", "\ud800"]),
+        ),
+        st.builds(
+            lambda count, extra: "/" + "/".join(["d" * 200] * count) + "/" + "e" * extra,
+            st.integers(19, 20),
+            st.integers(0, 100),
+        ),
+    )
+)
+def test_a_name_the_check_takes_reaches_the_file_system_without_a_raw_error(name: str) -> None:
+    """P5 against the operating system: a name ``check_name`` takes never makes
+    ``os.lstat`` raise ``ValueError``, ``UnicodeEncodeError`` or
+    ``ENAMETOOLONG`` (what escaped a restore before), nor holds a control
+    character."""
+    try:
+        paths.check_name(name, "a name")
+    except UnsafePathError:
+        return
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name), name
+    try:
+        os.lstat(name)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:
+        assert exc.errno != errno.ENAMETOOLONG, name
+
+
+def test_a_name_is_taken_up_to_the_limits_of_the_file_system_and_refused_past_them() -> None:
+    """P5's bounds, in UTF-8 bytes: a name between '/' of 255 bytes and a
+    whole name of 4095 are taken (the operating system looks them up); one
+    byte more, a lone surrogate and each control character are refused."""
+    at_limits = ["\u00e9" * 127 + "a", "/" + "/".join(["d" * 255] * 15) + "/" + "e" * 254]
+    assert [len(n.encode()) for n in at_limits] == [255, 4095]
+    for name in at_limits:
+        assert paths.check_name(name, "a name") == name
+        with pytest.raises(FileNotFoundError):
+            os.lstat(name)
+    past = {
+        "\u00e9" * 128: "with every name between '/' of at most 255 bytes, got one of 256 bytes",
+        at_limits[1] + "e": "of at most 4095 bytes, got 4096 bytes",
+        "a\ud800b": "of valid Unicode, got the lone surrogate U+D800 at 1 in 'a\\ud800b'",
+        "a\x7fb": "without NUL or other control characters, got U+007F at 1 in 'a\\x7fb'",
+        "a\x9fb": "without NUL or other control characters, got U+009F at 1 in 'a\\x9fb'",
+        "a\x1fb": "without NUL or other control characters, got U+001F at 1 in 'a\\x1fb'",
+    }
+    for name, why in past.items():
+        with pytest.raises(UnsafePathError) as caught:
+            paths.check_name(name, "a name")
+        assert str(caught.value).startswith(f"expected a name {why}"), caught.value
+    assert paths.check_name("a\xa0b", "a name") == "a\xa0b"  # no-break space: printable
+
+
 def test_claim_never_deletes_outside_what_the_job_owns(tmp_path: Path, canary: Path) -> None:
     """A CLAIMed checkpoint is subsumed: only its own listed files go."""
     old = Job(tmp_path / "root", "rocksdb")
@@ -456,6 +774,208 @@ def test_recover_removes_an_interrupted_savepoint_and_nothing_else(tmp_path: Pat
     assert recovered.coordinator.recovery.removed_savepoint == str(interrupted)
     read_metadata(FileSystem(), older)
     recovered.close()
+
+
+def listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every directory the checkpoint layer lists from now on."""
+    listed: list[str] = []
+    for method in ("list_dir", "list_files"):
+        original = getattr(FileSystem, method)
+
+        def recording(self: FileSystem, directory: str, original: Any = original) -> Any:
+            listed.append(directory)
+            return original(self, directory)
+
+        monkeypatch.setattr(FileSystem, method, recording)
+    return listed
+
+
+def _no_marker(directory: Path | str, token: str) -> str:
+    return (
+        f"expected the directory of the savepoint intent to hold its marker "
+        f"'{SAVEPOINT_MARKER}{token}', it holds none: not touched"
+    )
+
+
+@pytest.mark.parametrize("where", ["outside the root", "beside the job", "inside the job"])
+def test_recover_never_deletes_an_empty_directory_a_forged_savepoint_intent_names(
+    tmp_path: Path, where: str
+) -> None:
+    """Regression: an intent naming an empty directory -- outside the storage
+    root, under another job's directory, or in the job's own directory but
+    not owned -- had it deleted. Only a directory holding the intent's
+    marker is the savepoint's; this one is reported and stays."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    empty = {
+        "outside the root": tmp_path / "elsewhere" / "empty",
+        "beside the job": tmp_path / "root" / "other-job" / "chk-1",
+        "inside the job": tmp_path / "root" / "job" / "savepoints" / "sp-9",
+    }[where]
+    empty.mkdir(parents=True)
+    token = "b" * 32
+    job.storage.write_savepoint_intent(SavepointIntent(directory=str(empty), token=token))
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert empty.is_dir() and not list(empty.iterdir())
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[Skipped(str(empty), _no_marker(empty, token))],
+    )
+    assert not Path(job.storage.savepoint_intent_path).exists()
+    recovered.close()
+
+
+def test_recover_never_touches_a_directory_of_someone_elses_a_forged_intent_names(
+    tmp_path: Path, canary: Path, opened: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory holding someone else's files, named by a forged intent:
+    nothing in it is listed, read or deleted (the canary checks its files);
+    recovery reports it."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    token = "c" * 32
+    job.storage.write_savepoint_intent(SavepointIntent(directory=str(canary), token=token))
+    listed = listings(monkeypatch)
+    opened.clear()
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[Skipped(str(canary), _no_marker(canary, token))],
+    )
+    assert not [p for p in [*opened, *listed] if p.startswith(str(canary))]
+    assert sorted(p.name for p in canary.rglob("*")) == ["dir", "file", "secret"]
+    recovered.close()
+
+
+def test_recover_never_resolves_a_relative_savepoint_intent_against_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: an intent naming ``sp`` was resolved against the process's
+    working directory, and a directory there holding the marker was deleted.
+    A relative directory is refused (P6) and reported; ``sp`` stays."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    token = "d" * 32
+    elsewhere = tmp_path / "cwd" / "sp"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / f"{SAVEPOINT_MARKER}{token}").write_bytes(b"")
+    job.storage.write_savepoint_intent(SavepointIntent(directory="sp", token=token))
+    monkeypatch.chdir(tmp_path / "cwd")
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    intent = job.storage.savepoint_intent_path
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[
+            Skipped(
+                intent,
+                f"expected the directory in {intent!r} to be absolute (a path from '/' or a "
+                "URL), got 'sp': it would be resolved against the working directory",
+            )
+        ],
+    )
+    assert [p.name for p in elsewhere.iterdir()] == [f"{SAVEPOINT_MARKER}{token}"]
+    recovered.close()
+
+
+def test_recover_never_follows_a_savepoint_intent_through_a_symbolic_link(
+    tmp_path: Path,
+) -> None:
+    """Regression: an intent naming a link to a directory holding its marker
+    made recovery try to delete the link as a directory (a raw ``OSError``).
+    A directory must be named by its real path (P6): reported, nothing touched."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    token = "e" * 32
+    real = tmp_path / "savepoints" / "sp-1"
+    real.mkdir(parents=True)
+    (real / f"{SAVEPOINT_MARKER}{token}").write_bytes(b"")
+    (real / "keyed-state-0-7").write_bytes(b"partial")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    job.storage.write_savepoint_intent(SavepointIntent(directory=str(link), token=token))
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    intent = job.storage.savepoint_intent_path
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[
+            Skipped(
+                intent,
+                f"expected the savepoint intent to name a directory by its real path, "
+                f"{str(link)!r} leads through a symbolic link to {str(real)!r}: not followed",
+            )
+        ],
+    )
+    assert link.is_symlink()
+    assert sorted(p.name for p in real.iterdir()) == [
+        f"{SAVEPOINT_MARKER}{token}",
+        "keyed-state-0-7",
+    ]
+    recovered.close()
+
+
+def test_recover_removes_a_savepoint_a_crash_interrupted_wherever_it_was_named_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A genuine interrupted savepoint is still cleaned up (R1), though it was
+    named relative to another working directory and through a symbolic link:
+    its intent records the real path, and recovery from elsewhere removes
+    exactly that directory (its marker inside) and reports it."""
+    (tmp_path / "real-savepoints").mkdir()
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "savepoints").symlink_to(tmp_path / "real-savepoints")
+    monkeypatch.chdir(tmp_path / "cwd")
+
+    def crash(operation: str, _path: str, target: Any) -> None:
+        if operation == "rename" and str(target).endswith(f"sp-1/{METADATA_FILE}"):
+            raise Crash("the process dies before the savepoint's _metadata lands")
+
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=crash))
+    backends = fresh_backends("heap")
+    coordinator = CheckpointCoordinator(storage, backends)
+    with pytest.raises(Crash):
+        coordinator.trigger_savepoint("savepoints/sp-1")
+    for backend in backends:
+        backend.close()
+    real = tmp_path / "real-savepoints" / "sp-1"
+    assert any(p.name.startswith(SAVEPOINT_MARKER) for p in real.iterdir())
+    monkeypatch.chdir(tmp_path)
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.coordinator.recovery == RecoveryReport(removed_savepoint=str(real))
+    assert not real.exists()
+    assert (tmp_path / "cwd" / "savepoints").is_symlink()
+    assert not Path(storage.savepoint_intent_path).exists()
+    recovered.close()
+
+
+def test_a_savepoint_directory_its_recovery_could_not_follow_is_refused_before_a_write(
+    tmp_path: Path,
+) -> None:
+    """The intent records the savepoint directory absolute and normal (P6), so
+    a URL with ``..`` (which a local path loses to its real path) is refused
+    before the counter, the intent or the marker is written."""
+    job = Job(tmp_path / "root", "heap")
+    base = f"memory://cowstate-{uuid.uuid4().hex}"
+    directory = f"{base}/savepoints/../sp-1"
+    before = tree(tmp_path)
+    with pytest.raises(InvalidArgumentError) as caught:
+        job.coordinator.trigger_savepoint(directory)
+    assert str(caught.value) == (
+        f"expected a savepoint directory to be normal (no empty, '.' or '..' name, no "
+        f"trailing '/'), got {directory!r}"
+    )
+    assert tree(tmp_path) == before and not FileSystem().exists(base)
+    local = tmp_path / "savepoints" / ".." / "sp-1"  # its real path is normal: taken
+    job.coordinator.trigger_savepoint(str(local))
+    read_metadata(FileSystem(), str(tmp_path / "sp-1"))
+    job.close()
 
 
 def test_a_savepoint_into_a_directory_that_holds_files_is_refused(tmp_path: Path) -> None:
