@@ -1273,6 +1273,44 @@ def test_recover_never_follows_a_savepoint_intent_through_a_symbolic_link(
     recovered.close()
 
 
+@pytest.mark.parametrize(
+    ("directory", "why"),
+    [
+        (
+            "ftp://127.0.0.1:1/sp-1",
+            "expected to reach the file system of 'ftp://127.0.0.1:1/sp-1', got "
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+        ),
+        (
+            "nosuchprotocol://host/sp-1",
+            "expected a path or URL of a known file system, got 'nosuchprotocol://host/sp-1': "
+            "Protocol not known: nosuchprotocol",
+        ),
+    ],
+)
+def test_a_savepoint_intent_on_a_file_system_out_of_reach_is_reported_and_recovery_goes_on(
+    tmp_path: Path, directory: str, why: str
+) -> None:
+    """Regression: a forged intent naming a server that refuses the connection,
+    or an unknown protocol, made recovery fail (``StorageUnavailableError``,
+    ``InvalidArgumentError``): the job could not recover at all. It is
+    reported and deleted; the job recovers its checkpoint."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    job.storage.write_savepoint_intent(SavepointIntent(directory=directory, token="f" * 32))
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    intent = job.storage.savepoint_intent_path
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[Skipped(intent, f"{why}: not followed")],
+    )
+    assert recovered.contents() == {k: "a" for k in range(30)}
+    assert not Path(intent).exists()
+    recovered.close()
+
+
 def test_recover_removes_a_savepoint_a_crash_interrupted_wherever_it_was_named_from(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

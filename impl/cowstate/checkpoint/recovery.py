@@ -16,8 +16,9 @@ R1. An interrupted savepoint. ``_savepoint`` names the directory a savepoint
     no snapshot below) it goes; if the savepoint completed, only its marker
     does. Without the marker nothing there is listed, read or deleted -- an
     empty directory neither (a crash before the marker was made leaves at
-    most that empty directory). An intent not followed and a directory left
-    are reported; the intent is deleted.
+    most that empty directory). An intent not followed (a file system that
+    cannot be reached too: recovery goes on) and a directory left are
+    reported; the intent is deleted.
 R2. The candidates, newest first: the job's checkpoints whose ``_metadata``
     verifies, then the snapshot the job was restored from -- as the newest of
     those checkpoints records it (``restored_from``): a ``_restore`` it does
@@ -242,11 +243,14 @@ class Recovery:
         if intent is None:
             return None
         removed = None
-        refusal = self._unfollowed(intent)
+        try:
+            refusal = self._unfollowed(intent)
+            if refusal is None:
+                removed = self._remove_unfinished(intent, report)
+        except CowStateError as exc:  # a file system that cannot be reached, or is unknown
+            refusal = f"{exc}: not followed"
         if refusal is not None:
             report.skipped.append(Skipped(storage.savepoint_intent_path, refusal))
-        else:
-            removed = self._remove_unfinished(intent, report)
         storage.filesystem.delete(storage.savepoint_intent_path)
         return removed
 
