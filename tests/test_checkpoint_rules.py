@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rocksdict import Options
 
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
@@ -61,6 +62,15 @@ def heap(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
 
 def rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
     return RocksDBKeyedStateBackend(key_groups, max_parallelism)
+
+
+def rocksdb_without_compaction(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+    """A RocksDB subtask whose SST files change only by flushes: which files a
+    checkpoint reuses does not depend on when a background compaction runs."""
+    options = Options(raw_mode=True)
+    options.set_keep_log_file_num(1)
+    options.set_disable_auto_compactions(True)
+    return RocksDBKeyedStateBackend(key_groups, max_parallelism, options=options)
 
 
 BOTH = pytest.mark.parametrize("factory", [heap, rocksdb], ids=["heap", "rocksdb"])
@@ -691,7 +701,7 @@ def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(
 
     new = jobs(
         "new",
-        rocksdb,
+        rocksdb_without_compaction,  # which SSTs are reused: never a compaction's timing
         parallelism=1,
         restore=(source.directory, RestoreMode.NO_CLAIM),
         filesystem=FileSystem(hooks=fail_once),
@@ -700,16 +710,24 @@ def test_rule_7_no_claim_first_checkpoint_is_full_and_never_deletes(
     with pytest.raises(CheckpointError, match="injected"):
         new.checkpoint()  # a failed one: still full next
     assert new.coordinator.force_full
+    previous: CheckpointMetadata | None = None
     for round_ in range(3):
         new.put(range(round_ * 5, round_ * 5 + 5), round_)
         metadata = new.checkpoint()
         handle = metadata.subtasks[0]
-        if round_ == 0:
+        if previous is None:
             assert handle.checkpointed_size == handle.full_size
             assert not shared(metadata) & shared(source.metadata)
             assert not new.coordinator.force_full
-        else:
+        else:  # incremental: every SST of the checkpoint before reused, only new files uploaded
+            reused = shared(metadata) & shared(previous)
+            assert reused and reused == shared(previous)
+            assert shared(metadata) - reused  # this round's flush
+            assert handle.checkpointed_size == sum(
+                f.size for f in handle.files if f.path not in reused
+            )
             assert handle.checkpointed_size < handle.full_size
+        previous = metadata
     assert all(Path(p).exists() for p in source_files)  # never deleted
 
 

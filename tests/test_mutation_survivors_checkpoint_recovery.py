@@ -401,16 +401,22 @@ def test_a_savepoint_interrupted_before_its_directory_was_made_removes_nothing(
 
 
 # _finish_interrupted_savepoint__mutmut_13 (`or`): an intent naming what the job
-# owns is never acted on, whatever that directory holds.
+# owns is never acted on, whatever that directory holds; it is reported.
 def test_a_savepoint_intent_naming_the_job_directory_is_ignored(jobs: Jobs, tmp_path: Path) -> None:
     backend = jobs.heap()
     fill(backend, range(20))
     checkpoint(jobs.new(backend))
     storage = jobs.storage()
-    storage.write_savepoint_intent(SavepointIntent(directory=storage.job_dir, token="00"))
+    storage.write_savepoint_intent(SavepointIntent(directory=storage.job_dir, token="0" * 32))
     recovered = jobs.recover()
+    reason = (
+        f"expected the savepoint intent to name a directory outside what job 'job' owns, it "
+        f"names {storage.job_dir!r} (job directory): not followed"
+    )
     assert report_of(recovered) == RecoveryReport(
-        restored_from=f"{storage.job_dir}/chk-1", skipped=[], removed_savepoint=None
+        restored_from=f"{storage.job_dir}/chk-1",
+        skipped=[Skipped(storage.savepoint_intent_path, reason)],
+        removed_savepoint=None,
     )
     assert not Path(storage.savepoint_intent_path).exists()
     assert contents_of(recovered) == dump(backend)
@@ -491,7 +497,7 @@ def test_an_interrupted_savepoint_holding_a_snapshot_below_is_kept_and_reported(
 
 
 # _finish_interrupted_savepoint__mutmut_28 (`lstrip("XX.XX")`): only the marker
-# (or its temporary file) counts, not a file whose name merely ends like it.
+# counts, not a file whose name merely ends like it; the directory is reported.
 def test_a_directory_without_the_marker_itself_is_never_removed(jobs: Jobs, tmp_path: Path) -> None:
     storage = jobs.storage()
     token = uuid.uuid4().hex
@@ -500,7 +506,11 @@ def test_a_directory_without_the_marker_itself_is_never_removed(jobs: Jobs, tmp_
     (directory / f"X{SAVEPOINT_MARKER}{token}").write_bytes(b"not the marker")
     storage.write_savepoint_intent(SavepointIntent(directory=str(directory), token=token))
     recovered = jobs.recover()
-    assert report_of(recovered) == RecoveryReport()
+    reason = (
+        f"expected the directory of the savepoint intent to hold its marker "
+        f"'{SAVEPOINT_MARKER}{token}', it holds none: not touched"
+    )
+    assert report_of(recovered) == RecoveryReport(skipped=[Skipped(str(directory), reason)])
     assert [p.name for p in directory.iterdir()] == [f"X{SAVEPOINT_MARKER}{token}"]
     assert not Path(storage.savepoint_intent_path).exists()
 

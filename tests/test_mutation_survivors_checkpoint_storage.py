@@ -527,7 +527,7 @@ def test_a_savepoint_intent_of_another_schema_is_corrupt_naming_what_and_where(
         f"expected a savepoint intent in {storage.savepoint_intent_path!r}, got: token: "
         "Field required"
     )
-    intent = SavepointIntent(directory="/sp", token="ab")
+    intent = SavepointIntent(directory="/sp", token="ab" * 16)
     storage.write_savepoint_intent(intent)
     assert storage.read_savepoint_intent() == intent
 

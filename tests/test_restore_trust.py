@@ -13,16 +13,23 @@ another member.
 from __future__ import annotations
 
 import copy
+import errno
 import json
 import os
 import re
 import shutil
+import string
+import uuid
 import zlib
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from jobs_support import Crash
 from restore_support import (
     ABSOLUTE,
     SER,
@@ -41,17 +48,20 @@ from restore_support import (
     staged_databases,
 )
 
+from cowstate.checkpoint import paths
 from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordinator
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
     METADATA_FILE,
     CheckpointMetadata,
+    FileHandle,
     KeyedStateHandle,
     RestoreMode,
     RestoreRecord,
 )
 from cowstate.checkpoint.inspect import inspect_snapshot
 from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.recovery import RecoveryReport, Skipped
 from cowstate.checkpoint.sealed import seal
 from cowstate.checkpoint.storage import (
     CLAIM_MARKER,
@@ -60,11 +70,13 @@ from cowstate.checkpoint.storage import (
     read_metadata,
 )
 from cowstate.checkpoint.verify import METADATA_KIND
+from cowstate.cli import main as cowstate_main
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import (
     CorruptCheckpointError,
     CowStateError,
     InconsistentMetadataError,
+    InvalidArgumentError,
     KeyGroupMismatchError,
     MetadataChecksumError,
     SnapshotFormatError,
@@ -79,6 +91,15 @@ from cowstate.key_groups import (
 )
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
+from cowstate_spec.bad_layers import (
+    CONFINEMENT,
+    PATH_LAYER_BUGS,
+    Confinement,
+    LayerBug,
+    bad_layer_confinement,
+    identity,
+)
+from cowstate_spec.profiles import hunt_settings
 
 MAXP = 16
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
@@ -1166,6 +1187,654 @@ def test_a_symlink_out_of_the_snapshot_is_refused(
     assert str(victim) not in opened
 
 
+# ------------------------------------------------ names read from files (P5, P6)
+
+
+def tree(root: Path) -> dict[str, bytes | str | None]:
+    """Everything under ``root``: a file's bytes, a link's target, None for a directory."""
+    found: dict[str, bytes | str | None] = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            found[str(path)] = os.readlink(path)
+        elif path.is_file():
+            found[str(path)] = path.read_bytes()
+        else:
+            found[str(path)] = None
+    return found
+
+
+_ONE_NAME = " to be one name of letters, digits, '.', '_' and '-' (not '.' or '..', no '/'), got "
+_CONTROL = " without NUL or other control characters, got "
+_BYTES = " with every name between '/' of at most 255 bytes, got one of "
+
+#: Every class of name P5 or P1 refuses as a file's local name (the name a
+#: RocksDB restore downloads it under): the name, and the end of the refusal.
+BAD_LOCAL_NAMES: dict[str, tuple[str, str]] = {
+    "nul": ("000009\x00.sst", _CONTROL + "U+0000 at 6 in '000009\\x00.sst'"),
+    "newline": ("CURRENT\n", _CONTROL + "U+000A at 7 in 'CURRENT\\n'"),
+    "c1 control": ("OPTIONS\x85", _CONTROL + "U+0085 at 7 in 'OPTIONS\\x85'"),
+    "300 characters": ("x" * 300, _BYTES + f"300 bytes: {'x' * 80!r} (of 300 characters)"),
+    "256 bytes of 128 characters": (
+        "é" * 128,
+        _BYTES + f"256 bytes: {'é' * 80!r} (of 128 characters)",
+    ),
+    "empty": ("", ", got an empty name"),
+    "a directory": ("a/000009.sst", _ONE_NAME + "'a/000009.sst'"),
+    "parent": ("..", _ONE_NAME + "'..'"),
+    "itself": (".", _ONE_NAME + "'.'"),
+    "absolute": ("/etc/hostname", _ONE_NAME + "'/etc/hostname'"),
+    "backslash": ("..\\x", _ONE_NAME + "'..\\\\x'"),
+    "scheme": ("file:x", _ONE_NAME + "'file:x'"),
+    "fullwidth solidus": ("a\uff0fb", _ONE_NAME + "'a\uff0fb'"),
+    "one-dot leaders": ("\u2024\u2024", _ONE_NAME + "'\u2024\u2024'"),
+}
+
+
+@pytest.fixture(scope="module")
+def native_job(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The storage root of a closed RocksDB job with one native checkpoint
+    (``job/chk-1``) of two subtasks, each several files, exclusive and shared."""
+    root = tmp_path_factory.mktemp("native") / "root"
+    job = Job(root, "rocksdb")
+    job.put(range(60), "a")
+    job.checkpoint()
+    job.close()
+    return root
+
+
+def _refused_everywhere(
+    tmp_path: Path, kind: str, directory: str, message: str, opened: list[str], capsys: Any
+) -> None:
+    """``directory``'s snapshot is refused with ``message`` -- by a restore in every
+    mode, by inspect and ``cowstate savepoint inspect``, and by recovering its job
+    (R3, naming it) -- before any file but ``_metadata`` and ``_counter`` is
+    opened; nothing on disk or in a backend changes."""
+    before = tree(tmp_path)
+    opened.clear()
+    target = fresh_backends(kind)
+    for mode in RestoreMode:
+        with pytest.raises(UnsafePathError) as caught:
+            CheckpointCoordinator.restore(
+                CheckpointStorage(str(tmp_path / "new"), "new"), target, directory, mode
+            )
+        assert str(caught.value) == message
+    with pytest.raises(UnsafePathError) as caught:
+        inspect_snapshot(directory)
+    assert str(caught.value) == message
+    capsys.readouterr()
+    assert cowstate_main(["savepoint", "inspect", directory]) == 2
+    assert capsys.readouterr().err == f"cowstate savepoint inspect: {' '.join(message.split())}\n"
+    storage = CheckpointStorage(str(Path(directory).parent.parent), Path(directory).parent.name)
+    with pytest.raises(CorruptCheckpointError) as recovering:
+        CheckpointCoordinator.recover(storage, target)
+    assert f"({directory}: {message}); nothing was restored or deleted" in str(recovering.value)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+    assert tree(tmp_path) == before
+    metadata = os.path.join(directory, METADATA_FILE)
+    assert set(opened) <= {metadata, os.path.join(storage.job_dir, "_counter")}, opened
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_LOCAL_NAMES))
+def test_a_local_name_no_file_system_takes_is_refused_before_any_file_is_opened(
+    native_job: Path, tmp_path: Path, opened: list[str], capsys: Any, bad: str
+) -> None:
+    """Regression: a resealed local name holding a NUL byte, or of 300
+    characters, escaped a RocksDB restore as a raw ``ValueError`` or
+    ``OSError`` once other files were downloaded, and inspect took it. Every
+    class of bad name (M6, P5), as the first, a middle or the last file in
+    turn, is an ``UnsafePathError`` naming the file, before any file is opened."""
+    name, refusal = BAD_LOCAL_NAMES[bad]
+    shutil.copytree(native_job, tmp_path / "root", symlinks=True)
+    directory = str(tmp_path / "root" / "job" / "chk-1")
+    metadata = read_metadata(FileSystem(), directory)
+    files = [(s, i) for s, h in enumerate(metadata.subtasks) for i in range(len(h.files))]
+    position = sorted(BAD_LOCAL_NAMES).index(bad) % 3  # first, middle, last in turn
+    subtask, index = files[[0, len(files) // 2, len(files) - 1][position]]
+    victim = metadata.subtasks[subtask].files[index]
+
+    def rename(document: dict[str, Any]) -> None:
+        document["subtasks"][subtask]["files"][index]["local_name"] = name
+
+    reseal(directory, rename)
+    where = repr(os.path.join(directory, METADATA_FILE))
+    what = f"the local name of {victim.scope} file {victim.path!r} in {where}"
+    _refused_everywhere(tmp_path, "rocksdb", directory, f"expected {what}{refusal}", opened, capsys)
+
+
+#: Every class of directory name P5 refuses (what ``_restore`` or a
+#: checkpoint's ``restored_from`` may name): the name, and the end of the refusal.
+BAD_DIRECTORIES: dict[str, tuple[str, str]] = {
+    "nul": ("/data/sp\x00-1", _CONTROL + "U+0000 at 8 in '/data/sp\\x00-1'"),
+    "newline": ("/data/sp-1\n", _CONTROL + "U+000A at 10 in '/data/sp-1\\n'"),
+    "300-byte name": (
+        "/data/" + "s" * 300,
+        _BYTES + f"300 bytes: {'s' * 80!r} (of 300 characters)",
+    ),
+    "4121 bytes": (
+        "/" + ("d" * 200 + "/") * 20 + "d" * 100,
+        f" of at most 4095 bytes, got 4121 bytes: {('/' + 'd' * 200)[:80]!r} (of 4121 characters)",
+    ),
+    "empty": ("", ", got an empty name"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_DIRECTORIES))
+def test_a_restored_from_directory_no_file_system_takes_is_refused_before_it_is_looked_at(
+    tmp_path: Path, opened: list[str], capsys: Any, bad: str
+) -> None:
+    """Regression: a checkpoint resealed to say its job started from a
+    directory holding a NUL byte made recovery raise a raw ``ValueError``;
+    one with a 300-byte name was taken (and recovery went on). M6 (P5)
+    refuses the document, whatever reads it."""
+    name, refusal = BAD_DIRECTORIES[bad]
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    directory = job.checkpoint()
+    job.close()
+
+    def started_from(document: dict[str, Any]) -> None:
+        document["restored_from"] = {
+            "directory": name,
+            "mode": "no-claim",
+            "checkpoint_id": 1,
+            "kind": "savepoint",
+        }
+
+    reseal(directory, started_from)
+    where = repr(os.path.join(directory, METADATA_FILE))
+    message = f"expected the directory of restored_from in {where}{refusal}"
+    _refused_everywhere(tmp_path, "heap", directory, message, opened, capsys)
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_DIRECTORIES))
+def test_a_restore_record_naming_a_directory_no_file_system_takes_is_never_followed(
+    tmp_path: Path, opened: list[str], bad: str
+) -> None:
+    """Regression: a ``_restore`` naming a directory with a NUL byte made
+    recovery raise a raw ``ValueError``; one with a 300-byte name was looked
+    for. The job has no checkpoint, so the record held its state: recovery
+    refuses (R3) naming what is wrong, nothing read past ``_restore``,
+    nothing changed."""
+    name, refusal = BAD_DIRECTORIES[bad]
+    job = Job(tmp_path / "root", "heap")
+    job.close()
+    job.storage.write_restore_record(
+        RestoreRecord(directory=name, mode=RestoreMode.CLAIM, checkpoint_id=1, kind="savepoint")
+    )
+    record = os.path.join(job.storage.job_dir, "_restore")
+    before = tree(tmp_path)
+    opened.clear()
+    backends = fresh_backends("heap")
+    with pytest.raises(CorruptCheckpointError) as caught:
+        CheckpointCoordinator.recover(job.storage, backends)
+    message = f"expected the directory in {record!r}{refusal}"
+    assert f"({record}: {message}); nothing was restored or deleted" in str(caught.value)
+    assert tree(tmp_path) == before
+    assert set(opened) <= {record, os.path.join(job.storage.job_dir, "_counter")}, opened
+    assert all(list(b.entries("value")) == [] for b in backends)
+
+
+#: Every class of directory P6 (and P5) refuses in a ``_savepoint`` intent.
+BAD_INTENT_DIRECTORIES: dict[str, tuple[str, str]] = {
+    **BAD_DIRECTORIES,
+    "relative": (
+        "savepoints/sp-1",
+        " to be absolute (a path from '/' or a URL), got 'savepoints/sp-1': it would be "
+        "resolved against the working directory",
+    ),
+    "parent": (
+        "/data/../sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data/../sp-1'",
+    ),
+    "itself": (
+        "/data/./sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data/./sp-1'",
+    ),
+    "trailing slash": (
+        "/data/sp-1/",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data/sp-1/'",
+    ),
+    "empty name": (
+        "/data//sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/data//sp-1'",
+    ),
+    "root": ("/", " to be normal (no empty, '.' or '..' name, no trailing '/'), got '/'"),
+    "url with a parent": (
+        "memory://data/../sp-1",
+        " to be normal (no empty, '.' or '..' name, no trailing '/'), got 'memory://data/../sp-1'",
+    ),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_INTENT_DIRECTORIES))
+def test_a_savepoint_intent_naming_a_directory_p6_refuses_is_reported_and_never_followed(
+    tmp_path: Path, opened: list[str], bad: str
+) -> None:
+    """Regression: an intent naming a directory with a NUL byte made recovery
+    raise a raw ``ValueError``; a relative one was resolved against the
+    working directory. Each is reported and deleted, nothing else changes,
+    and the job recovers its checkpoint."""
+    name, refusal = BAD_INTENT_DIRECTORIES[bad]
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    intent = job.storage.savepoint_intent_path
+    job.storage.write_savepoint_intent(SavepointIntent(directory=name, token="a" * 32))
+    before = tree(tmp_path)
+    del before[intent]
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.contents() == {k: "a" for k in range(30)}
+    report = recovered.coordinator.recovery
+    assert report is not None
+    assert report.skipped == [Skipped(intent, f"expected the directory in {intent!r}{refusal}")]
+    assert report.removed_savepoint is None
+    assert tree(tmp_path) == before
+    recovered.close()
+
+
+@settings(deadline=None)
+@given(
+    name=st.one_of(
+        st.text(st.characters(exclude_categories=()), max_size=20),
+        st.builds(
+            lambda char, count, tail: char * count + tail,
+            st.sampled_from(["a", "\u00e9", "\u20ac", "\U0001f600"]),
+            st.integers(60, 260),
+            st.sampled_from(["", "/b", "\x00", "\ud800"]),
+        ),
+        st.builds(
+            lambda count, extra: "/" + "/".join(["d" * 200] * count) + "/" + "e" * extra,
+            st.integers(19, 20),
+            st.integers(0, 100),
+        ),
+    )
+)
+def test_a_name_the_check_takes_reaches_the_file_system_without_a_raw_error(name: str) -> None:
+    """P5 against the operating system: a name ``check_name`` takes never makes
+    ``os.lstat`` raise ``ValueError``, ``UnicodeEncodeError`` or
+    ``ENAMETOOLONG`` (what escaped a restore before), nor holds a control
+    character."""
+    try:
+        paths.check_name(name, "a name")
+    except UnsafePathError:
+        return
+    assert not any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in name), name
+    try:
+        os.lstat(name)
+    except (FileNotFoundError, NotADirectoryError):
+        pass
+    except OSError as exc:
+        assert exc.errno != errno.ENAMETOOLONG, name
+
+
+def test_a_name_is_taken_up_to_the_limits_of_the_file_system_and_refused_past_them() -> None:
+    """P5's bounds, in UTF-8 bytes: a name between '/' of 255 bytes and a
+    whole name of 4095 are taken (the operating system looks them up); one
+    byte more, a lone surrogate and each control character are refused."""
+    at_limits = ["\u00e9" * 127 + "a", "/" + "/".join(["d" * 255] * 15) + "/" + "e" * 254]
+    assert [len(n.encode()) for n in at_limits] == [255, 4095]
+    for name in at_limits:
+        assert paths.check_name(name, "a name") == name
+        with pytest.raises(FileNotFoundError):
+            os.lstat(name)
+    past = {
+        "\u00e9" * 128: "with every name between '/' of at most 255 bytes, got one of 256 bytes",
+        at_limits[1] + "e": "of at most 4095 bytes, got 4096 bytes",
+        "a\ud800b": "of valid Unicode, got the lone surrogate U+D800 at 1 in 'a\\ud800b'",
+        "a\x7fb": "without NUL or other control characters, got U+007F at 1 in 'a\\x7fb'",
+        "a\x9fb": "without NUL or other control characters, got U+009F at 1 in 'a\\x9fb'",
+        "a\x1fb": "without NUL or other control characters, got U+001F at 1 in 'a\\x1fb'",
+    }
+    for name, why in past.items():
+        with pytest.raises(UnsafePathError) as caught:
+            paths.check_name(name, "a name")
+        assert str(caught.value).startswith(f"expected a name {why}"), caught.value
+    assert paths.check_name("a\xa0b", "a name") == "a\xa0b"  # no-break space: printable
+
+
+# ------------------------------------ confinement, property-tested with hostile paths
+#
+# A tree of real directories, files and symbolic links whose names are what an
+# attacker would choose -- siblings named like the roots (``chk-1-evil``,
+# ``job-shared``, ``root-evil``), case variants, look-alikes of ``/`` and ``..``
+# (U+FF0F, U+2024), NFC and NFD forms -- and links at every level (the snapshot
+# directory itself, files and directories in it, in its subdirectory, in
+# ``shared/``, to siblings, outside, back up, relative and absolute). A path is
+# an entry of the tree edited up to twice (``..``, ``.``, an empty name, a
+# sibling, a case variant or a look-alike put in or swapped in anywhere), maybe
+# with trailing slashes, and each confinement function is held against an
+# oracle that compares real paths name by name (``pathlib``), never strings. ``PATH_LAYER_BUGS`` of
+# ``cowstate_spec.bad_layers`` plants the defects these properties must catch.
+
+#: The files of the hostile tree (their directories are made with them).
+HOSTILE_FILES = [
+    "root/job/chk-1/f",
+    "root/job/chk-1/d/f",
+    "root/job/chk-1/d/e/f",
+    "root/job/chk-1/\u00e9",  # NFC
+    "root/job/chk-1/e\u0301x",  # NFD
+    "root/job/chk-1/F",
+    "root/job/shared/x.sst",
+    "root/job/_counter",
+    "root/job/.hidden",
+    "root/job/chk-1-evil/secret",
+    "root/job/chk-10/secret",
+    "root/job/chk-1 /secret",
+    "root/job/CHK-1/f",
+    "root/job/chk-1\uff0fd/f",
+    "root/job/\u2024\u2024/f",
+    "root/job/shared-evil/secret",
+    "root/job-evil/shared/secret",
+    "root/job-shared/secret",
+    "root/job_chk-1/secret",
+    "root/job-.hidden/secret",
+    "root/JOB/chk-1/f",
+    "root-evil/job/shared/secret",
+    "root-evil/job/chk-1/secret",
+    "outside/secret",
+]
+#: Links: where each is (under the tree) -> its target (absolute under the
+#: tree if it starts with '/', else relative to the link's directory).
+HOSTILE_LINKS = {
+    "link-root": "/root",
+    "link-job": "/root/job",
+    "link-snapshot": "/root/job/chk-1",
+    "link-evil": "/root/job/chk-1-evil",
+    "root/job/chk-1/up": "..",
+    "root/job/chk-1/loop": "loop",
+    "root/job/chk-1/d/back": "../f",
+    "root/job/chk-1/d/evil": "../../chk-1-evil/secret",
+    "root/job/shared/l-evil.sst": "/root/job/shared-evil/secret",
+    "root/job/shared/l-in.sst": "x.sst",
+    "root/job/shared/l-up.sst": "../chk-1/f",
+}
+for _target in [
+    "/root/job/chk-1/f",
+    "/root/job/chk-1/d",
+    "/root/job/chk-1-evil",
+    "/root/job/chk-1-evil/secret",
+    "/root/job/chk-10/secret",
+    "/root/job/chk-1 /secret",
+    "/root/job-evil/shared",
+    "/root/job-shared/secret",
+    "/root-evil/job/shared/secret",
+    "/outside",
+    "/outside/secret",
+]:
+    HOSTILE_LINKS["root/job/chk-1/l" + _target.replace("/", "_").replace(" ", "-")] = _target
+    HOSTILE_LINKS["root/job/chk-1/d/l" + _target.replace("/", "_").replace(" ", "-")] = _target
+
+#: What an edit of a path puts in or swaps in: ``..`` and ``.`` anywhere, empty
+#: names, the tree's siblings, case variants and look-alikes.
+HOSTILE_PIECES = [
+    *[".."] * 8,
+    ".",
+    "",
+    "chk-1",
+    "chk-1-evil",
+    "chk-10",
+    "chk-1 ",
+    "CHK-1",
+    "job",
+    "job-evil",
+    "job-shared",
+    "job_chk-1",
+    "JOB",
+    "root-evil",
+    "shared",
+    "shared-evil",
+    "\uff0f",
+    "chk-1\uff0fd",
+    "\u2024\u2024",
+    "\u00e9",
+    "e\u0301",
+    "F",
+    "a\\b",
+    "x.sst",
+]
+
+
+@dataclass(frozen=True)
+class HostileTree:
+    """The tree's real base directory, and what is in it (relative paths, links
+    not followed, plus one step into each linked directory)."""
+
+    base: str
+    #: Below the storage root's ``job/chk-1`` (the snapshot directory).
+    in_snapshot: list[str]
+    #: Below ``job/shared``, as shared paths (``job/shared/<name>``).
+    in_shared: list[str]
+    #: Below the base.
+    in_base: list[str]
+
+    @property
+    def root(self) -> str:
+        return os.path.join(self.base, "root")
+
+    @property
+    def snapshot(self) -> str:
+        return os.path.join(self.base, "root", "job", "chk-1")
+
+
+def _entries(directory: str) -> list[str]:
+    found = []
+    for here, dirs, files in os.walk(directory):
+        relative = os.path.relpath(here, directory)
+        for name in dirs + files:
+            entry = name if relative == "." else f"{relative}/{name}"
+            found.append(entry)
+            if os.path.islink(os.path.join(here, name)) and os.path.isdir(os.path.join(here, name)):
+                found += [f"{entry}/{n}" for n in sorted(os.listdir(os.path.join(here, name)))]
+    return sorted(found)
+
+
+@pytest.fixture(scope="module")
+def hostile_tree(tmp_path_factory: pytest.TempPathFactory) -> HostileTree:
+    base = os.path.realpath(tmp_path_factory.mktemp("hostile"))
+    for name in HOSTILE_FILES:
+        path = Path(base, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name)
+    for name, target in HOSTILE_LINKS.items():
+        Path(base, name).parent.mkdir(parents=True, exist_ok=True)
+        Path(base, name).symlink_to(base + target if target.startswith("/") else target)
+    return HostileTree(
+        base,
+        _entries(os.path.join(base, "root", "job", "chk-1")),
+        [f"job/shared/{e}" for e in _entries(os.path.join(base, "root", "job", "shared"))],
+        _entries(base),
+    )
+
+
+@st.composite
+def hostile_paths(draw: st.DrawFn, entries: list[str]) -> str:
+    """An entry of the tree edited up to twice -- a piece of
+    :data:`HOSTILE_PIECES` put in or swapped in anywhere -- maybe with a
+    trailing slash."""
+    parts = draw(st.sampled_from(entries)).split("/")
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.integers(0, len(parts)))
+        piece = draw(st.sampled_from(HOSTILE_PIECES))
+        if at == len(parts) or draw(st.booleans()):
+            parts.insert(at, piece)
+        else:
+            parts[at] = piece
+    return "/".join(parts) + draw(st.sampled_from(["", "", "", "", "", "/", "//"]))
+
+
+def hostile_absolute_paths(tree: HostileTree) -> st.SearchStrategy[str]:
+    """Absolute paths of the tree (or URLs of them), edited as :func:`hostile_paths`."""
+    return st.builds(
+        lambda scheme, relative: f"{scheme}{tree.base}/{relative}",
+        st.sampled_from(["", "", "", "file://"]),
+        hostile_paths(tree.in_base),
+    )
+
+
+def lexically_confined(path: str, scope: str) -> bool:
+    """P1 (and P2 for a shared path), spelled out: the oracle of the lexical check."""
+    parts = path.split("/")
+    safe = set(string.ascii_letters + string.digits + "._-")
+    valid = (
+        0 < len(path) <= 255
+        and len(parts) <= 8
+        and all(part and part not in (".", "..") and set(part) <= safe for part in parts)
+    )
+    if scope == "shared":
+        valid = valid and len(parts) == 3 and parts[1] == "shared" and parts[0][0].isalnum()
+    return valid
+
+
+def really_under(path: str, root: str) -> bool:
+    """The oracle of P3: ``path``, links followed, is ``root`` or below it, name by name."""
+    return Path(os.path.realpath(path)).is_relative_to(root)
+
+
+#: One property over one draw of hostile inputs (``data``), for one confinement.
+Property = Callable[[st.DataObject], None]
+
+
+def source_confines(confinement: Confinement, tree: HostileTree) -> Property:
+    """P1-P3 through a snapshot source: a path it resolves is exactly a path P1
+    (P2) allows that, links followed, stays inside its root -- the snapshot
+    directory as named (through a link, with trailing slashes, as a URL), or
+    ``<storage root>/<job>/shared`` -- and any other is an ``UnsafePathError``."""
+
+    def holds(data: st.DataObject) -> None:
+        shared = data.draw(st.booleans())
+        lead = data.draw(st.sampled_from(["", "", "", "", "/"]))
+        path = lead + data.draw(hostile_paths(tree.in_shared if shared else tree.in_snapshot))
+        named = data.draw(st.sampled_from(["", "/", "//", "link", "file"]))
+        directory = {
+            "link": os.path.join(tree.base, "link-snapshot"),
+            "file": "file://" + tree.snapshot,
+        }.get(named, tree.snapshot + named)
+        local = directory.removeprefix("file://").rstrip("/")
+        if shared:  # against the storage root two levels above the directory as named
+            base = os.path.dirname(os.path.dirname(local))
+            root = os.path.join(os.path.realpath(base), path.split("/")[0], "shared")
+        else:
+            base, root = local, os.path.realpath(local)
+        scope = "shared" if shared else "exclusive"
+        handle = FileHandle(path=path, size=0, crc32=0, scope=scope)
+        try:
+            resolved = confinement.source(FileSystem(), directory).path(handle)
+        except UnsafePathError:
+            resolved = None
+        expected = lexically_confined(path, scope) and really_under(os.path.join(base, path), root)
+        assert (resolved is not None) == expected, (path, scope, directory, resolved)
+        assert resolved is None or resolved == f"{directory.rstrip('/')}/{path}" or shared
+
+    return holds
+
+
+def is_inside_compares_names(confinement: Confinement, tree: HostileTree) -> Property:
+    """P3's test alone: ``is_inside(path, root)`` exactly when the real path is
+    ``root`` or below it, name by name."""
+    roots = [
+        os.path.realpath(os.path.join(tree.base, r))
+        for r in ("root/job/chk-1", "root/job/chk-1/d", "root/job", "root/job/shared", "root")
+    ]
+
+    def holds(data: st.DataObject) -> None:
+        local = data.draw(hostile_absolute_paths(tree)).removeprefix("file://")
+        root = data.draw(st.sampled_from(roots))
+        assert confinement.is_inside(local, root) == really_under(local, root), (local, root)
+
+    return holds
+
+
+def relation_follows_real_paths(confinement: Confinement, tree: HostileTree) -> Property:
+    """What the job owns (and so may delete): ``relation`` says so exactly for
+    the real paths inside ``chk-<id>/``, ``shared/`` or a dot-file or
+    bookkeeping file of the real job directory, name by name."""
+    storage = confinement.storage(tree.root, "job")
+    job = Path(os.path.realpath(storage.job_dir))
+
+    def holds(data: st.DataObject) -> None:
+        path = data.draw(hostile_absolute_paths(tree))
+        # trailing slashes name the same directory (Python's realpath takes
+        # ``loop//``, a link to itself, for "/")
+        real = Path(os.path.realpath(path.removeprefix("file://").rstrip("/")))
+        if real == job:
+            expected = "job directory"
+        elif job.is_relative_to(real):
+            expected = "holds the job directory"
+        elif real.is_relative_to(job):
+            first = real.relative_to(job).parts[0]
+            owned = (
+                first in ("shared", "_counter", "_restore", "_savepoint")
+                or first.startswith(".")
+                or re.fullmatch(r"chk-(0|[1-9][0-9]*)", first, re.ASCII) is not None
+            )
+            expected = "owned" if owned else "outside"
+        else:
+            expected = "outside"
+        assert storage.relation(path) == expected, (path, str(real))
+
+    return holds
+
+
+CONFINEMENT_PROPERTIES = [source_confines, is_inside_compares_names, relation_follows_real_paths]
+
+
+def hold(properties: list[Property], run: settings) -> None:
+    """Run ``properties`` under ``run``, each example drawing one of them."""
+
+    @run
+    @given(data=st.data())
+    def every(data: st.DataObject) -> None:
+        data.draw(st.sampled_from(properties))(data)
+
+    every()
+
+
+#: The properties' budget: the active profile's (120 examples under ``ci``).
+PROPERTIES = settings(deadline=None)
+
+
+def test_a_source_resolves_exactly_the_paths_that_stay_inside_their_root(
+    hostile_tree: HostileTree,
+) -> None:
+    hold([source_confines(CONFINEMENT, hostile_tree)], PROPERTIES)
+
+
+def test_is_inside_compares_real_paths_name_by_name(hostile_tree: HostileTree) -> None:
+    hold([is_inside_compares_names(CONFINEMENT, hostile_tree)], PROPERTIES)
+
+
+def test_what_the_job_owns_follows_real_paths_name_by_name(hostile_tree: HostileTree) -> None:
+    hold([relation_follows_real_paths(CONFINEMENT, hostile_tree)], PROPERTIES)
+
+
+#: Generation only, derandomized: a catch is the same every run. Each planted
+#: bug breaks one property, drawn a third of the time; over 20 random seeds
+#: each was caught in every run of 150 examples (the budget is twice that).
+HUNT = hunt_settings(max_examples=300, stateful_step_count=1)
+
+
+@pytest.mark.parametrize("bug", PATH_LAYER_BUGS, ids=lambda bug: bug.name)
+def test_the_confinement_properties_catch_a_planted_path_bug(
+    hostile_tree: HostileTree, bug: LayerBug
+) -> None:
+    broken = bad_layer_confinement(bug)
+    with pytest.raises(AssertionError):
+        hold([p(broken, hostile_tree) for p in CONFINEMENT_PROPERTIES], HUNT)
+
+
+@pytest.mark.parametrize("bug", PATH_LAYER_BUGS, ids=lambda bug: bug.name)
+def test_the_confinement_properties_pass_the_identity_rewrite(
+    hostile_tree: HostileTree, bug: LayerBug
+) -> None:
+    control = bad_layer_confinement(identity(bug))
+    hold(
+        [p(control, hostile_tree) for p in CONFINEMENT_PROPERTIES], settings(HUNT, max_examples=60)
+    )
+
+
 def test_claim_never_deletes_outside_what_the_job_owns(tmp_path: Path, canary: Path) -> None:
     """A CLAIMed checkpoint is subsumed: only its own listed files go."""
     old = Job(tmp_path / "root", "rocksdb")
@@ -1260,6 +1929,246 @@ def test_recover_removes_an_interrupted_savepoint_and_nothing_else(tmp_path: Pat
     assert recovered.coordinator.recovery.removed_savepoint == str(interrupted)
     read_metadata(FileSystem(), older)
     recovered.close()
+
+
+def listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every directory the checkpoint layer lists from now on."""
+    listed: list[str] = []
+    for method in ("list_dir", "list_files"):
+        original = getattr(FileSystem, method)
+
+        def recording(self: FileSystem, directory: str, original: Any = original) -> Any:
+            listed.append(directory)
+            return original(self, directory)
+
+        monkeypatch.setattr(FileSystem, method, recording)
+    return listed
+
+
+def _no_marker(directory: Path | str, token: str) -> str:
+    return (
+        f"expected the directory of the savepoint intent to hold its marker "
+        f"'{SAVEPOINT_MARKER}{token}', it holds none: not touched"
+    )
+
+
+@pytest.mark.parametrize("where", ["outside the root", "beside the job", "inside the job"])
+def test_recover_never_deletes_an_empty_directory_a_forged_savepoint_intent_names(
+    tmp_path: Path, where: str
+) -> None:
+    """Regression: an intent naming an empty directory -- outside the storage
+    root, under another job's directory, or in the job's own directory but
+    not owned -- had it deleted. Only a directory holding the intent's
+    marker is the savepoint's; this one is reported and stays."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    empty = {
+        "outside the root": tmp_path / "elsewhere" / "empty",
+        "beside the job": tmp_path / "root" / "other-job" / "chk-1",
+        "inside the job": tmp_path / "root" / "job" / "savepoints" / "sp-9",
+    }[where]
+    empty.mkdir(parents=True)
+    token = "b" * 32
+    job.storage.write_savepoint_intent(SavepointIntent(directory=str(empty), token=token))
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert empty.is_dir() and not list(empty.iterdir())
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[Skipped(str(empty), _no_marker(empty, token))],
+    )
+    assert not Path(job.storage.savepoint_intent_path).exists()
+    recovered.close()
+
+
+def test_recover_never_touches_a_directory_of_someone_elses_a_forged_intent_names(
+    tmp_path: Path, canary: Path, opened: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory holding someone else's files, named by a forged intent:
+    nothing in it is listed, read or deleted (the canary checks its files);
+    recovery reports it."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    token = "c" * 32
+    job.storage.write_savepoint_intent(SavepointIntent(directory=str(canary), token=token))
+    listed = listings(monkeypatch)
+    opened.clear()
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[Skipped(str(canary), _no_marker(canary, token))],
+    )
+    assert not [p for p in [*opened, *listed] if p.startswith(str(canary))]
+    assert sorted(p.name for p in canary.rglob("*")) == ["dir", "file", "secret"]
+    recovered.close()
+
+
+def test_recover_never_resolves_a_relative_savepoint_intent_against_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: an intent naming ``sp`` was resolved against the process's
+    working directory, and a directory there holding the marker was deleted.
+    A relative directory is refused (P6) and reported; ``sp`` stays."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    token = "d" * 32
+    elsewhere = tmp_path / "cwd" / "sp"
+    elsewhere.mkdir(parents=True)
+    (elsewhere / f"{SAVEPOINT_MARKER}{token}").write_bytes(b"")
+    job.storage.write_savepoint_intent(SavepointIntent(directory="sp", token=token))
+    monkeypatch.chdir(tmp_path / "cwd")
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    intent = job.storage.savepoint_intent_path
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[
+            Skipped(
+                intent,
+                f"expected the directory in {intent!r} to be absolute (a path from '/' or a "
+                "URL), got 'sp': it would be resolved against the working directory",
+            )
+        ],
+    )
+    assert [p.name for p in elsewhere.iterdir()] == [f"{SAVEPOINT_MARKER}{token}"]
+    recovered.close()
+
+
+def test_recover_never_follows_a_savepoint_intent_through_a_symbolic_link(
+    tmp_path: Path,
+) -> None:
+    """Regression: an intent naming a link to a directory holding its marker
+    made recovery try to delete the link as a directory (a raw ``OSError``).
+    A directory must be named by its real path (P6): reported, nothing touched."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    token = "e" * 32
+    real = tmp_path / "savepoints" / "sp-1"
+    real.mkdir(parents=True)
+    (real / f"{SAVEPOINT_MARKER}{token}").write_bytes(b"")
+    (real / "keyed-state-0-7").write_bytes(b"partial")
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    job.storage.write_savepoint_intent(SavepointIntent(directory=str(link), token=token))
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    intent = job.storage.savepoint_intent_path
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[
+            Skipped(
+                intent,
+                f"expected the savepoint intent to name a directory by its real path, "
+                f"{str(link)!r} leads through a symbolic link to {str(real)!r}: not followed",
+            )
+        ],
+    )
+    assert link.is_symlink()
+    assert sorted(p.name for p in real.iterdir()) == [
+        f"{SAVEPOINT_MARKER}{token}",
+        "keyed-state-0-7",
+    ]
+    recovered.close()
+
+
+@pytest.mark.parametrize(
+    ("directory", "why"),
+    [
+        (
+            "ftp://127.0.0.1:1/sp-1",
+            "expected to reach the file system of 'ftp://127.0.0.1:1/sp-1', got "
+            "ConnectionRefusedError: [Errno 111] Connection refused",
+        ),
+        (
+            "nosuchprotocol://host/sp-1",
+            "expected a path or URL of a known file system, got 'nosuchprotocol://host/sp-1': "
+            "Protocol not known: nosuchprotocol",
+        ),
+    ],
+)
+def test_a_savepoint_intent_on_a_file_system_out_of_reach_is_reported_and_recovery_goes_on(
+    tmp_path: Path, directory: str, why: str
+) -> None:
+    """Regression: a forged intent naming a server that refuses the connection,
+    or an unknown protocol, made recovery fail (``StorageUnavailableError``,
+    ``InvalidArgumentError``): the job could not recover at all. It is
+    reported and deleted; the job recovers its checkpoint."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(30), "a")
+    job.checkpoint()
+    job.close()
+    job.storage.write_savepoint_intent(SavepointIntent(directory=directory, token="f" * 32))
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    intent = job.storage.savepoint_intent_path
+    assert recovered.coordinator.recovery == RecoveryReport(
+        restored_from=str(Path(job.storage.job_dir, "chk-1")),
+        skipped=[Skipped(intent, f"{why}: not followed")],
+    )
+    assert recovered.contents() == {k: "a" for k in range(30)}
+    assert not Path(intent).exists()
+    recovered.close()
+
+
+def test_recover_removes_a_savepoint_a_crash_interrupted_wherever_it_was_named_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A genuine interrupted savepoint is still cleaned up (R1), though it was
+    named relative to another working directory and through a symbolic link:
+    its intent records the real path, and recovery from elsewhere removes
+    exactly that directory (its marker inside) and reports it."""
+    (tmp_path / "real-savepoints").mkdir()
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "savepoints").symlink_to(tmp_path / "real-savepoints")
+    monkeypatch.chdir(tmp_path / "cwd")
+
+    def crash(operation: str, _path: str, target: Any) -> None:
+        if operation == "rename" and str(target).endswith(f"sp-1/{METADATA_FILE}"):
+            raise Crash("the process dies before the savepoint's _metadata lands")
+
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=crash))
+    backends = fresh_backends("heap")
+    coordinator = CheckpointCoordinator(storage, backends)
+    with pytest.raises(Crash):
+        coordinator.trigger_savepoint("savepoints/sp-1")
+    for backend in backends:
+        backend.close()
+    real = tmp_path / "real-savepoints" / "sp-1"
+    assert any(p.name.startswith(SAVEPOINT_MARKER) for p in real.iterdir())
+    monkeypatch.chdir(tmp_path)
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.coordinator.recovery == RecoveryReport(removed_savepoint=str(real))
+    assert not real.exists()
+    assert (tmp_path / "cwd" / "savepoints").is_symlink()
+    assert not Path(storage.savepoint_intent_path).exists()
+    recovered.close()
+
+
+def test_a_savepoint_directory_its_recovery_could_not_follow_is_refused_before_a_write(
+    tmp_path: Path,
+) -> None:
+    """The intent records the savepoint directory absolute and normal (P6), so
+    a URL with ``..`` (which a local path loses to its real path) is refused
+    before the counter, the intent or the marker is written."""
+    job = Job(tmp_path / "root", "heap")
+    base = f"memory://cowstate-{uuid.uuid4().hex}"
+    directory = f"{base}/savepoints/../sp-1"
+    before = tree(tmp_path)
+    with pytest.raises(InvalidArgumentError) as caught:
+        job.coordinator.trigger_savepoint(directory)
+    assert str(caught.value) == (
+        f"expected a savepoint directory to be normal (no empty, '.' or '..' name, no "
+        f"trailing '/'), got {directory!r}"
+    )
+    assert tree(tmp_path) == before and not FileSystem().exists(base)
+    local = tmp_path / "savepoints" / ".." / "sp-1"  # its real path is normal: taken
+    job.coordinator.trigger_savepoint(str(local))
+    read_metadata(FileSystem(), str(tmp_path / "sp-1"))
+    job.close()
 
 
 def test_a_savepoint_into_a_directory_that_holds_files_is_refused(tmp_path: Path) -> None:

@@ -384,16 +384,17 @@ class CheckpointCoordinator:
         owns (``CheckpointStorage.savepoint_location``). Its id comes from the
         same counter as checkpoints; every file is exclusive and relative, it
         is not registered and not in the store. While it is written, the job
-        directory's ``_savepoint`` intent and the directory's marker file
-        carry one token, so recovery can remove an interrupted savepoint and
-        nothing else. On failure everything written is deleted and
-        :class:`CheckpointError` raised.
+        directory's ``_savepoint`` intent (the directory as its real path,
+        P6) and the directory's marker file carry one token, so recovery can
+        remove an interrupted savepoint and nothing else (R1). On failure
+        everything written is deleted and :class:`CheckpointError` raised.
         """
         if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
                 f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}"
             )
         location = self.storage.savepoint_location(directory)
+        recorded = self.storage.savepoint_intent_directory(location.directory)  # P6
         filesystem = self.storage.filesystem
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
@@ -402,10 +403,8 @@ class CheckpointCoordinator:
         checkpoint_id = self._last_id + 1
         try:
             checkpoint_id = self._next_id()
-            self.storage.write_savepoint_intent(
-                SavepointIntent(directory=location.directory, token=token)
-            )
-            filesystem.write_bytes(marker, b"")
+            self.storage.write_savepoint_intent(SavepointIntent(directory=recorded, token=token))
+            filesystem.create_empty(marker)  # no temporary name: R1 looks for this name only
             for backend in self.backends:
                 futures.append(backend.snapshot_to(checkpoint_id, location, options))
             _done, not_done = wait(futures, timeout=self.timeout if timeout is None else timeout)

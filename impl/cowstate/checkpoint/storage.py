@@ -37,7 +37,7 @@ import re
 from dataclasses import dataclass
 
 import fsspec
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import (
@@ -46,6 +46,7 @@ from cowstate.checkpoint.handles import (
     RestoreRecord,
 )
 from cowstate.checkpoint.location import SnapshotLocation
+from cowstate.checkpoint.paths import check_directory, check_name
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
 from cowstate.checkpoint.verify import parse_metadata, render_metadata
 from cowstate.errors import (
@@ -76,7 +77,10 @@ SAVEPOINT_MARKER = ".cowstate-savepoint-"
 #: The name (plus the record's token) of the marker a CLAIM restore writes into
 #: the claimed snapshot's directory (coordinator rule 8).
 CLAIM_MARKER = ".cowstate-claimed-"
-_CHECKPOINT_DIR = re.compile(r"chk-(\d+)$")
+#: A checkpoint directory the job writes: ``chk-<id>``, the id in canonical ASCII
+#: decimal (P5). A listed ``chk-007``, ``chk-1`` with a newline after it, or ``chk-``
+#: with other Unicode digits is not one: not the job's, never read or deleted.
+_CHECKPOINT_DIR = re.compile(r"chk-(0|[1-9][0-9]*)\Z")
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -86,8 +90,10 @@ class SavepointIntent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    #: Absolute and normal, a local one its real path (P6).
     directory: str
-    token: str
+    #: The marker's: ``<directory>/.cowstate-savepoint-<token>`` (P6).
+    token: str = Field(pattern=r"^[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,9 @@ class CheckpointStorage:
         if not self.filesystem.exists(path):
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
-        return unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
+        record = unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
+        check_name(record.directory, f"the directory in {path!r}")  # P5
+        return record
 
     def write_restore_record(self, record: RestoreRecord) -> None:
         self.filesystem.write_bytes(
@@ -218,6 +226,20 @@ class CheckpointStorage:
         )
 
     # ------------------------------------------------------------ savepoints
+
+    def savepoint_intent_directory(self, directory: str) -> str:
+        """``directory`` (a savepoint's, as :meth:`savepoint_location` took it) as
+        its ``_savepoint`` intent records it (P6): a local one as its real path
+        -- absolute, links resolved, so recovery never resolves it against
+        another working directory -- another file system's URL as it is.
+        :class:`InvalidArgumentError` if that is not absolute and normal: the
+        job never writes an intent its recovery would refuse."""
+        local = self.filesystem.local_path(directory)
+        recorded = directory if local is None else os.path.realpath(local)
+        try:
+            return check_directory(recorded, "a savepoint directory")
+        except UnsafePathError as exc:
+            raise InvalidArgumentError(str(exc)) from None
 
     @property
     def savepoint_intent_path(self) -> str:
@@ -228,7 +250,11 @@ class CheckpointStorage:
         if not self.filesystem.exists(path):
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
-        return unseal_model(data, "savepoint", 1, SavepointIntent, "a savepoint intent", repr(path))
+        intent = unseal_model(
+            data, "savepoint", 1, SavepointIntent, "a savepoint intent", repr(path)
+        )
+        check_directory(intent.directory, f"the directory in {path!r}")  # P5, P6
+        return intent
 
     def write_savepoint_intent(self, intent: SavepointIntent) -> None:
         self.filesystem.write_bytes(
