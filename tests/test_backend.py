@@ -16,7 +16,9 @@ from typing import Any
 import pytest
 
 from cowstate.descriptors import (
+    AggregatingState,
     AggregatingStateDescriptor,
+    ListState,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
@@ -46,7 +48,7 @@ from cowstate.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
-from cowstate.keyed_state import VOID_NAMESPACE, AggregatingState, ListState
+from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
 from cowstate.snapshot import SnapshotReader, read_snapshot
@@ -255,7 +257,7 @@ def test_registration_must_describe_the_same_state(backend: HeapKeyedStateBacken
     with pytest.raises(UnknownStateError, match="expected a registered state name"):
         backend.table("nope")
     with pytest.raises(InvalidArgumentError, match="expected a state descriptor"):
-        backend.get_state("value")  # type: ignore[call-overload]
+        backend.get_state("value")  # type: ignore[arg-type]
     assert backend.state_names == ["value"]
 
 

@@ -1306,7 +1306,7 @@ def test_a_state_registered_again_must_be_the_same_kind_and_serializer() -> None
         "expected state 'value' with serializer 'tests.trusted-pickle', got 'cowstate-value'"
     )
     with pytest.raises(InvalidArgumentError) as other:
-        backend.get_state(42)  # type: ignore[call-overload]
+        backend.get_state(42)  # type: ignore[arg-type]
     assert str(other.value) == "expected a state descriptor, got int"
     assert repr(backend) == (
         f"<HeapKeyedStateBackend KeyGroupRange(0, 15) of {MAX_P}, states ['value']>"

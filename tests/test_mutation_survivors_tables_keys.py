@@ -27,9 +27,11 @@ import pytest
 
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
+    ListState,
     ListStateDescriptor,
     MapStateDescriptor,
     ReducingStateDescriptor,
+    ValueState,
     ValueStateDescriptor,
 )
 from cowstate.errors import (
@@ -53,13 +55,7 @@ from cowstate.key_groups import (
     murmur_hash,
 )
 from cowstate.key_types import KeyTypes
-from cowstate.keyed_state import (
-    VOID_NAMESPACE,
-    KeyContext,
-    ListState,
-    StateHolder,
-    ValueState,
-)
+from cowstate.keyed_state import VOID_NAMESPACE, KeyContext, StateHolder
 from cowstate.serializers import (
     DefaultSerializer,
     IntSerializer,

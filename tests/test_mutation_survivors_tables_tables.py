@@ -964,7 +964,7 @@ def test_state_meta_info_names_each_bad_field() -> None:
         "expected a non-empty str state name, got 3"
     )
     assert message(InvalidArgumentError, lambda: StateMetaInfo(kind="x")) == (  # type: ignore[arg-type]
-        "expected a state kind in ('value', 'list', 'map', 'reducing', 'aggregating'), got 'x'"
+        f"expected a state kind in {tuple(kind.value for kind in StateKind)}, got 'x'"
     )
     assert message(InvalidArgumentError, lambda: StateMetaInfo(namespace_serializer=1)) == (  # type: ignore[arg-type]
         "expected a namespace_serializer with copy/serialize/deserialize, got int"

@@ -5,8 +5,9 @@ is described, and in which format it was written.
   and backends yield it (defined beside the map in :mod:`cowstate.state_map`,
   which must not import upwards; re-exported here, as is
   :func:`apply_transform`).
-- :class:`StateKind`: value, list, map, reducing, aggregating -- the one
-  definition of a state's kind.
+- :class:`StateKind`: value, list, map, reducing, aggregating -- a state's
+  kind (defined beside the descriptors, in :mod:`cowstate.descriptors`;
+  every kind's row is in :mod:`cowstate.kinds`; re-exported here).
 - :class:`SnapshotFormat`: ``heap`` (a heap backend's snapshot file),
   ``canonical`` (the backend-independent snapshot file any backend restores)
   and ``rocksdb-native`` (RocksDB's own files).
@@ -33,6 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cowstate.descriptors import StateKind
 from cowstate.errors import InvalidArgumentError
 from cowstate.serializers import (
     DefaultSerializer,
@@ -57,19 +59,6 @@ __all__ = [
 
 #: Flink's limit on the states of one snapshot: state ids are shorts.
 MAX_STATES = (1 << 15) - 1
-
-
-class StateKind(StrEnum):
-    """The kind of a keyed state (what its handle does with the state object)."""
-
-    VALUE = "value"
-    LIST = "list"
-    MAP = "map"
-    REDUCING = "reducing"
-    AGGREGATING = "aggregating"
-
-    def __repr__(self) -> str:
-        return repr(self.value)  # messages and lists show 'value', as plain strings did
 
 
 #: The kinds' names, in declaration order (for messages).

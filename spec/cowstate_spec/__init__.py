@@ -17,6 +17,8 @@ What the machines and the differential run check:
   map and table, with their capabilities;
 - :mod:`cowstate_spec.backends`: ``BACKENDS``, every keyed state backend, and
   the ``WriteGate`` that interleaves writers with the owner;
+- :mod:`cowstate_spec.kinds`: ``KINDS``, every kind of keyed state as the
+  machines drive it (the state they register, the backend machine's rules);
 - :mod:`cowstate_spec.invariants`: the structural checkers and snapshot fingerprints;
 - :mod:`cowstate_spec.contract`: what callers do with the states they get;
 - :mod:`cowstate_spec.keys`: keys with chosen hashes (collisions, long chains);
