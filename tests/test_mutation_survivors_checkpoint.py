@@ -23,6 +23,13 @@ from cowstate.errors import (
     UnsafePathError,
 )
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.checkpoint.registry"),
+    pytest.mark.kills(module="cowstate.checkpoint.paths"),
+    pytest.mark.kills(module="cowstate.checkpoint.sealed"),
+]
+
 # ------------------------------------------------------------------ registry
 
 

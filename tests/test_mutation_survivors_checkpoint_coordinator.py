@@ -52,6 +52,11 @@ from cowstate.errors import (
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.checkpoint.coordinator"),
+]
+
 #: A subtask of these tests.
 
 

@@ -31,6 +31,11 @@ from cowstate.checkpoint.storage import SavepointIntent
 from cowstate.errors import CorruptCheckpointError
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.checkpoint.recovery"),
+]
+
 
 def crash_on(operation: str, matches: Callable[[str, Any], bool]) -> Hook:
     """A hook that crashes the first ``operation`` whose ``(path, data)`` match."""

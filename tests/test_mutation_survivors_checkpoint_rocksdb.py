@@ -70,6 +70,12 @@ from cowstate.rocksdb.table import (
 from cowstate.serializers import LongSerializer
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.rocksdb.table"),
+    pytest.mark.kills(module="cowstate.rocksdb.backend"),
+]
+
 ROOT = ABSOLUTE
 ENTRIES = RESTORED_ENTRIES
 #: Two tables sharing one column family, each with half the key groups.

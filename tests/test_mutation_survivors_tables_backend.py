@@ -69,6 +69,12 @@ from cowstate.snapshot import SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.keyed_backend"),
+    pytest.mark.kills(module="cowstate.heap_backend"),
+]
+
 ROOT = ABSOLUTE
 ENTRIES = RESTORED_ENTRIES
 RESTORED = {"value": {(k, ns): state for k, ns, state in ENTRIES}}

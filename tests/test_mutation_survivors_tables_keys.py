@@ -70,6 +70,12 @@ from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_spec.backends import SumCount, add_ints
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.key_groups"),
+    pytest.mark.kills(module="cowstate.keyed_state"),
+]
+
 FULL = KeyGroupRange(0, 127)
 NONE_KEY = "expected a key, got None; a key must not be None"
 

@@ -48,6 +48,15 @@ from cowstate.serializers import DefaultSerializer, ImmutableSerializer
 from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable, StateTableSnapshot
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.state_table"),
+    pytest.mark.kills(module="cowstate.nested_table"),
+    pytest.mark.kills(module="cowstate.table_base"),
+    pytest.mark.kills(module="cowstate.state_meta"),
+    pytest.mark.kills(module="cowstate.descriptors"),
+]
+
 #: The two heap table classes (the snapshot life cycle is theirs).
 HEAP_TABLES: list[type[StateTable[Any, Any, Any]]] = [CopyOnWriteStateTable, NestedMapsStateTable]
 

@@ -52,6 +52,12 @@ from cowstate.snapshot.format import RawEntry
 from cowstate.state_meta import MAX_STATES, SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 
+#: Until these tests move beside the tests of what they pin.
+pytestmark = [
+    pytest.mark.kills(module="cowstate.snapshot.writer"),
+    pytest.mark.kills(module="cowstate.snapshot.restore"),
+]
+
 MAXP = 8
 FULL = KeyGroupRange(0, MAXP - 1)
 INT = IntSerializer()
