@@ -2,6 +2,7 @@
 ``_restore`` and ``_savepoint`` carry a seal line with their kind, version and
 SHA-256, and are verified before a byte of them is parsed.
 
+- sealing: the body keeps everything but its trailing newlines;
 - size: a document of at most ``MAX_DOCUMENT_SIZE`` bytes is read; a larger
   one is refused naming both sizes ("more" when only the limit was read);
 - the seal line: found after the last newline of the body (an empty body
@@ -26,6 +27,27 @@ from pydantic import BaseModel
 
 from cowstate.checkpoint import sealed
 from cowstate.errors import CorruptCheckpointError, MetadataChecksumError
+
+# -------------------------------------------------------------- sealing a body
+
+
+# sealed.seal__mutmut_3 (`rstrip(None)`), __mutmut_4 (`lstrip`), __mutmut_5
+# (`rstrip(b"XX\nXX")`): the seal drops only the body's trailing newlines;
+# leading newlines, trailing blanks and a trailing X are content.
+@pytest.mark.kills(module="cowstate.checkpoint.sealed")
+@pytest.mark.parametrize(
+    ("body", "content"),
+    [(b"\n{} \t", b"\n{} \t\n"), (b"{}X\n\n", b"{}X\n"), (b"{}", b"{}\n")],
+    ids=["leading-newline-trailing-blanks", "trailing-x-then-newlines", "bare"],
+)
+def test_a_sealed_body_keeps_everything_but_its_trailing_newlines(
+    body: bytes, content: bytes
+) -> None:
+    data = sealed.seal("metadata", 2, body)
+    assert data.startswith(content)
+    assert data[len(content) :].startswith(b"#cowstate metadata v2 sha256=")
+    assert sealed.unseal(data, "metadata", 2, "the test document") == content
+
 
 # ------------------------------------------------------------------------ size
 
