@@ -189,7 +189,7 @@ SCOPES = {
             "test_all_or_nothing_restore.py",
             "test_rocksdb_backend.py",
             "test_rocksdb_table.py",
-            "test_rocksdb_iterator_status.py",
+            "test_rocksdb_scan.py",
             "test_storage_machine_reduced.py",
             "test_storage_leak_regression.py",
         ),

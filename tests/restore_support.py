@@ -1,8 +1,8 @@
 """What the restore tests share (tests/test_restore_*.py, test_all_or_nothing_restore.py):
 backends with serializers the tests control, crafted snapshot files written with
 the real writer's building blocks (so every CRC is valid), handles for them, and
-a dump of a backend's contents; RocksDB files with a flipped byte for the
-corruption tests.
+a dump of a backend's contents; raw RocksDB databases, and ones with a flipped
+byte for the corruption tests.
 
 The crafted files use :class:`TrustedPickle` for keys, namespaces and states --
 a serializer of these tests, registered on every backend they restore into --
@@ -219,13 +219,18 @@ def corrupt_key(i: int) -> bytes:
     return encode_rocks_key(i % 16, i.to_bytes(4, "big"), b"")
 
 
+def raw_database(path: Path) -> Rdict:
+    """A raw-mode RocksDB database at ``path`` (made if missing): bytes in, bytes out."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    return Rdict(str(path), options)
+
+
 def corrupt_database(path: Path, entries: int) -> Rdict:
     """A raw-mode database at ``path`` of ``entries`` entries (``corrupt_key(i)``
     -> the 4 bytes of ``i`` ten times) in one SST with a data byte flipped 30%
     in, opened again: a read meets a checksum error there."""
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    db = Rdict(str(path), options)
+    db = raw_database(path)
     for i in range(entries):
         db.put(corrupt_key(i), i.to_bytes(4, "big") * 10)
     db.flush()
@@ -233,4 +238,4 @@ def corrupt_database(path: Path, entries: int) -> Rdict:
     del db
     [sst] = path.glob("*.sst")
     flip(sst, 0.3)
-    return Rdict(str(path), options)
+    return raw_database(path)
