@@ -1,13 +1,17 @@
 """The heap keyed state backend: states, registration, asynchronous snapshots
 (success, failure, cancellation and what each releases), restore and its
 refusals, with the Flink bugs the design answers (FLINK-6207, -9060, -9269,
--13469) as named regression tests."""
+-13469) as named regression tests; the key context and the state handles of
+``cowstate.keyed_state`` word for word (the tests marked ``kills``, written to
+kill that module's mutants, ``make mutate SCOPE=tables``, named in their
+comments)."""
 
 from __future__ import annotations
 
 import copy
 import io
 import random
+import re
 import sys
 import threading
 from collections.abc import Iterator
@@ -27,6 +31,7 @@ from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyGroupOutOfRangeError,
+    KeyTypeMismatchError,
     MaxParallelismMismatchError,
     NoCurrentKeyError,
     NoneStateError,
@@ -46,10 +51,25 @@ from cowstate.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
-from cowstate.keyed_state import VOID_NAMESPACE, AggregatingState, ListState
+from cowstate.key_types import KeyTypes
+from cowstate.keyed_state import (
+    VOID_NAMESPACE,
+    AggregatingState,
+    KeyContext,
+    ListState,
+    StateHolder,
+    ValueState,
+)
 from cowstate.nested_table import NestedMapsStateTable
-from cowstate.serializers import ImmutableSerializer, IntSerializer, StringSerializer
+from cowstate.serializers import (
+    DefaultSerializer,
+    ImmutableSerializer,
+    IntSerializer,
+    LongSerializer,
+    StringSerializer,
+)
 from cowstate.snapshot import SnapshotReader, read_snapshot
+from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, add_ints
@@ -266,6 +286,280 @@ def test_bad_backend_arguments() -> None:
         HeapKeyedStateBackend((0, 9), 10)  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="expected max_parallelism"):
         HeapKeyedStateBackend(KeyGroupRange(0, 9), 0)
+
+
+# ------------------------ the key context and the state handles, word for word
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_void_namespace_hashes_as_flinks_void_namespace() -> None:
+    # keyed_state.xǁVoidNamespaceǁ__hash__ 1: VoidNamespace.hashCode() is 99.
+    assert hash(VOID_NAMESPACE) == 99
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_a_fresh_key_context_has_no_key_no_key_group_and_the_void_namespace() -> None:
+    # keyed_state.xǁKeyContextǁ__init__ 1-9.
+    serializer = DefaultSerializer()
+    context = KeyContext(FULL, 128, serializer)
+    assert context.key_group_range is FULL
+    assert context.max_parallelism == 128
+    assert context.key_serializer is serializer
+    assert type(context.key_types) is KeyTypes
+    assert context.key_group == -1
+    assert context.namespace is VOID_NAMESPACE
+    with pytest.raises(NoCurrentKeyError) as caught:
+        _ = context.key
+    assert str(caught.value) == (
+        "expected a current key, got none: call set_current_key(key) before using keyed state"
+    )
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_set_key_hashes_with_the_contexts_key_serializer() -> None:
+    # keyed_state.xǁKeyContextǁset_key 7-13, 16, 17, __init__ 3: with LongSerializer
+    # keys, -1 is a Long (hash 0, key group 94), not an Integer (key group 80).
+    context = KeyContext(FULL, 128, LongSerializer())
+    context.set_key(-1)
+    assert (context.key, context.key_group) == (-1, 94)
+    b = HeapKeyedStateBackend(FULL, 128, key_serializer=LongSerializer())
+    try:
+        b.set_current_key(-1)
+        assert (b.current_key, b.current_key_group) == (-1, 94)
+        b.set_current_key(3)
+        assert (b.current_key, b.current_key_group) == (3, 113)
+    finally:
+        b.close()
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_set_key_refuses_none_and_unhashable_keys_and_keeps_no_key() -> None:
+    # keyed_state.xǁKeyContextǁset_key 1-6.
+    context = KeyContext(FULL, 128, DefaultSerializer())
+    with pytest.raises(InvalidArgumentError) as caught:
+        context.set_key(None)
+    assert str(caught.value) == "expected a key, got None; a key must not be None"
+    with pytest.raises(UnhashableKeyError) as unhashable:
+        context.set_key([1])
+    assert str(unhashable.value) == "expected a hashable key, got list [1]"
+    with pytest.raises(NoCurrentKeyError):
+        _ = context.key
+    context.set_key("k")
+    assert context.key == "k"
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_set_key_fixes_the_key_type_only_for_a_key_in_range() -> None:
+    # keyed_state.xǁKeyContextǁset_key 14, 15: the range is checked first, and the
+    # first key admitted fixes the type (True after 1 is refused).
+    context = KeyContext(KeyGroupRange(0, 63), 128, DefaultSerializer())
+    with pytest.raises(KeyGroupOutOfRangeError, match=re.escape("got key group 94;")):
+        context.set_key(0)
+    context.set_key("hello")  # key group 35: str is now the key type
+    assert (context.key, context.key_group) == ("hello", 35)
+    with pytest.raises(KeyTypeMismatchError) as caught:
+        context.set_key(4)  # key group 7, in range, but an int
+    assert str(caught.value) == "expected a key of type str (fixed by the first key), got int: 4"
+    ints = KeyContext(FULL, 128, DefaultSerializer())
+    ints.set_key(1)
+    with pytest.raises(KeyTypeMismatchError) as caught:
+        ints.set_key(True)
+    assert str(caught.value) == (
+        "expected a key of type int (fixed by the first key), got bool: True"
+    )
+    assert (ints.key, ints.key_group) == (1, 86)
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_set_namespace_refuses_none_and_unhashable_namespaces_word_for_word() -> None:
+    # keyed_state.xǁKeyContextǁset_namespace 1-12.
+    context = KeyContext(FULL, 128, DefaultSerializer())
+    context.set_namespace("window-1")
+    assert context.namespace == "window-1"
+    with pytest.raises(InvalidArgumentError) as caught:
+        context.set_namespace(None)
+    assert str(caught.value) == (
+        "expected a namespace, got None; use VOID_NAMESPACE for state without one"
+    )
+    with pytest.raises(UnhashableKeyError) as unhashable:
+        context.set_namespace(["n"])
+    assert str(unhashable.value) == "expected a hashable namespace, got list ['n']"
+    assert context.namespace == "window-1"
+    context.set_namespace(VOID_NAMESPACE)
+    assert context.namespace is VOID_NAMESPACE
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_handles_route_by_the_contexts_key_group() -> None:
+    # keyed_state.xǁKeyedStateǁclear 1-7, _get 1-7, _put 1-9, _transform 1-11,
+    # xǁStateHolderǁ__init__ 1, 2: a handle passes the key group set_current_key
+    # computed; the table does not hash again. Seen with a table that would hash
+    # -1 as an Integer (key group 80) under a context hashing it as a Long (94).
+    context = KeyContext(FULL, 128, LongSerializer())
+    table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(
+        FULL, 128, meta=StateMetaInfo(name="v"), key_serializer=IntSerializer()
+    )
+    value = ValueState(context, StateHolder(ValueStateDescriptor("v"), table))
+    items = ListState(context, StateHolder(ListStateDescriptor("v"), table))
+    context.set_key(-1)
+    context.set_namespace("ns")
+    value.update("x")
+    assert list(table.entries_in_key_group(94)) == [(-1, "ns", "x")]
+    assert list(table.entries_in_key_group(80)) == []
+    assert table.get(-1, "ns", key_group=94) == "x"
+    assert value.value() == "x"
+    value.clear()
+    assert list(table.entries_in_key_group(94)) == []
+    items.add("a")
+    items.add("b")
+    assert list(table.entries_in_key_group(94)) == [(-1, "ns", ["a", "b"])]
+    assert items.get() == ["a", "b"]
+    table.put(-1, "ns", ["c"], key_group=80)  # where the table itself would route -1
+    assert items.get() == ["a", "b"]
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_value_state_default_is_a_copy_and_none_clears(backend: HeapKeyedStateBackend) -> None:
+    # keyed_state.xǁValueStateǁvalue 1-8, update 1, 2.
+    descriptor: ValueStateDescriptor[list[int]] = ValueStateDescriptor("value", default=[1])
+    state = backend.get_state(descriptor)
+    backend.set_current_key("k")
+    first = state.value()
+    assert first == [1] and first is not descriptor.default
+    first.append(2)
+    assert state.value() == [1]
+    assert descriptor.default == [1]
+    state.update([7])
+    assert state.value() == [7]
+    assert backend.num_state_entries() == 1
+    state.update(None)
+    assert backend.num_state_entries() == 0
+    assert state.value() == [1]
+    plain = backend.get_state(ValueStateDescriptor("plain"))
+    assert plain.value() is None
+
+
+class _ListCopySerializer:
+    """A user serializer of list states: ``copy`` takes only lists."""
+
+    def copy(self, state: Any) -> Any:
+        if type(state) is not list:
+            raise TypeError(f"expected a list, got {type(state).__name__}")
+        return list(state)
+
+    def serialize(self, state: Any) -> bytes:
+        return DefaultSerializer().serialize(state)
+
+    def deserialize(self, data: bytes) -> Any:
+        return DefaultSerializer().deserialize(data)
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_an_absent_value_without_default_never_reaches_the_serializer(
+    backend: HeapKeyedStateBackend,
+) -> None:
+    # keyed_state.xǁValueStateǁvalue 5: no default, so nothing to copy.
+    state = backend.get_state(ValueStateDescriptor("v", serializer=_ListCopySerializer()))
+    backend.set_current_key("k")
+    assert state.value() is None
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_list_state_get_add_add_all_and_update(backend: HeapKeyedStateBackend) -> None:
+    # keyed_state.xǁListStateǁget 1-4, add 1-6, add_all 1-6, update 1-3,
+    # _checked 1-7, x__extend 1, 2.
+    state = backend.get_state(ListStateDescriptor("list"))
+    backend.set_current_key("k")
+    assert state.get() == [] and type(state.get()) is list
+    state.add("a")
+    state.add("b")
+    assert state.get() == ["a", "b"]
+    state.add_all(("c", "d"))
+    assert state.get() == ["a", "b", "c", "d"]
+    state.add_all([])
+    assert state.get() == ["a", "b", "c", "d"]
+    with pytest.raises(NoneStateError) as caught:
+        state.add(None)
+    assert str(caught.value) == "expected an element to add to list state 'list', got None"
+    with pytest.raises(NoneStateError) as caught:
+        state.add_all(["e", None])
+    assert str(caught.value) == (
+        "expected elements for list state 'list', got None in ['e', None]; nothing was added"
+    )
+    assert state.get() == ["a", "b", "c", "d"]
+    state.update(iter(["x"]))
+    assert state.get() == ["x"]
+    state.update([])
+    assert backend.num_state_entries() == 0
+    state.add_all(["y", "z"])  # absent: the new list is stored
+    assert state.get() == ["y", "z"]
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_map_state_reads_writes_and_removes(backend: HeapKeyedStateBackend) -> None:
+    # keyed_state.xǁMapStateǁget 1-6, put 1-5, remove 1-11, contains 1-5,
+    # items 1-5, is_empty 1, 2, x__update 1, 2, x__check_user_key 1-3.
+    state = backend.get_state(MapStateDescriptor("map"))
+    backend.set_current_key("k")
+    assert state.get("a") is None
+    assert state.contains("a") is False
+    assert state.items() == []
+    assert state.is_empty() is True
+    state.remove("a")  # absent: nothing to do
+    state.put("a", 1)
+    state.put("b", 2)
+    assert (state.get("a"), state.get("b"), state.get("c")) == (1, 2, None)
+    assert (state.contains("a"), state.contains("c")) == (True, False)
+    assert state.items() == [("a", 1), ("b", 2)]
+    assert state.is_empty() is False
+    state.remove("c")  # not there: both stay
+    assert state.items() == [("a", 1), ("b", 2)]
+    state.remove("a")  # one of two: the other stays
+    assert state.items() == [("b", 2)]
+    assert backend.num_state_entries() == 1
+    state.remove("b")  # the last one: the state is cleared
+    assert backend.num_state_entries() == 0
+    assert state.is_empty() is True
+    unhashable: Any = ["u"]
+    for call in (
+        lambda: state.get(unhashable),
+        lambda: state.put(unhashable, 1),
+        lambda: state.remove(unhashable),
+        lambda: state.contains(unhashable),
+    ):
+        with pytest.raises(UnhashableKeyError) as caught:
+            call()
+        assert str(caught.value) == "expected a hashable user key, got list ['u']"
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_reducing_state_folds_and_refuses_none(backend: HeapKeyedStateBackend) -> None:
+    # keyed_state.xǁReducingStateǁadd 1-6, _reduce 1-7.
+    state = backend.get_state(ReducingStateDescriptor("reducing", reduce_function=add_ints))
+    backend.set_current_key("k")
+    assert state.get() is None
+    state.add(2)
+    assert state.get() == 2
+    state.add(5)
+    assert state.get() == 7
+    with pytest.raises(NoneStateError) as caught:
+        state.add(None)
+    assert str(caught.value) == "expected a value to add to reducing state 'reducing', got None"
+    assert state.get() == 7
+
+
+@pytest.mark.kills(module="cowstate.keyed_state")
+def test_aggregating_state_folds_into_one_accumulator(backend: HeapKeyedStateBackend) -> None:
+    # keyed_state.xǁAggregatingStateǁget 1-5, add 1-4, _fold 1-7, _function 1, 2.
+    state = backend.get_state(
+        AggregatingStateDescriptor("aggregating", aggregate_function=SumCount())
+    )
+    backend.set_current_key("k")
+    assert state.get() is None
+    state.add(3)
+    assert state.get() == (3, 1)
+    state.add(4)
+    assert state.get() == (7, 2)
 
 
 # ---------------------------------------------------------------- snapshots
