@@ -57,11 +57,12 @@ scope's marked tests only (after a control run with no mutant active;
 Marked tests: a test written to kill mutants of a module carries
 ``@pytest.mark.kills(module="cowstate.checkpoint.sealed")`` (the mutants by
 name in its comment) and lives beside the other tests of the behaviour it
-pins, in any test file. A scope's killers are its listed files and every
-file holding a test marked for one of its modules; ``--recheck`` runs the
-marked tests alone (collected with ``-m "kills(module='...') or ..."``, run
-by node id) and the scope's ``recheck_with`` files. ``--list-tests`` prints
-both and runs nothing.
+pins. A scope's killers are the files it lists, whole; a file holding a test
+marked for one of its modules must be among them (``tests/test_mutation_results.py``
+checks it: a file joins a scope's killers by decision, since mutmut runs all
+of it). ``--recheck`` runs the marked tests alone (collected with ``-m
+"kills(module='...') or ..."``, run by node id) and the scope's
+``recheck_with`` files. ``--list-tests`` prints both and runs nothing.
 
 Results outlive ``build/``: every report also writes each staged scope's
 results to ``docs/mutation-results/<scope>.json`` (per mutated file, mutmut's
@@ -139,6 +140,7 @@ SCOPES = {
             "test_copy_costs.py",
             "test_serializers.py",
             "test_default_serializer.py",
+            "test_errors.py",
         ),
         recheck_with=("test_serializers.py", "test_default_serializer.py"),
     ),
@@ -168,6 +170,9 @@ SCOPES = {
             "test_backend.py",
             "test_backend_machine.py",
             "test_checkpoint_rules.py",
+            "test_mutation_survivors_tables_backend.py",
+            "test_mutation_survivors_tables_reader.py",
+            "test_mutation_survivors_tables_writer.py",
         ),
     ),
     "checkpoint": Scope(
@@ -185,6 +190,12 @@ SCOPES = {
         ),
         (
             "test_checkpoint_rules.py",
+            "test_checkpoint_recovery.py",
+            "test_checkpoint_storage.py",
+            "test_checkpoint_registry.py",
+            "test_checkpoint_filesystem.py",
+            "test_checkpoint_paths.py",
+            "test_checkpoint_sealed.py",
             "test_restore_trust.py",
             "test_all_or_nothing_restore.py",
             "test_rocksdb_backend.py",
@@ -196,8 +207,7 @@ SCOPES = {
         recheck_with=("test_storage_leak_regression.py",),
     ),
 }
-#: Copied with every scope's killer tests (and every ``tests/*_support.py``); the
-#: files holding tests marked ``kills`` for a scope's modules join its killers.
+#: Copied with every scope's killer tests (and every ``tests/*_support.py``).
 TEST_SUPPORT = ("conftest.py", "data", "java")
 
 PYPROJECT = """\
@@ -420,7 +430,7 @@ def refresh_tests(scope: str) -> None:
     if tests.exists():
         shutil.rmtree(tests)
     tests.mkdir(parents=True)
-    names = [*SCOPES[scope].tests, *killer_files(scope)]
+    names = list(SCOPES[scope].tests)
     support = sorted(p.name for p in (ROOT / "tests").glob("*_support.py"))
     for name in [*dict.fromkeys(names), *TEST_SUPPORT, *support]:
         source = ROOT / "tests" / name
@@ -454,7 +464,8 @@ def marked_modules(path: Path) -> set[str]:
 
 
 def killer_files(scope: str) -> list[str]:
-    """The test files holding a test marked ``kills`` for a module of ``scope``."""
+    """The test files holding a test marked ``kills`` for a module of ``scope``
+    (every one of them is among the scope's listed killers)."""
     modules = set(scope_modules(scope))
     return sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if marked_modules(p) & modules)
 
@@ -491,7 +502,7 @@ def recheck_tests(scope: str) -> list[str]:
 
 def list_tests(scope: str) -> None:
     """Print the scope's killer files and the tests ``--recheck`` runs."""
-    killers = dict.fromkeys([*SCOPES[scope].tests, *killer_files(scope)])
+    killers = SCOPES[scope].tests
     print(f"scope {scope}: {len(killers)} killer files")
     for name in killers:
         print(f"  tests/{name}")

@@ -10,7 +10,8 @@ them (rule U: user code that raises), word for word.
   characters of a repr and survives a raising one;
 - rule U per operation: every keyed operation of both maps names the key or
   namespace whose hash raised, the pair whose comparison raised, and (the
-  copying ones) the pair whose copy raised; the map is unchanged.
+  copying ones) the pair whose copy raised; the map is unchanged; the C map
+  names a copy that changed the map it copies for.
 
 The messages of misuse (released snapshots, iteration across a change) and
 the other messages of the maps are in ``test_error_messages.py``; hostile
@@ -27,6 +28,7 @@ import pytest
 from conftest import MAPS
 
 from cowstate.errors import (
+    ConcurrentModificationError,
     KeyComparisonError,
     KeyHashError,
     StateCopyError,
@@ -277,3 +279,36 @@ def test_keys_of_a_namespace_whose_comparison_raises_names_the_key(map_impl: str
         "a bool, got RuntimeError: eq broke; the map is unchanged"
     )
     assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.skipif(
+    "c" not in MAPS, reason="the C map is not built (test_implementations.py fails)"
+)
+def test_the_c_map_names_a_copy_that_changed_the_map() -> None:
+    # state_map._reentrant_message: only the C map calls it (rule d of
+    # _cmap.c's header), when serializer.copy -- user code -- changes the map it
+    # copies for.
+    m = MAPS["c"]()
+
+    class ChangesTheMap:
+        def copy(self, state: Any) -> Any:
+            m.put(99, "ns", [0])
+            return list(state)
+
+        def serialize(self, state: Any) -> bytes:
+            raise NotImplementedError
+
+        def deserialize(self, data: bytes) -> Any:
+            raise NotImplementedError
+
+    m.put(1, "ns", [1])
+    snapshot = m.snapshot()
+    m.serializer = ChangesTheMap()
+    with pytest.raises(ConcurrentModificationError) as caught:
+        m.get(1, "ns")
+    assert str(caught.value) == (
+        "expected serializer.copy not to change the map it was called from, but the map "
+        "changed; nothing was written"
+    )
+    m.release(snapshot)

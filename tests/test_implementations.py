@@ -26,7 +26,6 @@ from leak_support import traced_growth
 import cowstate
 from cowstate import maps, state_map
 from cowstate._cmap import CopyOnWriteStateMap as CMap
-from cowstate.errors import ConcurrentModificationError
 from cowstate_spec.cmap_view import MapView, view_of
 from cowstate_spec.invariants import InvariantViolation, chain, check_map, fingerprint
 from cowstate_spec.keys import HashKey
@@ -368,36 +367,3 @@ def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_ear
     gc.collect()
     assert snap.is_released and not m._open_versions
     check_map(m)
-
-
-# ---------------------------------------------------- the C map's own refusals
-
-
-@pytest.mark.kills(module="cowstate.state_map")
-@needs_c
-def test_the_c_map_names_a_copy_that_changed_the_map() -> None:
-    # state_map._reentrant_message: only the C map calls it (rule d of
-    # _cmap.c's header), when serializer.copy changes the map it copies for.
-    m = c_map()
-
-    class ChangesTheMap:
-        def copy(self, state: Any) -> Any:
-            m.put(99, "ns", [0])
-            return list(state)
-
-        def serialize(self, state: Any) -> bytes:
-            raise NotImplementedError
-
-        def deserialize(self, data: bytes) -> Any:
-            raise NotImplementedError
-
-    m.put(1, "ns", [1])
-    snapshot = m.snapshot()
-    m.serializer = ChangesTheMap()
-    with pytest.raises(ConcurrentModificationError) as caught:
-        m.get(1, "ns")
-    assert str(caught.value) == (
-        "expected serializer.copy not to change the map it was called from, but the map "
-        "changed; nothing was written"
-    )
-    m.release(snapshot)

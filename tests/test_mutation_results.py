@@ -10,10 +10,11 @@ round trip, and that the report reads a saved scope that is not staged.
 
 A test written to kill mutants of a module is marked
 ``@pytest.mark.kills(module=...)`` and lives beside the tests of what it pins:
-the scope's staging copies every file holding one, and ``--recheck`` runs
-exactly the marked tests of the scope's modules (checked here on a tiny tree
-of test files), and every marker in the suite is one the script reads and
-names a mutated module.
+the scope's staging copies the files it lists, and ``--recheck`` runs exactly
+the marked tests of the scope's modules (checked here on a tiny tree of test
+files); in the suite, every marker is one the script reads and names a
+mutated module, and every file holding tests marked for a scope is one of the
+scope's listed killers.
 """
 
 from __future__ import annotations
@@ -221,7 +222,8 @@ def test_a_scope_stages_and_rechecks_the_tests_marked_for_its_modules(
     (tests / "test_c.py").write_text(MARKED_CLASS)
     (tests / "test_d.py").write_text(UNMARKED)
     monkeypatch.setattr(mutation, "ROOT", root)
-    scope = mutation.Scope(("m.py",), ("test_b.py",), recheck_with=("test_b.py",))
+    listed = ("test_a.py", "test_b.py", "test_c.py")
+    scope = mutation.Scope(("m.py",), listed, recheck_with=("test_b.py",))
     monkeypatch.setattr(mutation, "SCOPES", {"core": scope})
 
     assert mutation.killer_files("core") == ["test_a.py", "test_c.py"]
@@ -233,11 +235,19 @@ def test_a_scope_stages_and_rechecks_the_tests_marked_for_its_modules(
     ]
     mutation.refresh_tests("core")
     staged = mutation.BUILD / "core" / "tests"
-    assert sorted(p.name for p in staged.glob("test_*.py")) == [
-        "test_a.py",
-        "test_b.py",
-        "test_c.py",
-    ]
+    assert sorted(p.name for p in staged.glob("test_*.py")) == list(listed)  # not test_d.py
+
+
+def test_every_file_with_tests_marked_for_a_scope_is_one_of_its_killers(
+    mutation: ModuleType,
+) -> None:
+    for scope, declared in mutation.SCOPES.items():
+        marked = mutation.killer_files(scope)
+        assert marked, scope
+        assert set(marked) <= set(declared.tests), (
+            scope,
+            sorted(set(marked) - set(declared.tests)),
+        )
 
 
 def test_every_kills_marker_names_a_mutated_module_as_the_script_reads_it(
