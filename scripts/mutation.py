@@ -170,7 +170,6 @@ SCOPES = {
             "test_backend.py",
             "test_backend_machine.py",
             "test_checkpoint_rules.py",
-            "test_mutation_survivors_tables_writer.py",
         ),
     ),
     "checkpoint": Scope(

@@ -16,7 +16,7 @@ import copy
 import io
 import pickle
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
 from cowstate.snapshot import SnapshotMetadata, SnapshotReader, SnapshotWriter
+from cowstate.snapshot.format import RawEntry
 from cowstate.state_meta import SnapshotFormat, StateMetadata
 
 MAX_P = 16
@@ -142,14 +143,23 @@ def crafted_raw(
     namespace_serializer: str = SER.identifier,
 ) -> bytes:
     """:func:`crafted` from raw ``(namespace, key, state)`` bytes."""
-    stream = io.BytesIO()
     metadata = metadata_of(key_group_range, snapshot_format)
     if namespace_serializer != SER.identifier:
         state = STATE_META.model_copy(update={"namespace_serializer": namespace_serializer})
         metadata = metadata.model_copy(update={"states": (state,)})
+    return craft(metadata, {kg: {0: rows} for kg, rows in blocks.items()})
+
+
+def craft(
+    metadata: SnapshotMetadata, blocks: Mapping[int, Mapping[int, Sequence[RawEntry]]]
+) -> bytes:
+    """A snapshot file of ``metadata`` whose block of key group ``kg`` holds
+    ``blocks[kg]`` -- raw entries per state id, as given -- written by
+    :class:`SnapshotWriter` (the other key groups' blocks empty)."""
+    stream = io.BytesIO()
     writer = SnapshotWriter(stream, metadata)
     for kg in sorted(blocks):
-        writer.write_key_group(kg, {0: blocks[kg]})
+        writer.write_key_group(kg, blocks[kg])
     writer.finish()
     return stream.getvalue()
 
