@@ -11,15 +11,17 @@ the mutated library from the staging copy.
 The mutated modules and their killer tests come in scopes. ``core``: the
 map and its arithmetic, serializers, introspection and errors, killed by the
 fast specification suite (the state machines, the invariant checker, bad
-input, Flink's scenarios, the seed's worked examples, the arithmetic).
+input, Flink's scenarios, the seed's worked examples, the arithmetic, the
+error messages and the serializers).
 ``tables``: key groups, the state tables, the snapshot file format, the state
 descriptors and keyed states, the heap backend, killed by their own tests
 (key-group vectors, table scenarios and contracts, snapshot files, the
 backend and its machine, the checkpoint rules for ``snapshot_to`` /
 ``restore_from``). ``checkpoint``: the coordinator, recovery, the checkpoint
 storage, registry, handles, file system, paths and sealed documents, and the
-RocksDB backend and table, killed by the checkpoint rules, restore trust and
-all-or-nothing restore, the RocksDB tests and a reduced storage machine
+RocksDB backend and table, killed by the checkpoint rules and recovery, the
+tests of each checkpoint module, restore trust and all-or-nothing restore,
+the RocksDB tests and a reduced storage machine
 (``tests/test_storage_machine_reduced.py``). ``make mutate`` runs ``core``;
 the others are run by name (``make mutate SCOPE=tables``). All of it runs
 under the Hypothesis ``mutation`` profile (fixed seeds, no shrinking, no
@@ -559,7 +561,7 @@ def equivalent_mutants() -> dict[str, str]:
 def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     """Run every surviving mutant of ``scope`` (with ``only``: every one
     matching ``only`` not killed yet, not-run ones included) against the
-    scope's survivor tests.
+    tests marked ``kills`` for the scope's modules (and its ``recheck_with``).
 
     mutmut ran each mutant against every killer test that reaches it; a
     survivor killed afterwards by a new test marked ``kills`` for its module

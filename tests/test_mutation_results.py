@@ -265,3 +265,9 @@ def test_every_kills_marker_names_a_mutated_module_as_the_script_reads_it(
         marked |= mutation.marked_modules(path)
     # every scope has marked tests somewhere
     assert all(marked & set(mutation.scope_modules(scope)) for scope in mutation.SCOPES)
+
+
+def test_no_test_file_is_named_after_how_its_tests_were_found() -> None:
+    # Tests live beside the tests of what they pin (CONTRIBUTING, "Mutation
+    # testing"); a mutant they kill is named in a marker and a comment.
+    assert sorted(p.name for p in (ROOT / "tests").glob("*survivor*")) == []
