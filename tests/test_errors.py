@@ -38,17 +38,7 @@ from cowstate.errors import (
     UnknownStateError,
 )
 from cowstate.serializers import DefaultSerializer
-
-
-class _RaisingHash:
-    """A key whose ``hash()`` raises a ``ValueError`` (rule U: KeyHashError)."""
-
-    def __hash__(self) -> int:
-        raise ValueError("no hash today")
-
-    def __repr__(self) -> str:
-        return "RaisingHash()"
-
+from cowstate_spec.hostile import RaisingHash
 
 # ------------------------------------------------------------ the constructors
 
@@ -58,7 +48,7 @@ def test_a_raising_key_hash_is_named_as_the_key() -> None:
     # errors.KeyHashError.raised_by_pair / raised_by: no map test hashed a
     # pair whose key raised with a message compared word for word.
     exc = ValueError("no hash today")
-    error = KeyHashError.raised_by_pair(_RaisingHash(), "ns", exc)
+    error = KeyHashError.raised_by_pair(RaisingHash(), "ns", exc)
     assert type(error) is KeyHashError
     assert str(error) == (
         "expected hash() of the key RaisingHash() to return an int, got "
@@ -70,7 +60,7 @@ def test_a_raising_key_hash_is_named_as_the_key() -> None:
 def test_a_raising_namespace_hash_is_named_as_the_namespace() -> None:
     # errors.KeyHashError.raised_by_pair: the key hashes, so the namespace raised.
     exc = ValueError("no hash today")
-    error = KeyHashError.raised_by_pair("k", _RaisingHash(), exc)
+    error = KeyHashError.raised_by_pair("k", RaisingHash(), exc)
     assert str(error) == (
         "expected hash() of the namespace RaisingHash() to return an int, got "
         "ValueError: no hash today; the map is unchanged"
@@ -125,7 +115,7 @@ def test_unhashable_check_names_the_role_and_the_value() -> None:
         UnhashableKeyError.check({"a": 1}, "namespace")
     assert str(namespace.value) == "expected a hashable namespace, got dict {'a': 1}"
     with pytest.raises(KeyHashError) as raising:
-        UnhashableKeyError.check(_RaisingHash(), "namespace")
+        UnhashableKeyError.check(RaisingHash(), "namespace")
     assert str(raising.value) == (
         "expected hash() of the namespace RaisingHash() to return an int, got "
         "ValueError: no hash today; the map is unchanged"
@@ -212,7 +202,7 @@ def test_every_operation_names_the_key_or_namespace_whose_hash_raised(
 ) -> None:
     m = MAPS[map_impl]()
     m.put("k", "ns", [1])
-    for key, namespace, role in ((_RaisingHash(), "ns", "key"), ("k", _RaisingHash(), "namespace")):
+    for key, namespace, role in ((RaisingHash(), "ns", "key"), ("k", RaisingHash(), "namespace")):
         with pytest.raises(KeyHashError) as caught:
             OPERATIONS[operation](m, key, namespace)
         assert str(caught.value) == (

@@ -76,6 +76,7 @@ from cowstate.snapshot import (
 from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable, StateTableSnapshot
 from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount
+from cowstate_spec.hostile import RaisingHash
 
 MAXP = 16
 
@@ -940,16 +941,6 @@ class _Clashing:
         return f"Clashing({self.name})"
 
 
-class _RaisingHash:
-    """A key or namespace whose ``hash()`` raises a ``ValueError`` (rule U)."""
-
-    def __hash__(self) -> int:
-        raise ValueError("no hash today")
-
-    def __repr__(self) -> str:
-        return "RaisingHash()"
-
-
 class _HashFailsOnCall:
     """A key or namespace whose ``hash()`` raises on call number ``fail_on``
     only (``fail_on`` is set by the test, relative to ``calls``)."""
@@ -1090,11 +1081,11 @@ def test_nested_map_names_the_key_or_namespace_whose_hash_raises() -> None:
     # nested_table _check_hashable__mutmut_7..12 (KeyHashError of the wrong part,
     # or without its cause).
     m = NestedStateMap[Any, Any, Any]()
-    assert message(KeyHashError, lambda: m.get(_RaisingHash(), "ns")) == (
+    assert message(KeyHashError, lambda: m.get(RaisingHash(), "ns")) == (
         "expected hash() of the key RaisingHash() to return an int, got ValueError: "
         "no hash today; the map is unchanged"
     )
-    assert message(KeyHashError, lambda: m.put(1, _RaisingHash(), 1)) == (
+    assert message(KeyHashError, lambda: m.put(1, RaisingHash(), 1)) == (
         "expected hash() of the namespace RaisingHash() to return an int, got ValueError: "
         "no hash today; the map is unchanged"
     )
