@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import redirect_stdout
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import jobs_support
@@ -38,7 +37,6 @@ from restore_support import FULL, MAX_P, SER, dump, fill, group_of
 from cowstate.checkpoint.coordinator import (
     SAVEPOINT_MARKER,
     CheckpointCoordinator,
-    _restore_backends,
 )
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import (
@@ -64,7 +62,6 @@ from cowstate.errors import (
     CorruptCheckpointError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
-    KeyGroupMismatchError,
     MaxParallelismMismatchError,
     MetadataChecksumError,
     UnknownCheckpointError,
@@ -1876,40 +1873,3 @@ def test_recover_keeps_one_checkpoint_and_waits_600_s_unless_told_otherwise(
     assert [c.checkpoint_id for c in default.completed_checkpoints] == [2]
     chosen = small_jobs.recover(num_retained=3, timeout=5.0)
     assert (chosen.num_retained, chosen.timeout) == (3, 5.0)
-
-
-# _restore_backends__mutmut_21 (`suppress(None)`: a failing discard became a
-# TypeError): the first error is the one reported, and every prepared restore
-# is discarded.
-@pytest.mark.kills(module="cowstate.checkpoint.coordinator")
-def test_a_discard_that_fails_does_not_hide_the_error_or_stop_the_other_discards() -> None:
-    log: list[str] = []
-
-    class Staged:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def commit(self) -> None:
-            log.append(f"commit {self.name}")
-
-        def discard(self) -> None:
-            log.append(f"discard {self.name}")
-            if self.name == "0":
-                raise OSError("the staging directory is gone")
-
-    class Backend:
-        def __init__(self, name: str, fail: bool) -> None:
-            self.name, self.fail = name, fail
-            self.key_group_range = KeyGroupRange(0, MAX_P - 1)
-
-        def prepare_restore(self, *args: Any, **kwargs: Any) -> Staged:
-            if self.fail:
-                raise KeyGroupMismatchError("expected ..., got a broken file")
-            return Staged(self.name)
-
-    metadata = SimpleNamespace(subtasks=())
-    source = SnapshotSource(FileSystem(), "/")
-    backends = [Backend("0", False), Backend("1", False), Backend("2", True)]
-    with pytest.raises(KeyGroupMismatchError, match="got a broken file"):
-        _restore_backends(backends, metadata, source, incremental_base=False)  # type: ignore[arg-type]
-    assert log == ["discard 0", "discard 1"]
