@@ -1303,6 +1303,9 @@ def test_descriptor_messages() -> None:
     good = AggregatingStateDescriptor("g", aggregate_function=SumCount())
     assert good.name == "g" and good.kind == "aggregating"
     assert ReducingStateDescriptor("r", reduce_function=max).kind == "reducing"
+    reducing: ReducingStateDescriptor[int] = ReducingStateDescriptor("r", reduce_function=max)
+    assert reducing.reduce_function is max
+    assert ValueStateDescriptor("v").name == "v"
 
 
 # It absorbed test_state_meta_info_names_each_bad_field (state_meta
