@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CMAP   := $(VENV)/.cmap-built
 
-.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean
+.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter
 
 ## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
 ## when its source changes, without reinstalling everything.
@@ -70,10 +70,34 @@ demo: $(CMAP)
 cluster-demo: $(CMAP)
 	$(PY) scripts/cluster_demo.py
 
+## make flink-adapter: Flink's own CopyOnWriteStateMap behind the process protocol
+## (docs/protocol.md), for `cowstate check --implementation flink-java`. Downloads the
+## apache-flink-libraries wheel pinned by hash in adapters/flink-java/requirements.txt
+## (network access to PyPI, ~330 MB), takes its flink-dist jar and compiles the adapter
+## with javac (Java 17) into build/flink-adapter/.
+FLINK_VERSION := 2.3.0
+FLINK_ADAPTER := build/flink-adapter
+FLINK_JAR     := $(FLINK_ADAPTER)/lib/flink-dist-$(FLINK_VERSION).jar
+FLINK_SOURCE  := adapters/flink-java/src/org/apache/flink/runtime/state/heap/CowstateFlinkAdapter.java
+FLINK_CLASS   := $(FLINK_ADAPTER)/classes/org/apache/flink/runtime/state/heap/CowstateFlinkAdapter.class
+flink-adapter: $(FLINK_CLASS)
+
+$(FLINK_JAR): adapters/flink-java/requirements.txt $(STAMP)
+	mkdir -p build/flink $(FLINK_ADAPTER)/lib
+	$(PY) -m pip download --quiet --no-deps --require-hashes -r adapters/flink-java/requirements.txt -d build/flink
+	$(PY) -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], 'build/flink')" \
+		build/flink/apache_flink_libraries-$(FLINK_VERSION)-py2.py3-none-any.whl pyflink/lib/flink-dist-$(FLINK_VERSION).jar
+	cp build/flink/pyflink/lib/flink-dist-$(FLINK_VERSION).jar $@
+
+$(FLINK_CLASS): $(FLINK_SOURCE) $(FLINK_JAR)
+	rm -rf $(FLINK_ADAPTER)/classes
+	javac --release 17 -Xlint:all,-serial,-processing -d $(FLINK_ADAPTER)/classes -cp $(FLINK_JAR) $(FLINK_SOURCE)
+
 ## make bench: the benchmarks, peers side by side (see bench/README.md)
 bench: $(CMAP)
 	$(PY) bench/bench_state_map.py
 	$(PY) bench/bench_differential.py
+	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
 	$(PY) bench/bench_serializers.py

@@ -414,6 +414,80 @@ def test_coordinator_argument_errors(jobs: Any, tmp_path: Path) -> None:
         CheckpointCoordinator.restore(job.storage, job.backends, sp, RestoreMode.CLAIM)
 
 
+#: Subtasks whose ranges hold as many key groups as there are, one twice and
+#: another by none.
+TWICE_AND_NONE = {
+    "as-many-key-groups": [KeyGroupRange(0, 8), KeyGroupRange(8, 14)],
+    "beside-an-empty-range": [KeyGroupRange(0, 7), KeyGroupRange.EMPTY, KeyGroupRange(5, 12)],
+}
+
+
+def subtasks_case(
+    case: str, tmp: Path, coordinator: type[CheckpointCoordinator] = CheckpointCoordinator
+) -> None:
+    ranges = TWICE_AND_NONE[case]
+    assert sum(len(r) for r in ranges) == MAXP
+    job = Job(tmp / "root", "job", heap)
+    job.put(range(60), "a")
+    directory = job.coordinator.complete_checkpoint(job.coordinator.trigger_checkpoint()).directory
+    job.close()
+    backends = [heap(r, MAXP) for r in ranges]
+    for backend in backends:
+        backend.get_state(VALUE)
+    storage = CheckpointStorage(str(tmp / "root"), "restored")
+    message = f"expected disjoint key-group ranges, got {ranges[0]!r} and {ranges[-1]!r}"
+    try:
+        with pytest.raises(InvalidArgumentError) as caught:
+            coordinator(storage, backends).close()
+        assert str(caught.value) == message
+        with pytest.raises(InvalidArgumentError) as caught:
+            coordinator.restore(storage, backends, directory, RestoreMode.NO_CLAIM).close()
+        assert str(caught.value) == message
+        assert all(list(b.entries("value")) == [] for b in backends)
+        assert not Path(storage.job_dir).exists()
+    finally:
+        for backend in backends:
+            backend.close()
+
+
+@pytest.mark.parametrize("case", list(TWICE_AND_NONE))
+def test_subtasks_holding_a_key_group_twice_are_refused_whatever_they_add_up_to(
+    case: str, tmp_path: Path
+) -> None:
+    """Subtasks whose ranges hold as many key groups as there are, one of them
+    twice and another by none, are refused by a coordinator and its restore,
+    before anything is restored. (Beside an empty range, which sorts anywhere,
+    comparing neighbours missed the overlap: a coordinator took subtasks
+    holding key groups 5-7 twice and 13-15 nowhere, and failed only when its
+    first checkpoint's _metadata was verified.)"""
+    subtasks_case(case, tmp_path)
+
+
+@pytest.mark.parametrize(
+    "ranges",
+    [
+        [KeyGroupRange(0, 7), KeyGroupRange(9, 15)],
+        [KeyGroupRange(0, 7), KeyGroupRange.EMPTY, KeyGroupRange(9, 15)],
+        [KeyGroupRange(1, 15)],
+    ],
+    ids=["between-two", "beside-an-empty-range", "the-first"],
+)
+def test_subtasks_that_leave_a_key_group_to_none_are_refused(
+    tmp_path: Path, ranges: list[KeyGroupRange]
+) -> None:
+    backends = [heap(r, MAXP) for r in ranges]
+    storage = CheckpointStorage(str(tmp_path / "root"), "job")
+    with pytest.raises(InvalidArgumentError) as caught:
+        CheckpointCoordinator(storage, backends)
+    in_order = sorted(ranges, key=lambda r: r.start_key_group)
+    assert str(caught.value) == (
+        f"expected the subtasks' key-group ranges to cover all {MAXP} key groups (a job's "
+        f"subtasks own every key group), got {MAXP - 1}: {in_order!r}"
+    )
+    for backend in backends:
+        backend.close()
+
+
 # -------------- the lifecycle of a checkpoint: what each step refuses and says
 
 

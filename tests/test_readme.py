@@ -2,8 +2,15 @@
 
 import contextlib
 import io
+import json
 import re
+import shlex
 from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cowstate_spec.cli import main
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -13,12 +20,12 @@ def test_readme_starts_with_the_two_commands() -> None:
     assert first == ["make demo", "make test"]
 
 
-def run_block(index: int) -> list[str]:
+def run_block(index: int, namespace: dict[str, Any] | None = None) -> list[str]:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(blocks[index], "README.md", "exec"), {})
+        exec(compile(blocks[index], "README.md", "exec"), {} if namespace is None else namespace)
     return out.getvalue().splitlines()
 
 
@@ -38,3 +45,24 @@ def test_readme_backend_example_prints_what_its_comments_say() -> None:
         "1 KeyGroupRange(64, 127) ['alice', 'bob']",
         "['alice:home', 'alice:cart']",
     ]
+
+
+def test_readme_conformance_test_file_runs_under_the_fixture(cowstate_conformance: Any) -> None:
+    namespace: dict[str, Any] = {}
+    run_block(3, namespace)
+    namespace["test_my_map"](cowstate_conformance)
+
+
+@pytest.mark.parametrize("route", ["factory", "process"])
+def test_readme_check_your_own_commands_run_as_written(route: str, tmp_path: Path) -> None:
+    section = README.read_text().split("## Check your own implementation")[1].split("\n## ")[0]
+    commands = [
+        line.strip() for line in section.splitlines() if line.startswith("    cowstate check ")
+    ]
+    assert len(commands) == 2
+    command = commands[0 if route == "factory" else 1]
+    out = tmp_path / "out"
+    argv = [*shlex.split(command)[1:], "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["operations_checked"] == 8 * 500

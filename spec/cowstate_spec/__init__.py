@@ -23,7 +23,9 @@ What the machines and the differential run check:
 - :mod:`cowstate_spec.hostile`: user code that raises (rule U): probe keys,
   states whose copy raises, states too deep to copy, transform functions that
   mutate then raise;
-- :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch.
+- :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch;
+- :mod:`cowstate_spec.bad_checks`: restore checks broken to sample or to count,
+  which the restore tests must catch.
 
 The differential run (``cowstate check``; Spark needs the ``spark`` extra):
 

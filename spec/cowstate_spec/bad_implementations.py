@@ -8,7 +8,9 @@ on each and requires it to fail; a bug the spec cannot see is a hole in the
 spec. The layers above have their own lists here (``bad_backends()``,
 ``STORAGE_BUGS``) and in :mod:`cowstate_spec.bad_layers` (broken functions:
 hashing, rescaling ranges, serializer copies, snapshot writer and reader,
-RocksDB savepoints); the C map's in :mod:`cowstate_spec.bad_cmaps`.
+RocksDB savepoints); the C map's in :mod:`cowstate_spec.bad_cmaps`; restore
+checks that sample or count, which the restore tests catch (no machine's
+snapshot holds a bad entry), in :mod:`cowstate_spec.bad_checks`.
 
 Every defect class backed twice
 ===============================

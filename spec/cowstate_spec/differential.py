@@ -60,13 +60,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cowstate.errors import ConcurrentModificationError, CowStateError
+from cowstate.errors import CowStateError
 from cowstate_model import ReferenceStateMap, deep_copy
 from cowstate_model.state_table import ReferenceStateTable
 from cowstate_spec import contract as c
 from cowstate_spec.cmap_view import MAP_CLASSES, rehash_progress
 from cowstate_spec.contract import TRANSFORMS, snapshot_contents
 from cowstate_spec.implementations import Implementation
+from cowstate_spec.protocol import ProtocolError
 from cowstate_spec.workloads import Operation, decode, encode
 
 __all__ = [
@@ -140,10 +141,14 @@ class _Pair:
         self.open: list[tuple[Any, Any, Any]] = []
         self.events: Counter[str] = Counter()
         # Only the model may refuse with built-in exceptions; an implementation
-        # refuses with cowstate.errors, anything else is a crash.
-        self.impl_refusals: tuple[type[Exception], ...] = (
-            _REFUSALS if isinstance(self.impl, ReferenceStateMap) else (CowStateError,)
+        # refuses with cowstate.errors (or the refusals its capabilities name),
+        # anything else is a crash.
+        self.impl_refusals: tuple[type[BaseException], ...] = (
+            _REFUSALS
+            if isinstance(self.impl, ReferenceStateMap)
+            else implementation.capabilities.refusals
         )
+        self.concurrent_modification = implementation.capabilities.concurrent_modification
         self.methods = {
             name: (getattr(self.impl, name), getattr(self.model, name)) for name in _METHODS
         }
@@ -260,19 +265,19 @@ class _Pair:
             step = [next(iterator)]
         except StopIteration:
             step = []
-        except ConcurrentModificationError:
+        except self.concurrent_modification:
             if not must_fail and rehashing is False:
                 raise Divergence(
                     f"the iteration going on after {keyed}, which changed no mapping "
                     "outside a rehash",
-                    "ConcurrentModificationError",
+                    self.concurrent_modification.__name__,
                 ) from None
             self.events[FAILED_FAST] += 1
             return
         if must_fail:
             why = "a mapping was added or removed" if len(self.model) != size else "a rehash step"
             raise Divergence(
-                f"ConcurrentModificationError at the step after {keyed} ({why})",
+                f"{self.concurrent_modification.__name__} at the step after {keyed} ({why})",
                 f"the iteration went on with {step!r}",
             )
         rest = snapshot_contents(itertools.chain(step, iterator))
@@ -327,7 +332,7 @@ class _Pair:
 
     def close(self) -> None:
         for impl, model, _ in self.open:
-            if not impl.is_released:
+            if not getattr(impl, "is_released", False):
                 impl.release()
             model.release()
         self.implementation.close(self.impl)
@@ -363,7 +368,14 @@ def run_workload(
     result = WorkloadResult(implementation.name, workload, seed, len(ops))
     counts: Counter[str] = Counter()
     started, started_cpu = time.perf_counter(), time.thread_time()
-    pair = _Pair(implementation, initial_capacity)
+    # A process implementation (cowstate_spec.process_impl) brings its own pair,
+    # which sends the operations to its child in batches.
+    make_pair = getattr(implementation, "pair", None)
+    pair: Any = (
+        make_pair(ops, initial_capacity, check_every)
+        if make_pair is not None
+        else _Pair(implementation, initial_capacity)
+    )
     position = 0
     try:
         for position, op in enumerate(ops):
@@ -376,6 +388,8 @@ def run_workload(
     except Divergence as exc:
         result.expected, result.actual = exc.expected, exc.actual
         result.divergence_at = position
+    except ProtocolError:
+        raise  # the implementation's process cannot be checked: an error of the run
     except Exception:
         result.expected, result.actual = "no exception", traceback.format_exc()
         result.divergence_at = position
@@ -388,7 +402,7 @@ def run_workload(
     result.applied = sum(counts.values())
     result.operation_counts = dict(counts)
     result.elapsed = time.perf_counter() - started
-    result.cpu = time.thread_time() - started_cpu
+    result.cpu = time.thread_time() - started_cpu + getattr(pair, "child_cpu", 0.0)
     return result
 
 

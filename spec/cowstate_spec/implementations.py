@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
+from cowstate.errors import ConcurrentModificationError, CowStateError
 from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
@@ -90,14 +91,26 @@ class Capabilities:
       mutating it in place changes the mapping (until the next snapshot).
       False where it is a fresh copy (RocksDB: mutating it changes nothing).
     - ``fail_fast``: adding or removing a mapping while iterating raises
-      ``ConcurrentModificationError``. RocksDB's iteration reads in chunks and
-      sees such a change or not, never raising.
+      ``concurrent_modification`` (``ConcurrentModificationError``). RocksDB's
+      iteration reads in chunks and sees such a change or not, never raising.
+    - ``refuses_none``: ``put`` of ``None`` is refused (``None`` means absent).
+    - ``refusals``: the exceptions bad input is refused with (cowstate's
+      hierarchy; an implementation of someone else names its own, e.g.
+      ``(ValueError, TypeError)``): any other exception is a crash.
+    - ``concurrent_modification``: what a failing-fast iterator raises.
+
+    An implementation checked through :mod:`cowstate_spec.conformance` says
+    what it lacks here; :func:`cowstate_spec.conformance.skipped_checks` names
+    the checks that are then skipped.
     """
 
     snapshots: bool = True
     put_reports_insert: bool = True
     mutations_persist: bool = True
     fail_fast: bool = True
+    refuses_none: bool = True
+    refusals: tuple[type[BaseException], ...] = (CowStateError,)
+    concurrent_modification: type[BaseException] = ConcurrentModificationError
 
 
 #: The copy-on-write maps and the heap tables: everything.
@@ -381,9 +394,13 @@ IMPLEMENTATIONS += [
 
 
 def by_name(name: str) -> Implementation:
-    """The implementation called ``name``: one of :data:`IMPLEMENTATIONS`, or
+    """The implementation called ``name``: one of :data:`IMPLEMENTATIONS`,
     ``bad-<bug>`` for a deliberately broken map of
-    :mod:`cowstate_spec.bad_implementations` (so executors can rebuild it)."""
+    :mod:`cowstate_spec.bad_implementations` (so executors can rebuild it),
+    ``package.module:factory`` for someone else's Python map
+    (:func:`cowstate_spec.conformance.factory_implementation`), or a process
+    speaking the protocol: ``process:COMMAND`` or a registered adapter's name
+    (:data:`cowstate_spec.process_impl.ADAPTERS`)."""
     for implementation in IMPLEMENTATIONS:
         if implementation.name == name:
             return implementation
@@ -392,5 +409,15 @@ def by_name(name: str) -> Implementation:
     for bug in (*BUGS, *ITERATION_BUGS):
         if name == f"bad-{bug.name}":
             return bad_implementation(bug)
+    from cowstate_spec import process_impl
+    from cowstate_spec.conformance import factory_implementation, is_factory_name
+
+    if process_impl.is_process_name(name):
+        return process_impl.process_implementation(name)
+    if is_factory_name(name):
+        return factory_implementation(name)
     known = ", ".join(i.name for i in IMPLEMENTATIONS)
-    raise KeyError(f"expected one of {known} or bad-<bug>, got {name!r}")
+    raise KeyError(
+        f"expected one of {known}, bad-<bug>, {', '.join(process_impl.ADAPTERS)}, "
+        f"process:COMMAND or package.module:factory, got {name!r}"
+    )

@@ -730,17 +730,22 @@ def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
             f"expected one max parallelism for every subtask, got {sorted(max_parallelism)}"
         )
     ranges = sorted((b.key_group_range for b in backends), key=lambda r: r.start_key_group)
-    for left, right in itertools.pairwise(ranges):
+    # Which key groups, not how many: the ranges that hold key groups, in order,
+    # are disjoint and follow one another from 0 to max_p - 1. An empty range
+    # holds none and sorts anywhere: compared as a neighbour, it parted two
+    # overlapping ranges, whose sizes then made up for key groups nobody held.
+    owned = [r for r in ranges if len(r)]
+    for left, right in itertools.pairwise(owned):
         if len(left.intersection(right)):
             raise InvalidArgumentError(
                 f"expected disjoint key-group ranges, got {left!r} and {right!r}"
             )
-    covered = sum(len(r) for r in ranges)
     (max_p,) = max_parallelism
-    if covered != max_p:
+    bounds = [0, *(r.end_key_group + 1 for r in owned)]
+    if [r.start_key_group for r in owned] != bounds[:-1] or bounds[-1] != max_p:
         raise InvalidArgumentError(
             f"expected the subtasks' key-group ranges to cover all {max_p} key groups (a job's "
-            f"subtasks own every key group), got {covered}: {ranges!r}"
+            f"subtasks own every key group), got {sum(len(r) for r in ranges)}: {ranges!r}"
         )
 
 
