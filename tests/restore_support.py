@@ -3,8 +3,8 @@ backends with serializers the tests control, crafted snapshot files written with
 the real writer's building blocks (so every CRC is valid), handles for them, and
 a dump of a backend's contents; RocksDB native snapshots with raw entries
 planted, built once per process for the tests that restore them again and
-again (:func:`built_once`); RocksDB files with a flipped byte for the
-corruption tests.
+again (:func:`built_once`); raw RocksDB databases, and ones with a flipped
+byte for the corruption tests.
 
 The crafted files use :class:`TrustedPickle` for keys, namespaces and states --
 a serializer of these tests, registered on every backend they restore into --
@@ -36,6 +36,7 @@ from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
 from cowstate.snapshot import SnapshotMetadata, SnapshotReader, SnapshotWriter
+from cowstate.snapshot.format import RawEntry
 from cowstate.state_meta import SnapshotFormat, StateMetadata
 
 T = TypeVar("T")
@@ -161,13 +162,22 @@ def crafted_raw(
     state: StateMetadata = STATE_META,
 ) -> bytes:
     """:func:`crafted` from raw ``(namespace, key, state)`` bytes."""
-    stream = io.BytesIO()
     if namespace_serializer != SER.identifier:
         state = state.model_copy(update={"namespace_serializer": namespace_serializer})
     metadata = metadata_of(key_group_range, snapshot_format, state)
+    return craft(metadata, {kg: {0: rows} for kg, rows in blocks.items()})
+
+
+def craft(
+    metadata: SnapshotMetadata, blocks: Mapping[int, Mapping[int, Sequence[RawEntry]]]
+) -> bytes:
+    """A snapshot file of ``metadata`` whose block of key group ``kg`` holds
+    ``blocks[kg]`` -- raw entries per state id, as given -- written by
+    :class:`SnapshotWriter` (the other key groups' blocks empty)."""
+    stream = io.BytesIO()
     writer = SnapshotWriter(stream, metadata)
     for kg in sorted(blocks):
-        writer.write_key_group(kg, {0: blocks[kg]})
+        writer.write_key_group(kg, blocks[kg])
     writer.finish()
     return stream.getvalue()
 
@@ -336,13 +346,18 @@ def corrupt_key(i: int) -> bytes:
     return encode_rocks_key(i % 16, i.to_bytes(4, "big"), b"")
 
 
+def raw_database(path: Path) -> Rdict:
+    """A raw-mode RocksDB database at ``path`` (made if missing): bytes in, bytes out."""
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    return Rdict(str(path), options)
+
+
 def corrupt_database(path: Path, entries: int) -> Rdict:
     """A raw-mode database at ``path`` of ``entries`` entries (``corrupt_key(i)``
     -> the 4 bytes of ``i`` ten times) in one SST with a data byte flipped 30%
     in, opened again: a read meets a checksum error there."""
-    options = Options(raw_mode=True)
-    options.create_if_missing(True)
-    db = Rdict(str(path), options)
+    db = raw_database(path)
     for i in range(entries):
         db.put(corrupt_key(i), i.to_bytes(4, "big") * 10)
     db.flush()
@@ -350,4 +365,4 @@ def corrupt_database(path: Path, entries: int) -> Rdict:
     del db
     [sst] = path.glob("*.sst")
     flip(sst, 0.3)
-    return Rdict(str(path), options)
+    return raw_database(path)

@@ -2,7 +2,10 @@
 
 The standards ask for precise messages; these tests pin them (and the reprs
 and the introspection record), so a change to a message is a decision, not
-an accident. They also kill the mutation run's message mutants.
+an accident. They also kill the mutation run's message mutants (the tests
+marked ``kills``). Every test runs on both maps; the errors' constructors, and
+the key or namespace each operation names when user code raises (rule U), are
+in ``test_errors.py``.
 """
 
 from __future__ import annotations
@@ -273,3 +276,102 @@ def test_a_change_after_the_last_entry_is_detected_at_the_end() -> None:
         "expected no mapping added or removed and no rehash step while iterating the map; "
         "collect what you need first, e.g. list(m.keys(ns))"
     )
+
+
+# ----------------------------- snapshots and iteration: the messages of misuse
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+def test_a_released_snapshot_says_its_version_when_read() -> None:
+    # StateMapSnapshot._check_open, __iter__: the released messages.
+    m: Map = CopyOnWriteStateMap()
+    m.put("k", "ns", [1])
+    m.put("j", "ns", [2])
+    first, second = m.snapshot(), m.snapshot()
+    first.release()
+    with pytest.raises(SnapshotReleasedError) as caught:
+        len(first)
+    assert str(caught.value) == (
+        "expected an open snapshot, got snapshot version 1 which was released"
+    )
+    reading = iter(second)
+    next(reading)
+    second.release()
+    with pytest.raises(SnapshotReleasedError) as during:
+        next(reading)
+    assert str(during.value) == "snapshot version 2 was released while being read"
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+def test_iteration_across_a_change_says_what_to_do_instead() -> None:
+    # CopyOnWriteStateMap._iterate: the message of ConcurrentModificationError.
+    m: Map = CopyOnWriteStateMap()
+    m.put("k", "ns", [1])
+    m.put("j", "ns", [2])
+    iterator = iter(m)
+    next(iterator)
+    m.put("i", "ns", [3])
+    with pytest.raises(ConcurrentModificationError) as caught:
+        next(iterator)
+    assert str(caught.value) == (
+        "expected no mapping added or removed and no rehash step while iterating "
+        "the map; collect what you need first, e.g. list(m.keys(ns))"
+    )
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+def test_iteration_ended_by_a_change_after_the_last_mapping_says_so_too() -> None:
+    # CopyOnWriteStateMap._iterate: the check after the last bucket (a change
+    # made after the last mapping was handed out).
+    m: Map = CopyOnWriteStateMap()
+    m.put("k", "ns", [1])
+    iterator = iter(m)
+    next(iterator)
+    m.remove("k", "ns")  # no mapping left to reach: only the final check sees it
+    with pytest.raises(ConcurrentModificationError) as caught:
+        next(iterator)
+    assert str(caught.value).startswith("expected no mapping added or removed")
+    # ... and the check before the first mapping (a change between iter and next)
+    unstarted = iter(m)
+    m.put("j", "ns", [2])
+    with pytest.raises(ConcurrentModificationError) as before:
+        next(unstarted)
+    assert str(before.value) == str(caught.value)
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+def test_a_foreign_snapshot_without_a_version_is_named_with_a_question_mark() -> None:
+    # state_map._foreign_message: the "?" of a StateMapSnapshot without a version.
+    class StateMapSnapshot:
+        pass
+
+    foreign: Any = StateMapSnapshot()
+    with pytest.raises(ForeignSnapshotError) as caught:
+        CopyOnWriteStateMap().release(foreign)
+    assert str(caught.value) == (
+        "expected a snapshot taken from this map, got one of another map (version ?)"
+    )
+
+
+# -------------------------------------------- describe: capacities (the C map's from its export)
+
+
+@pytest.mark.kills(module="cowstate.introspection")
+def test_describe_reads_both_capacities_during_a_rehash() -> None:
+    # introspection.describe: the capacity fields of the C map's structure export
+    # (written for the C map, as test_describe_reads_the_c_maps_capacities_from_its_export).
+    m: Map = CopyOnWriteStateMap(initial_capacity=4)
+    for k in range(5):  # past the threshold of 4 buckets: a rehash into 8
+        m.put(k, "ns", [k])
+    assert describe(m).capacity == 4
+    assert describe(m).rehash_capacity == 8
+
+
+@pytest.mark.kills(module="cowstate.introspection")
+def test_describe_reads_the_capacity_of_a_map_of_several_c_chunks() -> None:
+    # introspection.describe: capacity is the directory's bucket count, not its
+    # buckets per chunk (equal below 1024 buckets).
+    c: Map = CopyOnWriteStateMap(initial_capacity=2048)
+    for k in range(1538):  # past 3/4 of 2048: a rehash into 4096
+        c.put(k, "ns", [k])
+    assert (describe(c).capacity, describe(c).rehash_capacity) == (2048, 4096)

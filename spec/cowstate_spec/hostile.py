@@ -20,6 +20,9 @@ go on using what it stored:
 - :func:`deep_state` builds a list nested deeper than a deep copy can go.
 - :class:`MutateThenRaise` is a transform function that changes its argument
   in place, then raises; it remembers the object it was given.
+- :class:`RaisingHash` raises ``ValueError("no hash today")`` from every
+  ``__hash__``: for the tests of the message a raising hash gives, word for
+  word (never drawn by a machine: nothing could store it).
 
 Every repr is valid Python, so a failing step list replays as is.
 """
@@ -39,6 +42,7 @@ from cowstate_spec.keys import HashKey
 __all__ = [
     "CopyTrapList",
     "MutateThenRaise",
+    "RaisingHash",
     "TrapKey",
     "Trapped",
     "armed",
@@ -133,3 +137,14 @@ class MutateThenRaise:
 
     def __repr__(self) -> str:
         return "MutateThenRaise()"
+
+
+class RaisingHash:
+    """A key or namespace whose ``hash()`` always raises ``ValueError`` (rule U:
+    :class:`~cowstate.errors.KeyHashError`)."""
+
+    def __hash__(self) -> int:
+        raise ValueError("no hash today")
+
+    def __repr__(self) -> str:
+        return "RaisingHash()"
