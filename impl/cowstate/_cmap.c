@@ -15,6 +15,10 @@
  *     struct Entry { Entry *next; PyObject *key, *ns, *state; uint64 hash;
  *                    int32 entry_version, state_version; }
  *
+ * This struct and the others (Batch, Chunk, Table, MapObject, SnapObject) are
+ * in _cmap.h, the layout other C modules read (its top: the published
+ * `_LAYOUT` capsule and the rules for a reader).
+ *
  * `key`, `ns` and `state` are strong references. `hash` is the composite hash
  * (cowstate.arithmetic.composite_hash: hash(key) * HASH_MIX + hash(ns) modulo
  * 2**64, then h ^ (h >> 16)).
@@ -138,8 +142,7 @@
  *
  * Invariants
  * ----------
- * 1-9 are the pure map's (cowstate/state_map.py), checked by the same
- * checker through the structure export `_structure()`. The C map adds:
+ * 1-9 are the pure map's (cowstate/state_map.py). The C map adds:
  *
  * 10. Chunks: every chunk's `refs` equals the number of directories (live and
  *     open snapshots) that hold it; a chunk with refs > 1 is never written.
@@ -150,8 +153,22 @@
  * 12. GC count: `gc_entries` is the number of live entries whose key,
  *     namespace or state has a type with Py_TPFLAGS_HAVE_GC.
  *
+ * What checks them is not here
+ * ----------------------------
+ * This module exports nothing of its structure and cannot break it: the only
+ * window is `_bookkeeping()` (counters and versions, read-only, for
+ * cowstate.introspection). The specification reads the structs through
+ * _cmap.h with a test-only module built beside this one,
+ * cowstate_spec._cmap_probe (spec/cowstate_spec/_cmap_probe.c): the
+ * structure export for the reference checker (cowstate_spec.cmap_view and
+ * cowstate_spec.invariants), the same checker in C for invariants 1-12 (what
+ * the machines and `cowstate check` run), and the corruption hooks of the
+ * checker's tests. The probe reads a map only after finding its exact type in
+ * a module whose `_LAYOUT` has the probe's own layout version and sizes.
+ *
  * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
- * defects the specification must catch (cowstate_spec.bad_cmaps); the module
+ * defects the specification must catch (cowstate_spec.bad_cmaps); each site
+ * is a PLANTED(BUG_...) condition, a constant 0 in the real build. The module
  * name then comes from -DCOWSTATE_MODULE=name.
  */
 

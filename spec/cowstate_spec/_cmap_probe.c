@@ -77,10 +77,14 @@
  * (no release detaches it), unlinked and freed by the probe, never its entry.
  * Entries a corruption takes out of the map (relink's successor,
  * write_shared's head, unretire's entry) are held by the Corruption and put
- * back. If the map changed structurally meanwhile (its stamp moved), what
- * depends on entry pointers is left as it is and an entry still held is
- * kept, never freed (a leak beats a double free); scalars, counts and the
- * probe's batch are always restored.
+ * back (unretire's is freed instead if a release freed its batch meanwhile,
+ * as the batch would have). If the map changed structurally meanwhile (its
+ * stamp or rehash count moved), what depends on entry pointers or on the
+ * rehash index is left as it is, with a RuntimeWarning, and an entry still
+ * held is kept, never freed (a leak beats a double free); the probe's batch,
+ * unretire's entry, the chunk count, H, the threshold and the counters of
+ * primary_size(_short) and gc_entries are always restored. One corruption at a time: a second one moves
+ * the stamp, so the first leaves its damage in place.
  */
 
 #define PY_SSIZE_T_CLEAN
