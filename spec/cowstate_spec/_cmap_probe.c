@@ -961,7 +961,8 @@ static PyObject *probe_fingerprint(PyObject *self, PyObject *const *args, Py_ssi
         PyErr_SetString(PyExc_AssertionError, "fingerprint of a released snapshot");
         goto done;
     }
-    if (s->owner->version == s->version) {          /* nothing happened since snapshot() */
+    if (s->owner->version == s->version             /* nothing happened since snapshot() */
+        && s->owner->primary.dir != NULL) {         /* (not a map cleared out of memory) */
         const MapObject *m = s->owner;
         Layout l = compact_layout(&m->primary, &m->rehash, m->rehash_index);
         map_heads = layout_heads(&l);
@@ -1885,6 +1886,10 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
         return NULL;
     }
     Table *t = &m->primary;
+    if (t->dir == NULL) {
+        PyErr_SetString(PyExc_ValueError, "the map has no table (cleared by the collector)");
+        return NULL;
+    }
     if (bucket < 0 || bucket >= t->capacity || position < 0) {
         PyErr_Format(PyExc_IndexError,
                      "expected a bucket of the primary table [0, %zd) and a position >= 0, "
