@@ -7,15 +7,17 @@ CMAP   := $(VENV)/.cmap-built
 
 .PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter
 
-## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
-## when its source changes, without reinstalling everything.
+## The install builds the C map (cowstate._cmap) and its test-only probe
+## (cowstate_spec._cmap_probe) in place; $(CMAP) rebuilds them when a source
+## changes, without reinstalling everything.
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
-$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec/_cmap_probe.c \
+		impl/cowstate/_keygroups.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 

@@ -1,9 +1,11 @@
-"""Build the C map, cowstate._cmap, and cowstate._keygroups (everything else is in
-pyproject.toml).
+"""Build the C map, cowstate._cmap, its test-only probe, cowstate_spec._cmap_probe,
+and cowstate._keygroups (everything else is in pyproject.toml).
 
 The extension is optional: without a compiler the install still succeeds and
 ``cowstate.CopyOnWriteStateMap`` is the pure-Python map (``cowstate.IMPLEMENTATION``
-says which one you got). ``COWSTATE_CFLAGS`` adds compiler flags, e.g. the
+says which one you got). The probe reads the map's structs through the shared
+header ``impl/cowstate/_cmap.h`` (structure export, the checker in C, corruption
+hooks); the installed map itself has none of them. ``COWSTATE_CFLAGS`` adds compiler flags, e.g. the
 sanitizer build of ``make sanitize``.
 """
 
@@ -13,27 +15,39 @@ import shlex
 from setuptools import Extension, setup
 
 extra = shlex.split(os.environ.get("COWSTATE_CFLAGS", ""))
+flags = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+         "-Wno-missing-field-initializers", "-Wno-cast-function-type", *extra]
+sanitizer = [f for f in extra if f.startswith("-fsanitize")]
+optional_c = os.environ.get("COWSTATE_REQUIRE_C") != "1"  # 1: a failed build fails
 
 setup(
     ext_modules=[
         Extension(
             "cowstate._cmap",
             sources=["impl/cowstate/_cmap.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers", "-Wno-cast-function-type",
-                                *extra],
-            extra_link_args=[f for f in extra if f.startswith("-fsanitize")],
-            optional=os.environ.get("COWSTATE_REQUIRE_C") != "1",
+            depends=["impl/cowstate/_cmap.h"],
+            extra_compile_args=flags,
+            extra_link_args=sanitizer,
+            optional=optional_c,
+        ),
+        # The map seen from inside, for the specification only (built with the map,
+        # never imported by cowstate).
+        Extension(
+            "cowstate_spec._cmap_probe",
+            sources=["spec/cowstate_spec/_cmap_probe.c"],
+            depends=["impl/cowstate/_cmap.h"],
+            include_dirs=["impl/cowstate"],
+            extra_compile_args=flags,
+            extra_link_args=sanitizer,
+            optional=optional_c,
         ),
         # Key groups of many keys at once (the restore's key-group check);
         # optional: without it the check runs in Python (cowstate.snapshot.checks).
         Extension(
             "cowstate._keygroups",
             sources=["impl/cowstate/_keygroups.c"],
-            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
-                                "-Wno-missing-field-initializers", "-Wno-cast-function-type",
-                                *extra],
-            extra_link_args=[f for f in extra if f.startswith("-fsanitize")],
+            extra_compile_args=flags,
+            extra_link_args=sanitizer,
             optional=True,
         ),
     ],

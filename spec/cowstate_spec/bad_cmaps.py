@@ -2,10 +2,13 @@
 
 The pure map's broken variants (:mod:`cowstate_spec.bad_implementations`)
 rewrite one line of a method; a C map is broken at compile time instead:
-``impl/cowstate/_cmap.c`` plants one defect under ``-DCOWSTATE_BUG=n``. Each
-variant is compiled once into ``build/bad_cmaps/`` as its own module
-(``-DCOWSTATE_MODULE=_cmap_bug<n>``) and loaded beside the real one, so the
-state machines drive it exactly as they drive ``cowstate._cmap``.
+``impl/cowstate/_cmap.c`` plants one defect under ``-DCOWSTATE_BUG=n`` (each
+site is a ``PLANTED(BUG_...)`` condition there). Each variant is compiled once
+into ``build/bad_cmaps/`` as its own module (``-DCOWSTATE_MODULE=_cmap_bug<n>``)
+and loaded beside the real one, then attached to the probe
+(``cowstate_spec._cmap_probe.attach``: same layout, its own types), so the
+state machines drive it and the probe's checker judges it exactly as they do
+``cowstate._cmap``.
 
 Defects ``_cmap.c`` does not plant under a number are :class:`CRewrite` objects:
 one exact text of the source (one occurrence) replaced, in a copy compiled
@@ -42,6 +45,8 @@ __all__ = [
 ]
 
 SOURCE = Path(__file__).resolve().parents[2] / "impl" / "cowstate" / "_cmap.c"
+#: The layout both the map and the probe compile in.
+HEADER = SOURCE.with_name("_cmap.h")
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_cmaps"
 
 
@@ -98,10 +103,8 @@ class CRewrite:
 C_REWRITES = [
     CRewrite(
         "c-get-checks-entry-version",
-        "    if (e->state_version < m->highest) {                      /* rule S */\n"
-        "        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);",
-        "    if (e->entry_version < m->highest) {                      /* rule S */\n"
-        "        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);",
+        "if (e->state_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {",
+        "if (e->entry_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {",
         "rule S asks the state's version: a rule E copy still holds the snapshot's state",
     ),
     CRewrite(
@@ -152,7 +155,7 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
             )
         name = "_cmap_rw_" + bug.name.replace("-", "_")
         defines = []
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:12]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest / f"{name}{suffix}"
     if not target.exists():
@@ -183,6 +186,10 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    from cowstate_spec.cmap_view import PROBE
+
+    if PROBE is not None:  # its maps are checked like cowstate._cmap's
+        PROBE.attach(module)
     _LOADED[key] = module
     return module
 
