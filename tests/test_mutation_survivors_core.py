@@ -135,8 +135,9 @@ def test_snapshot_items_lists_every_mapping_once_as_plain_tuples() -> None:
 
 
 def test_the_c_map_names_a_copy_that_changed_the_map() -> None:
-    # state_map._reentrant_message: only the C map calls it (rule d of
-    # _cmap.c's header), when serializer.copy changes the map it copies for.
+    # state_map._reentrant_message, as the C map calls it (rule d of _cmap.c's
+    # header), when serializer.copy changes the map it copies for; both maps
+    # are held to it by tests/test_user_code_errors.py (rule R2).
     from cowstate import _cmap
 
     m: _cmap.CopyOnWriteStateMap[int, str, list[int]] = _cmap.CopyOnWriteStateMap()

@@ -33,6 +33,7 @@ from leak_support import traced_growth
 from cowstate import HeapKeyedStateBackend, KeyGroupRange
 from cowstate.descriptors import AggregatingStateDescriptor
 from cowstate.errors import (
+    ConcurrentModificationError,
     CowStateError,
     KeyComparisonError,
     KeyHashError,
@@ -312,6 +313,162 @@ def test_transform_mutating_then_raising_keeps_the_object_and_says_so(map_name: 
     assert next(s for k, _, s in m if k == 2) is state and state == [2, 7]
     assert dict(snapshot_contents(snap))[(2, "ns")] == [2, 7]
     check_map(m, [fp])
+    snap.release()
+
+
+# ------------------------------------------- re-entrant user code (rule R)
+
+
+class SelfFillingKey:
+    """The issue's key: a constant hash, and an ``__eq__`` that puts 40 int keys
+    into ``target`` the first time any key of its ``fired`` list compares."""
+
+    def __init__(self, name: str, target: Any, fired: list[bool]) -> None:
+        self.name, self.target, self.fired = name, target, fired
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        if not self.fired[0]:
+            self.fired[0] = True
+            for i in range(40):
+                self.target.put(i, "ns", i)
+        return other is self
+
+    def __repr__(self) -> str:
+        return f"SelfFillingKey({self.name!r})"
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+def test_a_key_whose_equality_fills_the_map_loses_no_mapping(map_name: str) -> None:
+    # Issue 26: the pure map inserted b into the table it had searched before
+    # a's __eq__ grew the map (len 42, iteration 41, get(b) None). Rule R1:
+    # the search starts over on the map as the __eq__ left it.
+    m = MAPS[map_name](initial_capacity=0)
+    fired = [False]
+    a, b = SelfFillingKey("a", m, fired), SelfFillingKey("b", m, fired)
+    assert m.put(a, "ns", 1) is True
+    assert m.put(b, "ns", 2) is True
+    assert fired[0]
+    assert len(m) == 42 == len(list(m))
+    assert m.get(b, "ns") == 2 and m.get(a, "ns") == 1
+    expected: dict[tuple[Any, str], int] = {(i, "ns"): i for i in range(40)}
+    assert snapshot_contents(m) == {**expected, (a, "ns"): 1, (b, "ns"): 2}
+    check_map(m)
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("shared", [False, True])
+def test_every_keyed_operation_searches_again_after_an_equality_that_changed_the_map(
+    map_name: str, op: str, shared: bool
+) -> None:
+    # Rule R1 for each operation, in a rehash (loaded: capacity 4, 7 mappings):
+    # the probe hashes as key 3, its __eq__ puts 20 more, each a rehash step.
+    m, before = loaded(map_name)
+    snaps = [m.snapshot()] if shared else []
+    fps = [fingerprint(s) for s in snaps]
+    fired = [False]
+    probe = SelfFillingKey("probe", m, fired)
+    m.put(probe, "ns", [0])  # hash 7: its own chain, found by identity below
+    extra = {(i, "ns"): i for i in range(40)}
+    other = SelfFillingKey("other", m, fired)  # compares with probe: fires once
+    result = getattr(m, op)(other, "ns", *CALLS[op])
+    assert fired[0]
+    expected = {**before, **extra, (probe, "ns"): [0]}
+    inserted = {"put": [9], "put_and_get_old": [9], "transform": [1]}
+    if op in inserted:
+        expected[(other, "ns")] = inserted[op]
+    returns: dict[str, bool] = {"contains_key": False, "put": True}
+    assert result == returns.get(op)
+    assert snapshot_contents(m) == expected and len(m) == len(expected)
+    for snap in snaps:
+        assert snapshot_contents(snap) == before
+    check_map(m, fps)
+
+
+class SelfChangingSerializer:
+    """A serializer whose ``copy`` puts ``(99, "ns")`` into ``target`` first."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def copy(self, state: Any) -> Any:
+        self.target.put(99, "ns", [99])
+        return copy.deepcopy(state)
+
+    def serialize(self, state: Any) -> bytes:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", ["get", "put_and_get_old", "remove_and_get_old"])
+def test_a_state_copy_that_changed_the_map_raises_and_writes_nothing(
+    map_name: str, op: str
+) -> None:
+    # Rule R2: rule S's copy ran user code that put a mapping; the operation
+    # raises before its own write, so only the copy's put shows.
+    m, before = loaded(map_name)
+    snap = m.snapshot()
+    fp = fingerprint(snap)
+    shared = next(s for k, _, s in m if k == 4)
+    m.serializer = SelfChangingSerializer(m)
+    with pytest.raises(ConcurrentModificationError) as info:
+        getattr(m, op)(4, "ns", *CALLS[op])
+    assert str(info.value) == (
+        "expected serializer.copy not to change the map it was called from, but the map "
+        "changed; nothing was written"
+    )
+    assert snapshot_contents(m) == {**before, (99, "ns"): [99]}
+    assert next(s for k, _, s in m if k == 4) is shared
+    assert snapshot_contents(snap) == before
+    check_map(m, [fp])
+    snap.release()
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+def test_transform_searches_again_after_a_state_copy_that_changed_the_map(
+    map_name: str,
+) -> None:
+    # transform looks its mapping up again after the function (rule R1), so a
+    # copy that changed the map is no error there.
+    m, before = loaded(map_name)
+    snap = m.snapshot()
+    m.serializer = SelfChangingSerializer(m)
+    m.transform(4, "ns", 7, lambda old, value: [*old, value])
+    assert snapshot_contents(m) == {**before, (99, "ns"): [99], (4, "ns"): [4, 7]}
+    assert snapshot_contents(snap) == before
+    check_map(m)
+    snap.release()
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+def test_a_snapshot_taken_by_a_state_copy_is_protected_from_the_write(map_name: str) -> None:
+    # A copy that only snapshots changes no structure: put_and_get_old re-reads
+    # H afterwards and copies the entry it writes (rule E), so the snapshot the
+    # copy took keeps the state it saw.
+    m, before = loaded(map_name)
+    snap = m.snapshot()
+    taken: list[Any] = []
+    fps: list[Any] = []
+
+    class Snapshotting(SelfChangingSerializer):
+        def copy(self, state: Any) -> Any:
+            taken.append(m.snapshot())
+            fps.append(fingerprint(taken[0]))
+            return copy.deepcopy(state)
+
+    m.serializer = Snapshotting(m)
+    old = m.put_and_get_old(4, "ns", [44])
+    assert old == [4] and len(taken) == 1
+    assert snapshot_contents(taken[0]) == before
+    assert snapshot_contents(m) == {**before, (4, "ns"): [44]}
+    check_map(m, fps)
+    taken[0].release()
     snap.release()
 
 

@@ -111,7 +111,8 @@
  * Python code runs, (c) decref replaced objects only as their last step, and
  * (d) detect re-entrant changes of the map by the owner itself through
  * `stamp` (bumped by every structural write): a lookup restarts, any other
- * step raises ConcurrentModificationError before it writes. A release
+ * step raises ConcurrentModificationError before it writes (rule R of
+ * state_map.py, whose `_stamp` follows the same rule). A release
  * detaches the batches it frees before freeing them, so an owner retiring
  * entries during a __del__ the release runs never meets a half-freed batch.
  * Iterators copy one bucket's chain (new references) when they reach it and

@@ -346,6 +346,14 @@ USER_CODE_BUGS: list[Bug] = [
         "except ArithmeticError as exc:  # rule U",
         "rule U: a key's raising __eq__ must come out as KeyComparisonError",
     ),
+    Bug(
+        "put-ignores-a-map-changed-by-equality",
+        "_put_entry",
+        "if self._stamp != stamp:  # rule R1: an __eq__ changed the map",
+        "if False:  # rule R1: an __eq__ changed the map",
+        "rule R1: a put whose key's __eq__ put mappings inserts into the table and "
+        "bucket it searched before, which a rehash step may have emptied or dropped",
+    ),
 ]
 
 

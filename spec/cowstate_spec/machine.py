@@ -21,7 +21,9 @@ contract (DESIGN.md section 3) is in the rules and the invariants:
   chained from the cause, and the contents equal the model's afterwards
   (for the transform: plus the function's in-place change exactly when the
   implementation handed it the stored object, which it must when no snapshot
-  is open and its mutations persist);
+  is open and its mutations persist); a probe whose first ``__eq__`` puts
+  mappings into the implementation itself (rule R) is looked up in the map
+  as those puts left it, and the model gets the same puts;
 - the implementation's structural checker holds after every step.
 
 Where an implementation legitimately departs from this (its
@@ -101,6 +103,7 @@ from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.hostile import (
     CopyTrapList,
     MutateThenRaise,
+    ReentrantKey,
     TrapKey,
     Trapped,
     armed,
@@ -146,7 +149,18 @@ HANDING_OUT = {
     "transform": "transform",
 }
 #: The cases of ``hostile_user_code`` (its ``hostile_<case>`` methods).
-HOSTILE_CASES = ("key_hash", "key_equality", "transform", "state_copy", "deep_state")
+HOSTILE_CASES = (
+    "key_hash",
+    "key_equality",
+    "transform",
+    "state_copy",
+    "deep_state",
+    "reentrant_key",
+)
+
+#: The keys a re-entrant probe puts (strings: a table admits any of them
+#: whatever number type its first key fixed).
+REENTRANT_KEYS = tuple(f"re{i}" for i in range(64))
 
 
 #: ``grow_into_a_rehash`` stops at this many mappings: rehashes of 4, 8 and 16
@@ -547,6 +561,10 @@ class StateMapMachine(RuleBasedStateMachine):
         hostile user code do not apply (the reference model)."""
         return {} if isinstance(self.impl, MAP_CLASSES) else None
 
+    def own_key_group(self, key: Any) -> int | None:
+        """The key group a table routes ``key`` to (a map has none: None)."""
+        return None
+
     def compares_keys(self) -> bool:
         """Whether the implementation compares keys with ``__eq__`` (not RocksDB's bytes)."""
         return isinstance(self.impl, MAP_CLASSES)
@@ -637,6 +655,57 @@ class StateMapMachine(RuleBasedStateMachine):
                 assert fn.received is before, "no snapshot open: transform must hand out the state"
         if fn.received is after:  # the stored object was changed in place: the model follows
             c.mutate_in_place(self.model.get(*kn, **kwargs), value)
+        self.contents_agree()
+
+    def hostile_reentrant_key(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """A probe hashing as a mapped key (or namespace), so the implementation
+        compares it with that one, whose first ``__eq__`` puts ``8 + 4 * value``
+        mappings into the implementation (its table: into the probe's key
+        group), enough to start or step a rehash (rule R of
+        ``cowstate.state_map``). The operation must act on the map as those
+        puts left it: the probe is absent, so a reading operation finds
+        nothing and a writing one maps it, where it is then found and
+        unmapped again. The model gets the same puts."""
+        if not self.compares_keys() or not self.mapped(kn, **kwargs):
+            return
+        key_group = kwargs.get("key_group")
+        extra = [
+            (k, kn[1])
+            for k in REENTRANT_KEYS
+            if key_group is None or self.own_key_group(k) == key_group
+        ][: 8 + 4 * value]
+
+        def reenter() -> None:
+            for k, n in extra:
+                self.impl.put(k, n, value, **kwargs)
+
+        key, namespace = kn
+        if as_key:
+            key = ReentrantKey("probe", 0, hash(key), reenter)
+        else:
+            namespace = ReentrantKey("probe", 0, hash(namespace), reenter)
+        outcome = Outcome(
+            lambda: getattr(self.impl, op)(key, namespace, *HOSTILE_CALLS[op], **kwargs)
+        )
+        probe = key if as_key else namespace
+        assert probe.fired, f"{op}: the probe hashing as {kn!r} was never compared"
+        for k, n in extra:
+            self.model.put(k, n, value, **kwargs)
+        inserts = op in ("put", "put_and_get_old", "transform")
+        expected: Any = {"contains_key": False, "put": True}.get(op)
+        if op == "put" and not self.implementation.capabilities.put_reports_insert:
+            expected = None
+        assert outcome.error is None and outcome.value == expected, (
+            f"{op}{(key, namespace)!r} with a probe that puts {len(extra)} mappings "
+            f"{outcome}, expected {expected!r}"
+        )
+        if inserts:  # put and put_and_get_old map [7], transform add_or_append(None, 7)
+            found = Outcome(lambda: self.impl.get(key, namespace, **kwargs))
+            assert found.value == [7], f"get of the probe just mapped {found}"
+            gone = Outcome(lambda: self.impl.remove_and_get_old(key, namespace, **kwargs))
+            assert gone.value == [7], f"remove_and_get_old of the probe {gone}"
         self.contents_agree()
 
     def hostile_state_copy(
