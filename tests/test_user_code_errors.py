@@ -31,7 +31,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from leak_support import traced_growth
 
 from cowstate import HeapKeyedStateBackend, KeyGroupRange
-from cowstate.descriptors import AggregatingStateDescriptor
+from cowstate.descriptors import AggregatingStateDescriptor, MapStateDescriptor
 from cowstate.errors import (
     ConcurrentModificationError,
     CowStateError,
@@ -168,16 +168,51 @@ def test_a_raising_hash_is_key_hash_error_and_changes_nothing(
     check_map(m, [fp])
 
 
-@pytest.mark.parametrize("map_name", MAP_NAMES)
-def test_a_hash_raising_type_error_stays_unhashable_key_error(map_name: str) -> None:
-    class TypeErrorHash:
-        def __hash__(self) -> int:
-            raise TypeError("no hash")
+class TypeErrorHash:
+    """A key or namespace whose ``__hash__`` raises ``TypeError``; ``raised``
+    holds each one, so a test can ask which the error was chained from."""
 
+    def __init__(self) -> None:
+        self.raised: list[TypeError] = []
+
+    def __hash__(self) -> int:
+        error = TypeError(f"no hash ({len(self.raised)})")
+        self.raised.append(error)
+        raise error
+
+    def __repr__(self) -> str:
+        return "TypeErrorHash()"
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("as_key", [True, False])
+def test_a_hash_raising_type_error_is_unhashable_key_error_chained_from_it(
+    map_name: str, op: str, as_key: bool
+) -> None:
+    # Issue 26: the pure map raised it `from None`, the C map with no context.
     m, before = loaded(map_name)
+    probe = TypeErrorHash()
+    args = (probe, "ns") if as_key else (3, probe)
     with pytest.raises(UnhashableKeyError) as info:
-        m.put(TypeErrorHash(), "ns", 1)
+        getattr(m, op)(*args, *CALLS[op])
     assert not isinstance(info.value, KeyHashError)
+    assert info.value.__cause__ is probe.raised[0]
+    assert snapshot_contents(m) == before
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("as_key", [True, False])
+def test_an_unhashable_builtin_is_chained_from_the_type_error_python_raised(
+    map_name: str, op: str, as_key: bool
+) -> None:
+    m, before = loaded(map_name)
+    args = (["k"], "ns") if as_key else (3, {"n": 1})
+    with pytest.raises(UnhashableKeyError) as info:
+        getattr(m, op)(*args, *CALLS[op])
+    cause = info.value.__cause__
+    assert type(cause) is TypeError and "unhashable type" in str(cause), repr(cause)
     assert snapshot_contents(m) == before
 
 
@@ -491,6 +526,57 @@ def test_tables_map_a_raising_hash_to_key_hash_error(table_type: Tables, op: str
     refused(lambda: getattr(table, op)(3, probe, *CALLS[op]), KeyHashError)
     refused(lambda: getattr(table, op)(probe, "ns", *CALLS[op], key_group=0), KeyHashError)
     assert snapshot_contents(table) == before
+
+
+@pytest.mark.parametrize("table_type", TABLES, indirect=True, ids=repr)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("routed", [True, False])
+def test_tables_chain_unhashable_key_error_from_the_hash_type_error(
+    table_type: Tables, op: str, routed: bool
+) -> None:
+    # Routed by the table (the key's own group) or with the key group given.
+    table = table_with_state(table_type)
+    before = snapshot_contents(table)
+    kwargs = {} if routed else {"key_group": 0}
+    for role in ("key", "namespace"):
+        probe = TypeErrorHash()
+        args = (probe, "ns") if role == "key" else (3, probe)
+        with pytest.raises(UnhashableKeyError) as info:
+            getattr(table, op)(*args, *CALLS[op], **kwargs)
+        assert not isinstance(info.value, KeyHashError)
+        assert info.value.__cause__ is probe.raised[0], (role, info.value.__cause__)
+        bad = ["k"] if role == "key" else {"n": 1}
+        unhashable = (bad, "ns") if role == "key" else (3, bad)
+        with pytest.raises(UnhashableKeyError) as info:
+            getattr(table, op)(*unhashable, *CALLS[op], **kwargs)
+        cause = info.value.__cause__
+        assert type(cause) is TypeError and "unhashable type" in str(cause), (role, cause)
+    assert snapshot_contents(table) == before
+
+
+@pytest.mark.parametrize("backend_type", BACKENDS, ids=repr)
+def test_backends_chain_unhashable_key_error_from_the_hash_type_error(
+    backend_type: BackendImplementation,
+) -> None:
+    # The current key, the current namespace and a map state's user key.
+    backend = backend_type.factory(KeyGroupRange(0, 7), 8)
+    with backend:
+        user_map = backend.get_state(MapStateDescriptor("m"))
+        backend.set_current_key(1)
+        for call in (
+            backend.set_current_key,
+            backend.set_current_namespace,
+            lambda user_key: user_map.put(user_key, 1),
+        ):
+            probe = TypeErrorHash()
+            with pytest.raises(UnhashableKeyError) as info:
+                call(probe)
+            assert info.value.__cause__ is probe.raised[0]
+            with pytest.raises(UnhashableKeyError) as info:
+                call(["k"])
+            cause = info.value.__cause__
+            assert type(cause) is TypeError and "unhashable type" in str(cause), cause
+        assert backend.current_key == 1 and user_map.is_empty()
 
 
 @pytest.mark.parametrize("table_type", table_types(snapshots=True), indirect=True, ids=repr)

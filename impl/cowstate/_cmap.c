@@ -129,8 +129,10 @@
  * keys() filter: KeyComparisonError), by serializer.copy (serializer_copy:
  * StateCopyError, StateTooDeepError for a RecursionError) or by a transform
  * function (TransformFunctionError) is replaced by the documented error,
- * chained from it, in one place: raise_user_error(), which calls the error's
- * factory in cowstate.errors (the messages are the pure map's). Each raise
+ * chained from it, in one place: raise_user_error() (raise_unhashable() for a
+ * TypeError from __hash__, the user's or CPython's "unhashable type"), which
+ * calls the error's factory in cowstate.errors (the messages are the pure
+ * map's). Each raise
  * happens before the operation's first write, so the map is unchanged; the
  * factory runs Python code (a repr), so nothing touches the map after it.
  * A KeyboardInterrupt (any BaseException that is not an Exception) passes as
@@ -596,14 +598,28 @@ static int raise_from_helper(PyObject *exc_type, PyObject *helper, PyObject *arg
     return -1;
 }
 
+/* The TypeError a __hash__ raised (the user's, or CPython's "unhashable
+ * type") is set: replace it by UnhashableKeyError.of(key, ns), chained from
+ * it (cause and context, as `raise ... from exc`; rule U). Returns -1. */
 static int raise_unhashable(PyObject *key, PyObject *ns)
 {
-    PyErr_Clear();
+    PyObject *type, *cause, *tb;
+    PyErr_Fetch(&type, &cause, &tb);                 /* three new references (or NULL) */
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (cause != NULL && tb != NULL)
+        PyException_SetTraceback(cause, tb);         /* borrows tb */
     PyObject *exc = PyObject_CallMethodObjArgs(Err_UnhashableKey, str_of, key, ns, NULL);
     if (exc != NULL) {
+        if (cause != NULL) {
+            PyException_SetCause(exc, Py_NewRef(cause));     /* steals the new reference */
+            PyException_SetContext(exc, Py_NewRef(cause));   /* steals the new reference */
+        }
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(cause);
+    Py_XDECREF(tb);
     return -1;
 }
 

@@ -321,8 +321,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """
         try:
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
-        except TypeError:
-            raise UnhashableKeyError.of(key, namespace) from None
+        except TypeError as exc:  # rule U: chained, as CPython's own "unhashable type"
+            raise UnhashableKeyError.of(key, namespace) from exc
         except Exception as exc:  # rule U
             raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         h ^= h >> 16  # composite_hash (inv. 1)
@@ -408,8 +408,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise NoneStateError(_none_message(key, namespace, "put"))
         try:
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
-        except TypeError:
-            raise UnhashableKeyError.of(key, namespace) from None
+        except TypeError as exc:  # rule U: chained, as CPython's own "unhashable type"
+            raise UnhashableKeyError.of(key, namespace) from exc
         except Exception as exc:  # rule U
             raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         h ^= h >> 16  # composite_hash (inv. 1)
@@ -478,8 +478,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """
         try:
             h = composite_hash(key, namespace)
-        except TypeError:
-            raise UnhashableKeyError.of(key, namespace) from None
+        except TypeError as exc:  # rule U: chained, as CPython's own "unhashable type"
+            raise UnhashableKeyError.of(key, namespace) from exc
         except Exception as exc:  # rule U
             raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         e = self._find(h, key, namespace)
@@ -543,8 +543,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Validate and hash the composite key, then do one rehash step."""
         try:
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
-        except TypeError:
-            raise UnhashableKeyError.of(key, namespace) from None
+        except TypeError as exc:  # rule U: chained, as CPython's own "unhashable type"
+            raise UnhashableKeyError.of(key, namespace) from exc
         except Exception as exc:  # rule U
             raise KeyHashError.raised_by_pair(key, namespace, exc) from exc
         if self._rehash is not None:
