@@ -153,7 +153,7 @@
  * 12. GC count: `gc_entries` is the number of live entries whose key,
  *     namespace or state has a type with Py_TPFLAGS_HAVE_GC.
  *
- * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
+ * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..6) plants one of the
  * defects the specification must catch (cowstate_spec.bad_cmaps); the module
  * name then comes from -DCOWSTATE_MODULE=name.
  */
@@ -172,6 +172,7 @@
 #define BUG_WRITES_SHARED_CHUNK 3
 #define BUG_DIRECTORY_COPY_MISSES_A_CHUNK 4
 #define BUG_RELEASE_FORGETS_OPEN_SNAPSHOT 5
+#define BUG_PUT_LEAKS_REPLACED_STATE 6
 
 #ifndef COWSTATE_MODULE
 #define COWSTATE_MODULE _cmap
@@ -1083,7 +1084,11 @@ static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     int inserted = m->mod_count != count;
     PyObject *old = entry_set_state(m, e, state);
+#if COWSTATE_BUG != BUG_PUT_LEAKS_REPLACED_STATE
     Py_XDECREF(old);                                          /* last step: may run __del__ */
+#else
+    (void)old;                                        /* planted: the replaced state leaks */
+#endif
     return PyBool_FromLong(inserted);                /* True: a new mapping */
 }
 

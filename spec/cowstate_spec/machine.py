@@ -24,7 +24,11 @@ contract (DESIGN.md section 3) is in the rules and the invariants:
   is open and its mutations persist); a probe whose first ``__eq__`` puts
   mappings into the implementation itself (rule R) is looked up in the map
   as those puts left it, and the model gets the same puts;
-- the implementation's structural checker holds after every step.
+- the implementation's structural checker holds after every step;
+- (maps) a state object the implementation held and maps no more is
+  collected once no snapshot is open (:mod:`cowstate_spec.collected`: the
+  states a map is given are weak-referenceable copies), so a leaked
+  reference fails the step that leaked it.
 
 Where an implementation legitimately departs from this (its
 :class:`~cowstate_spec.implementations.Capabilities`), the rule consults the
@@ -98,7 +102,8 @@ from cowstate_model import ReferenceStateMap
 from cowstate_spec import contract as c
 from cowstate_spec import coverage as cov
 from cowstate_spec import strategies as s
-from cowstate_spec.cmap_view import MAP_CLASSES, view_of
+from cowstate_spec.cmap_view import MAP_CLASSES, states_held_by_views, view_of
+from cowstate_spec.collected import Lifetimes, tracked
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.hostile import (
     CopyTrapList,
@@ -205,6 +210,12 @@ class StateMapMachine(RuleBasedStateMachine):
         # each keyed operation (cowstate_spec.coverage.COUNTED): it costs a quarter.
         self.counted = self.implementation.name in cov.COUNTED
         self.can_rehash = self.implementation.capabilities.snapshots and self.has_cow_maps()
+        # The maps' state lifetimes (tables: their maps are the map machines' to watch).
+        self.lifetimes = (
+            None
+            if self.implementation.table
+            else Lifetimes(lambda: states_held_by_views(self.impl))
+        )
 
     # ------------------------------------------------------------- helpers
 
@@ -212,8 +223,14 @@ class StateMapMachine(RuleBasedStateMachine):
         """Apply ``operation`` to both; they must agree on success or failure.
 
         The model gets its own deep copy of the arguments, so no state object
-        is ever shared between the two sides.
+        is ever shared between the two sides. A map is given a list or dict
+        state as a tracked copy, whose lifetime the machine watches
+        (``states_nothing_holds_are_collected``).
         """
+        if self.lifetimes is not None and operation in ("put", "put_and_get_old"):
+            state = tracked(args[2])
+            self.lifetimes.record(state)
+            args = (args[0], args[1], state, *args[3:])
         model_args = copy.deepcopy(args)
         step_check = self.implementation.step_check
         keyed = operation in KEYED_OPERATIONS
@@ -786,6 +803,11 @@ class StateMapMachine(RuleBasedStateMachine):
                 f"snapshot {impl.version} changed: {snapshot_contents(impl)!r} != "
                 f"{dict(model.contents)!r}"
             )
+
+    @invariant()
+    def states_nothing_holds_are_collected(self) -> None:
+        if self.lifetimes is not None:
+            self.lifetimes.check((state for _, _, state in self.impl), bool(self.open))
 
     @invariant()
     def structure_holds(self) -> None:
