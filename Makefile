@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
-$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c impl/cowstate/_void.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
@@ -76,6 +76,7 @@ bench: $(CMAP)
 	$(PY) bench/bench_differential.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
+	$(PY) bench/bench_backend_gc.py
 	$(PY) bench/bench_serializers.py
 
 ## make deep: the map/table, backend and storage state machines under the deep

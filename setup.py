@@ -1,5 +1,5 @@
-"""Build the C map, cowstate._cmap, and cowstate._keygroups (everything else is in
-pyproject.toml).
+"""Build the C map, cowstate._cmap, cowstate._keygroups and cowstate._void (everything
+else is in pyproject.toml).
 
 The extension is optional: without a compiler the install still succeeds and
 ``cowstate.CopyOnWriteStateMap`` is the pure-Python map (``cowstate.IMPLEMENTATION``
@@ -30,6 +30,17 @@ setup(
         Extension(
             "cowstate._keygroups",
             sources=["impl/cowstate/_keygroups.c"],
+            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
+                                "-Wno-missing-field-initializers", "-Wno-cast-function-type",
+                                *extra],
+            extra_link_args=[f for f in extra if f.startswith("-fsanitize")],
+            optional=True,
+        ),
+        # VOID_NAMESPACE as an instance of a type the garbage collector never
+        # tracks (issue 28); optional: without it, a Python singleton.
+        Extension(
+            "cowstate._void",
+            sources=["impl/cowstate/_void.c"],
             extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
                                 "-Wno-missing-field-initializers", "-Wno-cast-function-type",
                                 *extra],

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# make sanitize: the C extensions (the C map, cowstate._cmap, and the key-group helper,
-# cowstate._keygroups) built with AddressSanitizer and UndefinedBehaviorSanitizer
+# make sanitize: the C extensions (the C map, cowstate._cmap, the key-group helper,
+# cowstate._keygroups, and VOID_NAMESPACE's type, cowstate._void) built with
+# AddressSanitizer and UndefinedBehaviorSanitizer
 # (gcc's runtimes, preloaded into the venv's ordinary Python), running the map state
 # machine over the C map (capacities 4 and 128), the C-map tests and the map scenarios
 # (all but the two long random-isolation ones, which take many minutes under ASan),
-# and the restore checks that drive _keygroups.
+# the restore checks that drive _keygroups, and VOID_NAMESPACE's tests.
 #
 # The sanitized build goes to build/sanitize/ (a copy of impl/cowstate with the
 # instrumented extensions), put first on PYTHONPATH, so the normal build is untouched.
@@ -47,7 +48,7 @@ build() {  # build SOURCE TARGET [FLAGS...]
         -Wno-missing-field-initializers -Wno-cast-function-type -Werror \
         $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} "$@" -I"$INCLUDE" "$source" -o "$target"
 }
-for module in _cmap _keygroups; do
+for module in _cmap _keygroups _void; do
     build "$OUT/cowstate/$module.c" "$OUT/cowstate/$module$SUFFIX"
 done
 # The leak self-check's copy: cowstate._cmap_leakprobe, entry_free() keeping the entry.
@@ -67,7 +68,7 @@ export ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:verify_asan_link_order=
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONMALLOC=malloc PYTHONHASHSEED=0
-$PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k; assert cowstate.IMPLEMENTATION == "c"; print("sanitized:", c.__file__, k.__file__)'
+$PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k, cowstate._void as v; assert cowstate.IMPLEMENTATION == "c" and type(cowstate.VOID_NAMESPACE) is v.VoidNamespace; print("sanitized:", c.__file__, k.__file__, v.__file__)'
 
 # LeakSanitizer self-check: a map that removes 1,000 mappings, on each build.
 LEAKS='import importlib, sys
@@ -96,4 +97,6 @@ $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map-128]" \
     tests/test_implementations.py tests/test_flink_map_scenarios.py tests/test_copy_costs.py \
     tests/test_seed_examples.py tests/test_bad_input.py tests/test_error_messages.py \
-    tests/test_restore_checks.py "$@"
+    tests/test_restore_checks.py \
+    tests/test_table_contracts.py::test_void_namespace_is_one_named_value_the_collector_never_tracks \
+    tests/test_backend.py::test_a_backend_of_int_and_str_states_costs_the_collector_nothing "$@"

@@ -93,7 +93,8 @@
  * the map is collected. Only objects of a GC type can be in a cycle, and a
  * map counts its live entries that hold one (`gc_entries`, invariant 12):
  * while it is 0 -- int or str keys, namespaces and states, as a dict of such
- * is untracked by CPython -- tp_traverse returns at once, so a collection
+ * is untracked by CPython, and VOID_NAMESPACE, whose type (cowstate._void) is
+ * not a GC type either -- tp_traverse returns at once, so a collection
  * costs O(1) whatever the size. A snapshot's tp_traverse visits only its owner: an
  * entry it shares with the live table is visited by the map, and visiting it
  * twice would over-count. Entries only an open snapshot can reach are not
