@@ -403,13 +403,15 @@ def test_describe_reads_a_c_map_of_several_chunks() -> None:
 
 
 def test_unhashable_check_names_the_role_and_the_value() -> None:
-    # errors.UnhashableKeyError.check: the message, the role, no chained TypeError,
-    # and a raising __hash__ as KeyHashError.
+    # errors.UnhashableKeyError.check: the message, the role, chained from the
+    # TypeError hash raised (issue 26), and a raising __hash__ as KeyHashError.
     with pytest.raises(UnhashableKeyError) as caught:
         UnhashableKeyError.check([1, 2])
     assert type(caught.value) is UnhashableKeyError
     assert str(caught.value) == "expected a hashable key, got list [1, 2]"
-    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    cause = caught.value.__cause__
+    assert type(cause) is TypeError and str(cause) == "unhashable type: 'list'"
+    assert caught.value.__suppress_context__
     with pytest.raises(UnhashableKeyError) as namespace:
         UnhashableKeyError.check({"a": 1}, "namespace")
     assert str(namespace.value) == "expected a hashable namespace, got dict {'a': 1}"

@@ -143,8 +143,9 @@ an insertion, a removal, a rehash step, a rule E copy -- bumps ``_stamp``
 
 A snapshot taken by user code changes no structure: a step re-reads ``H``
 after user code ran (rules E and S), so what was private is copied first.
-A search that calls no ``__eq__`` (every key and namespace found by
-identity, or none with an equal hash) pays one counter read and compare.
+When no user code re-enters, rule R costs a search one read of ``_stamp``
+before and one compare after (about 25 ns of a pure ``get``'s 1-1.5 us),
+an insertion or removal one increment; the search itself is unchanged.
 
 The transform contract: ``fn(old, value)`` gets the mapped state object itself
 when no open snapshot holds it (``state_version >= H``), else a private copy
