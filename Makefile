@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec/_cmap_probe.c \
-		impl/cowstate/_keygroups.c setup.py
+		impl/cowstate/_keygroups.c impl/cowstate/_void.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
@@ -102,6 +102,7 @@ bench: $(CMAP)
 	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
+	$(PY) bench/bench_backend_gc.py
 	$(PY) bench/bench_serializers.py
 
 ## make deep: the map/table, backend and storage state machines under the deep

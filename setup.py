@@ -1,5 +1,5 @@
 """Build the C map, cowstate._cmap, its test-only probe, cowstate_spec._cmap_probe,
-and cowstate._keygroups (everything else is in pyproject.toml).
+cowstate._keygroups and cowstate._void (everything else is in pyproject.toml).
 
 The extension is optional: without a compiler the install still succeeds and
 ``cowstate.CopyOnWriteStateMap`` is the pure-Python map (``cowstate.IMPLEMENTATION``
@@ -46,6 +46,15 @@ setup(
         Extension(
             "cowstate._keygroups",
             sources=["impl/cowstate/_keygroups.c"],
+            extra_compile_args=flags,
+            extra_link_args=sanitizer,
+            optional=True,
+        ),
+        # VOID_NAMESPACE as an instance of a type the garbage collector never
+        # tracks (issue 28); optional: without it, a Python singleton.
+        Extension(
+            "cowstate._void",
+            sources=["impl/cowstate/_void.c"],
             extra_compile_args=flags,
             extra_link_args=sanitizer,
             optional=True,

@@ -97,7 +97,8 @@
  * the map is collected. Only objects of a GC type can be in a cycle, and a
  * map counts its live entries that hold one (`gc_entries`, invariant 12):
  * while it is 0 -- int or str keys, namespaces and states, as a dict of such
- * is untracked by CPython -- tp_traverse returns at once, so a collection
+ * is untracked by CPython, and VOID_NAMESPACE, whose type (cowstate._void) is
+ * not a GC type either -- tp_traverse returns at once, so a collection
  * costs O(1) whatever the size. A snapshot's tp_traverse visits only its owner: an
  * entry it shares with the live table is visited by the map, and visiting it
  * twice would over-count. Entries only an open snapshot can reach are not
@@ -115,7 +116,8 @@
  * Python code runs, (c) decref replaced objects only as their last step, and
  * (d) detect re-entrant changes of the map by the owner itself through
  * `stamp` (bumped by every structural write): a lookup restarts, any other
- * step raises ConcurrentModificationError before it writes. A release
+ * step raises ConcurrentModificationError before it writes (rule R of
+ * state_map.py, whose `_stamp` follows the same rule). A release
  * detaches the batches it frees before freeing them, so an owner retiring
  * entries during a __del__ the release runs never meets a half-freed batch.
  * Iterators copy one bucket's chain (new references) when they reach it and
@@ -132,8 +134,10 @@
  * keys() filter: KeyComparisonError), by serializer.copy (serializer_copy:
  * StateCopyError, StateTooDeepError for a RecursionError) or by a transform
  * function (TransformFunctionError) is replaced by the documented error,
- * chained from it, in one place: raise_user_error(), which calls the error's
- * factory in cowstate.errors (the messages are the pure map's). Each raise
+ * chained from it, in one place: raise_user_error() (raise_unhashable() for a
+ * TypeError from __hash__, the user's or CPython's "unhashable type"), which
+ * calls the error's factory in cowstate.errors (the messages are the pure
+ * map's). Each raise
  * happens before the operation's first write, so the map is unchanged; the
  * factory runs Python code (a repr), so nothing touches the map after it.
  * A KeyboardInterrupt (any BaseException that is not an Exception) passes as
@@ -166,7 +170,7 @@
  * checker's tests. The probe reads a map only after finding its exact type in
  * a module whose `_LAYOUT` has the probe's own layout version and sizes.
  *
- * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
+ * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..6) plants one of the
  * defects the specification must catch (cowstate_spec.bad_cmaps); each site
  * is a PLANTED(BUG_...) condition, a constant 0 in the real build. The module
  * name then comes from -DCOWSTATE_MODULE=name.
@@ -192,6 +196,7 @@
 #define BUG_WRITES_SHARED_CHUNK 3
 #define BUG_DIRECTORY_COPY_MISSES_A_CHUNK 4
 #define BUG_RELEASE_FORGETS_OPEN_SNAPSHOT 5
+#define BUG_PUT_LEAKS_REPLACED_STATE 6
 
 #ifndef COWSTATE_MODULE
 #define COWSTATE_MODULE _cmap
@@ -538,14 +543,28 @@ static int raise_from_helper(PyObject *exc_type, PyObject *helper, PyObject *arg
     return -1;
 }
 
+/* The TypeError a __hash__ raised (the user's, or CPython's "unhashable
+ * type") is set: replace it by UnhashableKeyError.of(key, ns), chained from
+ * it (cause and context, as `raise ... from exc`; rule U). Returns -1. */
 static int raise_unhashable(PyObject *key, PyObject *ns)
 {
-    PyErr_Clear();
+    PyObject *type, *cause, *tb;
+    PyErr_Fetch(&type, &cause, &tb);                 /* three new references (or NULL) */
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (cause != NULL && tb != NULL)
+        PyException_SetTraceback(cause, tb);         /* borrows tb */
     PyObject *exc = PyObject_CallMethodObjArgs(Err_UnhashableKey, str_of, key, ns, NULL);
     if (exc != NULL) {
+        if (cause != NULL) {
+            PyException_SetCause(exc, Py_NewRef(cause));     /* steals the new reference */
+            PyException_SetContext(exc, Py_NewRef(cause));   /* steals the new reference */
+        }
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(cause);
+    Py_XDECREF(tb);
     return -1;
 }
 
@@ -1007,7 +1026,8 @@ static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     int inserted = m->mod_count != count;
     PyObject *old = entry_set_state(m, e, state);
-    Py_XDECREF(old);                                          /* last step: may run __del__ */
+    if (!PLANTED(BUG_PUT_LEAKS_REPLACED_STATE))
+        Py_XDECREF(old);                                      /* last step: may run __del__ */
     return PyBool_FromLong(inserted);                /* True: a new mapping */
 }
 

@@ -33,15 +33,28 @@ if TYPE_CHECKING:  # for the annotations only: both import this module
     from cowstate.descriptors import StateDescriptor
     from cowstate.protocols import KeyedTable
 
-__all__ = ["VOID_NAMESPACE", "KeyContext", "KeyedState", "StateHolder", "VoidNamespace"]
+__all__ = [
+    "VOID_NAMESPACE",
+    "KeyContext",
+    "KeyedState",
+    "PythonVoidNamespace",
+    "StateHolder",
+    "VoidNamespace",
+]
 
 
-class VoidNamespace:
-    """The namespace of state that has none (Flink's ``VoidNamespace``): a singleton."""
+class PythonVoidNamespace:
+    """The namespace of state that has none (Flink's ``VoidNamespace``): a
+    singleton, hash 99, equal to itself only, pickled by reference.
 
-    _instance: VoidNamespace | None = None
+    The fallback of :class:`VoidNamespace` when ``cowstate._void`` is not built:
+    the same contract, but as a class written in Python it is a type the
+    garbage collector tracks, so every map entry holding it counts for a full
+    collection (``_void.c`` says why that matters)."""
 
-    def __new__(cls) -> VoidNamespace:
+    _instance: PythonVoidNamespace | None = None
+
+    def __new__(cls) -> PythonVoidNamespace:
         if cls._instance is None:
             cls._instance = super().__new__(cls)
         return cls._instance
@@ -58,6 +71,17 @@ class VoidNamespace:
     def __reduce__(self) -> str:
         return "VOID_NAMESPACE"  # pickles by reference: one instance
 
+
+#: The type of :data:`VOID_NAMESPACE`: cowstate._void's, which has no
+#: ``Py_TPFLAGS_HAVE_GC`` (issue 28: a backend of int or str states then costs
+#: a full collection nothing), or :class:`PythonVoidNamespace` when not built.
+if TYPE_CHECKING:
+    from cowstate._void import VoidNamespace
+else:
+    try:
+        from cowstate._void import VoidNamespace
+    except ImportError:  # no compiler at install time
+        VoidNamespace = PythonVoidNamespace
 
 VOID_NAMESPACE = VoidNamespace()
 

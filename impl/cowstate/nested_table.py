@@ -231,7 +231,7 @@ def _check_hashable(key: object, namespace: object) -> None:
     try:
         hash(key)
         hash(namespace)
-    except TypeError:
-        raise UnhashableKeyError.of(key, namespace) from None
+    except TypeError as exc:  # rule U: chained
+        raise UnhashableKeyError.of(key, namespace) from exc
     except Exception as exc:  # rule U
         raise KeyHashError.raised_by_pair(key, namespace, exc) from exc

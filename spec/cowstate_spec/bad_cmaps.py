@@ -37,6 +37,7 @@ from typing import Any
 __all__ = [
     "C_BUGS",
     "C_REWRITES",
+    "LEAK_PROBE",
     "CBug",
     "CRewrite",
     "bad_cmap_implementation",
@@ -81,6 +82,11 @@ C_BUGS = [
         "c-release-forgets-open-snapshot",
         5,
         "release: H drops to 0 although older snapshots are still open",
+    ),
+    CBug(
+        "c-put-leaks-replaced-state",
+        6,
+        "put never drops its reference to the state it replaced: a leak on a hot path",
     ),
 ]
 
@@ -128,6 +134,18 @@ C_REWRITES = [
         "per-table counters drift (invariant 3)",
     ),
 ]
+
+
+#: Memory only, so no machine can see it: ``entry_free`` drops the entry's key,
+#: namespace and state but never frees the entry itself. The traced memory of
+#: the leak tests (tests/test_implementations.py) and LeakSanitizer's self-check
+#: in ``make sanitize`` (scripts/sanitize.sh) must each report it.
+LEAK_PROBE = CRewrite(
+    "c-entry-free-keeps-the-entry",
+    "    PyObject *key = e->key, *ns = e->ns, *state = e->state;\n    PyMem_Free(e);\n",
+    "    PyObject *key = e->key, *ns = e->ns, *state = e->state;\n",
+    "a removed or replaced entry's 48 bytes are never freed",
+)
 
 
 def c_identity(bug: CRewrite) -> CRewrite:

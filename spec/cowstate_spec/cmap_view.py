@@ -249,6 +249,14 @@ def rehash_progress(m: Any) -> tuple[int, int] | None:
     return m._rehash_index, len(m._primary)
 
 
+def states_held_by_views(m: Any) -> Counter[int]:
+    """How many entry views of ``m`` hold each state (by ``id``): a view outlives
+    its entry until the address is exported again, so a lifetime check
+    (:mod:`cowstate_spec.collected`) discounts these references."""
+    registry = _REGISTRIES.get(m)
+    return Counter(id(v.state) for v in registry.values()) if registry else Counter()
+
+
 def view_of(m: Any) -> Any:
     """``m`` itself for a pure map, a :class:`MapView` for a C map."""
     return MapView(m) if is_c_map(m) else m
