@@ -95,8 +95,7 @@ if report=$(ASAN_OPTIONS=$SELF_CHECK $PY -c "$LEAKS" cowstate._cmap_leakprobe 2>
 fi
 echo "LeakSanitizer self-check: the planted entry leak is reported ($(grep -c 'in entry_new' <<<"$report") stacks), the real C map is clean"
 
-# Not the corruption test of invariant 10: the chunk it over-counts leaks on purpose.
-$PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications and not chunk_refs" \
+$PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications" \
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map]" \
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map-128]" \
     tests/test_implementations.py tests/test_flink_map_scenarios.py tests/test_copy_costs.py \

@@ -81,7 +81,8 @@
  * as the batch would have). If the map changed structurally meanwhile (its
  * stamp or rehash count moved), what depends on entry pointers or on the
  * rehash index is left as it is, with a RuntimeWarning, and an entry still
- * held is kept, never freed (a leak beats a double free); the probe's batch,
+ * held leaves the map as the map's own entries do (retired if an open snapshot
+ * may reach it, else freed: probe_leave_live); the probe's batch,
  * unretire's entry, the chunk count, H, the threshold and the counters of
  * primary_size(_short) and gc_entries are always restored. One corruption at a time: a second one moves
  * the stamp, so the first leaves its damage in place.
@@ -1659,6 +1660,43 @@ static int find_batch(MapObject *m, const Batch *b, int32_t version, Batch **bef
     return 0;
 }
 
+/* An entry a corruption took out of the map and cannot put back (the map
+ * changed meanwhile) leaves it as the map's own entries do (_cmap.c's
+ * leave_live, invariant 6): retired into the batch of the current version if
+ * an open snapshot may reach it -- the map frees it with that batch -- else
+ * returned for the caller to free as its last step. Out of memory, it is
+ * leaked rather than freed: a snapshot may read it. */
+static Entry *probe_leave_live(MapObject *m, Entry *e)
+{
+    if (e->entry_version >= m->highest)
+        return e;
+    Batch *b = m->retired_tail;
+    if (b == NULL || b->version != m->version) {
+        b = PyMem_Malloc(sizeof(Batch));
+        if (b == NULL)
+            return NULL;
+        b->next = NULL;
+        b->version = m->version;
+        b->size = b->capacity = 0;
+        b->entries = NULL;
+        if (m->retired_tail != NULL)
+            m->retired_tail->next = b;
+        else
+            m->retired = b;
+        m->retired_tail = b;
+    }
+    if (b->size == b->capacity) {
+        Py_ssize_t capacity = b->capacity ? b->capacity * 2 : 16;
+        Entry **grown = PyMem_Realloc(b->entries, (size_t)capacity * sizeof(Entry *));
+        if (grown == NULL)
+            return NULL;
+        b->entries = grown;
+        b->capacity = capacity;
+    }
+    b->entries[b->size++] = e;
+    return NULL;
+}
+
 /* Undo what can be undone (the design comment at the top). */
 static void corruption_undo(CorruptionObject *c)
 {
@@ -1707,18 +1745,22 @@ static void corruption_undo(CorruptionObject *c)
     case K_RELINK:
         if (unchanged) {
             c->entry->next = c->held;
-            c->held = NULL;
             m->primary_size++;
         }
-        left = !unchanged;              /* else the successor stays held: leaked */
+        else                            /* the successor leaves as the map's entries do */
+            to_free = probe_leave_live(m, c->held);
+        c->held = NULL;
+        left = !unchanged;
         break;
     case K_WRITE_SHARED:
         if (unchanged) {
             c->chunk->slots[c->bucket & (chunk_slots(&m->primary) - 1)] = c->held;
-            c->held = NULL;
             to_free = c->added;
         }
-        left = !unchanged;              /* else the map owns the copy, the head stays held */
+        else                            /* the map owns the copy; the head leaves the map */
+            to_free = probe_leave_live(m, c->held);
+        c->held = NULL;
+        left = !unchanged;
         break;
     case K_RETIRE_LIVE: {               /* always: the probe's batch owns no entry */
         Batch *before;

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
 import subprocess
 import sys
 import sysconfig
@@ -33,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+import cowstate
 
 __all__ = [
     "C_BUGS",
@@ -45,7 +48,9 @@ __all__ = [
     "c_identity",
 ]
 
-SOURCE = Path(__file__).resolve().parents[2] / "impl" / "cowstate" / "_cmap.c"
+#: The C map's source beside the cowstate package in use (impl/cowstate, or the
+#: copy make sanitize instruments in build/sanitize/cowstate).
+SOURCE = Path(cowstate.__file__).resolve().parent / "_cmap.c"
 #: The layout both the map and the probe compile in.
 HEADER = SOURCE.with_name("_cmap.h")
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_cmaps"
@@ -154,6 +159,9 @@ def c_identity(bug: CRewrite) -> CRewrite:
 
 
 _LOADED: dict[int | str, ModuleType] = {}
+_SANITIZER_VARIABLES = frozenset(
+    {"LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "PYTHONMALLOC"}
+)
 
 
 def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
@@ -196,7 +204,10 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
             "-o",
             str(target),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        # The compiler runs without the sanitizer runtimes make sanitize preloads
+        # into this process (LeakSanitizer would fail cc for its own leaks).
+        clean = {k: v for k, v in os.environ.items() if k not in _SANITIZER_VARIABLES}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:
             raise RuntimeError(f"building {bug.name} failed: {' '.join(command)}\n{done.stderr}")
     spec = importlib.util.spec_from_file_location(f"cowstate.{name}", target)
