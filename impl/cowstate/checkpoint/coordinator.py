@@ -69,6 +69,11 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
 9. Nothing is deleted before what replaces it is verified: recovery restores
    first, then subsumes and collects garbage.
 
+Arguments. Every path, name, id and number a caller gives is checked before
+anything is read or written (P5 of :mod:`~cowstate.checkpoint.paths` for
+paths and names): a bad one is an :class:`InvalidArgumentError` saying what
+was expected and what came.
+
 Recovery (:meth:`CheckpointCoordinator.recover`, steps R1-R5 in
 :mod:`~cowstate.checkpoint.recovery`) rebuilds a coordinator after a crash
 from what is on disk. It tries the completed checkpoints newest first
@@ -90,6 +95,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Sequence
@@ -106,6 +112,7 @@ from cowstate.checkpoint.handles import (
     SnapshotOptions,
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.paths import check_argument
 from cowstate.checkpoint.protocol import CheckpointingBackend, PreparedRestore, overlapping
 from cowstate.checkpoint.recovery import Recovery, RecoveryReport, Skipped
 from cowstate.checkpoint.registry import SharedStateRegistry
@@ -216,6 +223,7 @@ class CheckpointCoordinator:
             )
         if type(num_retained) is not int or num_retained < 1:
             raise InvalidArgumentError(f"expected num_retained >= 1, got {num_retained!r}")
+        _check_timeout(timeout, "a timeout in seconds > 0", positive=True)
         _check_backends(backends)
         self.storage = storage
         self.backends = list(backends)
@@ -280,6 +288,7 @@ class CheckpointCoordinator:
         deleted) and :class:`CheckpointError` raised with the cause.
         """
         pending = self._pending_checkpoint(checkpoint_id)
+        _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         done, not_done = wait(pending.futures, timeout=self.timeout if timeout is None else timeout)
         failure: BaseException | None = None
         if not_done:
@@ -305,6 +314,7 @@ class CheckpointCoordinator:
     ) -> CompletedCheckpoint:
         """Acknowledge, write ``_metadata``, register, subsume, confirm (module doc)."""
         pending = self._pending_checkpoint(checkpoint_id)
+        _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         if not pending.is_acknowledged:
             self.acknowledge(checkpoint_id, timeout)
         subtasks = tuple(pending.acknowledged[i] for i in range(len(self.backends)))
@@ -393,6 +403,7 @@ class CheckpointCoordinator:
             raise InvalidArgumentError(
                 f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}"
             )
+        _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         location = self.storage.savepoint_location(directory)
         recorded = self.storage.savepoint_intent_directory(location.directory)  # P6
         filesystem = self.storage.filesystem
@@ -442,6 +453,9 @@ class CheckpointCoordinator:
     def delete_savepoint(self, directory: str) -> None:
         """Delete a savepoint directory (the user's call: the job never needs it),
         once its ``_metadata`` verifies as a savepoint outside what the job owns."""
+        if not isinstance(directory, str) or not directory.strip("/"):
+            raise InvalidArgumentError(f"expected a savepoint directory, got {directory!r}")
+        check_argument(directory, "a savepoint directory")  # P5
         filesystem = self.storage.filesystem
         metadata = read_metadata(filesystem, directory)
         if metadata.kind != "savepoint":
@@ -513,6 +527,9 @@ class CheckpointCoordinator:
         files and never deletes them. A checkpoint under another storage root
         is never built on (its shared paths resolve against its own root).
         """
+        if not isinstance(directory, str) or not directory:
+            raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
+        check_argument(directory, "a snapshot directory")  # P5
         if not isinstance(mode, RestoreMode):
             raise InvalidArgumentError(
                 f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {mode!r}"
@@ -639,6 +656,11 @@ class CheckpointCoordinator:
         return self._last_id
 
     def _pending_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
+        if type(checkpoint_id) is not int:
+            raise InvalidArgumentError(
+                f"expected a checkpoint id (an int), got {type(checkpoint_id).__name__} "
+                f"{checkpoint_id!r}"
+            )
         pending = self._pending.get(checkpoint_id)
         if pending is None:
             raise UnknownCheckpointError(
@@ -715,7 +737,26 @@ class CheckpointCoordinator:
         )
 
 
+def _check_timeout(timeout: object, expected: str, *, positive: bool = False) -> None:
+    """Refuse a timeout that is not ``expected``: None (unless ``positive``: the
+    coordinator's own), else a finite number of seconds, >= 0 or > 0."""
+    if timeout is None and not positive:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+        or (positive and timeout == 0)
+    ):
+        raise InvalidArgumentError(f"expected {expected}, got {timeout!r}")
+
+
 def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
+    if isinstance(backends, str | bytes) or not isinstance(backends, Sequence):
+        raise InvalidArgumentError(
+            f"expected a sequence of backends (one per subtask), got {type(backends).__name__}"
+        )
     if not backends:
         raise InvalidArgumentError("expected at least one backend (subtask), got none")
     for backend in backends:

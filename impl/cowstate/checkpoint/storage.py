@@ -46,7 +46,13 @@ from cowstate.checkpoint.handles import (
     RestoreRecord,
 )
 from cowstate.checkpoint.location import SnapshotLocation
-from cowstate.checkpoint.paths import check_directory, check_name
+from cowstate.checkpoint.paths import (
+    MAX_NAME_BYTES,
+    check_argument,
+    check_directory,
+    check_name,
+    shown,
+)
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
 from cowstate.checkpoint.verify import parse_metadata, render_metadata
 from cowstate.errors import (
@@ -81,7 +87,7 @@ CLAIM_MARKER = ".cowstate-claimed-"
 #: decimal (P5). A listed ``chk-007``, ``chk-1`` with a newline after it, or ``chk-``
 #: with other Unicode digits is not one: not the job's, never read or deleted.
 _CHECKPOINT_DIR = re.compile(r"chk-(0|[1-9][0-9]*)\Z")
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class SavepointIntent(BaseModel):
@@ -113,14 +119,24 @@ class CheckpointStorage:
     def __init__(self, root: str, job_id: str, filesystem: FileSystem | None = None) -> None:
         if not isinstance(root, str) or not root:
             raise InvalidArgumentError(f"expected a root path or URL, got {root!r}")
-        if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        check_argument(root, "a root path or URL")  # P5
+        if not isinstance(job_id, str):
+            raise InvalidArgumentError(f"expected a job id (a string), got {job_id!r}")
+        if not _JOB_ID.match(job_id) or len(job_id) > MAX_NAME_BYTES:
             raise InvalidArgumentError(
-                f"expected a job id of letters, digits, '.', '_' and '-', got {job_id!r}"
+                f"expected a job id of 1 to {MAX_NAME_BYTES} letters, digits, '.', '_' and '-' "
+                f"(the first a letter or digit), got {shown(job_id)}"
+            )
+        if filesystem is not None and not isinstance(filesystem, FileSystem):
+            raise InvalidArgumentError(
+                f"expected a FileSystem or None, got {type(filesystem).__name__}"
             )
         self.filesystem = filesystem if filesystem is not None else FileSystem()
         self.root = root.rstrip("/") or "/"
         self.job_id = job_id
-        self.job_dir = self.filesystem.join(self.root, job_id)
+        self.job_dir = check_argument(  # P5: the root and the id together
+            self.filesystem.join(self.root, job_id), "the job directory (storage root/job id)"
+        )
         self.shared_dir = self.filesystem.join(self.job_dir, "shared")
 
     # ----------------------------------------------------------------- paths
@@ -143,7 +159,7 @@ class CheckpointStorage:
         """
         if not isinstance(directory, str) or not directory.strip("/"):
             raise InvalidArgumentError(f"expected a savepoint directory, got {directory!r}")
-        directory = directory.rstrip("/")
+        directory = check_argument(directory, "a savepoint directory").rstrip("/")  # P5
         where = self.relation(directory)
         if where != "outside" and where != "foreign":
             raise UnsafePathError(
@@ -331,8 +347,11 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
     :class:`CorruptCheckpointError` subclass when it fails its seal, its
     schema or its consistency checks (M1-M9 of :mod:`~cowstate.checkpoint.verify`).
     """
+    if not isinstance(filesystem, FileSystem):
+        raise InvalidArgumentError(f"expected a FileSystem, got {type(filesystem).__name__}")
     if not isinstance(directory, str) or not directory:
         raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
+    check_argument(directory, "a snapshot directory")  # P5
     path = filesystem.join(directory, METADATA_FILE)
     if not filesystem.exists(path):
         where = (
