@@ -72,7 +72,9 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
 Arguments. Every path, name, id and number a caller gives is checked before
 anything is read or written (P5 of :mod:`~cowstate.checkpoint.paths` for
 paths and names): a bad one is an :class:`InvalidArgumentError` saying what
-was expected and what came.
+was expected and what came. A directory the job records to find again --
+a savepoint's, the snapshot it is restored from -- is recorded by its
+absolute real path (P6), never by a name relative to the working directory.
 
 Recovery (:meth:`CheckpointCoordinator.recover`, steps R1-R5 in
 :mod:`~cowstate.checkpoint.recovery`) rebuilds a coordinator after a crash
@@ -405,7 +407,7 @@ class CheckpointCoordinator:
             )
         _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         location = self.storage.savepoint_location(directory)
-        recorded = self.storage.savepoint_intent_directory(location.directory)  # P6
+        recorded = self.storage.recorded_directory(location.directory, "a savepoint directory")
         filesystem = self.storage.filesystem
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
@@ -463,7 +465,7 @@ class CheckpointCoordinator:
                 f"expected a savepoint directory, {directory!r} holds checkpoint "
                 f"{metadata.checkpoint_id}"
             )
-        if any(c.directory == directory.rstrip("/") for c in self._completed):
+        if any(self.storage.is_same_directory(c.directory, directory) for c in self._completed):
             raise InvalidArgumentError(
                 f"expected a savepoint the job does not own, {directory!r} was restored in "
                 "CLAIM mode and is retained as a checkpoint"
@@ -526,6 +528,9 @@ class CheckpointCoordinator:
         never touches the snapshot; LEGACY lets later checkpoints build on its
         files and never deletes them. A checkpoint under another storage root
         is never built on (its shared paths resolve against its own root).
+        ``directory`` is read, claimed and recorded in ``_restore`` at its
+        real path (P6: links resolved once, here), so recovery from any
+        working directory finds the same snapshot.
         """
         if not isinstance(directory, str) or not directory:
             raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
@@ -536,6 +541,9 @@ class CheckpointCoordinator:
             )
         # The constructor checks storage, backends and num_retained, and writes nothing.
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
+        # P6: read and record the snapshot at its real path, never one relative to
+        # the working directory of whoever recovers the job later
+        directory = storage.recorded_directory(directory, "a snapshot directory")
         metadata = read_metadata(storage.filesystem, directory)
         if storage.checkpoint_ids_on_disk() or storage.read_restore_record() is not None:
             raise InvalidArgumentError(
@@ -543,7 +551,7 @@ class CheckpointCoordinator:
                 "holds checkpoints of a job: recover() it, or use another job id"
             )
         record = RestoreRecord(
-            directory=directory.rstrip("/"),
+            directory=directory,
             mode=mode,
             checkpoint_id=metadata.checkpoint_id,
             kind=metadata.kind,

@@ -48,14 +48,16 @@ P5. Every name read from a file passes one check, :func:`check_name`, before
     id, a savepoint or snapshot directory) passes the same check,
     :func:`check_argument`, before anything is read or written: the
     caller's mistake is an :class:`~cowstate.errors.InvalidArgumentError`.
-P6. The directory of a ``_savepoint`` intent is absolute and normal: a local
+P6. A directory the job records to find again -- that of a ``_savepoint``
+    intent and of a ``_restore`` record -- is absolute and normal: a local
     path starting with ``/`` or a URL ``<protocol>://...``, with no empty,
     ``.`` or ``..`` name and no trailing ``/``; it is never resolved against
-    the working directory. Its token is 32 lowercase hex digits (so the
-    marker it names is one file of the directory). A savepoint records its
-    directory this way (a local one as its real path); recovery also
-    requires a local one to be its own real path (no symbolic link at any
-    level) before it looks inside (R1 of :mod:`~cowstate.checkpoint.recovery`).
+    the working directory. An intent's token is 32 lowercase hex digits (so
+    the marker it names is one file of the directory). A savepoint and a
+    restore record their directory this way (a local one as its real path);
+    recovery also requires a local one to be its own real path (no symbolic
+    link at any level) before it looks inside (R1, R2 of
+    :mod:`~cowstate.checkpoint.recovery`).
 
 Violations raise :class:`~cowstate.errors.UnsafePathError` (a
 :class:`~cowstate.errors.CorruptCheckpointError`) before any file is

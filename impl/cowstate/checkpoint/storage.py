@@ -10,7 +10,8 @@ directory::
             keyed-state-..   exclusive files (heap snapshot files, RocksDB MANIFEST, ...)
         shared/              shared files (RocksDB SSTs), each under a fresh name
         _counter             the last checkpoint or savepoint id handed out
-        _restore             what the job was started from, and in which mode (sealed)
+        _restore             what the job was started from (its real path), and in
+                             which mode (sealed)
         _savepoint           the savepoint being written: its directory and a token
                              (sealed; see ``CheckpointCoordinator.trigger_savepoint``)
         anything else        not the job's: never deleted (a savepoint directory
@@ -50,7 +51,6 @@ from cowstate.checkpoint.paths import (
     MAX_NAME_BYTES,
     check_argument,
     check_directory,
-    check_name,
     shown,
 )
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
@@ -197,6 +197,11 @@ class CheckpointStorage:
             return "owned"
         return "outside"
 
+    def is_same_directory(self, path: str, other: str) -> bool:
+        """True if ``path`` and ``other`` name one directory (links followed on
+        local disks)."""
+        return self._normalized(path) == self._normalized(other)
+
     def is_storage_root(self, path: str) -> bool:
         """True if ``path`` is this storage's root (links followed on local disks)."""
         return self._normalized(path) == self._normalized(self.root)
@@ -232,7 +237,7 @@ class CheckpointStorage:
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
         record = unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
-        check_name(record.directory, f"the directory in {path!r}")  # P5
+        check_directory(record.directory, f"the directory in {path!r}")  # P5, P6
         return record
 
     def write_restore_record(self, record: RestoreRecord) -> None:
@@ -243,17 +248,18 @@ class CheckpointStorage:
 
     # ------------------------------------------------------------ savepoints
 
-    def savepoint_intent_directory(self, directory: str) -> str:
-        """``directory`` (a savepoint's, as :meth:`savepoint_location` took it) as
-        its ``_savepoint`` intent records it (P6): a local one as its real path
-        -- absolute, links resolved, so recovery never resolves it against
-        another working directory -- another file system's URL as it is.
-        :class:`InvalidArgumentError` if that is not absolute and normal: the
-        job never writes an intent its recovery would refuse."""
-        local = self.filesystem.local_path(directory)
+    def recorded_directory(self, directory: str, what: str) -> str:
+        """``directory`` (``what``: a savepoint's, as :meth:`savepoint_location`
+        took it, or the snapshot a job is restored from) as the job records it
+        in its ``_savepoint`` intent or ``_restore`` record (P6): a local one as
+        its real path -- absolute, links resolved, so recovery never resolves
+        it against another working directory -- another file system's URL as
+        it is. :class:`InvalidArgumentError` if that is not absolute and
+        normal: the job never records a directory its recovery would refuse."""
+        local = self.filesystem.local_path(check_argument(directory, what))
         recorded = directory if local is None else os.path.realpath(local)
         try:
-            return check_directory(recorded, "a savepoint directory")
+            return check_directory(recorded, what)
         except UnsafePathError as exc:
             raise InvalidArgumentError(str(exc)) from None
 
