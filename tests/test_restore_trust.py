@@ -73,6 +73,7 @@ from cowstate.checkpoint.verify import METADATA_KIND
 from cowstate.cli import main as cowstate_main
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import (
+    CheckpointError,
     CorruptCheckpointError,
     CowStateError,
     InconsistentMetadataError,
@@ -2168,6 +2169,120 @@ def test_a_savepoint_directory_its_recovery_could_not_follow_is_refused_before_a
     local = tmp_path / "savepoints" / ".." / "sp-1"  # its real path is normal: taken
     job.coordinator.trigger_savepoint(str(local))
     read_metadata(FileSystem(), str(tmp_path / "sp-1"))
+    job.close()
+
+
+def _refusing_the_metadata(operation: str, path: str, _data: Any) -> None:
+    if operation == "write" and path.endswith(f"/{METADATA_FILE}"):
+        raise OSError(errno.EROFS, "read-only file system")
+
+
+@pytest.mark.parametrize(
+    "named", ["a link to an empty directory", "a link to no directory yet", "an empty directory"]
+)
+def test_a_failed_savepoint_deletes_only_what_it_wrote_wherever_it_was_named(
+    tmp_path: Path, canary: Path, named: str
+) -> None:
+    """Regression: a savepoint named through a symbolic link to an empty
+    directory that failed removed the link as a directory -- a raw
+    ``OSError`` ("Cannot call rmtree on a symbolic link") instead of its
+    own error -- and one into an empty directory of the user's deleted that
+    directory. It is written at its real path and deletes only what it
+    wrote: its files, its marker, its directory only if it created it
+    (through a link to no directory yet: the target, never the link)."""
+    target = tmp_path / "savepoints" / "sp-1"
+    given = tmp_path / "sp-link"
+    if named == "an empty directory":
+        target.mkdir(parents=True)
+        given = target
+    else:
+        (tmp_path / "savepoints").mkdir()
+        given.symlink_to(target)
+        if named == "a link to an empty directory":
+            target.mkdir()
+    storage = CheckpointStorage(
+        str(tmp_path / "root"), "job", FileSystem(hooks=_refusing_the_metadata)
+    )
+    backends = fresh_backends("heap")
+    coordinator = CheckpointCoordinator(storage, backends)
+    for key in range(30):
+        group = assign_to_key_group(key, MAXP)
+        backend = next(b for b in backends if group in b.key_group_range)
+        backend.set_current_key(key)
+        backend.get_state(VALUE).update("a")
+    before = tree(tmp_path)
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.trigger_savepoint(str(given))
+    assert str(caught.value) == (
+        f"expected savepoint 1 in {str(given)!r}, got OSError: [Errno {errno.EROFS}] read-only "
+        "file system; what it wrote was deleted"
+    )
+    assert isinstance(caught.value.__cause__, OSError)
+    after = tree(tmp_path)
+    del after[str(tmp_path / "root" / "job" / "_counter")]  # the id it took
+    del after[str(tmp_path / "root" / "job")]
+    del after[str(tmp_path / "root")]
+    assert after == before  # the link, the user's directory: as they were
+    assert given.is_symlink() != (named == "an empty directory")
+    assert target.is_dir() == (named != "a link to no directory yet")
+    coordinator.close()
+    for backend in backends:
+        backend.close()
+
+
+def test_a_failed_savepoint_whose_cleanup_fails_raises_its_own_error_and_keeps_its_intent(
+    tmp_path: Path,
+) -> None:
+    """Regression: a deletion failing in a failed savepoint's cleanup escaped
+    as a raw ``OSError`` in place of the savepoint's error, and its intent was
+    lost. The caller sees the savepoint's error naming what stays; the intent
+    stays, so recovery removes the savepoint (its marker is still there)."""
+    marker_kept = False
+
+    def failing(operation: str, path: str, data: Any) -> None:
+        nonlocal marker_kept
+        _refusing_the_metadata(operation, path, data)
+        if operation == "delete" and SAVEPOINT_MARKER in path and not marker_kept:
+            marker_kept = True
+            raise PermissionError(errno.EACCES, "permission denied")
+
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=failing))
+    backends = fresh_backends("heap")
+    coordinator = CheckpointCoordinator(storage, backends)
+    directory = tmp_path / "savepoints" / "sp-1"
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.trigger_savepoint(str(directory))
+    intent = storage.read_savepoint_intent()
+    assert intent is not None and intent.directory == str(directory)
+    marker = str(directory / (SAVEPOINT_MARKER + intent.token))
+    assert str(caught.value) == (
+        f"expected savepoint 1 in {str(directory)!r}, got OSError: [Errno {errno.EROFS}] "
+        f"read-only file system; what it wrote was deleted but for {marker!r} "
+        f"(PermissionError: [Errno {errno.EACCES}] permission denied) (its intent is kept: "
+        "recovery removes the savepoint if its marker is left)"
+    )
+    assert isinstance(caught.value.__cause__, OSError)
+    assert [p.name for p in directory.iterdir()] == [SAVEPOINT_MARKER + intent.token]
+    coordinator.close()
+    for backend in backends:
+        backend.close()
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.coordinator.recovery == RecoveryReport(removed_savepoint=str(directory))
+    assert not directory.exists()
+    recovered.close()
+
+
+def test_a_savepoint_named_with_trailing_slashes_is_written_at_its_real_path(
+    tmp_path: Path,
+) -> None:
+    """A savepoint is written where its intent says (P6: absolute, normal): a
+    trailing ``/`` of a local path or of a URL is not part of that name."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(10), "a")
+    url = f"memory://cowstate-{uuid.uuid4().hex}/savepoints/sp-1"
+    for directory in (str(tmp_path / "savepoints" / "sp-1"), url):
+        job.coordinator.trigger_savepoint(directory + "//")
+        assert read_metadata(FileSystem(), directory).kind == "savepoint"
     job.close()
 
 

@@ -25,7 +25,8 @@ subtask is prepared before any is committed. Deletion is confined to what
 the job owns (``chk-<id>/``, ``shared/``, its bookkeeping files) plus the
 listed files of a CLAIMed snapshot and the directory of a savepoint a crash
 interrupted that holds the marker the savepoint wrote (R1; its intent names
-it by its real path, P6); completed savepoints are never deleted by
+it by its real path, P6) and what a failed savepoint wrote (its directory
+only if it created it); completed savepoints are never deleted by
 checkpointing or recovery. The seal detects accidents, not attackers:
 whoever can write the directory can make a restore return wrong state from
 confined files, never read, run or delete anything outside the roots --

@@ -29,6 +29,10 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    ignored by the backends; an aborted checkpoint's record is dropped.
 4. Aborting or failing a checkpoint deletes only its own uploads (the
    location's record of what it wrote), never a file a completed checkpoint uses.
+   A failed savepoint likewise deletes its files and marker, and its
+   directory only if it created it -- at its real path, so never a link
+   nor a directory the user made -- and a deletion that fails too leaves
+   the intent for recovery; the caller sees the savepoint's own error.
 5. Subsuming a checkpoint deletes its exclusive files and exactly the shared
    files no retained checkpoint uses (:class:`~cowstate.checkpoint.registry.SharedStateRegistry`)
    and no pending checkpoint may use. A pending checkpoint may reuse any
@@ -96,11 +100,12 @@ The coordinator runs on one thread; the backends write on their own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Literal
@@ -393,26 +398,32 @@ class CheckpointCoordinator:
         """Take a savepoint into ``directory`` and wait for it (rules 2 and 6).
 
         ``directory`` must be new (absent or empty) and outside what the job
-        owns (``CheckpointStorage.savepoint_location``). Its id comes from the
-        same counter as checkpoints; every file is exclusive and relative, it
-        is not registered and not in the store. While it is written, the job
-        directory's ``_savepoint`` intent (the directory as its real path,
+        owns (``CheckpointStorage.savepoint_location``). It is written at its
+        real path (links resolved once, before anything is written). Its id
+        comes from the same counter as checkpoints; every file is exclusive
+        and relative, it is not registered and not in the store. While it is
+        written, the job directory's ``_savepoint`` intent (that real path,
         P6) and the directory's marker file carry one token, so recovery can
         remove an interrupted savepoint and nothing else (R1). On failure
-        everything written is deleted and :class:`CheckpointError` raised.
+        what it wrote is deleted -- its files and marker, and the directory
+        only if the savepoint created it -- and :class:`CheckpointError`
+        raised with the cause (a deletion that fails too is named in it, and
+        the intent is kept for recovery to finish).
         """
         if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
                 f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}"
             )
         _check_timeout(timeout, "a timeout in seconds >= 0 or None")
-        location = self.storage.savepoint_location(directory)
-        recorded = self.storage.recorded_directory(location.directory, "a savepoint directory")
+        given = self.storage.savepoint_location(directory)  # a name, not the job's, new
+        recorded = self.storage.recorded_directory(given.directory, "a savepoint directory")
         filesystem = self.storage.filesystem
+        location = SnapshotLocation(filesystem, recorded, None)  # where the intent says
+        created = not filesystem.exists(recorded)  # else the user's: it stays (rule 4)
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
         token = uuid.uuid4().hex
-        marker = filesystem.join(location.directory, SAVEPOINT_MARKER + token)
+        marker = filesystem.join(recorded, SAVEPOINT_MARKER + token)
         checkpoint_id = self._last_id + 1
         try:
             checkpoint_id = self._next_id()
@@ -433,18 +444,21 @@ class CheckpointCoordinator:
                 timestamp=time.time(),
                 subtasks=handles,
             )
-            write_metadata(filesystem, location.directory, metadata)
+            write_metadata(filesystem, recorded, metadata)
         except Exception as exc:
             for future in futures:
                 future.cancel()
             wait(futures, timeout=self.timeout)
-            location.discard()
-            filesystem.delete(marker)
-            _remove_if_empty(self.storage, location.directory)
-            filesystem.delete(self.storage.savepoint_intent_path)
+            left = _discard_savepoint(self.storage, location, marker, created=created)
             raise CheckpointError(
                 f"expected savepoint {checkpoint_id} in {directory!r}, got "
-                f"{type(exc).__name__}: {exc}; what it wrote was deleted"
+                f"{type(exc).__name__}: {exc}; "
+                + (
+                    "what it wrote was deleted"
+                    if not left
+                    else f"what it wrote was deleted but for {'; '.join(left)} (its intent is "
+                    "kept: recovery removes the savepoint if its marker is left)"
+                )
             ) from exc
         filesystem.delete(marker)
         filesystem.delete(self.storage.savepoint_intent_path)
@@ -829,6 +843,36 @@ def _restore_backends(
         raise
     for staged in prepared:  # cheap, in memory, on verified data
         staged.commit()
+
+
+def _discard_savepoint(
+    storage: CheckpointStorage, location: SnapshotLocation, marker: str, *, created: bool
+) -> list[str]:
+    """Delete what a failed savepoint wrote: every file its ``location`` recorded,
+    its ``marker``, and its directory if the savepoint ``created`` it and no
+    file is left there (by its real path: never a link, nor a directory the
+    user made); then its intent, unless something stays. Raises nothing:
+    returns what stays, each with the error that kept it."""
+    filesystem = storage.filesystem
+    left: list[str] = []
+
+    def attempt(what: str, delete: Callable[[], None]) -> None:
+        try:
+            delete()
+        except Exception as exc:  # the savepoint's own error is the one to raise
+            left.append(f"{what} ({type(exc).__name__}: {exc})")
+
+    for path in location.written:
+        attempt(repr(path), functools.partial(filesystem.delete, path))
+    attempt(repr(marker), functools.partial(filesystem.delete, marker))
+    if created:
+        attempt(
+            repr(location.directory),
+            functools.partial(_remove_if_empty, storage, location.directory),
+        )
+    if not left:
+        attempt("its intent", functools.partial(filesystem.delete, storage.savepoint_intent_path))
+    return left
 
 
 def _remove_if_empty(storage: CheckpointStorage, directory: str) -> None:

@@ -65,7 +65,7 @@ opened; a caller's argument, :class:`~cowstate.errors.InvalidArgumentError`.
 Deletion has its own, stricter rule, kept by the coordinator: it deletes
 only inside the job's own directory, plus the listed files of a snapshot
 restored in CLAIM mode, plus an interrupted savepoint's directory holding
-the marker the savepoint wrote (R1).
+the marker the savepoint wrote (R1), plus what a failed savepoint wrote.
 """
 
 from __future__ import annotations
