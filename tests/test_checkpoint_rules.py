@@ -91,12 +91,16 @@ class Job:
         filesystem: FileSystem | None = None,
         restore: tuple[str, RestoreMode] | None = None,
         recover: bool = False,
+        ranges: list[KeyGroupRange] | None = None,
     ) -> None:
+        """``ranges``: the subtasks' key groups (default: ``parallelism`` as Flink splits them)."""
         self.storage = CheckpointStorage(str(root), job_id, filesystem)
-        self.backends = [
-            factory(compute_key_group_range_for_operator_index(MAXP, parallelism, i), MAXP)
-            for i in range(parallelism)
-        ]
+        if ranges is None:
+            ranges = [
+                compute_key_group_range_for_operator_index(MAXP, parallelism, i)
+                for i in range(parallelism)
+            ]
+        self.backends = [factory(key_groups, MAXP) for key_groups in ranges]
         for backend in self.backends:
             backend.get_state(VALUE)
             backend.get_state(LIST)
@@ -825,6 +829,91 @@ def test_subtasks_that_leave_a_key_group_to_none_are_refused(
     )
     for backend in backends:
         backend.close()
+
+
+#: Subtasks of which three hold no key group: the first, one in the middle and the last.
+WITH_EMPTY = [
+    KeyGroupRange.EMPTY,
+    KeyGroupRange(0, 7),
+    KeyGroupRange.EMPTY,
+    KeyGroupRange(8, 15),
+    KeyGroupRange.EMPTY,
+]
+
+
+@BOTH
+def test_subtasks_holding_no_key_group_checkpoint_to_an_empty_handle(
+    factory: Factory, jobs: Any, tmp_path: Path
+) -> None:
+    """Regression: a subtask holding no key group (an operator its split left
+    none) with registered states wrote a file listing its states, which M4
+    refuses, so every checkpoint and savepoint of its job failed. Rule 10: it
+    is asked nothing, and its handle is the empty one (no state, no file; the
+    others' backend, format and key serializer). Its job checkpoints, takes
+    savepoints of both formats, recovers, and its savepoints restore at the
+    same and at another parallelism."""
+    job = jobs("job", factory, ranges=WITH_EMPTY)
+    job.put(range(40), "a")
+    expected = job.contents()
+    metadata = job.checkpoint()
+    savepoints = {
+        form: job.coordinator.trigger_savepoint(str(tmp_path / f"sp-{form}"), form)
+        for form in ("canonical", "native")
+    }
+    for written in (metadata, *savepoints.values()):
+        assert [h.key_group_range for h in written.subtasks] == [
+            (r.start_key_group, r.end_key_group) for r in WITH_EMPTY
+        ]
+        holder = written.subtasks[1]
+        for index in (0, 2, 4):
+            empty = written.subtasks[index]
+            assert (empty.states, empty.files, empty.full_size) == ((), (), 0)
+            assert (empty.backend, empty.format, empty.key_serializer) == (
+                holder.backend,
+                holder.format,
+                holder.key_serializer,
+            )
+    report = format_report(inspect_snapshot(job.storage.checkpoint_dir(1)))
+    assert report.count("key groups 0..-1, 0 B") == 3
+    job.close()
+    recovered = jobs("job", factory, ranges=WITH_EMPTY, recover=True)
+    assert recovered.contents() == expected
+    recovered.put(range(5), "b")
+    recovered.checkpoint()
+    for form in ("canonical", "native"):
+        for ranges in (WITH_EMPTY, None):
+            restored = jobs(
+                f"from-{form}-{len(ranges or [])}",
+                factory,
+                ranges=ranges,
+                restore=(str(tmp_path / f"sp-{form}"), RestoreMode.NO_CLAIM),
+            )
+            assert restored.contents() == expected
+            restored.checkpoint()
+
+
+@BOTH
+def test_subtasks_holding_no_key_group_restore_from_nothing(factory: Factory, jobs: Any) -> None:
+    """Regression: restoring a job with subtasks holding no key group was
+    refused ("expected the handles of a snapshot to restore from, got
+    none"): no handle meets an empty range. Rule 10: such a subtask is not
+    asked, and is left as it is (it can hold no keyed state); the others
+    restore, all or nothing as before. A CLAIM restore of a checkpoint of
+    parallelism 2, the job going on and recovering."""
+    other = jobs("parallelism-two", factory)
+    other.put(range(40), "c")
+    directory = other.storage.checkpoint_dir(other.checkpoint().checkpoint_id)
+    expected = other.contents()
+    other.close()
+    rescaled = jobs("rescaled", factory, ranges=WITH_EMPTY, restore=(directory, RestoreMode.CLAIM))
+    assert rescaled.contents() == expected
+    rescaled.put(range(3), "d")
+    expected = rescaled.contents()
+    rescaled.checkpoint()
+    assert not Path(directory).exists()  # CLAIMed and subsumed
+    rescaled.close()
+    recovered = jobs("rescaled", factory, ranges=WITH_EMPTY, recover=True)
+    assert recovered.contents() == expected
 
 
 # -------------------------------------------------------------------- rules

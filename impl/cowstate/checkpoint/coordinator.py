@@ -72,6 +72,14 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    ``refused_deletions``.
 9. Nothing is deleted before what replaces it is verified: recovery restores
    first, then subsumes and collects garbage.
+10. A subtask holding no key group (an empty key-group range: an operator
+    its split left none) holds no keyed state, so its backend is never asked
+    to snapshot or restore. Its handle in every checkpoint and savepoint is
+    the empty one -- no state, no file; the backend, format and key
+    serializer of the others (M4, M9 of :mod:`~cowstate.checkpoint.verify`)
+    -- and a restore or recovery leaves it as it is while the others
+    restore. The constructor, ``restore`` and ``recover`` take such subtasks
+    beside those holding every key group between them.
 
 Arguments. Every path, name, id and number a caller gives is checked before
 anything is read or written (P5 of :mod:`~cowstate.checkpoint.paths` for
@@ -161,10 +169,13 @@ class PendingCheckpoint:
     checkpoint_id: int
     location: SnapshotLocation
     options: SnapshotOptions
+    #: One per subtask that holds key groups (rule 10), in the order of ``indices``.
     futures: list[Future[KeyedStateHandle]]
     acknowledged: dict[int, KeyedStateHandle] = field(default_factory=dict)
     #: The shared paths retained when it was triggered: all it may reuse (rule 5).
     reusable: frozenset[str] = frozenset()
+    #: The index among the job's subtasks of each future's subtask.
+    indices: list[int] = field(default_factory=list)
 
     @property
     def is_acknowledged(self) -> bool:
@@ -278,8 +289,10 @@ class CheckpointCoordinator:
         )
         self._pending[checkpoint_id] = pending
         try:
-            for backend in self.backends:
-                pending.futures.append(backend.snapshot_to(checkpoint_id, location, options))
+            for index, backend in enumerate(self.backends):
+                if len(backend.key_group_range):  # rule 10: one that holds none is not asked
+                    pending.futures.append(backend.snapshot_to(checkpoint_id, location, options))
+                    pending.indices.append(index)
         except Exception as exc:
             self.abort_checkpoint(checkpoint_id)
             raise CheckpointError(
@@ -303,7 +316,7 @@ class CheckpointCoordinator:
         for index, future in enumerate(pending.futures):
             if future in done and failure is None:
                 if future.cancelled():
-                    failure = CheckpointError(f"subtask {index} was cancelled")
+                    failure = CheckpointError(f"subtask {pending.indices[index]} was cancelled")
                 elif future.exception() is not None:
                     failure = future.exception()
                 else:
@@ -324,7 +337,9 @@ class CheckpointCoordinator:
         _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         if not pending.is_acknowledged:
             self.acknowledge(checkpoint_id, timeout)
-        subtasks = tuple(pending.acknowledged[i] for i in range(len(self.backends)))
+        subtasks = _every_subtask(
+            self.backends, [pending.acknowledged[i] for i in range(len(pending.futures))]
+        )
         source = SnapshotSource(self.storage.filesystem, pending.location.directory)
         try:
             disowned = sorted(
@@ -430,11 +445,11 @@ class CheckpointCoordinator:
             self.storage.write_savepoint_intent(SavepointIntent(directory=recorded, token=token))
             filesystem.create_empty(marker)  # no temporary name: R1 looks for this name only
             for backend in self.backends:
-                futures.append(backend.snapshot_to(checkpoint_id, location, options))
+                if len(backend.key_group_range):  # rule 10
+                    futures.append(backend.snapshot_to(checkpoint_id, location, options))
             _done, not_done = wait(futures, timeout=self.timeout if timeout is None else timeout)
             if not_done:
                 raise TimeoutError(f"{len(not_done)} subtasks did not finish in time")
-            handles = tuple(future.result() for future in futures)
             metadata = CheckpointMetadata(
                 job_id=self.storage.job_id,
                 checkpoint_id=checkpoint_id,
@@ -442,7 +457,7 @@ class CheckpointCoordinator:
                 savepoint_format=savepoint_format,
                 max_parallelism=self.max_parallelism,
                 timestamp=time.time(),
-                subtasks=handles,
+                subtasks=_every_subtask(self.backends, [future.result() for future in futures]),
             )
             write_metadata(filesystem, recorded, metadata)
         except Exception as exc:
@@ -826,6 +841,8 @@ def _restore_backends(
     prepared: list[PreparedRestore] = []
     try:
         for backend in backends:
+            if not len(backend.key_group_range):  # rule 10: nothing to restore, or to change
+                continue
             mine = overlapping(metadata.subtasks, backend.key_group_range)
             same_range = (
                 len(mine) == 1
@@ -843,6 +860,37 @@ def _restore_backends(
         raise
     for staged in prepared:  # cheap, in memory, on verified data
         staged.commit()
+
+
+def _every_subtask(
+    backends: Sequence[CheckpointingBackend], handles: Sequence[KeyedStateHandle]
+) -> tuple[KeyedStateHandle, ...]:
+    """The handle of every subtask, in order (rule 10): ``handles`` are those of
+    the subtasks holding key groups; one holding none has the empty handle --
+    no state, no file -- of the same backend, format and key serializer (M9)."""
+    written = iter(handles)
+    like = handles[0]  # some subtask holds key groups (the constructor's check)
+    every = []
+    for backend in backends:
+        key_groups = backend.key_group_range
+        if len(key_groups):
+            every.append(next(written))
+            continue
+        every.append(
+            KeyedStateHandle(
+                backend=like.backend,
+                format=like.format,
+                key_group_range=(key_groups.start_key_group, key_groups.end_key_group),
+                max_parallelism=like.max_parallelism,
+                checkpoint_id=like.checkpoint_id,
+                key_serializer=like.key_serializer,
+                states=(),
+                files=(),
+                checkpointed_size=0,
+                full_size=0,
+            )
+        )
+    return tuple(every)
 
 
 def _discard_savepoint(
