@@ -15,7 +15,8 @@ $(STAMP): pyproject.toml setup.py
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
-$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c impl/cowstate/_codec.c \
+		impl/cowstate/_codec.h impl/cowstate/_codecmodule.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
@@ -126,8 +127,9 @@ mutate: $(STAMP)
 		$(foreach g,$(ONLY),--only '$(g)') $(if $(RESUME),--resume) \
 		--max-children $(or $(MUTATE_JOBS),2)
 
-## make sanitize: the C map under AddressSanitizer + UBSan (gcc runtimes), running the
-## map machines over the C map and the C-map tests (see scripts/sanitize.sh)
+## make sanitize: the C map and the C codec under AddressSanitizer + UBSan (gcc runtimes),
+## running the map machines over the C map, the C-map tests and the codec's tests
+## (see scripts/sanitize.sh)
 sanitize: $(CMAP)
 	bash scripts/sanitize.sh
 
