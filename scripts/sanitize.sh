@@ -50,4 +50,4 @@ $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications
 # the codec (its test names say "python" for the Python serializers: no -k filter above)
 $PY -m pytest -q -p no:cacheprovider tests/test_c_codec.py "$@"
 $PY -m pytest -q -p no:cacheprovider tests/test_snapshot_io.py \
-    -k "codec or c_reader or c_writer or hands_back or keyboard" "$@"
+    -k "codec or c_reader or c_writer or hands_back or keyboard or long_section" "$@"

@@ -2135,3 +2135,36 @@ def test_the_c_reader_reuses_a_namespace_only_for_the_same_bytes(
 
     with_c, with_python = both_ways(read, monkeypatch)
     assert with_c == with_python == ("ok", contents(entries))
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["none", "first", "middle", "last"])
+@pytest.mark.parametrize("needs", ["a list state", "a value handed back", "a big int"])
+def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
+    at: str, needs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One key group of 3,000 entries (the C writer releases the GIL from 1,024
+    on): immutable states, and one that needs the GIL back (or, a big int, does
+    not) first, in the middle or last."""
+    entries: list[tuple[Any, Any, Any]] = [
+        (i, VOID_NAMESPACE if i % 7 else "é", (i, f"s{i}é", b"x" * (i % 5), 0.5))
+        for i in range(3000)
+    ]
+    if at != "none":
+        where = {"first": 0, "middle": 1500, "last": 2999}[at]
+        special = {"a list state": [1, 2], "a value handed back": bytearray(b"q")}
+        entries[where] = (where, VOID_NAMESPACE, special.get(needs, 2**100))
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1)
+    fill(table, None, entries)
+
+    def write() -> bytes:
+        return written(table.snapshot())
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert with_c[0] == "ok"
+    restored = read_snapshot(with_c[1], KeyGroupRange(0, 0))
+    expected = [
+        (k, n, bytes(s) if type(s) is bytearray else s) for k, n, s in entries
+    ]  # the value codec writes a bytearray as bin: it comes back as bytes
+    assert restored_contents(restored) == contents(expected)

@@ -27,6 +27,13 @@
  * subclasses such as StateEntry that iterate as tuples do); the Python loop
  * then handles it.
  *
+ * A section of at least RELEASE_AT_ENTRIES entries whose three kinds are all
+ * built in is framed with the GIL released (frame_without_gil: cs_encode
+ * without the GIL, immutable values only) up to its first entry that needs
+ * the GIL -- a list, dict or set state, a value handed back to Python -- and
+ * from there on with the GIL held, so the owner runs beside the writer while
+ * it encodes immutable entries.
+ *
  * decode_section(payload, position, entries, key_kind, state_kind, decoder,
  * key_group, block) -> (position, done): the hot loop of
  * cowstate.snapshot.reader._decoded_section in C, appending to the
@@ -193,6 +200,51 @@ static int rows_from_frames(const cs_buf *b, size_t end, PyObject *rows)
     return 0;
 }
 
+/* Sections of fewer entries are framed with the GIL held: releasing it costs
+ * little, taking it back may wait for the owner's switch interval (5 ms). */
+#define RELEASE_AT_ENTRIES 1024
+
+static inline void put_u32_at(unsigned char *at, uint32_t v)
+{
+    at[0] = (unsigned char)(v >> 24);
+    at[1] = (unsigned char)(v >> 16);
+    at[2] = (unsigned char)(v >> 8);
+    at[3] = (unsigned char)v;
+}
+
+/* Frame entries of `items` (a private list of 3-tuples, whose tuples and
+ * their items it holds) from the first on, WITHOUT the GIL: only cs_encode
+ * with gil_held = 0, which reads immutable objects only (_codec.c's header),
+ * and the list's and tuples' item arrays, which nothing else can change (the
+ * list is ours alone, tuples are immutable). Returns the index of the first
+ * entry not framed (n when all were), its bytes removed again from `b`. */
+static Py_ssize_t frame_without_gil(PyObject *items, Py_ssize_t n, const cs_kind kinds[3],
+                                    cs_buf *b, int *nomem)
+{
+    static const int item_index[3] = {1, 0, 2};
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *t = PyList_GET_ITEM(items, i);
+        size_t entry_start = b->len;
+        for (int r = 0; r < 3; r++) {
+            if (cs_buf_reserve(b, 4) < 0) {
+                *nomem = 1;
+                return i;
+            }
+            size_t at = b->len;
+            b->len += 4;
+            cs_status status = cs_encode(kinds[r], PyTuple_GET_ITEM(t, item_index[r]), b, 0);
+            if (status == CS_OK && b->len - at - 4 <= 0xFFFFFFFFu) {
+                put_u32_at(b->data + at, (uint32_t)(b->len - at - 4));
+                continue;
+            }
+            *nomem = status == CS_NOMEM;
+            b->len = entry_start; /* this entry again, with the GIL */
+            return i;
+        }
+    }
+    return n;
+}
+
 /* The owned bytes (or object) of one value: C when it can, else Python. */
 static PyObject *encode_one(cs_kind kind, PyObject *serialize, PyObject *obj, cs_buf *scratch)
 {
@@ -242,7 +294,21 @@ static PyObject *m_encode_section(PyObject *self, PyObject *const *args, Py_ssiz
     cs_buf_init(&scratch);
     PyObject *rows = NULL; /* set once a value cannot be framed here */
     PyObject *fields[3] = {NULL, NULL, NULL};
-    for (Py_ssize_t i = 0; i < n; i++) {
+    Py_ssize_t i = 0;
+    if (n >= RELEASE_AT_ENTRIES && kinds[0] != CS_KIND_PYTHON && kinds[1] != CS_KIND_PYTHON
+        && kinds[2] != CS_KIND_PYTHON) {
+        /* Without the GIL until an entry needs it: then the rest with it (taking
+         * the GIL back may wait for the owner's switch interval: once per section) */
+        int nomem = 0;
+        Py_BEGIN_ALLOW_THREADS
+        i = frame_without_gil(copy, n, kinds, &b, &nomem);
+        Py_END_ALLOW_THREADS
+        if (nomem) {
+            PyErr_NoMemory();
+            goto error;
+        }
+    }
+    for (; i < n; i++) {
         PyObject *t = PyList_GET_ITEM(copy, i);
         size_t entry_start = b.len;
         for (int r = 0; r < 3; r++) {
