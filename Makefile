@@ -102,6 +102,7 @@ bench: $(CMAP)
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
 	$(PY) bench/bench_serializers.py
+	$(PY) bench/bench_snapshot_codec.py
 
 ## make deep: the map/table, backend and storage state machines under the deep
 ## Hypothesis profile (by hand; hours -- what is timed is in CONTRIBUTING.md)
