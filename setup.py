@@ -1,5 +1,6 @@
 """Build the C map, cowstate._cmap, its test-only probe, cowstate_spec._cmap_probe,
-cowstate._keygroups and cowstate._void (everything else is in pyproject.toml).
+cowstate._keygroups, cowstate._void and the C codec, cowstate._codec (everything
+else is in pyproject.toml).
 
 The extension is optional: without a compiler the install still succeeds and
 ``cowstate.CopyOnWriteStateMap`` is the pure-Python map (``cowstate.IMPLEMENTATION``
@@ -11,6 +12,7 @@ sanitizer build of ``make sanitize``.
 
 import os
 import shlex
+import sysconfig
 
 from setuptools import Extension, setup
 
@@ -19,6 +21,16 @@ flags = ["-O2", "-std=c11", "-Wall", "-Wextra", "-Wno-unused-parameter",
          "-Wno-missing-field-initializers", "-Wno-cast-function-type", *extra]
 sanitizer = [f for f in extra if f.startswith("-fsanitize")]
 optional_c = os.environ.get("COWSTATE_REQUIRE_C") != "1"  # 1: a failed build fails
+
+
+def _zlib_header() -> bool:
+    """Whether zlib.h is there: the codec's CRC32 is then zlib's own crc32()."""
+    dirs = [sysconfig.get_paths()["include"], "/usr/include", "/usr/local/include",
+            *os.environ.get("C_INCLUDE_PATH", "").split(os.pathsep)]
+    return any(d and os.path.exists(os.path.join(d, "zlib.h")) for d in dirs)
+
+
+ZLIB = _zlib_header()
 
 setup(
     ext_modules=[
@@ -58,6 +70,19 @@ setup(
             extra_compile_args=flags,
             extra_link_args=sanitizer,
             optional=True,
+        ),
+        # The C codec of snapshot entries (the value codec's and the key
+        # serializers' bytes, CRC32): the library _codec.c and its module;
+        # optional like the map: without it the writer and reader run in Python.
+        Extension(
+            "cowstate._codec",
+            sources=["impl/cowstate/_codecmodule.c", "impl/cowstate/_codec.c"],
+            depends=["impl/cowstate/_codec.h"],
+            define_macros=[("COWSTATE_CODEC_ZLIB", "1")] if ZLIB else [],
+            libraries=["z"] if ZLIB else [],
+            extra_compile_args=flags,
+            extra_link_args=sanitizer,
+            optional=optional_c,
         ),
     ],
 )

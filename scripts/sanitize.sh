@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # make sanitize: the C extensions (the C map, cowstate._cmap, its test-only probe,
-# cowstate_spec._cmap_probe, the key-group helper, cowstate._keygroups, and
-# VOID_NAMESPACE's type, cowstate._void) built with
+# cowstate_spec._cmap_probe, the key-group helper, cowstate._keygroups,
+# VOID_NAMESPACE's type, cowstate._void, and the C codec, cowstate._codec) built with
 # AddressSanitizer and UndefinedBehaviorSanitizer
 # (gcc's runtimes, preloaded into the venv's ordinary Python), running the map state
 # machine over the C map (capacities 4 and 128), the C-map tests and the map scenarios
 # (all but the two long random-isolation ones, which take many minutes under ASan),
-# the restore checks that drive _keygroups, and VOID_NAMESPACE's tests.
+# the restore checks that drive _keygroups and the C reader, VOID_NAMESPACE's tests,
+# and the C codec's tests: its differential tests, the encoder without the GIL while
+# another thread touches the same objects, and the snapshot writer and reader through it.
 #
 # The sanitized build goes to build/sanitize/ (copies of impl/cowstate and
 # spec/cowstate_spec with the instrumented extensions), put first on PYTHONPATH, so
@@ -55,6 +57,13 @@ build() {  # build SOURCE TARGET [FLAGS...]
 for source in cowstate/_cmap cowstate/_keygroups cowstate/_void cowstate_spec/_cmap_probe; do
     build "$OUT/$source.c" "$OUT/$source$SUFFIX"
 done
+# the codec: the library and its module, CRC32 from zlib as setup.py builds it
+# shellcheck disable=SC2086  # DIRECT_ALLOC and SANITIZE_CFLAGS are lists of flags
+gcc -shared -fPIC -std=c11 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all \
+    -fsanitize=address,undefined -Wall -Wextra -Wno-unused-parameter \
+    -Wno-missing-field-initializers -Wno-cast-function-type -Werror -DCOWSTATE_CODEC_ZLIB=1 \
+    $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} -I"$INCLUDE" "$OUT/cowstate/_codecmodule.c" \
+    "$OUT/cowstate/_codec.c" -lz -o "$OUT/cowstate/_codec$SUFFIX"
 # The leak self-check's copy: cowstate._cmap_leakprobe, entry_free() keeping the entry.
 $PY - "$OUT/cowstate/_cmap_leakprobe.c" <<'PYTHON'
 import sys
@@ -72,7 +81,7 @@ export ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:verify_asan_link_order=
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONMALLOC=malloc PYTHONHASHSEED=0
-$PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k, cowstate._void as v, cowstate_spec._cmap_probe as p; assert cowstate.IMPLEMENTATION == "c" and type(cowstate.VOID_NAMESPACE) is v.VoidNamespace; print("sanitized:", c.__file__, k.__file__, v.__file__, p.__file__)'
+$PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k, cowstate._void as v, cowstate._codec as d, cowstate_spec._cmap_probe as p; assert cowstate.IMPLEMENTATION == "c" and type(cowstate.VOID_NAMESPACE) is v.VoidNamespace; print("sanitized:", c.__file__, k.__file__, v.__file__, d.__file__, p.__file__)'
 
 # LeakSanitizer self-check: a map that removes 1,000 mappings, on each build.
 LEAKS='import importlib, sys
@@ -103,3 +112,7 @@ $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications
     tests/test_restore_checks.py \
     tests/test_table_contracts.py::test_void_namespace_is_one_named_value_the_collector_never_tracks \
     tests/test_backend.py::test_a_backend_of_int_and_str_states_costs_the_collector_nothing "$@"
+# the codec (its test names say "python" for the Python serializers: no -k filter above)
+$PY -m pytest -q -p no:cacheprovider tests/test_c_codec.py "$@"
+$PY -m pytest -q -p no:cacheprovider tests/test_snapshot_io.py \
+    -k "codec or c_reader or c_writer or hands_back or keyboard or long_section" "$@"
