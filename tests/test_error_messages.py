@@ -282,8 +282,10 @@ def test_a_change_after_the_last_entry_is_detected_at_the_end() -> None:
 
 
 @pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_a_released_snapshot_says_its_version_when_read() -> None:
-    # StateMapSnapshot._check_open, __iter__: the released messages.
+    # StateMapSnapshot._check_open, __iter__: the released messages
+    # (map_contract.released_message).
     m: Map = CopyOnWriteStateMap()
     m.put("k", "ns", [1])
     m.put("j", "ns", [2])
@@ -303,8 +305,10 @@ def test_a_released_snapshot_says_its_version_when_read() -> None:
 
 
 @pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_iteration_across_a_change_says_what_to_do_instead() -> None:
-    # CopyOnWriteStateMap._iterate: the message of ConcurrentModificationError.
+    # CopyOnWriteStateMap._iterate: the message of ConcurrentModificationError
+    # (map_contract.modified_message).
     m: Map = CopyOnWriteStateMap()
     m.put("k", "ns", [1])
     m.put("j", "ns", [2])
@@ -339,9 +343,9 @@ def test_iteration_ended_by_a_change_after_the_last_mapping_says_so_too() -> Non
     assert str(before.value) == str(caught.value)
 
 
-@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_a_foreign_snapshot_without_a_version_is_named_with_a_question_mark() -> None:
-    # state_map._foreign_message: the "?" of a StateMapSnapshot without a version.
+    # map_contract.foreign_message: the "?" of a StateMapSnapshot without a version.
     class StateMapSnapshot:
         pass
 
