@@ -342,8 +342,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         if e is None:
             return None
         if e.state_version < self._highest_required:  # rule S
-            return self._copy_state_for_caller(tab, index, e, key, namespace)  # type: ignore[no-any-return]
-        return e.state  # type: ignore[no-any-return]
+            return self._copy_state_for_caller(tab, index, e, key, namespace)
+        return e.state  # type: ignore[no-any-return]  # _Entry.state is Any: no cast in the hot path
 
     def contains_key(self, key: K, namespace: N) -> bool:
         """True if ``(key, namespace)`` is mapped."""
@@ -420,7 +420,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise NoneStateError(none_message(key, namespace, "put_and_get_old"))
         h = self._hash_and_step(key, namespace)
         e = self._put_entry(h, key, namespace)
-        old = e.state
+        old: S | None = e.state
         if old is not None and e.state_version < self._highest_required:  # rule S
             stamp = self._stamp
             try:  # rule U: only rule E's private copies were made so far
@@ -434,7 +434,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                 e = self._copy_chain(tab, index, e)
         e.state = state
         e.state_version = self._version
-        return old  # type: ignore[no-any-return]
+        return old
 
     def remove(self, key: K, namespace: N) -> None:
         """Unmap ``(key, namespace)``; absent mappings are ignored."""
@@ -447,7 +447,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e = self._find(h, key, namespace)
         if e is None:
             return None
-        old = e.state
+        old: S | None = e.state
         if e.state_version < self._highest_required:  # rule S, before unmapping:
             stamp = self._stamp
             try:  # rule U: a raising copy loses nothing
@@ -457,7 +457,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             if self._stamp != stamp:  # rule R2
                 raise ConcurrentModificationError(reentrant_message("serializer.copy"))
         self._remove_entry(h, key, namespace)
-        return old  # type: ignore[no-any-return]
+        return old
 
     def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
@@ -685,11 +685,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def _copy_state_for_caller(
         self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
-    ) -> Any:
+    ) -> S:
         """Rule S: replace a shared state by a deep copy and return the copy."""
         stamp = self._stamp
         try:  # rule U: before any write
-            state = self._serializer.copy(e.state)
+            state: S = self._serializer.copy(e.state)
         except Exception as exc:
             raise StateCopyError.of(key, namespace, exc) from exc
         if self._stamp != stamp:  # rule R2
