@@ -259,9 +259,9 @@ def test_every_copying_operation_names_the_pair_whose_copy_raised(
     m.release(snapshot)
 
 
-@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_keys_of_a_namespace_whose_comparison_raises_names_the_key(map_impl: str) -> None:
-    # state_map.keys_in: the KeyComparisonError of keys(namespace).
+    # map_contract.keys_in: the KeyComparisonError of keys(namespace).
     m = MAPS[map_impl]()
     m.put("k", "ns", [1])
     with pytest.raises(KeyComparisonError) as caught:
@@ -273,12 +273,12 @@ def test_keys_of_a_namespace_whose_comparison_raises_names_the_key(map_impl: str
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
-@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 @pytest.mark.skipif(
     "c" not in MAPS, reason="the C map is not built (test_implementations.py fails)"
 )
 def test_the_c_map_names_a_copy_that_changed_the_map() -> None:
-    # state_map._reentrant_message, as the C map calls it (rule d of _cmap.c's
+    # map_contract.reentrant_message, as the C map calls it (rule d of _cmap.c's
     # header), when serializer.copy -- user code -- changes the map it copies
     # for; both maps are held to it by tests/test_user_code_errors.py (rule R2).
     m = MAPS["c"]()

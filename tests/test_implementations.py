@@ -29,6 +29,7 @@ from leak_support import MAP_OPERATIONS, Objects, operation_leaks, traced_growth
 
 import cowstate
 from cowstate import maps, state_map
+from cowstate._cmap import CHUNK_BUCKETS
 from cowstate._cmap import CopyOnWriteStateMap as CMap
 from cowstate.introspection import describe
 from cowstate_spec import cmap_view
@@ -246,11 +247,11 @@ def test_release_on_a_writer_thread_while_the_owner_mutates() -> None:
 
 @needs_c
 def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
-    m = c_map(initial_capacity=4096)
-    for i in range(3000):
+    m = c_map(initial_capacity=4 * CHUNK_BUCKETS)
+    for i in range(3 * CHUNK_BUCKETS):  # the threshold (3/4 of the capacity): no rehash
         m.put(i, "ns", i)
     before = MapView(m).primary_directory
-    assert before[2] == 1024 and len(before[3]) == 4  # 4096 buckets, 4 chunks
+    assert before[2] == CHUNK_BUCKETS and len(before[3]) == 4  # 4 chunks
     snap = m.snapshot()
     shared = MapView(m).primary_directory[3]
     assert all(refs == 2 for address, refs in shared if address)  # live + snapshot
@@ -265,8 +266,9 @@ def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
 
 @needs_c
 def test_growth_allocates_the_new_tables_chunks_as_the_rehash_reaches_them() -> None:
-    m = c_map(initial_capacity=8192)
-    for i in range(6146):  # the insert that finds 6145 > 6144 starts it
+    capacity = 8 * CHUNK_BUCKETS
+    m = c_map(initial_capacity=capacity)
+    for i in range(capacity * 3 // 4 + 2):  # the insert that finds threshold + 1 starts it
         m.put(HashKey(i, i), 0, i)
     view = MapView(m)
     assert view.rehash_directory is not None and view._rehash_index == 0
@@ -275,7 +277,7 @@ def test_growth_allocates_the_new_tables_chunks_as_the_rehash_reaches_them() -> 
     directory = MapView(m).rehash_directory
     assert directory is not None
     allocated = [i for i, (a, _) in enumerate(directory[3]) if a]
-    assert allocated == [0, 8]  # chunk of j and of j + L
+    assert allocated == [0, 8]  # chunk of j and of j + L (L: 8 chunks)
     check_map(m)
 
 

@@ -136,10 +136,10 @@
  * function (TransformFunctionError) is replaced by the documented error,
  * chained from it, in one place: raise_user_error() (raise_unhashable() for a
  * TypeError from __hash__, the user's or CPython's "unhashable type"), which
- * calls the error's factory in cowstate.errors (the messages are the pure
- * map's). Each raise
- * happens before the operation's first write, so the map is unchanged; the
- * factory runs Python code (a repr), so nothing touches the map after it.
+ * calls the error's factory in cowstate.errors (the messages of misuse are
+ * cowstate.map_contract's, the pure map's too). Each raise happens before
+ * the operation's first write, so the map is unchanged; the factory runs
+ * Python code (a repr), so nothing touches the map after it.
  * A KeyboardInterrupt (any BaseException that is not an Exception) passes as
  * it is, from the same points. Nothing here recurses into a state: a deep
  * state costs the map nothing until serializer.copy recurses in Python.
@@ -241,8 +241,10 @@ static PyTypeObject Snap_Type;
 static PyTypeObject Iter_Type;
 
 /* Python-side helpers, looked up once (module state would be the modern way;
- * the module is single-phase and never re-initialised, see PyInit). */
-static PyObject *StateEntry_type;     /* cowstate.state_map.StateEntry */
+ * the module is single-phase and never re-initialised, see PyInit): the
+ * errors of cowstate.errors, and the entry record, argument checks and
+ * messages both maps share, cowstate.map_contract's public names. */
+static PyObject *StateEntry_type;     /* cowstate.map_contract.StateEntry */
 static PyObject *Err_ConcurrentModification, *Err_ForeignSnapshot, *Err_InvalidArgument,
     *Err_MaximumCapacity, *Err_NoneState, *Err_SnapshotReleased,
     *Err_UnhashableKey, *Err_VersionOverflow;
@@ -531,7 +533,7 @@ static inline Table *select_table(MapObject *m, uint64_t h, Py_ssize_t *bucket)
 static int raise_from_helper(PyObject *exc_type, PyObject *helper, PyObject *args)
 {
     /* `args` is a new reference (or NULL after an error); the message comes
-     * from cowstate.state_map, where both maps take it from. */
+     * from cowstate.map_contract, where both maps take it from. */
     if (args == NULL)
         return -1;
     PyObject *message = PyObject_CallObject(helper, args);
@@ -722,7 +724,7 @@ static int double_capacity(MapObject *m)
     Py_ssize_t capacity = m->primary.capacity;
     if (capacity >= MAXIMUM_CAPACITY) {
         return raise_from_helper(Err_MaximumCapacity, fn_capacity_message,
-                                 Py_BuildValue("(n)", map_len(m)));
+                                 Py_BuildValue("(nn)", map_len(m), MAXIMUM_CAPACITY));
     }
     if (table_init(&m->rehash, capacity * 2) < 0)            /* O(L / C) pointers */
         return -1;
@@ -2125,38 +2127,43 @@ static struct PyModuleDef cmap_module = {
 
 PyMODINIT_FUNC CAT(PyInit_, COWSTATE_MODULE)(void)
 {
+    /* What this module takes from Python: names of cowstate.errors, and of
+     * cowstate.map_contract's __all__ (its public contract with this file;
+     * tests/test_layering.py reads these lookups and requires each name
+     * there). The first failed lookup ends the chain: nothing more is called
+     * with its exception set. */
     PyObject *errors = PyImport_ImportModule("cowstate.errors");
-    PyObject *pure = errors == NULL ? NULL : PyImport_ImportModule("cowstate.state_map");
-    if (pure == NULL) {
+    PyObject *contract = errors == NULL ? NULL : PyImport_ImportModule("cowstate.map_contract");
+    if (contract == NULL) {
         Py_XDECREF(errors);
         return NULL;
     }
     int rc = lookup_attr(errors, "ConcurrentModificationError", &Err_ConcurrentModification)
-        | lookup_attr(errors, "ForeignSnapshotError", &Err_ForeignSnapshot)
-        | lookup_attr(errors, "InvalidArgumentError", &Err_InvalidArgument)
-        | lookup_attr(errors, "MaximumCapacityError", &Err_MaximumCapacity)
-        | lookup_attr(errors, "NoneStateError", &Err_NoneState)
-        | lookup_attr(errors, "SnapshotReleasedError", &Err_SnapshotReleased)
-        | lookup_attr(errors, "UnhashableKeyError", &Err_UnhashableKey)
-        | lookup_attr(errors, "VersionOverflowError", &Err_VersionOverflow)
-        | lookup_method(errors, "KeyHashError", "raised_by_pair", &fn_key_hash_error)
-        | lookup_method(errors, "KeyComparisonError", "of", &fn_key_comparison_error)
-        | lookup_method(errors, "StateCopyError", "of", &fn_state_copy_error)
-        | lookup_method(errors, "TransformFunctionError", "of", &fn_transform_error)
-        | lookup_attr(pure, "StateEntry", &StateEntry_type)
-        | lookup_attr(pure, "_constructor_arguments", &fn_constructor_arguments)
-        | lookup_attr(pure, "_checked_serializer", &fn_checked_serializer)
-        | lookup_attr(pure, "_none_message", &fn_none_message)
-        | lookup_attr(pure, "_modified_message", &fn_modified_message)
-        | lookup_attr(pure, "_pair_message", &fn_pair_message)
-        | lookup_attr(pure, "_foreign_message", &fn_foreign_message)
-        | lookup_attr(pure, "_overflow_message", &fn_overflow_message)
-        | lookup_attr(pure, "_capacity_message", &fn_capacity_message)
-        | lookup_attr(pure, "_released_message", &fn_released_message)
-        | lookup_attr(pure, "_open_versions_message", &fn_open_versions_message)
-        | lookup_attr(pure, "_reentrant_message", &fn_reentrant_message);
+        || lookup_attr(errors, "ForeignSnapshotError", &Err_ForeignSnapshot)
+        || lookup_attr(errors, "InvalidArgumentError", &Err_InvalidArgument)
+        || lookup_attr(errors, "MaximumCapacityError", &Err_MaximumCapacity)
+        || lookup_attr(errors, "NoneStateError", &Err_NoneState)
+        || lookup_attr(errors, "SnapshotReleasedError", &Err_SnapshotReleased)
+        || lookup_attr(errors, "UnhashableKeyError", &Err_UnhashableKey)
+        || lookup_attr(errors, "VersionOverflowError", &Err_VersionOverflow)
+        || lookup_method(errors, "KeyHashError", "raised_by_pair", &fn_key_hash_error)
+        || lookup_method(errors, "KeyComparisonError", "of", &fn_key_comparison_error)
+        || lookup_method(errors, "StateCopyError", "of", &fn_state_copy_error)
+        || lookup_method(errors, "TransformFunctionError", "of", &fn_transform_error)
+        || lookup_attr(contract, "StateEntry", &StateEntry_type)
+        || lookup_attr(contract, "constructor_arguments", &fn_constructor_arguments)
+        || lookup_attr(contract, "checked_serializer", &fn_checked_serializer)
+        || lookup_attr(contract, "none_message", &fn_none_message)
+        || lookup_attr(contract, "modified_message", &fn_modified_message)
+        || lookup_attr(contract, "pair_message", &fn_pair_message)
+        || lookup_attr(contract, "foreign_message", &fn_foreign_message)
+        || lookup_attr(contract, "overflow_message", &fn_overflow_message)
+        || lookup_attr(contract, "capacity_message", &fn_capacity_message)
+        || lookup_attr(contract, "released_message", &fn_released_message)
+        || lookup_attr(contract, "open_versions_message", &fn_open_versions_message)
+        || lookup_attr(contract, "reentrant_message", &fn_reentrant_message);
     Py_DECREF(errors);
-    Py_DECREF(pure);
+    Py_DECREF(contract);
     if (rc != 0)
         return NULL;
     str_copy = PyUnicode_InternFromString("copy");

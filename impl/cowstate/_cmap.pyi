@@ -3,8 +3,8 @@
 from collections.abc import Callable, Iterator
 from typing import Any, Generic
 
+from cowstate.map_contract import StateEntry
 from cowstate.serializers import StateSerializer
-from cowstate.state_map import StateEntry
 from cowstate.type_vars import K, N, S, V
 
 CHUNK_BUCKETS: int

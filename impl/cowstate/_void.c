@@ -11,8 +11,9 @@
  * backend of int or str states then costs a full collection nothing, as a
  * dict of such does (issue 28).
  *
- * What it is, exactly as the pure-Python class of cowstate.keyed_state (the
- * fallback when this extension is not built):
+ * What it is, exactly as the pure-Python class of cowstate.void_namespace
+ * (the fallback when this extension is not built; both types name
+ * cowstate.keyed_state, the singleton's public home):
  *
  *   - one instance: VoidNamespace() returns it; the type cannot be subclassed;
  *   - hash 99 (Flink's VoidNamespace.hashCode()), equal to itself only;

@@ -17,6 +17,11 @@ table calls at the current key and namespace (``_get``, ``_put``,
 At run time this module imports no table, no protocol and no descriptor (they
 are named for the type checker only), so :mod:`cowstate.kinds` -- which the
 snapshot checks read -- sits below the tables.
+
+:data:`VOID_NAMESPACE`, the namespace of state without one, and its types
+are defined in :mod:`cowstate.void_namespace` (the lowest layer, so the value
+codec reads it) and re-exported here, their public home: pickle stores
+``cowstate.keyed_state.VOID_NAMESPACE``.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from cowstate.errors import InvalidArgumentError, NoCurrentKeyError, UnhashableK
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.key_types import KeyTypes
 from cowstate.serializers import StateSerializer
+from cowstate.void_namespace import VOID_NAMESPACE, PythonVoidNamespace, VoidNamespace
 
 if TYPE_CHECKING:  # for the annotations only: both import this module
     from cowstate.descriptors import StateDescriptor
@@ -42,48 +48,6 @@ __all__ = [
     "VoidNamespace",
 ]
 
-
-class PythonVoidNamespace:
-    """The namespace of state that has none (Flink's ``VoidNamespace``): a
-    singleton, hash 99, equal to itself only, pickled by reference.
-
-    The fallback of :class:`VoidNamespace` when ``cowstate._void`` is not built:
-    the same contract, but as a class written in Python it is a type the
-    garbage collector tracks, so every map entry holding it counts for a full
-    collection (``_void.c`` says why that matters)."""
-
-    _instance: PythonVoidNamespace | None = None
-
-    def __new__(cls) -> PythonVoidNamespace:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __hash__(self) -> int:
-        return 99  # VoidNamespace.hashCode() in Flink
-
-    def __eq__(self, other: object) -> bool:
-        return other is self
-
-    def __repr__(self) -> str:
-        return "VOID_NAMESPACE"
-
-    def __reduce__(self) -> str:
-        return "VOID_NAMESPACE"  # pickles by reference: one instance
-
-
-#: The type of :data:`VOID_NAMESPACE`: cowstate._void's, which has no
-#: ``Py_TPFLAGS_HAVE_GC`` (issue 28: a backend of int or str states then costs
-#: a full collection nothing), or :class:`PythonVoidNamespace` when not built.
-if TYPE_CHECKING:
-    from cowstate._void import VoidNamespace
-else:
-    try:
-        from cowstate._void import VoidNamespace
-    except ImportError:  # no compiler at install time
-        VoidNamespace = PythonVoidNamespace
-
-VOID_NAMESPACE = VoidNamespace()
 
 _NO_KEY: Any = object()
 

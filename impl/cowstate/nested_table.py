@@ -32,8 +32,8 @@ from cowstate.errors import (
     StateCopyError,
     UnhashableKeyError,
 )
+from cowstate.map_contract import StateEntry, apply_transform, keys_in
 from cowstate.serializers import DefaultSerializer, StateSerializer
-from cowstate.state_meta import StateEntry, apply_transform, keys_in
 from cowstate.state_table import StateTable, StateTableSnapshot
 from cowstate.type_vars import K, N, S, V
 

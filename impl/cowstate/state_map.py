@@ -68,6 +68,11 @@ padded with ``None`` to ``max(r + L, len(map))`` slots.
 The arithmetic -- hashes, buckets, active-table selection, the rehash
 destination, capacities, thresholds, versions and the snapshot layout -- is
 defined once in :mod:`cowstate.arithmetic`, with contracts CrossHair checks.
+What this map shares with the C map and every table -- the entry record
+:class:`~cowstate.map_contract.StateEntry` that iteration yields, the
+transform and keys contracts (``apply_transform``, ``keys_in``), the argument
+checks and the messages of misuse -- is :mod:`cowstate.map_contract`, which
+the C map imports by its public names; this module is the map alone.
 
 Invariants
 ==========
@@ -183,19 +188,17 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, NamedTuple
+from typing import Any, Generic
 
 from cowstate.arithmetic import (
     DEFAULT_CAPACITY,
     HASH_MASK,
     HASH_MIX,
-    MAX_ARRAY_SIZE,
     MAX_VERSION,
     MAXIMUM_CAPACITY,
     MIN_TRANSFERRED_PER_INCREMENTAL_REHASH,
     MINIMUM_CAPACITY,
     bucket_index,
-    clamp_capacity,
     composite_hash,
     highest_required_version,
     in_rehash_table,
@@ -215,11 +218,26 @@ from cowstate.errors import (
     NoneStateError,
     SnapshotReleasedError,
     StateCopyError,
-    TransformFunctionError,
     UnhashableKeyError,
     VersionOverflowError,
 )
-from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.map_contract import (
+    StateEntry,
+    apply_transform,
+    capacity_message,
+    checked_serializer,
+    constructor_arguments,
+    foreign_message,
+    keys_in,
+    modified_message,
+    none_message,
+    open_versions_message,
+    overflow_message,
+    pair_message,
+    reentrant_message,
+    released_message,
+)
+from cowstate.serializers import StateSerializer
 from cowstate.type_vars import K, N, S, V
 
 __all__ = [
@@ -228,36 +246,9 @@ __all__ = [
     "MINIMUM_CAPACITY",
     "MIN_TRANSFERRED_PER_INCREMENTAL_REHASH",
     "CopyOnWriteStateMap",
-    "StateEntry",
     "StateMapSnapshot",
-    "apply_transform",
     "composite_hash",
-    "keys_in",
 ]
-
-
-class StateEntry(NamedTuple, Generic[K, N, S]):
-    """One mapping as iteration yields it."""
-
-    key: K
-    namespace: N
-    state: S
-
-
-def apply_transform(
-    fn: Callable[[S | None, V], S], old: S | None, value: V, key: object, namespace: object
-) -> S:
-    """``fn(old, value)``, the new state of a ``transform``, with the contract's
-    errors: :class:`TransformFunctionError` if ``fn`` raises,
-    :class:`NoneStateError` if it returns ``None`` (the caller then writes
-    nothing). Every map and table transforms through it."""
-    try:
-        new = fn(old, value)
-    except Exception as exc:
-        raise TransformFunctionError.of(fn, exc, key, namespace) from exc
-    if new is None:
-        raise NoneStateError.from_transform(key, namespace)
-    return new
 
 
 # --------------------------------------------------------------------------
@@ -295,7 +286,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def __init__(
         self, serializer: StateSerializer | None = None, initial_capacity: int = DEFAULT_CAPACITY
     ) -> None:
-        self._serializer, capacity = _constructor_arguments(serializer, initial_capacity)
+        self._serializer, capacity = constructor_arguments(serializer, initial_capacity)
         self._primary: list[_Entry | None] = [None] * capacity
         self._mask = capacity - 1
         self._threshold = threshold_for(capacity)
@@ -351,8 +342,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         if e is None:
             return None
         if e.state_version < self._highest_required:  # rule S
-            return self._copy_state_for_caller(tab, index, e, key, namespace)  # type: ignore[no-any-return]
-        return e.state  # type: ignore[no-any-return]
+            return self._copy_state_for_caller(tab, index, e, key, namespace)
+        return e.state  # type: ignore[no-any-return]  # _Entry.state is Any: no cast in the hot path
 
     def contains_key(self, key: K, namespace: N) -> bool:
         """True if ``(key, namespace)`` is mapped."""
@@ -361,7 +352,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def __contains__(self, item: object) -> bool:
         if not isinstance(item, tuple) or len(item) != 2:
-            raise InvalidArgumentError(_pair_message(item))
+            raise InvalidArgumentError(pair_message(item))
         return self.contains_key(item[0], item[1])
 
     def __len__(self) -> int:
@@ -388,17 +379,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         self, tables: list[list[_Entry | None]], expected: tuple[int, int]
     ) -> Iterator[StateEntry[K, N, S]]:
         if (self._mod_count, self._structure_count) != expected:
-            raise ConcurrentModificationError(_modified_message())
+            raise ConcurrentModificationError(modified_message())
         for tab in tables:
             for head in tab:
                 e = head
                 while e is not None:
                     if (self._mod_count, self._structure_count) != expected:
-                        raise ConcurrentModificationError(_modified_message())
+                        raise ConcurrentModificationError(modified_message())
                     yield StateEntry(e.key, e.namespace, e.state)
                     e = e.next
         if (self._mod_count, self._structure_count) != expected:
-            raise ConcurrentModificationError(_modified_message())
+            raise ConcurrentModificationError(modified_message())
 
     # --------------------------------------------------------------- writes
 
@@ -406,7 +397,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Map ``(key, namespace)`` to ``state`` (never ``None``); True if the
         mapping is new, False if it replaced a state."""
         if state is None:
-            raise NoneStateError(_none_message(key, namespace, "put"))
+            raise NoneStateError(none_message(key, namespace, "put"))
         try:
             h = (hash(key) * HASH_MIX + hash(namespace)) & HASH_MASK
         except TypeError as exc:  # rule U: chained, as CPython's own "unhashable type"
@@ -426,10 +417,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def put_and_get_old(self, key: K, namespace: N, state: S) -> S | None:
         """Map ``(key, namespace)`` to ``state``; return the previous state or ``None``."""
         if state is None:
-            raise NoneStateError(_none_message(key, namespace, "put_and_get_old"))
+            raise NoneStateError(none_message(key, namespace, "put_and_get_old"))
         h = self._hash_and_step(key, namespace)
         e = self._put_entry(h, key, namespace)
-        old = e.state
+        old: S | None = e.state
         if old is not None and e.state_version < self._highest_required:  # rule S
             stamp = self._stamp
             try:  # rule U: only rule E's private copies were made so far
@@ -437,13 +428,13 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             except Exception as exc:
                 raise StateCopyError.of(key, namespace, exc) from exc
             if self._stamp != stamp:  # rule R2
-                raise ConcurrentModificationError(_reentrant_message("serializer.copy"))
+                raise ConcurrentModificationError(reentrant_message("serializer.copy"))
             if e.entry_version < self._highest_required:  # the copy took a snapshot: rule E
                 tab, index = self._select(h)
                 e = self._copy_chain(tab, index, e)
         e.state = state
         e.state_version = self._version
-        return old  # type: ignore[no-any-return]
+        return old
 
     def remove(self, key: K, namespace: N) -> None:
         """Unmap ``(key, namespace)``; absent mappings are ignored."""
@@ -456,7 +447,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e = self._find(h, key, namespace)
         if e is None:
             return None
-        old = e.state
+        old: S | None = e.state
         if e.state_version < self._highest_required:  # rule S, before unmapping:
             stamp = self._stamp
             try:  # rule U: a raising copy loses nothing
@@ -464,9 +455,9 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             except Exception as exc:
                 raise StateCopyError.of(key, namespace, exc) from exc
             if self._stamp != stamp:  # rule R2
-                raise ConcurrentModificationError(_reentrant_message("serializer.copy"))
+                raise ConcurrentModificationError(reentrant_message("serializer.copy"))
         self._remove_entry(h, key, namespace)
-        return old  # type: ignore[no-any-return]
+        return old
 
     def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
@@ -510,7 +501,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         with self._lock:
             version, open_versions = open_snapshot_version(self._version, self._open_versions)
             if version > MAX_VERSION:
-                raise VersionOverflowError(_overflow_message(version))
+                raise VersionOverflowError(overflow_message(version))
             self._version = version
             self._open_versions = open_versions
             self._highest_required = version  # inv. 5: the newest is the highest open
@@ -519,7 +510,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:
         """Release ``snapshot``, which must have been taken from this map."""
         if not isinstance(snapshot, StateMapSnapshot) or snapshot._owner is not self:
-            raise ForeignSnapshotError(_foreign_message(snapshot))
+            raise ForeignSnapshotError(foreign_message(snapshot))
         snapshot.release()
 
     @property
@@ -529,7 +520,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     @serializer.setter
     def serializer(self, serializer: StateSerializer) -> None:
-        self._serializer = _checked_serializer(serializer)
+        self._serializer = checked_serializer(serializer)
 
     def __repr__(self) -> str:
         return (
@@ -694,15 +685,15 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def _copy_state_for_caller(
         self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
-    ) -> Any:
+    ) -> S:
         """Rule S: replace a shared state by a deep copy and return the copy."""
         stamp = self._stamp
         try:  # rule U: before any write
-            state = self._serializer.copy(e.state)
+            state: S = self._serializer.copy(e.state)
         except Exception as exc:
             raise StateCopyError.of(key, namespace, exc) from exc
         if self._stamp != stamp:  # rule R2
-            raise ConcurrentModificationError(_reentrant_message("serializer.copy"))
+            raise ConcurrentModificationError(reentrant_message("serializer.copy"))
         if e.entry_version < self._highest_required:  # rule E
             e = self._copy_chain(tab, index, e)
         e.state = state
@@ -741,7 +732,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         assert self._rehash is None, "a rehash is already in progress"
         capacity = len(self._primary)
         if capacity >= MAXIMUM_CAPACITY:
-            raise MaximumCapacityError(_capacity_message(len(self)))
+            raise MaximumCapacityError(capacity_message(len(self), MAXIMUM_CAPACITY))
         new_capacity = capacity * 2
         self._rehash = [None] * new_capacity
         self._threshold = threshold_for(new_capacity)
@@ -791,7 +782,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         with self._lock:
             if version not in self._open_versions:
                 raise SnapshotReleasedError(
-                    _open_versions_message(tuple(self._open_versions), version)
+                    open_versions_message(tuple(self._open_versions), version)
                 )
             self._open_versions = release_snapshot_version(self._open_versions, version)
             self._highest_required = highest_required_version(self._open_versions)  # inv. 5
@@ -876,7 +867,7 @@ class StateMapSnapshot(Generic[K, N, S]):
             e = head
             while e is not None:
                 if self._released:
-                    raise SnapshotReleasedError(_released_message(self.version, "while being read"))
+                    raise SnapshotReleasedError(released_message(self.version, "while being read"))
                 yield StateEntry(e.key, e.namespace, e.state)
                 e = e.next
 
@@ -899,7 +890,7 @@ class StateMapSnapshot(Generic[K, N, S]):
     def release(self) -> None:
         """Release this snapshot: copy-on-write stops protecting it."""
         if self._released:
-            raise SnapshotReleasedError(_released_message(self.version, "already"))
+            raise SnapshotReleasedError(released_message(self.version, "already"))
         self._owner._release_version(self.version)
         self._released = True
         self._data = None
@@ -913,117 +904,9 @@ class StateMapSnapshot(Generic[K, N, S]):
 
     def _check_open(self) -> list[_Entry | None]:
         if self._data is None:
-            raise SnapshotReleasedError(_released_message(self.version, "released"))
+            raise SnapshotReleasedError(released_message(self.version, "released"))
         return self._data
 
     def __repr__(self) -> str:
         state = "released" if self._released else f"size={self._size}"
         return f"<StateMapSnapshot version={self.version} {state}>"
-
-
-def keys_in(entries: Iterator[StateEntry[K, N, S]], namespace: N) -> Iterator[K]:
-    """The keys of ``entries`` whose namespace equals ``namespace``; a namespace
-    ``__eq__`` that raises ends it with :class:`KeyComparisonError` (rule U).
-    Every map's and table's ``keys(namespace)`` filters through it."""
-    for e in entries:
-        try:
-            same = bool(e.namespace == namespace)
-        except Exception as exc:
-            raise KeyComparisonError.of(e.key, namespace, exc) from exc
-        if same:
-            yield e.key
-
-
-# --------------------------------------------------------------------------
-# Arguments and messages, shared with the C map (cowstate._cmap calls these)
-# --------------------------------------------------------------------------
-
-
-def _constructor_arguments(
-    serializer: object, initial_capacity: object = DEFAULT_CAPACITY
-) -> tuple[StateSerializer, int]:
-    """The checked serializer (default: :class:`DefaultSerializer`) and the
-    clamped capacity of a new map; bad arguments raise InvalidArgumentError."""
-    if type(initial_capacity) is not int:
-        raise InvalidArgumentError(
-            f"expected an int initial_capacity, got {type(initial_capacity).__name__} "
-            f"{initial_capacity!r}"
-        )
-    if initial_capacity < 0:
-        raise InvalidArgumentError(f"expected initial_capacity >= 0, got {initial_capacity}")
-    checked = DefaultSerializer() if serializer is None else _checked_serializer(serializer)
-    return checked, clamp_capacity(initial_capacity)
-
-
-def _checked_serializer(serializer: object) -> StateSerializer:
-    if not isinstance(serializer, StateSerializer):
-        raise InvalidArgumentError(
-            "expected a serializer with copy/serialize/deserialize, got "
-            f"{type(serializer).__name__}"
-        )
-    return serializer
-
-
-def _none_message(key: object, namespace: object, op: str) -> str:
-    return (
-        f"expected a state for {op}({key!r}, {namespace!r}), got None; None means "
-        "absent, use remove() to unmap"
-    )
-
-
-def _modified_message() -> str:
-    return (
-        "expected no mapping added or removed and no rehash step while iterating "
-        "the map; collect what you need first, e.g. list(m.keys(ns))"
-    )
-
-
-def _pair_message(item: object) -> str:
-    return f"expected a (key, namespace) tuple, got {type(item).__name__} {item!r}"
-
-
-def _foreign_message(snapshot: object) -> str:
-    # Both maps' snapshot classes are called StateMapSnapshot and have a version.
-    if type(snapshot).__name__ == "StateMapSnapshot":
-        version = getattr(snapshot, "version", "?")
-        return (
-            f"expected a snapshot taken from this map, got one of another map (version {version})"
-        )
-    return f"expected a snapshot taken from this map, got {type(snapshot).__name__}"
-
-
-def _overflow_message(version: int) -> str:
-    return (
-        f"expected fewer than {MAX_VERSION} snapshots of one map, the next "
-        f"would be version {version}; restart with a fresh map"
-    )
-
-
-def _capacity_message(size: int) -> str:
-    return (
-        f"expected at most {MAX_ARRAY_SIZE} entries at the maximum capacity "
-        f"{MAXIMUM_CAPACITY}, got {size}"
-    )
-
-
-def _released_message(version: int, how: str) -> str:
-    """``how``: "already" (a second release), "released" (read after release) or
-    "while being read" (released during an iteration)."""
-    if how == "while being read":
-        return f"snapshot version {version} was released while being read"
-    if how == "already":
-        return (
-            f"expected an open snapshot, got snapshot version {version} which was already released"
-        )
-    return f"expected an open snapshot, got snapshot version {version} which was released"
-
-
-def _open_versions_message(open_versions: tuple[int, ...], version: int) -> str:
-    return f"expected an open snapshot version of this map {sorted(open_versions)}, got {version}"
-
-
-def _reentrant_message(what: str) -> str:
-    return (
-        f"expected {what} not to change the map it was called from, but the map "
-        "changed; nothing was written"
-    )

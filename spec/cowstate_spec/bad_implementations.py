@@ -93,8 +93,9 @@ from typing import Any
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
+from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
 from cowstate_spec.implementations import (
     SUB_RANGE,

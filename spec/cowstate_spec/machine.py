@@ -1,7 +1,8 @@
 """The state machine: an implementation and the reference model, side by side.
 
 One rule per operation of the public API, named as the operation; the
-contract (DESIGN.md section 3) is in the rules and the invariants:
+contract (README.md, "The contract"; its meaning is :mod:`cowstate_model`) is
+in the rules and the invariants:
 
 - every result, size, iteration (as a multiset) and key set per namespace
   equals the model's;
