@@ -252,7 +252,10 @@ def rehash_progress(m: Any) -> tuple[int, int] | None:
 def states_held_by_views(m: Any) -> Counter[int]:
     """How many entry views of ``m`` hold each state (by ``id``): a view outlives
     its entry until the address is exported again, so a lifetime check
-    (:mod:`cowstate_spec.collected`) discounts these references."""
+    (:mod:`cowstate_spec.collected`) discounts these references. Other maps
+    have no views (and need not take weak references)."""
+    if not is_c_map(m):
+        return Counter()
     registry = _REGISTRIES.get(m)
     return Counter(id(v.state) for v in registry.values()) if registry else Counter()
 

@@ -95,6 +95,15 @@ class Capabilities:
       ``concurrent_modification`` (``ConcurrentModificationError``). RocksDB's
       iteration reads in chunks and sees such a change or not, never raising.
     - ``refuses_none``: ``put`` of ``None`` is refused (``None`` means absent).
+    - ``frees_states``: a state the map maps no more (replaced or removed) has
+      no reference left once no open snapshot holds it, so the machines and
+      the differential runner watch the lifetimes of the states it is given
+      (:mod:`cowstate_spec.collected`) and fail a leaked reference. False
+      where that cannot be seen or is not promised: a map in a child process
+      (:mod:`cowstate_spec.process_impl`: its objects are out of this
+      process's reach), or someone else's map that keeps states on purpose
+      (a cache, a free list). A state table's states are watched through
+      its maps' own checks, never the table's.
     - ``refusals``: the exceptions bad input is refused with (cowstate's
       hierarchy; an implementation of someone else names its own, e.g.
       ``(ValueError, TypeError)``): any other exception is a crash.
@@ -110,6 +119,7 @@ class Capabilities:
     mutations_persist: bool = True
     fail_fast: bool = True
     refuses_none: bool = True
+    frees_states: bool = True
     refusals: tuple[type[BaseException], ...] = (CowStateError,)
     concurrent_modification: type[BaseException] = ConcurrentModificationError
 

@@ -209,10 +209,11 @@ class StateMapMachine(RuleBasedStateMachine):
         # each keyed operation (cowstate_spec.coverage.COUNTED): it costs a quarter.
         self.counted = self.implementation.name in cov.COUNTED
         self.can_rehash = self.implementation.capabilities.snapshots and self.has_cow_maps()
-        # The maps' state lifetimes (tables: their maps are the map machines' to watch).
+        # The maps' state lifetimes (tables: their maps are the map machines' to
+        # watch), where the implementation promises them (frees_states).
         self.lifetimes = (
             None
-            if self.implementation.table
+            if self.implementation.table or not self.implementation.capabilities.frees_states
             else Lifetimes(lambda: states_held_by_views(self.impl))
         )
 
