@@ -82,6 +82,12 @@ class SnapshotFuture(Future[T]):
     the writer stops at its next step (key group, file) and ``result()``
     raises :class:`~cowstate.errors.SnapshotCancelledError` (a
     ``CancelledError``). Either way the snapshot's resources are released.
+
+    No executor runs this future (the writer thread runs the backend's
+    ``_run_async``, which calls :meth:`start`), so a cancel notifies its
+    waiters itself: ``concurrent.futures.wait()`` and ``as_completed()``
+    count a cancelled future as done only once notified, and would otherwise
+    wait for the writer thread to reach it -- or out their whole timeout.
     """
 
     def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
@@ -89,13 +95,27 @@ class SnapshotFuture(Future[T]):
         self.checkpoint_id = checkpoint_id
         self.cancel_requested = threading.Event()
         self._release_resources = release
+        #: Makes cancel-and-notify and start one step each, never both
+        #: (reentrant: a done-callback run by ``cancel`` may cancel again).
+        self._starting = threading.RLock()
 
     def cancel(self) -> bool:
         self.cancel_requested.set()
-        if super().cancel():
+        with self._starting:
+            if self.cancelled():  # cancelled and notified before
+                return True
+            cancelled = super().cancel()
+            if cancelled:
+                self.set_running_or_notify_cancel()
+        if cancelled:
             self._release_resources()
             return True
         return not self.done()
+
+    def start(self) -> bool:
+        """The writer begins (True), unless the future was cancelled first (False)."""
+        with self._starting:
+            return not self.cancelled() and self.set_running_or_notify_cancel()
 
 
 class StagedRestore(ABC):
@@ -551,7 +571,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         commit: Callable[[R], None] | None,
     ) -> None:
         """The writer thread's side of :meth:`_start_async`."""
-        if not future.set_running_or_notify_cancel():
+        if not future.start():
             return  # cancelled before it started
         outcome: R | BaseException
         try:
