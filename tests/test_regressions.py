@@ -20,7 +20,6 @@ from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation
-from cowstate.checkpoint.protocol import map_future
 from cowstate.errors import TruncatedSnapshotError, UnhashableKeyError
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.introspection import describe
@@ -183,25 +182,6 @@ def test_an_unhashable_key_outside_a_sub_range_is_refused_as_unhashable(
             table.put(key, "ns", 1)
         assert str(excinfo.value) == f"expected a hashable key, got list {key!r}"
     assert len(table) == 0
-
-
-def test_a_cancelled_mapped_future_is_done_for_wait_and_as_completed() -> None:
-    # map_future's future was cancelled but never notified (no executor runs
-    # it), and concurrent.futures.wait() / as_completed() count a cancelled
-    # future as done only once notified: they waited out their whole timeout.
-    inner: Future[int] = Future()
-    outer = map_future(inner, str)
-    assert outer.cancel() and outer.cancelled() and inner.cancelled()
-    done, not_done = wait([outer], timeout=0)
-    assert (done, not_done) == ({outer}, set())
-    assert list(as_completed([outer], timeout=0)) == [outer]
-    assert outer.cancel()  # again: still cancelled, notified once
-    # cancelled from the inner side (the writer's), the same
-    inner = Future()
-    outer = map_future(inner, str)
-    assert inner.cancel()
-    assert outer.cancelled()
-    assert wait([outer], timeout=0).done == {outer}
 
 
 def test_a_snapshot_future_cancelled_before_its_writer_starts_is_done_for_wait() -> None:

@@ -33,8 +33,8 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
-from cowstate.checkpoint.handles import BackendName, KeyedStateHandle
-from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.handles import BackendName, KeyedStateHandle, SnapshotOptions
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import overlapping
 from cowstate.descriptors import Describes, StateDescriptor
 from cowstate.errors import (
@@ -344,7 +344,23 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
             f"states {self.state_names}>"
         )
 
-    # --------------------------------------------------------------- restores
+    # ------------------------------------------------ checkpoints and restores
+
+    @abstractmethod
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        """Take the synchronous part of a snapshot now; the future writes the rest
+        into ``location`` on the writer thread and gives its handle (see
+        :mod:`cowstate.checkpoint.protocol`)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is confirmed; nothing to do for a backend
+        whose snapshots never build on earlier ones (the heap's)."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete; nothing to do for a
+        backend whose snapshots never build on earlier ones (the heap's)."""
 
     @abstractmethod
     def prepare_restore(
@@ -370,6 +386,24 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         self.prepare_restore(handles, source, incremental_base=incremental_base).commit()
 
     # -------------------------------------------------------- for subclasses
+
+    def _check_snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> None:
+        """The arguments of ``snapshot_to``, on an open backend, or a refusal."""
+        self._check_open()
+        self._check_checkpoint_id(checkpoint_id)
+        if not isinstance(location, SnapshotLocation):
+            raise InvalidArgumentError(
+                f"expected a SnapshotLocation, got {type(location).__name__}"
+            )
+        if not isinstance(options, SnapshotOptions):
+            raise InvalidArgumentError(f"expected SnapshotOptions, got {type(options).__name__}")
+
+    @staticmethod
+    def _check_checkpoint_id(checkpoint_id: int) -> None:
+        if type(checkpoint_id) is not int or checkpoint_id < 0:
+            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
 
     # ------------------------------------------------- restore compatibility
 

@@ -330,15 +330,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
     ) -> Future[KeyedStateHandle]:
         """Take the synchronous part now; the future uploads and gives the handle
         (see the module doc for what each kind of snapshot writes)."""
-        self._check_open()
-        if type(checkpoint_id) is not int or checkpoint_id < 0:
-            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
-        if not isinstance(location, SnapshotLocation):
-            raise InvalidArgumentError(
-                f"expected a SnapshotLocation, got {type(location).__name__}"
-            )
-        if not isinstance(options, SnapshotOptions):
-            raise InvalidArgumentError(f"expected SnapshotOptions, got {type(options).__name__}")
+        self._check_snapshot_to(checkpoint_id, location, options)
         if not options.is_savepoint and location.shared_directory is None:
             raise InvalidArgumentError(
                 "expected a checkpoint location with a shared directory for the SST files, "
