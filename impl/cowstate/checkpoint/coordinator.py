@@ -5,13 +5,18 @@ completed-checkpoint store, for the keyed state of one job's subtasks).
 Lifecycle of checkpoint N::
 
     trigger_checkpoint()      next id from the one counter (checkpoints and
-                              savepoints alike); every subtask's backend takes
-                              its synchronous part and starts writing into
-                              chk-N/ and shared/
-    complete_checkpoint(N)    wait for every subtask (acknowledge), write
-                              chk-N/_metadata -- now N exists -- register its
-                              shared files, abort older pending checkpoints,
-                              subsume beyond num_retained, confirm N to the backends
+                              savepoints alike); every subtask's
+                              backend.snapshot_to(N, location, options) takes
+                              its synchronous part, and its writer thread
+                              writes into chk-N/ and shared/ and makes the
+                              subtask's KeyedStateHandle
+                              (:mod:`~cowstate.checkpoint.protocol`)
+    complete_checkpoint(N)    wait for every subtask's handle (acknowledge),
+                              write chk-N/_metadata (write_metadata:
+                              :mod:`~cowstate.checkpoint.metadata`) -- now N
+                              exists -- register its shared files, abort
+                              older pending checkpoints, subsume beyond
+                              num_retained, confirm N to the backends
     abort_checkpoint(N)       cancel the writers, delete exactly what N wrote
                               (never a file a completed checkpoint uses), tell
                               the backends to drop N
@@ -106,6 +111,7 @@ from cowstate.checkpoint.handles import (
     SnapshotOptions,
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.metadata import write_metadata
 from cowstate.checkpoint.protocol import CheckpointingBackend, PreparedRestore, overlapping
 from cowstate.checkpoint.recovery import Recovery, RecoveryReport, Skipped
 from cowstate.checkpoint.registry import SharedStateRegistry
@@ -116,7 +122,6 @@ from cowstate.checkpoint.storage import (
     RestoreRecord,
     SavepointIntent,
     read_metadata,
-    write_metadata,
 )
 from cowstate.errors import (
     CheckpointError,
