@@ -45,8 +45,9 @@ possibly written by backends with other ranges (rescaling), and returns a
 bad file leaves the backend exactly as it was:
 
 1. every file's metadata is checked first (format, max parallelism, key and
-   namespace serializers; with handles, each file against its handle), so
-   no byte is decoded from a file the backend would refuse;
+   namespace serializers: C6, C1-C3 of :mod:`cowstate.snapshot.compat`; with
+   handles, each file against its handle), so no byte is decoded from a file
+   the backend would refuse;
 2. every file is parsed and decoded in one pass per key group
    (:meth:`~cowstate.snapshot.reader.SnapshotReader.decode_key_group`; a
    namespace is decoded once per distinct bytes), every entry checked
@@ -74,7 +75,6 @@ from cowstate.arithmetic import DEFAULT_CAPACITY, clamp_capacity
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import LocationStream, SnapshotLocation, SnapshotSource
 from cowstate.errors import (
-    IncompatibleSnapshotError,
     InvalidArgumentError,
 )
 from cowstate.key_groups import KeyGroupRange
@@ -90,6 +90,7 @@ from cowstate.snapshot import (
     write_snapshot,
 )
 from cowstate.snapshot.checks import DecodedBlock, check_key_types, duplicate_error
+from cowstate.snapshot.compat import check_heap_file_format
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
@@ -275,7 +276,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         ``open()``. States in the files replace the tables of the same name;
         registered states absent from the files become empty. Everything is
         read, checked (max parallelism, formats, key and namespace serializers,
-        kinds and serializers of registered states, the contents:
+        kinds and serializers of registered states: C1-C7 of
+        :mod:`cowstate.snapshot.compat`; the contents: E1-E6 of
         :mod:`cowstate.snapshot.checks`) and decoded into new tables before any
         table changes: on any error the backend is exactly as it was.
 
@@ -400,11 +402,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         try:
             for reader in readers:  # every file's metadata before any byte is decoded
                 header = reader.metadata
-                if header.format not in RESTORABLE_FORMATS:
-                    raise IncompatibleSnapshotError(
-                        f"expected a heap or canonical snapshot, got format {header.format!r}: "
-                        "a native snapshot of another backend; restore from a canonical savepoint"
-                    )
+                check_heap_file_format(header.format)  # C6
+                # C1, C2, and C3 for every state
                 self._check_snapshot(header.max_parallelism, header.key_serializer, "file")
                 for state in header.states:
                     self._check_namespace_serializer(state.name, state.namespace_serializer, "file")

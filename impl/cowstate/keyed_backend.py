@@ -13,7 +13,9 @@ Restores are two-phase (:mod:`cowstate.checkpoint.protocol`): a subclass's
 ``prepare_restore`` verifies and stages everything and returns a
 :class:`StagedRestore` whose ``commit()`` swaps it in; ``restore_from`` is
 both. The checks every backend makes on the handles it is given live here:
-each key group in one handle only
+the compatibility rules (C1-C6 of :mod:`cowstate.snapshot.compat`: max
+parallelism, key and namespace serializers, kinds and state serializers of
+known states, formats), each key group in one handle only
 (:meth:`AbstractKeyedStateBackend._handles_to_read`), and each snapshot file
 holding what its handle says (:meth:`AbstractKeyedStateBackend._check_file_of`).
 
@@ -39,11 +41,8 @@ from cowstate.checkpoint.protocol import overlapping
 from cowstate.descriptors import Describes, StateDescriptor
 from cowstate.errors import (
     BackendClosedError,
-    IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyGroupMismatchError,
-    MaxParallelismMismatchError,
-    SerializerMismatchError,
     SnapshotCancelledError,
     SnapshotFormatError,
     SnapshotWriteError,
@@ -60,6 +59,14 @@ from cowstate.serializers import (
     StateSerializer,
     serializer_for,
     serializer_identifier,
+)
+from cowstate.snapshot.compat import (
+    check_handle_format,
+    check_key_serializer,
+    check_kind,
+    check_max_parallelism,
+    check_namespace_serializer,
+    check_serializer,
 )
 from cowstate.snapshot.format import SnapshotMetadata
 from cowstate.state_meta import SnapshotFormat, StateEntry, StateKind, StateMetadata, StateMetaInfo
@@ -486,15 +493,12 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
                 raise InvalidArgumentError(
                     f"expected KeyedStateHandles, got {type(handle).__name__}"
                 )
-            if handle.format is SnapshotFormat.CANONICAL:
-                continue
-            if handle.format != self.native_format or handle.backend != self.backend_name:
-                raise IncompatibleSnapshotError(
-                    f"expected a {self.backend_name} snapshot or a canonical savepoint, got a "
-                    f"{handle.format} snapshot of the {handle.backend} backend: the "
-                    f"{self.backend_name} backend cannot read the {handle.backend} backend's "
-                    "own format; take a canonical savepoint of it to change backends"
-                )
+            check_handle_format(  # C6
+                handle.format,
+                handle.backend,
+                backend_name=self.backend_name,
+                native_format=self.native_format,
+            )
 
     def _check_handles(self, handles: Sequence[KeyedStateHandle]) -> dict[str, StateMetaInfo]:
         """The meta info of every state of ``handles``, checked against this backend."""
@@ -514,26 +518,16 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     def _check_snapshot(self, max_parallelism: int, key_serializer: str, what: str) -> None:
         """A snapshot (``what``: "snapshot" or "file") of this backend's max
         parallelism and key serializer, or a refusal."""
-        if max_parallelism != self.max_parallelism:
-            raise MaxParallelismMismatchError(
-                f"expected a snapshot of max parallelism {self.max_parallelism}, got one "
-                f"of {max_parallelism}: the number of key groups cannot change on restore"
-            )
-        key_id = serializer_identifier(self._key_serializer)
-        if key_serializer != key_id:
-            raise SerializerMismatchError(
-                f"expected the key serializer {key_id!r}, the {what} was written with "
-                f"{key_serializer!r}"
-            )
+        check_max_parallelism(self.max_parallelism, max_parallelism)  # C1
+        check_key_serializer(  # C2
+            serializer_identifier(self._key_serializer), key_serializer, what
+        )
 
     def _check_namespace_serializer(self, name: str, identifier: str, what: str) -> None:
         """State ``name`` restored with this backend's namespace serializer, or a refusal."""
-        namespace = serializer_identifier(self._namespace_serializer)
-        if identifier != namespace:
-            raise SerializerMismatchError(
-                f"expected state {name!r} with the backend's namespace serializer "
-                f"{namespace!r}, the {what} uses {identifier!r}"
-            )
+        check_namespace_serializer(  # C3
+            name, serializer_identifier(self._namespace_serializer), identifier, what
+        )
 
     def _restored_meta(
         self, state: StateMetadata, metas: dict[str, StateMetaInfo]
@@ -548,17 +542,13 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         if known is None and holder is not None and holder.descriptor is not None:
             known = self._meta_for(holder.descriptor)
         if known is not None:
-            if known.kind != kind:
-                raise SerializerMismatchError(
-                    f"expected state {name!r} of kind {known.kind!r}, the snapshot holds kind "
-                    f"{kind!r}"
-                )
-            ours = serializer_identifier(known.state_serializer)
-            if ours != state_id:
-                raise SerializerMismatchError(
-                    f"expected the state serializer of {name!r} to be {ours!r}, the snapshot "
-                    f"was written with {state_id!r}"
-                )
+            check_kind(name, known.kind, kind, "snapshot")  # C4
+            check_serializer(  # C5
+                f"the state serializer of {name!r}",
+                serializer_identifier(known.state_serializer),
+                state_id,
+                "snapshot",
+            )
         else:
             known = StateMetaInfo(name, kind, self._namespace_serializer, serializer_for(state_id))
         metas.setdefault(name, known)

@@ -127,11 +127,11 @@ from cowstate.errors import (
     CheckpointError,
     CowStateError,
     InvalidArgumentError,
-    MaxParallelismMismatchError,
     UnknownCheckpointError,
     UnsafePathError,
 )
 from cowstate.key_groups import KeyGroupRange
+from cowstate.snapshot.compat import check_max_parallelism
 
 __all__ = [
     "SAVEPOINT_MARKER",
@@ -581,11 +581,7 @@ class CheckpointCoordinator:
     # -------------------------------------------------------- private helpers
 
     def _check_max_parallelism(self, metadata: CheckpointMetadata) -> None:
-        if metadata.max_parallelism != self.max_parallelism:
-            raise MaxParallelismMismatchError(
-                f"expected a snapshot of max parallelism {self.max_parallelism}, got one of "
-                f"{metadata.max_parallelism}: the number of key groups cannot change"
-            )
+        check_max_parallelism(self.max_parallelism, metadata.max_parallelism, of_job=True)  # C1
 
     def _restore_from(self, directory: str, metadata: CheckpointMetadata) -> None:
         """Restore every backend from the snapshot in ``directory``, building on it

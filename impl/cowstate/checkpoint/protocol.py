@@ -23,10 +23,11 @@ Restores are two-phase, so that a job of several subtasks restores all of
 them or none (the coordinator's ``_restore_backends``):
 
 1. ``prepare_restore(handles, source)`` reads and verifies everything -- the
-   files' sizes and CRC32s, formats, max parallelism, serializer ids,
-   key-group ranges (each key group in one handle only, each file holding
-   its handle's range and states) and the contents
-   (:mod:`cowstate.snapshot.checks`) -- and decodes or stages it beside the
+   files' sizes and CRC32s, formats, max parallelism, serializer ids and
+   kinds (C1-C7 of :mod:`cowstate.snapshot.compat`), key-group ranges (each
+   key group in one handle only, each file holding its handle's range and
+   states) and the contents (E1-E6 of :mod:`cowstate.snapshot.checks`) --
+   and decodes or stages it beside the
    live state, without changing the backend. Any problem raises a
    :mod:`cowstate.errors` exception and leaves nothing behind. No handles at
    all is refused (:class:`~cowstate.errors.InvalidArgumentError`); key

@@ -101,7 +101,8 @@ Restores (``prepare_restore``, then ``commit()``)
    key groups meet this backend's (``overlapping``), each key group in one
    handle only.
 2. Check every handle against this backend: max parallelism, key serializer,
-   namespace serializer, and kind and state serializer of registered states.
+   namespace serializer, and kind and state serializer of registered states
+   (C1-C5 of :mod:`cowstate.snapshot.compat`; formats are C6).
 3. Build the new database in a fresh directory, never touching the live one:
 
    - canonical: read each file (size and CRC32 checked), validate its
@@ -167,7 +168,6 @@ from rocksdict import Checkpoint, Options
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.errors import (
-    IncompatibleSnapshotError,
     InvalidArgumentError,
     SnapshotWriteError,
 )
@@ -189,6 +189,7 @@ from cowstate.rocksdb.table import (
 )
 from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot import SnapshotMetadata
+from cowstate.snapshot.compat import check_one_format
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 __all__ = [
@@ -412,10 +413,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
         ``commit()`` switches to it (see the module doc)."""
         mine = self._handles_to_read(handles, source)
         formats = sorted({h.format for h in handles})
-        if len(formats) > 1:
-            raise IncompatibleSnapshotError(
-                f"expected the handles of one snapshot (one format), got formats {formats}"
-            )
+        check_one_format(formats)  # C6
         metas = self._check_handles(mine)
         same_range = (
             len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == self.key_group_range
