@@ -490,13 +490,14 @@ def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes
         return item.getvalue()
     opener = getattr(item, "open", None)
     if callable(opener):
-        stream = opener()
+        stream: IO[bytes] = opener()
         close = getattr(stream, "close", None)
         if callable(close):
             opened.callback(close)
-        return stream  # type: ignore[no-any-return]
+        return stream
     if hasattr(item, "read"):
-        return item  # type: ignore[no-any-return]
+        readable: IO[bytes] = item
+        return readable
     raise InvalidArgumentError(
         f"expected snapshot bytes, a binary stream, a snapshot result or a handle with "
         f"open(), got {type(item).__name__}"

@@ -323,9 +323,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise KeyComparisonError.of(key, namespace, exc) from exc
         if e is None:
             return None
+        state: S = e.state
         if e.state_version < self._highest_required:  # rule S
-            return self._copy_state_for_caller(tab, index, e, key, namespace)  # type: ignore[no-any-return]
-        return e.state  # type: ignore[no-any-return]
+            return self._copy_state_for_caller(tab, index, e, key, namespace)
+        return state
 
     def contains_key(self, key: K, namespace: N) -> bool:
         """True if ``(key, namespace)`` is mapped."""
@@ -401,6 +402,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise NoneStateError(_none_message(key, namespace, "put_and_get_old"))
         h = self._hash_and_step(key, namespace)
         e = self._put_entry(h, key, namespace)
+        old: S | None
         old = e.state
         if old is not None and e.state_version < self._highest_required:  # rule S
             try:  # rule U: only rule E's private copies were made so far
@@ -409,7 +411,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                 raise StateCopyError.of(key, namespace, exc) from exc
         e.state = state
         e.state_version = self._version
-        return old  # type: ignore[no-any-return]
+        return old
 
     def remove(self, key: K, namespace: N) -> None:
         """Unmap ``(key, namespace)``; absent mappings are ignored."""
@@ -422,6 +424,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e = self._find(h, key, namespace)
         if e is None:
             return None
+        old: S | None
         old = e.state
         if e.state_version < self._highest_required:  # rule S, before unmapping:
             try:  # rule U: a raising copy loses nothing
@@ -429,7 +432,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             except Exception as exc:
                 raise StateCopyError.of(key, namespace, exc) from exc
         self._remove_entry(h, key, namespace)
-        return old  # type: ignore[no-any-return]
+        return old
 
     def transform(self, key: K, namespace: N, value: V, fn: Callable[[S | None, V], S]) -> None:
         """Map ``(key, namespace)`` to ``fn(old_or_None, value)``.
@@ -619,8 +622,9 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def _copy_state_for_caller(
         self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
-    ) -> Any:
+    ) -> S:
         """Rule S: replace a shared state by a deep copy and return the copy."""
+        state: S
         try:  # rule U: before any write
             state = self._serializer.copy(e.state)
         except Exception as exc:
