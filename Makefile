@@ -7,15 +7,18 @@ CMAP   := $(VENV)/.cmap-built
 
 .PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter
 
-## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
-## when its source changes, without reinstalling everything.
+## The install builds the C map (cowstate._cmap) and its test-only probe
+## (cowstate_spec._cmap_probe) in place; $(CMAP) rebuilds them when a source
+## changes, without reinstalling everything.
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
-$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec/_cmap_probe.c \
+		impl/cowstate/_keygroups.c impl/cowstate/_void.c impl/cowstate/_codec.c \
+		impl/cowstate/_codec.h impl/cowstate/_codecmodule.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
@@ -100,7 +103,9 @@ bench: $(CMAP)
 	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
+	$(PY) bench/bench_backend_gc.py
 	$(PY) bench/bench_serializers.py
+	$(PY) bench/bench_snapshot_codec.py
 
 ## make deep: the map/table, backend and storage state machines under the deep
 ## Hypothesis profile (by hand; hours -- what is timed is in CONTRIBUTING.md)
@@ -126,8 +131,9 @@ mutate: $(STAMP)
 		$(foreach g,$(ONLY),--only '$(g)') $(if $(RESUME),--resume) \
 		--max-children $(or $(MUTATE_JOBS),2)
 
-## make sanitize: the C map under AddressSanitizer + UBSan (gcc runtimes), running the
-## map machines over the C map and the C-map tests (see scripts/sanitize.sh)
+## make sanitize: the C map and the C codec under AddressSanitizer + UBSan (gcc runtimes),
+## running the map machines over the C map, the C-map tests and the codec's tests
+## (see scripts/sanitize.sh)
 sanitize: $(CMAP)
 	bash scripts/sanitize.sh
 

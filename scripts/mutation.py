@@ -130,7 +130,14 @@ class Scope:
 
 SCOPES = {
     "core": Scope(
-        ("state_map.py", "arithmetic.py", "serializers.py", "introspection.py", "errors.py"),
+        (
+            "state_map.py",
+            "map_contract.py",
+            "arithmetic.py",
+            "serializers.py",
+            "introspection.py",
+            "errors.py",
+        ),
         (
             "test_state_machine.py",
             "test_invariant_checker.py",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import gc
 import io
 import random
 import re
@@ -94,6 +95,7 @@ from cowstate.key_groups import (
 )
 from cowstate.key_types import KeyTypes
 from cowstate.keyed_state import VOID_NAMESPACE, KeyContext, StateHolder
+from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
     DefaultSerializer,
@@ -109,7 +111,7 @@ from cowstate.state_meta import SnapshotFormat, StateKind, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, add_ints
-from cowstate_spec.cmap_view import MAP_CLASSES
+from cowstate_spec.cmap_view import MAP_CLASSES, MapView
 
 FULL = KeyGroupRange(0, 127)
 VALUE: ValueStateDescriptor[list[int]] = ValueStateDescriptor("value", default=[])
@@ -602,6 +604,56 @@ def test_aggregating_state_folds_into_one_accumulator(backend: HeapKeyedStateBac
     assert state.get() == (3, 1)
     state.add(4)
     assert state.get() == (7, 2)
+
+
+# ------------------------------------------------------ the garbage collector
+
+
+def test_a_backend_of_int_and_str_states_costs_the_collector_nothing() -> None:
+    # Issue 28: VOID_NAMESPACE, the namespace of every state below, was of a GC
+    # type, so every entry counted as holding a container (the C map's
+    # invariant 12) and a full collection walked them all. As the bare C map's
+    # test (tests/test_implementations.py): an entry of int or str key,
+    # namespace and state holds no GC type, and the collector visits nothing of
+    # the map but its serializer.
+    ints: ValueStateDescriptor[int] = ValueStateDescriptor("ints")
+    strs: ReducingStateDescriptor[str] = ReducingStateDescriptor(
+        "strs", reduce_function=lambda a, b: a + b
+    )
+    with HeapKeyedStateBackend(FULL, 128) as b:
+        value, reducing = b.get_state(ints), b.get_state(strs)
+        lst, mapping = b.get_state(LIST), b.get_state(MAP)
+        for key in range(2000):
+            b.set_current_key(key)
+            value.update(key * 1000)
+            reducing.add(f"s{key}")
+            if key % 4 == 0:
+                lst.add(key)
+                mapping.put(key, key)
+
+        def maps(name: str) -> list[Any]:
+            found = [b.table(name).state_map(kg) for kg in FULL]
+            c_map = c_map_class()
+            if c_map is None or not all(isinstance(m, c_map) for m in found):
+                pytest.skip("the heap tables hold no C maps here (not built, or forced pure)")
+            return found
+
+        for name in ("ints", "strs"):
+            assert sum(len(m) for m in maps(name)) == 2000
+            for m in maps(name):
+                assert MapView(m).gc_entries == 0, name
+                assert gc.get_referents(m) == [m.serializer], name
+        # A list or dict state is a container (a dict of ints too, though CPython
+        # untracks it: the map counts types), so each such entry counts and its
+        # state is visited; so is a namespace of a GC type, a tuple.
+        for name, kind in (("list", list), ("map", dict)):
+            assert sum(MapView(m).gc_entries for m in maps(name)) == 500
+            visited = [r for m in maps(name) for r in gc.get_referents(m) if type(r) is kind]
+            assert len(visited) == 500
+        b.set_current_key(7)
+        b.set_current_namespace(("window", 1))
+        value.update(1)
+        assert sum(MapView(m).gc_entries for m in maps("ints")) == 1
 
 
 # ---------------------------------------------------------------- snapshots

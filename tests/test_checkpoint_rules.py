@@ -18,6 +18,7 @@ SCOPE=checkpoint``), named in their comments.
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import shutil
 import threading
@@ -117,12 +118,16 @@ class Job:
         filesystem: FileSystem | None = None,
         restore: tuple[str, RestoreMode] | None = None,
         recover: bool = False,
+        ranges: list[KeyGroupRange] | None = None,
     ) -> None:
+        """``ranges``: the subtasks' key groups (default: ``parallelism`` as Flink splits them)."""
         self.storage = CheckpointStorage(str(root), job_id, filesystem)
-        self.backends = [
-            factory(compute_key_group_range_for_operator_index(MAXP, parallelism, i), MAXP)
-            for i in range(parallelism)
-        ]
+        if ranges is None:
+            ranges = [
+                compute_key_group_range_for_operator_index(MAXP, parallelism, i)
+                for i in range(parallelism)
+            ]
+        self.backends = [factory(key_groups, MAXP) for key_groups in ranges]
         for backend in self.backends:
             backend.get_state(VALUE)
             backend.get_state(LIST)
@@ -422,6 +427,361 @@ def test_coordinator_argument_errors(jobs: Any, tmp_path: Path) -> None:
     job.checkpoint()
     with pytest.raises(InvalidArgumentError, match="expected a new job directory"):
         CheckpointCoordinator.restore(job.storage, job.backends, sp, RestoreMode.CLAIM)
+
+
+# ------------------------------------------------------- bad arguments (P5)
+
+
+def _as_shown(name: str) -> str:
+    """``name`` as a refusal shows it: quoted, its first 80 characters."""
+    return repr(name[:80]) + (f" (of {len(name)} characters)" if len(name) > 80 else "")
+
+
+#: A path or URL no file system takes (or of no type one is), as an entry
+#: point is given it: the value, and the refusal after "expected <what>".
+BAD_NAMES: dict[str, tuple[Any, str]] = {
+    "nul": (
+        "/data/sp\x00-1",
+        " without NUL or other control characters, got U+0000 at 8 in '/data/sp\\x00-1'",
+    ),
+    "newline": (
+        "/data/sp-1\n",
+        " without NUL or other control characters, got U+000A at 10 in '/data/sp-1\\n'",
+    ),
+    "overlong name": (
+        "/data/" + "s" * 256,
+        " with every name between '/' of at most 255 bytes, got one of 256 bytes: "
+        + _as_shown("s" * 256),
+    ),
+    "overlong path": (
+        "/" + ("d" * 200 + "/") * 20 + "d" * 75,
+        " of at most 4095 bytes, got 4096 bytes: "
+        + _as_shown("/" + ("d" * 200 + "/") * 20 + "d" * 75),
+    ),
+    "lone surrogate": (
+        "/data/sp\udc80",
+        " of valid Unicode, got the lone surrogate U+DC80 at 8 in '/data/sp\\udc80'",
+    ),
+    "empty": ("", ", got ''"),
+    "wrong type": (7, ", got 7"),
+    "bytes": (b"/data/sp-1", ", got b'/data/sp-1'"),
+    "None": (None, ", got None"),
+}
+
+
+def _tree(root: Path) -> dict[str, bytes | str | None]:
+    """Everything under ``root``: a file's bytes, a link's target, None for a directory."""
+    return {
+        str(p): p.read_bytes() if p.is_file() else (str(p.readlink()) if p.is_symlink() else None)
+        for p in sorted(root.rglob("*"))
+    }
+
+
+def _refused(call: Callable[[], Any], message: str, root: Path) -> None:
+    """``call()`` raises exactly ``InvalidArgumentError(message)`` and nothing
+    under ``root`` (the working directory too) changes."""
+    before = _tree(root)
+    with pytest.raises(InvalidArgumentError) as caught:
+        call()
+    assert type(caught.value) is InvalidArgumentError
+    assert str(caught.value) == message
+    assert _tree(root) == before
+
+
+STORAGE_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    **{
+        f"root {name}": ({"root": value}, f"expected a root path or URL{end}")
+        for name, (value, end) in BAD_NAMES.items()
+    },
+    **{
+        f"job id {name}": (
+            {"job_id": value},
+            f"expected a job id of 1 to 255 letters, digits, '.', '_' and '-' (the first a "
+            f"letter or digit), got {_as_shown(value)}",
+        )
+        for name, value in {
+            "nul": "job\x00",
+            "newline": "job\n",
+            "overlong": "j" * 256,
+            "empty": "",
+            "a path": "../escape",
+            "a dot-file": ".job",
+        }.items()
+    },
+    "job id wrong type": ({"job_id": 7}, "expected a job id (a string), got 7"),
+    "job id None": ({"job_id": None}, "expected a job id (a string), got None"),
+    "root and job id together overlong": (
+        {"root": "/" + "/".join(["r" * 250] * 16), "job_id": "j" * 100},
+        "expected the job directory (storage root/job id) of at most 4095 bytes, got 4117 "
+        "bytes: " + _as_shown("/" + "/".join(["r" * 250] * 16) + "/" + "j" * 100),
+    ),
+    "file system": ({"filesystem": "local"}, "expected a FileSystem or None, got str"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STORAGE_ARGUMENTS))
+def test_a_storage_refuses_a_root_or_job_id_no_file_system_takes(
+    case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``CheckpointStorage`` took a root holding a NUL byte, a job id
+    of 300 letters or ending in a newline, and failed later with a raw
+    ``ValueError`` or ``OSError`` (or wrote under that name). Each bad root,
+    job id or file system is an ``InvalidArgumentError`` saying what was
+    expected and what came, before anything is written."""
+    arguments, message = STORAGE_ARGUMENTS[case]
+    given = {"root": str(tmp_path / "root"), "job_id": "job", **arguments}
+    monkeypatch.chdir(tmp_path)
+    _refused(lambda: CheckpointStorage(**given), message, tmp_path)
+
+
+SAVEPOINT_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    **{
+        f"directory {name}": ({"directory": value}, f"expected a savepoint directory{end}")
+        for name, (value, end) in BAD_NAMES.items()
+    },
+    **{
+        f"format {value!r}": (
+            {"savepoint_format": value},
+            f"expected a savepoint format 'canonical' or 'native', got {value!r}",
+        )
+        for value in (None, "", "Canonical", 7)
+    },
+    **{
+        f"timeout {value!r}": (
+            {"timeout": value},
+            f"expected a timeout in seconds >= 0 or None, got {value!r}",
+        )
+        for value in ("1", -1, float("nan"), float("inf"), True)
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(SAVEPOINT_ARGUMENTS))
+def test_a_savepoint_refuses_bad_arguments_before_anything_is_written(
+    case: str, jobs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``trigger_savepoint("a\\0b")`` raised a raw ``ValueError``,
+    and a timeout of ``"1"`` failed the savepoint only after its id, intent and
+    marker were written. Each bad directory, format or timeout is an
+    ``InvalidArgumentError`` before anything is written: the next savepoint
+    takes the id this one would have."""
+    arguments, message = SAVEPOINT_ARGUMENTS[case]
+    job = jobs("job", heap)
+    job.put(range(10), "a")
+    monkeypatch.chdir(tmp_path)
+    given = {"directory": str(tmp_path / "sp"), **arguments}
+    _refused(lambda: job.coordinator.trigger_savepoint(**given), message, tmp_path)
+    assert job.coordinator.trigger_savepoint(str(tmp_path / "sp")).checkpoint_id == 1
+
+
+def _restore_arguments(directory: str, target: Job) -> dict[str, tuple[dict[str, Any], str]]:
+    """Bad arguments of ``CheckpointCoordinator.restore`` (the others those of
+    a restore of ``directory`` into ``target``'s subtasks), and the refusals."""
+    return {
+        **{
+            f"directory {name}": ({"directory": value}, f"expected a snapshot directory{end}")
+            for name, (value, end) in BAD_NAMES.items()
+        },
+        **_coordinator_arguments(target),
+        **{
+            f"mode {value!r}": (
+                {"mode": value},
+                f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {value!r}",
+            )
+            for value in (None, "claim", 7)
+        },
+    }
+
+
+def _coordinator_arguments(target: Job) -> dict[str, tuple[dict[str, Any], str]]:
+    """Bad arguments every way to make a coordinator shares, and the refusals."""
+    return {
+        "storage None": ({"storage": None}, "expected a CheckpointStorage, got NoneType"),
+        "storage a path": ({"storage": "root/job"}, "expected a CheckpointStorage, got str"),
+        "backends None": (
+            {"backends": None},
+            "expected a sequence of backends (one per subtask), got NoneType",
+        ),
+        "backends an int": (
+            {"backends": 7},
+            "expected a sequence of backends (one per subtask), got int",
+        ),
+        "backends a string": (
+            {"backends": "ab"},
+            "expected a sequence of backends (one per subtask), got str",
+        ),
+        "backends a set": (
+            {"backends": set(target.backends)},
+            "expected a sequence of backends (one per subtask), got set",
+        ),
+        "backends none": ({"backends": []}, "expected at least one backend (subtask), got none"),
+        "backends of another kind": (
+            {"backends": [*target.backends[:1], object()]},
+            "expected backends with snapshot_to/restore_from, got object",
+        ),
+        **{
+            f"num_retained {value!r}": (
+                {"num_retained": value},
+                f"expected num_retained >= 1, got {value!r}",
+            )
+            for value in (0, None, True, 1.0)
+        },
+        **{
+            f"timeout {value!r}": (
+                {"timeout": value},
+                f"expected a timeout in seconds > 0, got {value!r}",
+            )
+            for value in (0, -1, "600", None, float("nan"), float("inf"), False)
+        },
+    }
+
+
+def test_a_restore_refuses_bad_arguments_before_anything_is_read_or_written(
+    jobs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a restore from a directory holding a NUL byte, or a name of
+    300 bytes, said the directory does not exist; from a NUL byte inside
+    a name the file system takes it raised a raw ``ValueError`` once the
+    name got that far; a number for the backends a raw ``TypeError``; a
+    timeout of ``"600"`` was taken. Each bad argument (one at a time, beside
+    a valid restore's others) is an ``InvalidArgumentError`` before anything
+    is read or written: the target's subtasks keep their state, no job
+    directory appears, and the valid restore then works."""
+    job = jobs("job", heap)
+    job.put(range(10), "a")
+    directory = job.storage.checkpoint_dir(job.checkpoint().checkpoint_id)
+    target = jobs("target", heap)
+    target.put(range(3), "mine")
+    before = target.contents()
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    monkeypatch.chdir(tmp_path)
+    cases = _restore_arguments(directory, target)
+    for arguments, message in cases.values():
+        given = {
+            "storage": storage,
+            "backends": target.backends,
+            "directory": directory,
+            "mode": RestoreMode.NO_CLAIM,
+            **arguments,
+        }
+        _refused(functools.partial(CheckpointCoordinator.restore, **given), message, tmp_path)
+        assert target.contents() == before
+    assert len(cases) == len(BAD_NAMES) + 3 + 8 + 4 + 7
+    restored = CheckpointCoordinator.restore(
+        storage, target.backends, directory, RestoreMode.NO_CLAIM
+    )
+    assert target.contents()["value"] == {k: "a" for k in range(10)}
+    restored.close()
+
+
+@pytest.mark.parametrize("how", ["recover", "a new coordinator"])
+def test_recover_and_a_new_coordinator_refuse_bad_arguments_before_anything_changes(
+    how: str, jobs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a number for the backends was a raw ``TypeError``, and a
+    timeout of ``"600"``, 0 or NaN was taken (failing at the first
+    checkpoint's wait, or aborting at once). Each bad argument is an
+    ``InvalidArgumentError`` before recovery restores or deletes anything
+    (an unfinished checkpoint it would delete stays)."""
+    job = jobs("job", heap)
+    job.put(range(10), "a")
+    job.checkpoint()
+    unfinished = Path(job.storage.checkpoint_dir(9))
+    unfinished.mkdir()
+    (unfinished / "keyed-state-0-7").write_bytes(b"partial")
+    target = jobs("target", heap)
+    make = CheckpointCoordinator.recover if how == "recover" else CheckpointCoordinator
+    monkeypatch.chdir(tmp_path)
+    for arguments, message in _coordinator_arguments(target).values():
+        given = {"storage": job.storage, "backends": target.backends, **arguments}
+        _refused(functools.partial(make, **given), message, tmp_path)
+        assert target.contents() == {"value": {}, "list": {}}
+
+
+@pytest.mark.parametrize(
+    "step", ["acknowledge", "complete_checkpoint", "abort_checkpoint", "pending_location"]
+)
+def test_the_steps_of_a_checkpoint_refuse_a_bad_id_or_timeout_changing_nothing(
+    step: str, jobs: Any, tmp_path: Path
+) -> None:
+    """Regression: a checkpoint id of an unhashable type (``[1]``) raised a raw
+    ``TypeError``; ``True`` was taken for checkpoint 1; a timeout of ``"1"``
+    failed (and aborted) the checkpoint with a ``TypeError``. Each is an
+    ``InvalidArgumentError``; the checkpoint stays pending and completes."""
+    job = jobs("job", heap)
+    job.put(range(10), "a")
+    pending = job.coordinator.trigger_checkpoint()
+    job.coordinator.acknowledge(pending)  # its writers done: nothing changes on its own
+    assert pending == 1
+    refusals: list[tuple[dict[str, Any], str]] = [
+        (
+            {"checkpoint_id": value},
+            f"expected a checkpoint id (an int), got {type(value).__name__} {value!r}",
+        )
+        for value in (True, 1.0, "1", None, [1])
+    ]
+    if step in ("acknowledge", "complete_checkpoint"):
+        refusals += [
+            ({"timeout": value}, f"expected a timeout in seconds >= 0 or None, got {value!r}")
+            for value in ("1", -1, float("nan"), True)
+        ]
+    for arguments, message in refusals:
+        given = {"checkpoint_id": pending, **arguments}
+        _refused(functools.partial(getattr(job.coordinator, step), **given), message, tmp_path)
+        assert job.coordinator.pending_checkpoints == [pending]
+    assert job.coordinator.complete_checkpoint(pending).checkpoint_id == pending
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_NAMES))
+def test_deleting_a_savepoint_refuses_a_directory_no_file_system_takes(
+    bad: str, jobs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: ``delete_savepoint`` given a directory holding a NUL byte
+    said it does not exist (as for a name of 300 bytes). It is an
+    ``InvalidArgumentError`` naming what is wrong; nothing is deleted."""
+    value, end = BAD_NAMES[bad]
+    job = jobs("job", heap)
+    job.coordinator.trigger_savepoint(str(tmp_path / "sp"))
+    monkeypatch.chdir(tmp_path)
+    _refused(
+        lambda: job.coordinator.delete_savepoint(value),
+        f"expected a savepoint directory{end}",
+        tmp_path,
+    )
+
+
+INSPECT_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    **{
+        f"directory {name}": ({"directory": value}, f"expected a snapshot directory{end}")
+        for name, (value, end) in BAD_NAMES.items()
+    },
+    "file system": ({"filesystem": "local"}, "expected a FileSystem or None, got str"),
+    "verify": ({"verify": "yes"}, "expected verify to be True or False, got 'yes'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INSPECT_ARGUMENTS))
+def test_inspect_refuses_bad_arguments_before_anything_is_read(
+    case: str, jobs: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: inspecting a directory holding a NUL byte, or a name of 300
+    bytes, said it does not exist; a file system of another type raised a raw
+    ``AttributeError``. Each is an ``InvalidArgumentError`` naming what is
+    wrong (and so from ``read_metadata``, which inspect and restore read
+    ``_metadata`` with), before anything is read."""
+    arguments, message = INSPECT_ARGUMENTS[case]
+    job = jobs("job", heap)
+    directory = job.storage.checkpoint_dir(job.checkpoint().checkpoint_id)
+    given = {"directory": directory, **arguments}
+    monkeypatch.chdir(tmp_path)
+    _refused(lambda: inspect_snapshot(**given), message, tmp_path)
+    if "verify" not in arguments:
+        filesystem = given.get("filesystem", FileSystem())
+        _refused(
+            lambda: read_metadata(filesystem, given["directory"]),
+            message.replace("FileSystem or None", "FileSystem"),
+            tmp_path,
+        )
 
 
 #: Subtasks whose ranges hold as many key groups as there are, one twice and
@@ -930,6 +1290,91 @@ def test_a_timeout_given_to_a_checkpoint_step_overrides_the_coordinators(
         blocked.release.set()
         backend.close()
         executor.shutdown(wait=True)
+
+
+#: Subtasks of which three hold no key group: the first, one in the middle and the last.
+WITH_EMPTY = [
+    KeyGroupRange.EMPTY,
+    KeyGroupRange(0, 7),
+    KeyGroupRange.EMPTY,
+    KeyGroupRange(8, 15),
+    KeyGroupRange.EMPTY,
+]
+
+
+@BOTH
+def test_subtasks_holding_no_key_group_checkpoint_to_an_empty_handle(
+    factory: Factory, jobs: Any, tmp_path: Path
+) -> None:
+    """Regression: a subtask holding no key group (an operator its split left
+    none) with registered states wrote a file listing its states, which M4
+    refuses, so every checkpoint and savepoint of its job failed. Rule 10: it
+    is asked nothing, and its handle is the empty one (no state, no file; the
+    others' backend, format and key serializer). Its job checkpoints, takes
+    savepoints of both formats, recovers, and its savepoints restore at the
+    same and at another parallelism."""
+    job = jobs("job", factory, ranges=WITH_EMPTY)
+    job.put(range(40), "a")
+    expected = job.contents()
+    metadata = job.checkpoint()
+    savepoints = {
+        form: job.coordinator.trigger_savepoint(str(tmp_path / f"sp-{form}"), form)
+        for form in ("canonical", "native")
+    }
+    for written in (metadata, *savepoints.values()):
+        assert [h.key_group_range for h in written.subtasks] == [
+            (r.start_key_group, r.end_key_group) for r in WITH_EMPTY
+        ]
+        holder = written.subtasks[1]
+        for index in (0, 2, 4):
+            empty = written.subtasks[index]
+            assert (empty.states, empty.files, empty.full_size) == ((), (), 0)
+            assert (empty.backend, empty.format, empty.key_serializer) == (
+                holder.backend,
+                holder.format,
+                holder.key_serializer,
+            )
+    report = format_report(inspect_snapshot(job.storage.checkpoint_dir(1)))
+    assert report.count("key groups 0..-1, 0 B") == 3
+    job.close()
+    recovered = jobs("job", factory, ranges=WITH_EMPTY, recover=True)
+    assert recovered.contents() == expected
+    recovered.put(range(5), "b")
+    recovered.checkpoint()
+    for form in ("canonical", "native"):
+        for ranges in (WITH_EMPTY, None):
+            restored = jobs(
+                f"from-{form}-{len(ranges or [])}",
+                factory,
+                ranges=ranges,
+                restore=(str(tmp_path / f"sp-{form}"), RestoreMode.NO_CLAIM),
+            )
+            assert restored.contents() == expected
+            restored.checkpoint()
+
+
+@BOTH
+def test_subtasks_holding_no_key_group_restore_from_nothing(factory: Factory, jobs: Any) -> None:
+    """Regression: restoring a job with subtasks holding no key group was
+    refused ("expected the handles of a snapshot to restore from, got
+    none"): no handle meets an empty range. Rule 10: such a subtask is not
+    asked, and is left as it is (it can hold no keyed state); the others
+    restore, all or nothing as before. A CLAIM restore of a checkpoint of
+    parallelism 2, the job going on and recovering."""
+    other = jobs("parallelism-two", factory)
+    other.put(range(40), "c")
+    directory = other.storage.checkpoint_dir(other.checkpoint().checkpoint_id)
+    expected = other.contents()
+    other.close()
+    rescaled = jobs("rescaled", factory, ranges=WITH_EMPTY, restore=(directory, RestoreMode.CLAIM))
+    assert rescaled.contents() == expected
+    rescaled.put(range(3), "d")
+    expected = rescaled.contents()
+    rescaled.checkpoint()
+    assert not Path(directory).exists()  # CLAIMed and subsumed
+    rescaled.close()
+    recovered = jobs("rescaled", factory, ranges=WITH_EMPTY, recover=True)
+    assert recovered.contents() == expected
 
 
 # -------------------------------------------------------------------- rules

@@ -18,7 +18,7 @@ import pytest
 from conftest import bind_map_class
 
 from cowstate import CopyOnWriteStateMap, state_map, value_codec
-from cowstate.arithmetic import MAX_VERSION
+from cowstate.arithmetic import MAX_VERSION, MINIMUM_CAPACITY
 from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
@@ -40,6 +40,11 @@ from cowstate.serializers import (
 from cowstate_spec.keys import value_key
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
+
+try:
+    from cowstate._cmap import CHUNK_BUCKETS
+except ImportError:  # not built (test_implementations.py fails): the pure map has no chunks
+    CHUNK_BUCKETS = MINIMUM_CAPACITY
 
 
 @pytest.fixture(autouse=True)
@@ -282,8 +287,10 @@ def test_a_change_after_the_last_entry_is_detected_at_the_end() -> None:
 
 
 @pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_a_released_snapshot_says_its_version_when_read() -> None:
-    # StateMapSnapshot._check_open, __iter__: the released messages.
+    # StateMapSnapshot._check_open, __iter__: the released messages
+    # (map_contract.released_message).
     m: Map = CopyOnWriteStateMap()
     m.put("k", "ns", [1])
     m.put("j", "ns", [2])
@@ -303,8 +310,10 @@ def test_a_released_snapshot_says_its_version_when_read() -> None:
 
 
 @pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_iteration_across_a_change_says_what_to_do_instead() -> None:
-    # CopyOnWriteStateMap._iterate: the message of ConcurrentModificationError.
+    # CopyOnWriteStateMap._iterate: the message of ConcurrentModificationError
+    # (map_contract.modified_message).
     m: Map = CopyOnWriteStateMap()
     m.put("k", "ns", [1])
     m.put("j", "ns", [2])
@@ -339,9 +348,9 @@ def test_iteration_ended_by_a_change_after_the_last_mapping_says_so_too() -> Non
     assert str(before.value) == str(caught.value)
 
 
-@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_a_foreign_snapshot_without_a_version_is_named_with_a_question_mark() -> None:
-    # state_map._foreign_message: the "?" of a StateMapSnapshot without a version.
+    # map_contract.foreign_message: the "?" of a StateMapSnapshot without a version.
     class StateMapSnapshot:
         pass
 
@@ -370,8 +379,9 @@ def test_describe_reads_both_capacities_during_a_rehash() -> None:
 @pytest.mark.kills(module="cowstate.introspection")
 def test_describe_reads_the_capacity_of_a_map_of_several_c_chunks() -> None:
     # introspection.describe: capacity is the directory's bucket count, not its
-    # buckets per chunk (equal below 1024 buckets).
-    c: Map = CopyOnWriteStateMap(initial_capacity=2048)
-    for k in range(1538):  # past 3/4 of 2048: a rehash into 4096
+    # buckets per chunk (equal within one chunk).
+    capacity = 2 * CHUNK_BUCKETS
+    c: Map = CopyOnWriteStateMap(initial_capacity=capacity)
+    for k in range(capacity * 3 // 4 + 2):  # past 3/4 of the capacity: a rehash into twice it
         c.put(k, "ns", [k])
-    assert (describe(c).capacity, describe(c).rehash_capacity) == (2048, 4096)
+    assert (describe(c).capacity, describe(c).rehash_capacity) == (capacity, 2 * capacity)

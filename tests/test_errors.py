@@ -104,13 +104,15 @@ def test_unknown_name_errors_read_as_their_message_unquoted(error_class: type[Ke
 
 @pytest.mark.kills(module="cowstate.errors")
 def test_unhashable_check_names_the_role_and_the_value() -> None:
-    # errors.UnhashableKeyError.check: the message, the role, no chained TypeError,
-    # and a raising __hash__ as KeyHashError.
+    # errors.UnhashableKeyError.check: the message, the role, chained from the
+    # TypeError hash raised (issue 26), and a raising __hash__ as KeyHashError.
     with pytest.raises(UnhashableKeyError) as caught:
         UnhashableKeyError.check([1, 2])
     assert type(caught.value) is UnhashableKeyError
     assert str(caught.value) == "expected a hashable key, got list [1, 2]"
-    assert caught.value.__cause__ is None and caught.value.__suppress_context__
+    cause = caught.value.__cause__
+    assert type(cause) is TypeError and str(cause) == "unhashable type: 'list'"
+    assert caught.value.__suppress_context__
     with pytest.raises(UnhashableKeyError) as namespace:
         UnhashableKeyError.check({"a": 1}, "namespace")
     assert str(namespace.value) == "expected a hashable namespace, got dict {'a': 1}"
@@ -257,9 +259,9 @@ def test_every_copying_operation_names_the_pair_whose_copy_raised(
     m.release(snapshot)
 
 
-@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 def test_keys_of_a_namespace_whose_comparison_raises_names_the_key(map_impl: str) -> None:
-    # state_map.keys_in: the KeyComparisonError of keys(namespace).
+    # map_contract.keys_in: the KeyComparisonError of keys(namespace).
     m = MAPS[map_impl]()
     m.put("k", "ns", [1])
     with pytest.raises(KeyComparisonError) as caught:
@@ -271,14 +273,14 @@ def test_keys_of_a_namespace_whose_comparison_raises_names_the_key(map_impl: str
     assert isinstance(caught.value.__cause__, RuntimeError)
 
 
-@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
 @pytest.mark.skipif(
     "c" not in MAPS, reason="the C map is not built (test_implementations.py fails)"
 )
 def test_the_c_map_names_a_copy_that_changed_the_map() -> None:
-    # state_map._reentrant_message: only the C map calls it (rule d of
-    # _cmap.c's header), when serializer.copy -- user code -- changes the map it
-    # copies for.
+    # map_contract.reentrant_message, as the C map calls it (rule d of _cmap.c's
+    # header), when serializer.copy -- user code -- changes the map it copies
+    # for; both maps are held to it by tests/test_user_code_errors.py (rule R2).
     m = MAPS["c"]()
 
     class ChangesTheMap:

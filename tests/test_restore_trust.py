@@ -73,6 +73,7 @@ from cowstate.checkpoint.verify import METADATA_KIND
 from cowstate.cli import main as cowstate_main
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import (
+    CheckpointError,
     CorruptCheckpointError,
     CowStateError,
     InconsistentMetadataError,
@@ -2171,6 +2172,120 @@ def test_a_savepoint_directory_its_recovery_could_not_follow_is_refused_before_a
     job.close()
 
 
+def _refusing_the_metadata(operation: str, path: str, _data: Any) -> None:
+    if operation == "write" and path.endswith(f"/{METADATA_FILE}"):
+        raise OSError(errno.EROFS, "read-only file system")
+
+
+@pytest.mark.parametrize(
+    "named", ["a link to an empty directory", "a link to no directory yet", "an empty directory"]
+)
+def test_a_failed_savepoint_deletes_only_what_it_wrote_wherever_it_was_named(
+    tmp_path: Path, canary: Path, named: str
+) -> None:
+    """Regression: a savepoint named through a symbolic link to an empty
+    directory that failed removed the link as a directory -- a raw
+    ``OSError`` ("Cannot call rmtree on a symbolic link") instead of its
+    own error -- and one into an empty directory of the user's deleted that
+    directory. It is written at its real path and deletes only what it
+    wrote: its files, its marker, its directory only if it created it
+    (through a link to no directory yet: the target, never the link)."""
+    target = tmp_path / "savepoints" / "sp-1"
+    given = tmp_path / "sp-link"
+    if named == "an empty directory":
+        target.mkdir(parents=True)
+        given = target
+    else:
+        (tmp_path / "savepoints").mkdir()
+        given.symlink_to(target)
+        if named == "a link to an empty directory":
+            target.mkdir()
+    storage = CheckpointStorage(
+        str(tmp_path / "root"), "job", FileSystem(hooks=_refusing_the_metadata)
+    )
+    backends = fresh_backends("heap")
+    coordinator = CheckpointCoordinator(storage, backends)
+    for key in range(30):
+        group = assign_to_key_group(key, MAXP)
+        backend = next(b for b in backends if group in b.key_group_range)
+        backend.set_current_key(key)
+        backend.get_state(VALUE).update("a")
+    before = tree(tmp_path)
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.trigger_savepoint(str(given))
+    assert str(caught.value) == (
+        f"expected savepoint 1 in {str(given)!r}, got OSError: [Errno {errno.EROFS}] read-only "
+        "file system; what it wrote was deleted"
+    )
+    assert isinstance(caught.value.__cause__, OSError)
+    after = tree(tmp_path)
+    del after[str(tmp_path / "root" / "job" / "_counter")]  # the id it took
+    del after[str(tmp_path / "root" / "job")]
+    del after[str(tmp_path / "root")]
+    assert after == before  # the link, the user's directory: as they were
+    assert given.is_symlink() != (named == "an empty directory")
+    assert target.is_dir() == (named != "a link to no directory yet")
+    coordinator.close()
+    for backend in backends:
+        backend.close()
+
+
+def test_a_failed_savepoint_whose_cleanup_fails_raises_its_own_error_and_keeps_its_intent(
+    tmp_path: Path,
+) -> None:
+    """Regression: a deletion failing in a failed savepoint's cleanup escaped
+    as a raw ``OSError`` in place of the savepoint's error, and its intent was
+    lost. The caller sees the savepoint's error naming what stays; the intent
+    stays, so recovery removes the savepoint (its marker is still there)."""
+    marker_kept = False
+
+    def failing(operation: str, path: str, data: Any) -> None:
+        nonlocal marker_kept
+        _refusing_the_metadata(operation, path, data)
+        if operation == "delete" and SAVEPOINT_MARKER in path and not marker_kept:
+            marker_kept = True
+            raise PermissionError(errno.EACCES, "permission denied")
+
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=failing))
+    backends = fresh_backends("heap")
+    coordinator = CheckpointCoordinator(storage, backends)
+    directory = tmp_path / "savepoints" / "sp-1"
+    with pytest.raises(CheckpointError) as caught:
+        coordinator.trigger_savepoint(str(directory))
+    intent = storage.read_savepoint_intent()
+    assert intent is not None and intent.directory == str(directory)
+    marker = str(directory / (SAVEPOINT_MARKER + intent.token))
+    assert str(caught.value) == (
+        f"expected savepoint 1 in {str(directory)!r}, got OSError: [Errno {errno.EROFS}] "
+        f"read-only file system; what it wrote was deleted but for {marker!r} "
+        f"(PermissionError: [Errno {errno.EACCES}] permission denied) (its intent is kept: "
+        "recovery removes the savepoint if its marker is left)"
+    )
+    assert isinstance(caught.value.__cause__, OSError)
+    assert [p.name for p in directory.iterdir()] == [SAVEPOINT_MARKER + intent.token]
+    coordinator.close()
+    for backend in backends:
+        backend.close()
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.coordinator.recovery == RecoveryReport(removed_savepoint=str(directory))
+    assert not directory.exists()
+    recovered.close()
+
+
+def test_a_savepoint_named_with_trailing_slashes_is_written_at_its_real_path(
+    tmp_path: Path,
+) -> None:
+    """A savepoint is written where its intent says (P6: absolute, normal): a
+    trailing ``/`` of a local path or of a URL is not part of that name."""
+    job = Job(tmp_path / "root", "heap")
+    job.put(range(10), "a")
+    url = f"memory://cowstate-{uuid.uuid4().hex}/savepoints/sp-1"
+    for directory in (str(tmp_path / "savepoints" / "sp-1"), url):
+        job.coordinator.trigger_savepoint(directory + "//")
+        assert read_metadata(FileSystem(), directory).kind == "savepoint"
+    job.close()
+
+
 def test_a_savepoint_into_a_directory_that_holds_files_is_refused(tmp_path: Path) -> None:
     job = Job(tmp_path / "root", "heap")
     job.coordinator.trigger_savepoint(str(tmp_path / "savepoints" / "sp-1"))
@@ -2411,6 +2526,196 @@ def test_a_restore_record_of_an_unreachable_file_system_is_a_clean_error(tmp_pat
     with pytest.raises(CorruptCheckpointError, match=r"StorageUnavailableError|reach"):
         Job(tmp_path / "root", "heap", how="recover")
     assert sorted(str(p) for p in (tmp_path / "root").rglob("*")) == before
+
+
+def _savepoint_of(root: Path, directory: Path, value: str) -> None:
+    """A heap savepoint in ``directory`` of keys 0..29, each holding ``value``."""
+    job = Job(root, "heap")
+    job.put(range(30), value)
+    job.coordinator.trigger_savepoint(str(directory))
+    job.close()
+
+
+def test_a_restore_records_its_snapshot_by_its_real_path_never_relative_to_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a restore from ``savepoints/sp-1`` recorded that relative
+    name in ``_restore``, so recovery from another working directory read the
+    snapshot found there (a decoy holding other state). Now the record holds
+    the snapshot's real path (links resolved, P6), the CLAIM marker lies
+    there, and recovery from anywhere restores the snapshot the job started from."""
+    real = tmp_path / "real-savepoints"
+    _savepoint_of(tmp_path / "first", real / "sp-1", "started from")
+    (tmp_path / "cwd").mkdir()
+    (tmp_path / "cwd" / "savepoints").symlink_to(real)
+    _savepoint_of(tmp_path / "decoy-job", tmp_path / "elsewhere" / "savepoints" / "sp-1", "decoy")
+    monkeypatch.chdir(tmp_path / "cwd")
+    job = Job(tmp_path / "root", "heap", how=("savepoints/sp-1", RestoreMode.CLAIM))
+    job.close()
+    record = job.storage.read_restore_record()
+    assert record is not None and record.directory == str(real / "sp-1")
+    assert job.coordinator.restored_from == record
+    assert [p.name for p in (real / "sp-1").iterdir() if p.name.startswith(CLAIM_MARKER)] == [
+        CLAIM_MARKER + record.token
+    ]
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.contents() == {k: "started from" for k in range(30)}
+    assert recovered.coordinator.recovery == RecoveryReport(restored_from=str(real / "sp-1"))
+    recovered.close()
+
+
+def _as_shown(name: str) -> str:
+    """``name`` as a refusal shows it: quoted, its first 80 characters."""
+    return repr(name[:80]) + (f" (of {len(name)} characters)" if len(name) > 80 else "")
+
+
+#: A ``_restore`` (or a checkpoint's ``restored_from``) P6 refuses though it
+#: names a savepoint (``<tmp>/savepoints/sp-1``, reached from the working
+#: directory ``<tmp>``): how it names it, and the end of the refusal.
+UNFOLLOWED_RESTORES: dict[str, tuple[Callable[[Path], str], Callable[[Path], str]]] = {
+    "relative": (
+        lambda _tmp: "savepoints/sp-1",
+        lambda _tmp: (
+            " to be absolute (a path from '/' or a URL), got 'savepoints/sp-1': it "
+            "would be resolved against the working directory"
+        ),
+    ),
+    "not normal": (
+        lambda tmp: f"{tmp}/savepoints/../savepoints/sp-1",
+        lambda tmp: (
+            " to be normal (no empty, '.' or '..' name, no trailing '/'), got "
+            + _as_shown(f"{tmp}/savepoints/../savepoints/sp-1")
+        ),
+    ),
+    "linked": (
+        lambda tmp: f"{tmp}/link/sp-1",
+        lambda tmp: (
+            f"expected _restore to name a snapshot by its real path, "
+            f"{f'{tmp}/link/sp-1'!r} leads through a symbolic link to "
+            f"{f'{tmp}/savepoints/sp-1'!r}: not followed"
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("named", sorted(UNFOLLOWED_RESTORES))
+def test_a_restore_record_p6_refuses_is_never_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: list[str], named: str
+) -> None:
+    """Regression: a ``_restore`` naming a restorable savepoint by a relative
+    path (resolved against the working directory), through ``..`` or through
+    a symbolic link was followed, and the job restored from it. Like a forged
+    savepoint intent it is reported and never followed: the job has no
+    checkpoint of its own, so it held the job's state and recovery refuses
+    (R3), reading nothing past ``_restore`` and changing nothing."""
+    how, refusal = (f(tmp_path) for f in UNFOLLOWED_RESTORES[named])
+    _savepoint_of(tmp_path / "first", tmp_path / "savepoints" / "sp-1", "one")
+    (tmp_path / "link").symlink_to(tmp_path / "savepoints")
+    monkeypatch.chdir(tmp_path)
+    job = Job(tmp_path / "root", "heap")
+    job.close()
+    job.storage.write_restore_record(
+        RestoreRecord(directory=how, mode=RestoreMode.NO_CLAIM, checkpoint_id=1, kind="savepoint")
+    )
+    record = os.path.join(job.storage.job_dir, "_restore")
+    message = f"expected the directory in {record!r}{refusal}" if named != "linked" else refusal
+    where = record if named != "linked" else how
+    before = tree(tmp_path)
+    opened.clear()
+    backends = fresh_backends("heap")
+    with pytest.raises(CorruptCheckpointError) as caught:
+        CheckpointCoordinator.recover(job.storage, backends)
+    assert f"({where}: {message}); nothing was restored or deleted" in str(caught.value)
+    assert tree(tmp_path) == before
+    assert set(opened) <= {record, os.path.join(job.storage.job_dir, "_counter")}, opened
+    assert all(list(b.entries("value")) == [] for b in backends)
+    for backend in backends:
+        backend.close()
+
+
+@pytest.mark.parametrize("named", sorted(UNFOLLOWED_RESTORES))
+def test_a_restored_from_p6_refuses_is_reported_and_the_job_recovers_its_own_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: list[str], named: str
+) -> None:
+    """Regression: a job restored from ``savepoints/sp-1`` by an earlier
+    version recorded that relative name in ``_restore`` and in every
+    checkpoint's ``restored_from``; recovery read whatever lay at that name
+    from its working directory. (Likewise a name through ``..`` or a link,
+    resealed.) Recovery reports both and never reads the savepoint, restores
+    the job's own checkpoint, and records no snapshot the job started from."""
+    how, refusal = (f(tmp_path) for f in UNFOLLOWED_RESTORES[named])
+    _savepoint_of(tmp_path / "first", tmp_path / "savepoints" / "sp-1", "one")
+    (tmp_path / "link").symlink_to(tmp_path / "savepoints")
+    monkeypatch.chdir(tmp_path)
+    job = Job(
+        tmp_path / "root", "heap", how=(str(tmp_path / "savepoints" / "sp-1"), RestoreMode.NO_CLAIM)
+    )
+    job.put(range(5), "mine")
+    directory = job.checkpoint()
+    expected = job.contents()
+    job.close()
+    lineage = RestoreRecord(
+        directory=how, mode=RestoreMode.NO_CLAIM, checkpoint_id=1, kind="savepoint"
+    )
+    job.storage.write_restore_record(lineage)  # as the earlier version wrote them
+    reseal(directory, lambda document: document.update(restored_from=lineage.model_dump()))
+    opened.clear()
+    recovered = Job(tmp_path / "root", "heap", how="recover")
+    assert recovered.contents() == expected
+    record = os.path.join(job.storage.job_dir, "_restore")
+    report = recovered.coordinator.recovery
+    assert report is not None
+    if named == "linked":  # _restore as the checkpoint says: one refusal, of both
+        assert report.skipped == [Skipped(how, refusal)]
+    else:  # _restore refused as it is read, the checkpoint's restored_from when followed
+        assert report.skipped == [
+            Skipped(record, f"expected the directory in {record!r}{refusal}"),
+            Skipped(how, f"expected the directory the job was restored from{refusal}"),
+        ]
+    assert recovered.coordinator.restored_from is None
+    assert not [p for p in opened if "savepoints" in p or "link" in p], opened
+    recovered.close()
+
+
+def test_a_savepoint_claimed_through_a_link_is_never_deleted_by_name(tmp_path: Path) -> None:
+    """Regression: a savepoint CLAIMed through a symbolic link was recorded by
+    the link's name, so ``delete_savepoint`` given its real path took it for
+    a savepoint the job does not own and deleted the retained checkpoint.
+    The claim records the real path; by either name it is refused."""
+    _savepoint_of(tmp_path / "first", tmp_path / "savepoints" / "sp-1", "one")
+    (tmp_path / "link").symlink_to(tmp_path / "savepoints")
+    job = Job(tmp_path / "root", "heap", how=(str(tmp_path / "link" / "sp-1"), RestoreMode.CLAIM))
+    for name in (tmp_path / "savepoints" / "sp-1", tmp_path / "link" / "sp-1"):
+        with pytest.raises(InvalidArgumentError) as caught:
+            job.coordinator.delete_savepoint(str(name))
+        assert str(caught.value) == (
+            f"expected a savepoint the job does not own, {str(name)!r} was restored in CLAIM "
+            "mode and is retained as a checkpoint"
+        )
+    read_metadata(FileSystem(), str(tmp_path / "savepoints" / "sp-1"))
+    job.close()
+
+
+def test_a_restore_from_a_url_holding_a_parent_is_refused_before_anything_is_read(
+    tmp_path: Path, opened: list[str]
+) -> None:
+    """The record holds the snapshot absolute and normal (P6): a URL with
+    ``..`` (which a local path loses to its real path) is refused before its
+    ``_metadata`` is read or anything is written; the job directory stays absent."""
+    directory = f"memory://cowstate-{uuid.uuid4().hex}/savepoints/../sp-1"
+    storage = CheckpointStorage(str(tmp_path / "root"), "job")
+    backends = fresh_backends("heap")
+    opened.clear()
+    with pytest.raises(InvalidArgumentError) as caught:
+        CheckpointCoordinator.restore(storage, backends, directory, RestoreMode.CLAIM)
+    assert str(caught.value) == (
+        f"expected a snapshot directory to be normal (no empty, '.' or '..' name, no trailing "
+        f"'/'), got {directory!r}"
+    )
+    assert opened == [] and not (tmp_path / "root").exists()
+    for backend in backends:
+        backend.close()
 
 
 def test_a_torn_counter_never_hands_out_an_id_twice(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
@@ -48,7 +49,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from restore_support import SER, craft
+from test_value_codec import VALUES as CODEC_VALUES
+from test_value_codec import canon
 
+from cowstate import VOID_NAMESPACE, value_codec
 from cowstate.errors import (
     BadMagicError,
     ChecksumMismatchError,
@@ -74,9 +78,13 @@ from cowstate.key_groups import (
     compute_key_group_range_for_operator_index,
 )
 from cowstate.serializers import (
+    BytesSerializer,
     DefaultSerializer,
+    ImmutableSerializer,
     IntSerializer,
     LongSerializer,
+    PickleSerializer,
+    StateSerializer,
     StringSerializer,
 )
 from cowstate.snapshot import (
@@ -88,6 +96,7 @@ from cowstate.snapshot import (
     SnapshotReader,
     SnapshotWriter,
     StateMetadata,
+    ccodec,
     read_snapshot,
     restore_table,
     write_snapshot,
@@ -103,7 +112,19 @@ from cowstate.state_table import (
 )
 from cowstate_model.key_groups import assign_to_key_group as model_key_group
 from cowstate_model.state_table import ReferenceStateTable
+from cowstate_spec.bad_codecs import CODEC_BUGS, build_codec
 from cowstate_spec.contract import mutate_in_place
+from cowstate_spec.profiles import hunt_settings
+
+needs_codec = pytest.mark.skipif(
+    ccodec.CODEC is None,
+    reason="the C codec is not built or COWSTATE_PURE_PYTHON is set (test_c_codec.py)",
+)
+
+
+class SubInt(int):
+    """An int subclass: the value codec refuses it, pickle writes it."""
+
 
 Table = StateTable[Any, Any, Any]
 TableClass = type[StateTable[Any, Any, Any]]
@@ -3392,3 +3413,413 @@ def test_long_keys_are_checked_with_the_key_serializer_of_the_file(tmp_path: Pat
     assert sorted(restored.entries("a")) == sorted(
         (assign_to_key_group(k, MAXP, longs), k, "ns", f"a{k}") for k in (-1, -5, 3)
     )
+
+
+# ======================================================== the C codec's writer and reader
+# cowstate.snapshot.ccodec.CODEC is the C codec when built; None runs the Python loops
+# (the reference). Both write the same bytes and read the same entries, or fail alike.
+
+
+class RowsSerializer(DefaultSerializer):
+    """A user serializer (not built in) returning a bytearray: the writer frames rows."""
+
+    __slots__ = ()
+    identifier = "rows"
+
+    def serialize(self, state: Any) -> Any:
+        return bytearray(super().serialize(state))
+
+
+class TextSerializer(DefaultSerializer):
+    """A broken user serializer returning a str for some states."""
+
+    __slots__ = ()
+    identifier = "text"
+
+    def serialize(self, state: Any) -> Any:
+        return "not bytes" if state == 13 else super().serialize(state)
+
+
+class ShoutingDeserializer(DefaultSerializer):
+    """A user deserializer (the value codec's identifier, so files of the
+    default serializer restore with it) refusing some bytes with its own error."""
+
+    __slots__ = ()
+
+    def deserialize(self, data: bytes | bytearray | memoryview) -> Any:
+        value = super().deserialize(data)
+        if value == 13:
+            raise ValueError("thirteen")
+        return value
+
+
+CODEC_KEYS: dict[str, tuple[StateSerializer, st.SearchStrategy[Any]]] = {
+    "default": (DefaultSerializer(), st.integers(-(2**70), 2**70) | st.text(max_size=6)),
+    "int32": (IntSerializer(), st.integers(-(2**31), 2**31 - 1)),
+    "int64": (LongSerializer(), st.integers(-(2**63), 2**63 - 1) | st.just(2**63)),
+    "utf8": (StringSerializer(), st.text(st.integers(0xD800, 0xDFFF).map(chr) | st.characters())),
+    "bytes": (BytesSerializer(), st.binary(max_size=8)),
+    "pickle": (PickleSerializer(), st.integers()),
+}
+CODEC_NAMESPACES: dict[str, tuple[StateSerializer, st.SearchStrategy[Any]]] = {
+    "default": (DefaultSerializer(), st.sampled_from([VOID_NAMESPACE, "w1", "é", 7, (1, "x")])),
+    "utf8": (StringSerializer(), st.sampled_from(["", "w", "\ud800é😀"])),
+    "rows": (RowsSerializer(), st.sampled_from(["a", VOID_NAMESPACE])),
+}
+CODEC_STATES: dict[str, tuple[StateSerializer, st.SearchStrategy[Any]]] = {
+    "default": (DefaultSerializer(), CODEC_VALUES),
+    "immutable": (ImmutableSerializer(), CODEC_VALUES),
+    "default, falling back": (
+        DefaultSerializer(),
+        st.sampled_from([bytearray(b"x"), [bytearray(b"q")], (SubInt(1),), {"k": SubInt(2)}]),
+    ),
+    "pickle": (PickleSerializer(), CODEC_VALUES | st.builds(SubInt, st.integers())),
+    "rows": (RowsSerializer(), CODEC_VALUES),
+    "text": (TextSerializer(), st.integers(10, 15)),
+    "shouting": (ShoutingDeserializer(), st.integers(10, 15)),
+    "int32": (IntSerializer(), st.integers(-(2**31), 2**31 - 1) | st.just(True)),
+    "bytes": (BytesSerializer(), st.binary(max_size=4)),
+}
+
+
+def outcome(run: Callable[[], Any]) -> tuple[str, Any]:
+    """("ok", result) or ("error", (class, message, cause class))."""
+    try:
+        return ("ok", run())
+    except Exception as exc:
+        cause = type(exc.__cause__) if exc.__cause__ is not None else None
+        return ("error", (type(exc), str(exc), cause))
+
+
+def both_ways(run: Callable[[], Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """``run`` with the C codec, then with the Python loops."""
+    with_c = outcome(run)
+    with monkeypatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(run)
+    return with_c, with_python
+
+
+def canon_entries(restored: RestoredSnapshot) -> Any:
+    return {
+        name: sorted(
+            (kg, repr(canon(k)), repr(canon(n)), repr(canon(s)))
+            for kg, k, n, s in restored.entries(name)
+        )
+        for name in restored.blocks
+    }
+
+
+@st.composite
+def codec_snapshots(draw: st.DrawFn) -> tuple[TableClass, str, str, str, list[Any]]:
+    key_name = draw(st.sampled_from(list(CODEC_KEYS)))
+    ns_name = draw(st.sampled_from(list(CODEC_NAMESPACES)))
+    state_name = draw(st.sampled_from(list(CODEC_STATES)))
+    entries = draw(
+        st.lists(
+            st.tuples(
+                CODEC_KEYS[key_name][1], CODEC_NAMESPACES[ns_name][1], CODEC_STATES[state_name][1]
+            ),
+            max_size=40,
+        )
+    )
+    return draw(st.sampled_from(TABLES)), key_name, ns_name, state_name, entries
+
+
+@needs_codec
+@given(codec_snapshots())
+def test_the_c_codec_writes_and_reads_the_python_loops_bytes_and_entries(
+    case: tuple[TableClass, str, str, str, list[Any]],
+) -> None:
+    check_codec_file(ccodec.CODEC, *case)
+
+
+def check_codec_file(
+    codec: Any, cls: TableClass, key_name: str, ns_name: str, state_name: str, entries: list[Any]
+) -> None:
+    """The differential check: one table, two snapshots, one written with ``codec``
+    and one by the Python loops; the files are equal (or both writes fail alike),
+    and the C reader and the Python reader read them alike."""
+    key_ser = CODEC_KEYS[key_name][0]
+    meta = StateMetaInfo(
+        "state", StateKind.VALUE, CODEC_NAMESPACES[ns_name][0], CODEC_STATES[state_name][0]
+    )
+    table: Table = cls(SMALL_RANGE, SMALL_MAXP, meta=meta, key_serializer=key_ser)
+    for key, namespace, state in entries:
+        # refused: a key of another type than the first, or without a key group
+        with contextlib.suppress(CowStateError):
+            table.put(key, namespace, state)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        first, second = table.snapshot(), table.snapshot()
+        with_c = outcome(lambda: written(first))
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(lambda: written(second))
+        assert with_c == with_python
+        if with_c[0] != "ok":
+            return
+        data = with_c[1]
+
+        def read() -> Any:
+            restored = read_snapshot(
+                data, SMALL_RANGE, metas={"state": meta}, key_serializer=key_ser
+            )
+            return canon_entries(restored)
+
+        by_python = outcome(read)
+        patch.setattr(ccodec, "CODEC", codec)
+        by_c = outcome(read)
+        assert by_c == by_python
+
+
+@needs_codec
+@pytest.mark.parametrize("cls", TABLES)
+def test_a_value_the_c_codec_hands_back_is_written_by_its_python_serializer(
+    cls: TableClass,
+) -> None:
+    """In one file, beside C-encoded entries: a bytearray state (the value codec
+    writes it as bin), a subclass under pickle, rows of a bytearray serializer."""
+    for state_name, states in [
+        ("default, falling back", [1, bytearray(b"x"), "é", [bytearray(b"ab")], (2,)]),
+        ("pickle", [1, SubInt(2), "é"]),
+        ("rows", [1, "é", (1, 2)]),
+    ]:
+        entries = [(i, VOID_NAMESPACE, s) for i, s in enumerate(states)]
+        check_codec_file(ccodec.CODEC, cls, "default", "default", state_name, entries)
+        # the same on the first, a middle and the last entry of a key group
+        check_codec_file(ccodec.CODEC, cls, "int32", "utf8", state_name, entries[::-1])
+
+
+class RecordingSerializer(DefaultSerializer):
+    """Records every call (the role is the serializer's name)."""
+
+    __slots__ = ("calls", "role")
+    identifier = "recording"
+
+    def __init__(self, role: str, calls: list[tuple[str, Any]]) -> None:
+        self.role = role
+        self.calls = calls
+
+    def serialize(self, state: Any) -> bytes:
+        self.calls.append((self.role, state))
+        return super().serialize(state)
+
+
+@needs_codec
+def test_the_c_writer_calls_each_python_serializer_once_per_value_in_the_python_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, Any]] = []
+    meta = StateMetaInfo(
+        "state",
+        StateKind.VALUE,
+        RecordingSerializer("namespace", calls),
+        RecordingSerializer("state", calls),
+    )
+    table: Table = CopyOnWriteStateTable(
+        SMALL_RANGE, SMALL_MAXP, meta=meta, key_serializer=RecordingSerializer("key", calls)
+    )
+    fill(table, None, small_entries(30))
+
+    def write() -> tuple[bytes, list[tuple[str, Any]]]:
+        calls.clear()
+        data = written(table.snapshot())
+        return data, list(calls)
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert len(with_c[1][1]) == 3 * 30
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_serializers_error_propagates_from_the_c_writer_as_from_the_python_one(
+    at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = [(i, VOID_NAMESPACE, 10 + i) for i in range(5)]
+    bad = {"first": 0, "middle": 2, "last": 4}[at]
+    cases: list[tuple[StateSerializer, tuple[int, Any, Any]]] = [
+        (TextSerializer(), (bad, VOID_NAMESPACE, 13)),  # a str: b"".join fails
+        (DefaultSerializer(), (bad, VOID_NAMESPACE, SubInt(13))),  # UnsupportedValueError
+        (IntSerializer(), (bad, VOID_NAMESPACE, 2**40)),  # InvalidArgumentError
+    ]
+    for state_ser, refused in cases:
+        entries[bad] = refused
+        meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), state_ser)
+        table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1, meta=meta)
+        fill(table, None, entries)
+
+        def write(table: Table = table) -> bytes:
+            return written(table.snapshot())
+
+        with_c, with_python = both_ways(write, monkeypatch)
+        assert with_c == with_python
+        assert with_c[0] == "error"
+
+
+def crafted_state_file(states: list[bytes], *, keys: list[bytes] | None = None) -> bytes:
+    """A one-state file of one key group (max parallelism 1) whose entries hold
+    the given state bytes (int keys 0.. by default, namespace VOID_NAMESPACE)."""
+    meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), DefaultSerializer())
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1, meta=meta)
+    fill(table, None, [(i, VOID_NAMESPACE, i) for i in range(len(states))])
+    layout = decode_layout(written(table.snapshot()))
+    [block] = layout.blocks
+    [(state_id, rows)] = block.sections
+    by_key = {value_codec.decode(key): (ns, key) for ns, key, _ in rows}
+    new_rows = [
+        (by_key[i][0], keys[i] if keys else by_key[i][1], data) for i, data in enumerate(states)
+    ]
+    payload = encode_payload([(state_id, new_rows)])
+    return encode_file(layout.metadata_raw, [(0, len(new_rows), payload)])
+
+
+def good_state(i: int) -> bytes:
+    return value_codec.encode(f"state {i}")
+
+
+BROKEN_ENTRIES: dict[str, bytes] = {
+    "undecodable state": b"\x01\xc1",
+    "a version byte of another codec": b"\x80\x05K\x01.",
+    "a None state (E1)": value_codec.encode(None),
+    "a truncated map": b"\x01\x82\x01",
+    "a timestamp the C decoder hands back": b"\x01\xd6\xff\x00\x00\x00\x01",  # decodes
+    "thirteen, refused by a user deserializer": value_codec.encode(13),
+}
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+@pytest.mark.parametrize("broken", list(BROKEN_ENTRIES))
+def test_the_c_reader_refuses_an_entry_as_the_python_reader_does(
+    broken: str, at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = [good_state(i) for i in range(5)]
+    states[{"first": 0, "middle": 2, "last": 4}[at]] = BROKEN_ENTRIES[broken]
+    data = crafted_state_file(states)
+    for state_ser in (DefaultSerializer(), ShoutingDeserializer()):
+        meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), state_ser)
+
+        def read(meta: StateMetaInfo = meta) -> Any:
+            restored = read_snapshot(data, KeyGroupRange(0, 0), metas={"state": meta})
+            return canon_entries(restored)
+
+        with_c, with_python = both_ways(read, monkeypatch)
+        assert with_c == with_python
+        refused = not broken.startswith(("a timestamp", "thirteen")) or (
+            broken.startswith("thirteen") and type(state_ser) is ShoutingDeserializer
+        )
+        assert with_c[0] == ("error" if refused else "ok"), with_c
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_the_c_reader_stops_at_a_cut_entry_as_the_python_reader_does(
+    at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = [good_state(i) for i in range(5)]
+    data = crafted_state_file(states)
+    layout = decode_layout(data)
+    [block] = layout.blocks
+    [(state_id, rows)] = block.sections
+    cut = {"first": 0, "middle": 2, "last": 4}[at]
+    payload = encode_payload([(state_id, rows)])
+    framed = len(encode_payload([(state_id, rows[: cut + 1])]))
+    for shortened in (payload[: framed - 2], payload[: framed - 5] + b"\xff\xff\xff\xff"):
+        crafted = encode_file(layout.metadata_raw, [(0, 5, shortened)])
+
+        def read(crafted: bytes = crafted) -> int:
+            return read_snapshot(crafted, KeyGroupRange(0, 0)).size("state")
+
+        with_c, with_python = both_ways(read, monkeypatch)
+        assert with_c == with_python
+        assert with_c[0] == "error"
+
+
+@needs_codec
+def test_a_keyboard_interrupt_in_a_deserializer_passes_the_c_reader_unwrapped() -> None:
+    class Interrupting(DefaultSerializer):
+        __slots__ = ()
+
+        def deserialize(self, data: bytes | bytearray | memoryview) -> Any:
+            raise KeyboardInterrupt
+
+    data = crafted_state_file([good_state(0)])
+    meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        read_snapshot(data, KeyGroupRange(0, 0), metas={"state": meta})
+
+
+@needs_codec
+@pytest.mark.parametrize("bug", CODEC_BUGS, ids=lambda bug: bug.name)
+def test_the_file_differential_catches_the_planted_codec_bug(bug: Any) -> None:
+    bad = build_codec(bug)
+
+    @hunt_settings(max_examples=200, stateful_step_count=1)
+    @given(codec_snapshots())
+    def differential(case: tuple[TableClass, str, str, str, list[Any]]) -> None:
+        check_codec_file(bad, *case)
+
+    with pytest.raises(AssertionError):
+        differential()
+    check_codec_file(build_codec(), CopyOnWriteStateTable, "utf8", "utf8", "default", [])
+
+
+@needs_codec
+@pytest.mark.parametrize("ns_name", ["default", "utf8"])
+def test_the_c_reader_reuses_a_namespace_only_for_the_same_bytes(
+    ns_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of one namespace skip its parse; namespaces whose bytes have the same
+    length (and the same length prefix) are not the same namespace."""
+    ns_ser = CODEC_NAMESPACES[ns_name][0]
+    meta = StateMetaInfo("state", StateKind.VALUE, ns_ser, DefaultSerializer())
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1, meta=meta)
+    fill(table, None, [(0, "a", "x")])
+    layout = decode_layout(written(table.snapshot()))
+    names = ["a", "b", "b", "a", "c", "c", "a"]
+    entries = [(k, ns, f"{k}{ns}") for k, ns in enumerate(names)]
+    rows = [
+        (ns_ser.serialize(ns), value_codec.encode(k), value_codec.encode(s)) for k, ns, s in entries
+    ]
+    data = encode_file(layout.metadata_raw, [(0, len(rows), encode_payload([(0, rows)]))])
+
+    def read() -> Any:
+        restored = read_snapshot(data, KeyGroupRange(0, 0), metas={"state": meta})
+        return restored_contents(restored)
+
+    with_c, with_python = both_ways(read, monkeypatch)
+    assert with_c == with_python == ("ok", contents(entries))
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["none", "first", "middle", "last"])
+@pytest.mark.parametrize("needs", ["a list state", "a value handed back", "a big int"])
+def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
+    at: str, needs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One key group of 3,000 entries (the C writer releases the GIL from 1,024
+    on): immutable states, and one that needs the GIL back (or, a big int, does
+    not) first, in the middle or last."""
+    entries: list[tuple[Any, Any, Any]] = [
+        (i, VOID_NAMESPACE if i % 7 else "é", (i, f"s{i}é", b"x" * (i % 5), 0.5))
+        for i in range(3000)
+    ]
+    if at != "none":
+        where = {"first": 0, "middle": 1500, "last": 2999}[at]
+        special = {"a list state": [1, 2], "a value handed back": bytearray(b"q")}
+        entries[where] = (where, VOID_NAMESPACE, special.get(needs, 2**100))
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1)
+    fill(table, None, entries)
+
+    def write() -> bytes:
+        return written(table.snapshot())
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert with_c[0] == "ok"
+    restored = read_snapshot(with_c[1], KeyGroupRange(0, 0))
+    expected = [
+        (k, n, bytes(s) if type(s) is bytearray else s) for k, n, s in entries
+    ]  # the value codec writes a bytearray as bin: it comes back as bytes
+    assert restored_contents(restored) == contents(expected)

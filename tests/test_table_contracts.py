@@ -22,8 +22,11 @@ instead of 1, ...) are listed in ``docs/equivalent-mutants.md``.
 
 from __future__ import annotations
 
+import gc
 import io
 import pickle
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -1255,10 +1258,49 @@ def test_empty_map_state_views_are_empty_lists() -> None:
         assert state.items() == [("u", 1), ("v", 2)]
 
 
-def test_void_namespace_is_one_named_value() -> None:
-    assert repr(VOID_NAMESPACE) == "VOID_NAMESPACE" and str(VOID_NAMESPACE) == "VOID_NAMESPACE"
-    assert pickle.loads(pickle.dumps(VOID_NAMESPACE)) is VOID_NAMESPACE
-    assert hash(VOID_NAMESPACE) == 99
+#: The contract of VOID_NAMESPACE, whichever type it is: one instance that
+#: pickle, copy, deepcopy and the value codec give back as itself, hash 99,
+#: equal to itself only; prints the checks it passed.
+VOID_CONTRACT = """
+import copy, pickle
+from cowstate import VOID_NAMESPACE as V
+from cowstate.keyed_state import VoidNamespace
+from cowstate.serializers import DefaultSerializer
+assert repr(V) == "VOID_NAMESPACE" and str(V) == "VOID_NAMESPACE"
+assert VoidNamespace() is V and type(V) is VoidNamespace
+assert hash(V) == 99 and V == V and not V != V
+assert V != 99 and V != "VOID_NAMESPACE" and V != None and not V == object()
+for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+    assert pickle.loads(pickle.dumps(V, protocol)) is V
+    assert pickle.loads(pickle.dumps([V, (V,)], protocol))[1][0] is V
+assert copy.copy(V) is V and copy.deepcopy({"n": [V]})["n"][0] is V
+codec = DefaultSerializer()
+assert codec.deserialize(codec.serialize(V)) is V
+assert codec.deserialize(codec.serialize((1, V)))[1] is V
+print(type(V).__module__, type(V).__qualname__, bool(type(V).__flags__ & (1 << 14)))
+"""
+
+
+def test_void_namespace_is_one_named_value_the_collector_never_tracks() -> None:
+    # Issue 28: a Python class is always a GC type, so every map entry holding
+    # VOID_NAMESPACE counted for a full collection; cowstate._void's type is not.
+    exec(VOID_CONTRACT, {})
+    assert not type(VOID_NAMESPACE).__flags__ & (1 << 14)  # Py_TPFLAGS_HAVE_GC
+    assert not gc.is_tracked(VOID_NAMESPACE) and gc.get_referents(VOID_NAMESPACE) == []
+    with pytest.raises(TypeError):
+        type("Sub", (type(VOID_NAMESPACE),), {})  # one instance: no subclasses
+    with pytest.raises(TypeError, match="takes no arguments"):
+        type(VOID_NAMESPACE)(1)  # type: ignore[call-arg]  # the refusal under test
+
+
+def test_without_the_extension_void_namespace_keeps_its_contract() -> None:
+    # cowstate._void not built: the Python singleton, a GC type, same contract.
+    code = "import sys; sys.modules['cowstate._void'] = None\n" + VOID_CONTRACT
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["cowstate.keyed_state", "PythonVoidNamespace", "True"]
 
 
 # ------------------------------------------------------------ descriptors

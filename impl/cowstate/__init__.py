@@ -68,6 +68,7 @@ from cowstate.key_groups import (
     compute_operator_index_for_key_group,
 )
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.map_contract import StateEntry
 from cowstate.maps import IMPLEMENTATION, CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
@@ -81,7 +82,6 @@ from cowstate.serializers import (
     StringSerializer,
 )
 from cowstate.snapshot import read_snapshot, restore_table, write_snapshot
-from cowstate.state_map import StateEntry
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 

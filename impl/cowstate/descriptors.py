@@ -402,7 +402,7 @@ def _delete(stored: dict[Any, Any], user_key: Any) -> dict[Any, Any]:
 def _check_user_key(user_key: object) -> None:
     try:
         hash(user_key)
-    except TypeError:
+    except TypeError as exc:  # chained: the user's TypeError, or CPython's "unhashable type"
         raise UnhashableKeyError(
             f"expected a hashable user key, got {type(user_key).__name__} {user_key!r}"
-        ) from None
+        ) from exc

@@ -53,6 +53,7 @@ from cowstate.key_groups import KeyGroupRange, check_key_group_range
 from cowstate.key_types import KeyTypes
 from cowstate.keyed_state import KeyContext, KeyedState, StateHolder
 from cowstate.kinds import KINDS
+from cowstate.map_contract import StateEntry
 from cowstate.protocols import KeyedTable
 from cowstate.serializers import (
     DefaultSerializer,
@@ -69,7 +70,7 @@ from cowstate.snapshot.compat import (
     check_serializer,
 )
 from cowstate.snapshot.format import SnapshotMetadata
-from cowstate.state_meta import SnapshotFormat, StateEntry, StateKind, StateMetadata, StateMetaInfo
+from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
 from cowstate.table_base import TableBase
 
 __all__ = ["AbstractKeyedStateBackend", "SnapshotFuture", "StagedRestore"]

@@ -17,6 +17,11 @@ table calls at the current key and namespace (``_get``, ``_put``,
 At run time this module imports no table, no protocol and no descriptor (they
 are named for the type checker only), so :mod:`cowstate.kinds` -- which the
 snapshot checks read -- sits below the tables.
+
+:data:`VOID_NAMESPACE`, the namespace of state without one, and its types
+are defined in :mod:`cowstate.void_namespace` (the lowest layer, so the value
+codec reads it) and re-exported here, their public home: pickle stores
+``cowstate.keyed_state.VOID_NAMESPACE``.
 """
 
 from __future__ import annotations
@@ -28,38 +33,21 @@ from cowstate.errors import InvalidArgumentError, NoCurrentKeyError, UnhashableK
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.key_types import KeyTypes
 from cowstate.serializers import StateSerializer
+from cowstate.void_namespace import VOID_NAMESPACE, PythonVoidNamespace, VoidNamespace
 
 if TYPE_CHECKING:  # for the annotations only: both import this module
     from cowstate.descriptors import StateDescriptor
     from cowstate.protocols import KeyedTable
 
-__all__ = ["VOID_NAMESPACE", "KeyContext", "KeyedState", "StateHolder", "VoidNamespace"]
+__all__ = [
+    "VOID_NAMESPACE",
+    "KeyContext",
+    "KeyedState",
+    "PythonVoidNamespace",
+    "StateHolder",
+    "VoidNamespace",
+]
 
-
-class VoidNamespace:
-    """The namespace of state that has none (Flink's ``VoidNamespace``): a singleton."""
-
-    _instance: VoidNamespace | None = None
-
-    def __new__(cls) -> VoidNamespace:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __hash__(self) -> int:
-        return 99  # VoidNamespace.hashCode() in Flink
-
-    def __eq__(self, other: object) -> bool:
-        return other is self
-
-    def __repr__(self) -> str:
-        return "VOID_NAMESPACE"
-
-    def __reduce__(self) -> str:
-        return "VOID_NAMESPACE"  # pickles by reference: one instance
-
-
-VOID_NAMESPACE = VoidNamespace()
 
 _NO_KEY: Any = object()
 

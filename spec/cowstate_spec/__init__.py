@@ -24,7 +24,9 @@ What the machines and the differential run check:
 - :mod:`cowstate_spec.keys`: keys with chosen hashes (collisions, long chains);
 - :mod:`cowstate_spec.hostile`: user code that raises (rule U): probe keys,
   states whose copy raises, states too deep to copy, transform functions that
-  mutate then raise;
+  mutate then raise; probe keys whose ``__eq__`` changes the map (rule R);
+- :mod:`cowstate_spec.collected`: tracked states, and the map machines' check
+  that a state nothing holds any more has no reference left;
 - :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch;
 - :mod:`cowstate_spec.bad_checks`: restore checks broken to sample or to count,
   which the restore tests must catch.

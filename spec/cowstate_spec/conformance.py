@@ -35,7 +35,8 @@ snapshots.
 **Capabilities.** :class:`~cowstate_spec.implementations.Capabilities` says
 where an implementation departs from cowstate's contract (no snapshots,
 ``put`` returning nothing, copies from ``get``, no fail-fast iteration,
-``None`` accepted as a state) and how it refuses bad input (its own
+``None`` accepted as a state, states kept after they are replaced or
+removed) and how it refuses bad input (its own
 exception types). The checks that need what an implementation lacks are
 skipped, never failed; :func:`skipped_checks` names them, and every route
 reports them (the machine class's ``skipped_checks``, the pytest terminal
@@ -89,6 +90,8 @@ CHECKS: dict[str, str] = {
     "mutations_persist": "a state mutated in place after get stays mutated",
     "fail_fast": "iterators failing fast across an insert, a remove or a rehash step",
     "refuses_none": "put of None refused",
+    "frees_states": "a leaked reference (a state replaced or removed, held by no open "
+    "snapshot, must have no reference left)",
     "structure": "structural invariants and snapshot fingerprints (no checker given)",
     "rehash": "the rules aimed at a running rehash (the implementation's rehash is not visible)",
 }
@@ -206,6 +209,8 @@ def skipped_checks(target: Implementation) -> list[str]:
     ]
     if not capabilities.refuses_none:
         skipped.append(CHECKS["refuses_none"])
+    if not capabilities.frees_states and not target.table:
+        skipped.append(CHECKS["frees_states"])
     if process is not None:
         return skipped + list(process())
     if target.check is None:

@@ -15,6 +15,10 @@ go on using what it stored:
   reflected ``__eq__`` first, even against a ``HashKey``), and raises
   :class:`Trapped` from ``__eq__`` (``trap="eq"``) or from ``__hash__``
   (``trap="hash"``).
+- :class:`ReentrantKey` is a probe too, hashing as a mapped key, whose first
+  ``__eq__`` runs a callback that changes the map being searched (rule R of
+  :mod:`cowstate.state_map`: the search must start over); afterwards it is
+  equal to itself only.
 - :class:`CopyTrapList` is a list state that copies like a list, except
   while :func:`armed` is active: then its ``__deepcopy__`` raises.
 - :func:`deep_state` builds a list nested deeper than a deep copy can go.
@@ -31,9 +35,9 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cowstate_spec.contract import mutate_in_place
@@ -43,6 +47,7 @@ __all__ = [
     "CopyTrapList",
     "MutateThenRaise",
     "RaisingHash",
+    "ReentrantKey",
     "TrapKey",
     "Trapped",
     "armed",
@@ -75,6 +80,33 @@ class TrapKey(HashKey):
 
     def __repr__(self) -> str:
         return f"TrapKey({self.value!r}, {self.hash_value!r}, {self.py_hash!r}, {self.trap!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class ReentrantKey(HashKey):
+    """A probe key hashing as ``py_hash`` whose first ``__eq__`` calls
+    ``reenter()`` (which puts into the map that compares it), then compares
+    by identity, as every later ``__eq__`` does. ``fired`` says whether it ran."""
+
+    py_hash: int = 0
+    reenter: Callable[[], object] = field(default=lambda: None, repr=False)
+    _fired: list[bool] = field(default_factory=lambda: [False], repr=False)
+
+    @property
+    def fired(self) -> bool:
+        return self._fired[0]
+
+    def __hash__(self) -> int:
+        return self.py_hash
+
+    def __eq__(self, other: object) -> bool:
+        if not self._fired[0]:
+            self._fired[0] = True
+            self.reenter()
+        return other is self
+
+    def __repr__(self) -> str:
+        return f"ReentrantKey({self.value!r}, {self.hash_value!r}, {self.py_hash!r})"
 
 
 _ARMED = [False]

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import ConcurrentModificationError, CowStateError
 from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRange
-from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.protocols import KeyedTable
 from cowstate.serializers import PickleSerializer, StateSerializer
@@ -34,6 +33,7 @@ from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, MapFactory
 from cowstate_model import ReferenceStateMap
 from cowstate_model.state_table import ReferenceStateTable
+from cowstate_spec.cmap_view import C_MAP_CLASS, PROBE_ERROR
 from cowstate_spec.invariants import (
     SnapshotFingerprint,
     TableFingerprint,
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from rocksdict import Rdict
 
     from cowstate.rocksdb.table import RocksDBStateTable
+    from cowstate_spec._cmap_probe import Fingerprint
 
 __all__ = [
     "C_MAP",
@@ -69,7 +70,7 @@ __all__ = [
 ]
 
 Checker = Callable[[Any, Sequence[Any]], None]
-Fingerprinter = Callable[..., SnapshotFingerprint | TableFingerprint]
+Fingerprinter = Callable[..., "SnapshotFingerprint | Fingerprint | TableFingerprint"]
 #: Called before a keyed operation; what it returns is called after it succeeded.
 StepChecker = Callable[[Any], Callable[[], None]]
 
@@ -94,6 +95,15 @@ class Capabilities:
       ``concurrent_modification`` (``ConcurrentModificationError``). RocksDB's
       iteration reads in chunks and sees such a change or not, never raising.
     - ``refuses_none``: ``put`` of ``None`` is refused (``None`` means absent).
+    - ``frees_states``: a state the map maps no more (replaced or removed) has
+      no reference left once no open snapshot holds it, so the machines and
+      the differential runner watch the lifetimes of the states it is given
+      (:mod:`cowstate_spec.collected`) and fail a leaked reference. False
+      where that cannot be seen or is not promised: a map in a child process
+      (:mod:`cowstate_spec.process_impl`: its objects are out of this
+      process's reach), or someone else's map that keeps states on purpose
+      (a cache, a free list). A state table's states are watched through
+      its maps' own checks, never the table's.
     - ``refusals``: the exceptions bad input is refused with (cowstate's
       hierarchy; an implementation of someone else names its own, e.g.
       ``(ValueError, TypeError)``): any other exception is a crash.
@@ -109,6 +119,7 @@ class Capabilities:
     mutations_persist: bool = True
     fail_fast: bool = True
     refuses_none: bool = True
+    frees_states: bool = True
     refusals: tuple[type[BaseException], ...] = (CowStateError,)
     concurrent_modification: type[BaseException] = ConcurrentModificationError
 
@@ -171,9 +182,10 @@ def _cow(name: str, capacity: int, cls: type[Any] = CopyOnWriteStateMap) -> Impl
     return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
 
-#: The C map (cowstate._cmap), or None where it was not built; a test fails
-#: then unless COWSTATE_PURE_PYTHON=1 (tests/test_implementations.py).
-C_MAP = c_map_class()
+#: The C map (cowstate._cmap), or None where it was not built or its probe
+#: (cowstate_spec._cmap_probe, which checks it) not with it; a test fails then
+#: unless COWSTATE_PURE_PYTHON=1 (tests/test_implementations.py).
+C_MAP = C_MAP_CLASS
 
 
 class PureMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
@@ -417,7 +429,11 @@ def by_name(name: str) -> Implementation:
     if is_factory_name(name):
         return factory_implementation(name)
     known = ", ".join(i.name for i in IMPLEMENTATIONS)
-    raise KeyError(
-        f"expected one of {known}, bad-<bug>, {', '.join(process_impl.ADAPTERS)}, "
-        f"process:COMMAND or package.module:factory, got {name!r}"
-    )
+    adapters = ", ".join(process_impl.ADAPTERS)
+    alternatives = f"{known}, bad-<bug>, {adapters}, process:COMMAND or package.module:factory"
+    if C_MAP is None and name.startswith("c-"):
+        raise KeyError(
+            f"expected one of {alternatives}, got {name!r}: the C map is checked "
+            f"through its probe, which did not import here ({PROBE_ERROR})"
+        )
+    raise KeyError(f"expected one of {alternatives}, got {name!r}")

@@ -257,10 +257,11 @@ def _parse(path: Path, text: str) -> Any:
 
 
 def _default_implementations() -> list[str]:
-    """Both maps: the pure one, and the C one where it is built."""
-    from cowstate.maps import c_map_class
+    """Both maps: the pure one, and the C one where it is built and checkable
+    (its probe built with it)."""
+    from cowstate_spec.cmap_view import C_MAP_CLASS
 
-    return ["cow-map"] if c_map_class() is None else ["cow-map", "c-map"]
+    return ["cow-map"] if C_MAP_CLASS is None else ["cow-map", "c-map"]
 
 
 def _table_implementations() -> list[str]:

@@ -43,22 +43,29 @@ P5. Every name read from a file passes one check, :func:`check_name`, before
     at most :data:`MAX_NAME_BYTES`: what the operating system would refuse
     with a raw ``ValueError`` or ``OSError`` is refused here, naming what is
     wrong. (A name listed from a directory is used only when it is exactly
-    a name the job writes: ``chk-<id>`` with a canonical decimal id.)
-P6. The directory of a ``_savepoint`` intent is absolute and normal: a local
+    a name the job writes: ``chk-<id>`` with a canonical decimal id.) A
+    path, URL or name a caller gives an entry point (a storage root, a job
+    id, a savepoint or snapshot directory) passes the same check,
+    :func:`check_argument`, before anything is read or written: the
+    caller's mistake is an :class:`~cowstate.errors.InvalidArgumentError`.
+P6. A directory the job records to find again -- that of a ``_savepoint``
+    intent and of a ``_restore`` record -- is absolute and normal: a local
     path starting with ``/`` or a URL ``<protocol>://...``, with no empty,
     ``.`` or ``..`` name and no trailing ``/``; it is never resolved against
-    the working directory. Its token is 32 lowercase hex digits (so the
-    marker it names is one file of the directory). A savepoint records its
-    directory this way (a local one as its real path); recovery also
-    requires a local one to be its own real path (no symbolic link at any
-    level) before it looks inside (R1 of :mod:`~cowstate.checkpoint.recovery`).
+    the working directory. An intent's token is 32 lowercase hex digits (so
+    the marker it names is one file of the directory). A savepoint and a
+    restore record their directory this way (a local one as its real path);
+    recovery also requires a local one to be its own real path (no symbolic
+    link at any level) before it looks inside (R1, R2 of
+    :mod:`~cowstate.checkpoint.recovery`).
 
 Violations raise :class:`~cowstate.errors.UnsafePathError` (a
 :class:`~cowstate.errors.CorruptCheckpointError`) before any file is
-opened. Deletion has its own, stricter rule, kept by the coordinator: it
-deletes only inside the job's own directory, plus the listed files of a
-snapshot restored in CLAIM mode, plus an interrupted savepoint's directory
-holding the marker the savepoint wrote (R1).
+opened; a caller's argument, :class:`~cowstate.errors.InvalidArgumentError`.
+Deletion has its own, stricter rule, kept by the coordinator: it deletes
+only inside the job's own directory, plus the listed files of a snapshot
+restored in CLAIM mode, plus an interrupted savepoint's directory holding
+the marker the savepoint wrote (R1), plus what a failed savepoint wrote.
 """
 
 from __future__ import annotations
@@ -66,13 +73,14 @@ from __future__ import annotations
 import os
 import re
 
-from cowstate.errors import UnsafePathError
+from cowstate.errors import InvalidArgumentError, UnsafePathError
 
 __all__ = [
     "MAX_COMPONENTS",
     "MAX_LENGTH",
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
+    "check_argument",
     "check_directory",
     "check_exclusive_path",
     "check_file_name",
@@ -80,6 +88,7 @@ __all__ = [
     "check_shared_path",
     "is_inside",
     "shared_path",
+    "shown",
 ]
 
 MAX_COMPONENTS = 8
@@ -110,27 +119,37 @@ def check_name(name: object, what: str) -> str:
     if control is not None:
         raise UnsafePathError(
             f"expected {what} without NUL or other control characters, got "
-            f"U+{ord(control.group()):04X} at {control.start()} in {_shown(name)}"
+            f"U+{ord(control.group()):04X} at {control.start()} in {shown(name)}"
         )
     try:
         size = len(name.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise UnsafePathError(
             f"expected {what} of valid Unicode, got the lone surrogate "
-            f"U+{ord(name[exc.start]):04X} at {exc.start} in {_shown(name)}"
+            f"U+{ord(name[exc.start]):04X} at {exc.start} in {shown(name)}"
         ) from None
     if size > MAX_PATH_BYTES:
         raise UnsafePathError(
-            f"expected {what} of at most {MAX_PATH_BYTES} bytes, got {size} bytes: {_shown(name)}"
+            f"expected {what} of at most {MAX_PATH_BYTES} bytes, got {size} bytes: {shown(name)}"
         )
     for part in name.split("/"):
         part_size = len(part.encode("utf-8"))
         if part_size > MAX_NAME_BYTES:
             raise UnsafePathError(
                 f"expected {what} with every name between '/' of at most {MAX_NAME_BYTES} "
-                f"bytes, got one of {part_size} bytes: {_shown(part)}"
+                f"bytes, got one of {part_size} bytes: {shown(part)}"
             )
     return name
+
+
+def check_argument(name: object, what: str) -> str:
+    """``name`` if a file-system call may be given it (P5), else
+    :class:`InvalidArgumentError` naming ``what`` and what is wrong: a path,
+    URL or name a caller gave (not read from a file)."""
+    try:
+        return check_name(name, what)
+    except UnsafePathError as exc:
+        raise InvalidArgumentError(str(exc)) from None
 
 
 def check_file_name(name: object, what: str) -> str:
@@ -141,7 +160,7 @@ def check_file_name(name: object, what: str) -> str:
     if name in (".", "..") or not _COMPONENT.match(name):
         raise UnsafePathError(
             f"expected {what} to be one name of letters, digits, '.', '_' and '-' (not '.' "
-            f"or '..', no '/'), got {_shown(name)}"
+            f"or '..', no '/'), got {shown(name)}"
         )
     return name
 
@@ -154,7 +173,7 @@ def check_directory(name: object, what: str) -> str:
     url = _URL.match(name)
     if url is None and not name.startswith("/"):
         raise UnsafePathError(
-            f"expected {what} to be absolute (a path from '/' or a URL), got {_shown(name)}: "
+            f"expected {what} to be absolute (a path from '/' or a URL), got {shown(name)}: "
             "it would be resolved against the working directory"
         )
     rest = name[url.end() :] if url is not None else name
@@ -162,7 +181,7 @@ def check_directory(name: object, what: str) -> str:
     if any(part in ("", ".", "..") for part in parts):
         raise UnsafePathError(
             f"expected {what} to be normal (no empty, '.' or '..' name, no trailing '/'), got "
-            f"{_shown(name)}"
+            f"{shown(name)}"
         )
     return name
 
@@ -199,6 +218,11 @@ def is_inside(path: str, real_root: str) -> bool:
     return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
+def shown(name: str) -> str:
+    """``name`` as a message shows it: quoted, escaped, at most ``_SHOWN`` characters."""
+    return repr(name[:_SHOWN]) + (f" (of {len(name)} characters)" if len(name) > _SHOWN else "")
+
+
 # ------------------------------------------------------------ private helpers
 
 
@@ -223,8 +247,3 @@ def _components(path: object, what: str) -> list[str]:
                 f"'.', '_', '-' between '/'; no '..', no scheme, not absolute), got {path!r}"
             )
     return parts
-
-
-def _shown(name: str) -> str:
-    """``name`` as a message shows it: quoted, escaped, at most ``_SHOWN`` characters."""
-    return repr(name[:_SHOWN]) + (f" (of {len(name)} characters)" if len(name) > _SHOWN else "")

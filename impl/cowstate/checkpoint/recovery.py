@@ -25,7 +25,13 @@ R2. The candidates, newest first: the job's checkpoints whose ``_metadata``
     not confirm is reported and never read (a forged one cannot point
     recovery at another snapshot, or at another protocol's server), a lost
     one is replaced by the checkpoint's record; only a job without a
-    checkpoint of its own believes ``_restore`` as it is. The first that
+    checkpoint of its own believes ``_restore`` as it is. Either way the
+    snapshot is followed only to a directory named absolute and normal (P6:
+    ``_restore`` is checked as it is read, a checkpoint's ``restored_from``
+    here), outside what the job owns, by its own real path -- a restore
+    records it so; a relative one (an earlier version recorded the name as
+    given), one with ``..`` or one through a symbolic link is reported and
+    never followed (no snapshot the job started from, then). The first that
     restores into every backend (all subtasks or none) wins; each one passed
     over is reported with its reason. Corruption (``CorruptCheckpointError``,
     ``CheckpointNotFoundError``, ``SnapshotFormatError``) passes over a
@@ -54,6 +60,7 @@ from typing import TYPE_CHECKING
 
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata
 from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.paths import check_directory
 from cowstate.checkpoint.storage import (
     SAVEPOINT_MARKER,
     OnDisk,
@@ -129,11 +136,7 @@ class Recovery:
         restored_metadata: CheckpointMetadata | None = None
         if record is not None:
             try:
-                if storage.relation(record.directory) not in ("outside", "foreign"):
-                    raise UnsafePathError(
-                        f"expected _restore to name a snapshot outside what the job owns, got "
-                        f"{record.directory!r}"
-                    )
+                self._check_followed(record.directory)  # R2, P6
                 restored_metadata = read_metadata(storage.filesystem, record.directory)
             except CheckpointNotFoundError as exc:
                 # subsumed (CLAIM) or deleted by its owner: harmless once the job has a
@@ -214,6 +217,25 @@ class Recovery:
                 )
             )
         return lineage
+
+    def _check_followed(self, directory: str) -> None:
+        """R2: :class:`UnsafePathError` unless recovery may follow the snapshot
+        the job was restored from to ``directory``: absolute and normal (P6:
+        a ``_restore`` is checked as it is read, a checkpoint's
+        ``restored_from`` here -- one written before P6 may be relative), outside
+        what the job owns, and named by its own real path."""
+        storage = self.job.storage
+        check_directory(directory, "the directory the job was restored from")
+        if storage.relation(directory) not in ("outside", "foreign"):
+            raise UnsafePathError(
+                f"expected _restore to name a snapshot outside what the job owns, got {directory!r}"
+            )
+        local = storage.filesystem.local_path(directory)
+        if local is not None and os.path.realpath(local) != local:
+            raise UnsafePathError(
+                f"expected _restore to name a snapshot by its real path, {directory!r} leads "
+                f"through a symbolic link to {os.path.realpath(local)!r}: not followed"
+            )
 
     def _try_restore(
         self, directory: str, metadata: CheckpointMetadata, report: RecoveryReport

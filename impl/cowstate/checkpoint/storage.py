@@ -10,7 +10,8 @@ directory::
             keyed-state-..   exclusive files (heap snapshot files, RocksDB MANIFEST, ...)
         shared/              shared files (RocksDB SSTs), each under a fresh name
         _counter             the last checkpoint or savepoint id handed out
-        _restore             what the job was started from, and in which mode (sealed)
+        _restore             what the job was started from (its real path), and in
+                             which mode (sealed)
         _savepoint           the savepoint being written: its directory and a token
                              (sealed; see ``CheckpointCoordinator.trigger_savepoint``)
         anything else        not the job's: never deleted (a savepoint directory
@@ -46,7 +47,12 @@ from cowstate.checkpoint.handles import (
     RestoreRecord,
 )
 from cowstate.checkpoint.location import SnapshotLocation
-from cowstate.checkpoint.paths import check_directory, check_name
+from cowstate.checkpoint.paths import (
+    MAX_NAME_BYTES,
+    check_argument,
+    check_directory,
+    shown,
+)
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
 from cowstate.checkpoint.verify import parse_metadata
 from cowstate.errors import (
@@ -80,7 +86,7 @@ CLAIM_MARKER = ".cowstate-claimed-"
 #: decimal (P5). A listed ``chk-007``, ``chk-1`` with a newline after it, or ``chk-``
 #: with other Unicode digits is not one: not the job's, never read or deleted.
 _CHECKPOINT_DIR = re.compile(r"chk-(0|[1-9][0-9]*)\Z")
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class SavepointIntent(BaseModel):
@@ -112,14 +118,24 @@ class CheckpointStorage:
     def __init__(self, root: str, job_id: str, filesystem: FileSystem | None = None) -> None:
         if not isinstance(root, str) or not root:
             raise InvalidArgumentError(f"expected a root path or URL, got {root!r}")
-        if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        check_argument(root, "a root path or URL")  # P5
+        if not isinstance(job_id, str):
+            raise InvalidArgumentError(f"expected a job id (a string), got {job_id!r}")
+        if not _JOB_ID.match(job_id) or len(job_id) > MAX_NAME_BYTES:
             raise InvalidArgumentError(
-                f"expected a job id of letters, digits, '.', '_' and '-', got {job_id!r}"
+                f"expected a job id of 1 to {MAX_NAME_BYTES} letters, digits, '.', '_' and '-' "
+                f"(the first a letter or digit), got {shown(job_id)}"
+            )
+        if filesystem is not None and not isinstance(filesystem, FileSystem):
+            raise InvalidArgumentError(
+                f"expected a FileSystem or None, got {type(filesystem).__name__}"
             )
         self.filesystem = filesystem if filesystem is not None else FileSystem()
         self.root = root.rstrip("/") or "/"
         self.job_id = job_id
-        self.job_dir = self.filesystem.join(self.root, job_id)
+        self.job_dir = check_argument(  # P5: the root and the id together
+            self.filesystem.join(self.root, job_id), "the job directory (storage root/job id)"
+        )
         self.shared_dir = self.filesystem.join(self.job_dir, "shared")
 
     # ----------------------------------------------------------------- paths
@@ -142,7 +158,7 @@ class CheckpointStorage:
         """
         if not isinstance(directory, str) or not directory.strip("/"):
             raise InvalidArgumentError(f"expected a savepoint directory, got {directory!r}")
-        directory = directory.rstrip("/")
+        directory = check_argument(directory, "a savepoint directory").rstrip("/")  # P5
         where = self.relation(directory)
         if where != "outside" and where != "foreign":
             raise UnsafePathError(
@@ -180,6 +196,11 @@ class CheckpointStorage:
             return "owned"
         return "outside"
 
+    def is_same_directory(self, path: str, other: str) -> bool:
+        """True if ``path`` and ``other`` name one directory (links followed on
+        local disks)."""
+        return self._normalized(path) == self._normalized(other)
+
     def is_storage_root(self, path: str) -> bool:
         """True if ``path`` is this storage's root (links followed on local disks)."""
         return self._normalized(path) == self._normalized(self.root)
@@ -215,7 +236,7 @@ class CheckpointStorage:
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
         record = unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
-        check_name(record.directory, f"the directory in {path!r}")  # P5
+        check_directory(record.directory, f"the directory in {path!r}")  # P5, P6
         return record
 
     def write_restore_record(self, record: RestoreRecord) -> None:
@@ -226,17 +247,18 @@ class CheckpointStorage:
 
     # ------------------------------------------------------------ savepoints
 
-    def savepoint_intent_directory(self, directory: str) -> str:
-        """``directory`` (a savepoint's, as :meth:`savepoint_location` took it) as
-        its ``_savepoint`` intent records it (P6): a local one as its real path
-        -- absolute, links resolved, so recovery never resolves it against
-        another working directory -- another file system's URL as it is.
-        :class:`InvalidArgumentError` if that is not absolute and normal: the
-        job never writes an intent its recovery would refuse."""
-        local = self.filesystem.local_path(directory)
+    def recorded_directory(self, directory: str, what: str) -> str:
+        """``directory`` (``what``: a savepoint's, as :meth:`savepoint_location`
+        took it, or the snapshot a job is restored from) as the job records it
+        in its ``_savepoint`` intent or ``_restore`` record (P6): a local one as
+        its real path -- absolute, links resolved, so recovery never resolves
+        it against another working directory -- another file system's URL as
+        it is. :class:`InvalidArgumentError` if that is not absolute and
+        normal: the job never records a directory its recovery would refuse."""
+        local = self.filesystem.local_path(check_argument(directory, what))
         recorded = directory if local is None else os.path.realpath(local)
         try:
-            return check_directory(recorded, "a savepoint directory")
+            return check_directory(recorded, what)
         except UnsafePathError as exc:
             raise InvalidArgumentError(str(exc)) from None
 
@@ -330,8 +352,11 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
     :class:`CorruptCheckpointError` subclass when it fails its seal, its
     schema or its consistency checks (M1-M9 of :mod:`~cowstate.checkpoint.verify`).
     """
+    if not isinstance(filesystem, FileSystem):
+        raise InvalidArgumentError(f"expected a FileSystem, got {type(filesystem).__name__}")
     if not isinstance(directory, str) or not directory:
         raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
+    check_argument(directory, "a snapshot directory")  # P5
     path = filesystem.join(directory, METADATA_FILE)
     if not filesystem.exists(path):
         where = (
