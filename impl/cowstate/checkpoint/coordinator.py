@@ -21,6 +21,38 @@ Lifecycle of checkpoint N::
                               (never a file a completed checkpoint uses), tell
                               the backends to drop N
 
+The walk of checkpoint N from ``trigger_checkpoint`` to the sealed
+``_metadata``, one heap subtask: each hop a call into another function of
+cowstate's (not walked: argument checks, records' constructors, the insides
+of a table snapshot, of the snapshot file's writer and of a file stream).
+19 hops in 11 files (before the one checkpoint surface: 21 hops in 11 files,
+the heap backend entered three times through two ``functools.partial`` and
+a future adapter's callback); ``tests/test_checkpoint_rules.py`` traces it::
+
+    caller  coordinator.py        CheckpointCoordinator.trigger_checkpoint
+     1      storage.py            CheckpointStorage.checkpoint_location
+     2      heap_backend.py       HeapKeyedStateBackend.snapshot_to
+     3      heap_backend.py       HeapKeyedStateBackend._snapshot_tables
+     4      state_table.py        CopyOnWriteStateTable.snapshot
+     5      keyed_backend.py      AbstractKeyedStateBackend._start_async
+     6  w   keyed_backend.py      AbstractKeyedStateBackend._run_async
+     7  w   heap_backend.py       HeapKeyedStateBackend._write_to
+     8  w   location.py           SnapshotLocation.exclusive_stream
+     9  w   writer.py             write_snapshot
+    10  w   location.py           LocationStream.close_and_get_handle
+    11  w   heap_backend.py       HeapKeyedStateBackend._handle_of
+    12      coordinator.py        CheckpointCoordinator.complete_checkpoint
+    13      coordinator.py        CheckpointCoordinator.acknowledge
+    14      coordinator.py        _every_subtask
+    15      metadata.py           write_metadata
+    16      metadata.py           render_metadata
+    17      verify.py             verify_metadata
+    18      sealed.py             seal
+    19      filesystem.py         FileSystem.write_bytes
+
+(``w``: on the backend's writer thread; the rest on the caller's. Hop 12 is
+the caller's second call; 13 waits for the future that hop 6 resolves.)
+
 The rules, each with a test (``tests/test_checkpoint_rules.py``):
 
 1. Checkpoint N may reference shared files only of the last *confirmed*
