@@ -16,7 +16,15 @@ from cowstate.state_map import CopyOnWriteStateMap
 from cowstate_spec.differential import load_trace, minimize, run_workload, write_trace
 from cowstate_spec.implementations import IMPLEMENTATIONS, Implementation, by_name
 from cowstate_spec.keys import HashKey
-from cowstate_spec.workloads import PRESETS, WorkloadSpec, decode, encode, operations, preset
+from cowstate_spec.workloads import (
+    PRESETS,
+    Operation,
+    WorkloadSpec,
+    decode,
+    encode,
+    operations,
+    preset,
+)
 
 SMALL = WorkloadSpec(name="small", workloads=3, operations_per_workload=1500)
 
@@ -227,6 +235,41 @@ def test_minimizer_shrinks_to_a_short_locally_minimal_diverging_list(tmp_path: P
         text=True,
     )
     assert outcome.returncode == 1 and "1 failed" in outcome.stdout  # the bug is still there
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_a_regression_file_is_lint_clean_python_holding_the_operations(
+    tmp_path: Path, where: str
+) -> None:
+    """Operations holding None, booleans, quotes, backslashes, non-ASCII and
+    astral characters, lone surrogates and a long state, in any position: the
+    regression file imports, holds exactly those operations, and passes the
+    project's ruff check and ruff format --check (JSON's null did not import)."""
+    hostile: list[Operation] = [
+        ("interrupt_iteration", 3, "remove", "k1", "ns0", None),
+        ("put", 'q"uo\\te\n', "ns\u00e9\U0001f600\ud800", [True, False, 1.5, -0.0]),
+        ("put", 7, "ns1", {"v": list(range(300))}),
+    ]
+    plain: list[Operation] = [("put", 1, "ns0", 1), ("get", 1, "ns0")]
+    ops = {"first": hostile + plain, "middle": plain[:1] + hostile + plain[1:]}.get(
+        where, plain + hostile
+    )
+    impl = by_name("cow-map")
+    result = run_workload(impl, ops, check_every=1, seed='s"eed')
+    result.expected, result.actual = "x" * 150, 'a "quoted" actual'
+    _, test = write_trace(tmp_path / "traces", tmp_path / "regressions", impl, ops, result)
+    assert test is not None
+    namespace: dict[str, Any] = {}
+    exec(compile(test.read_text(), str(test), "exec"), namespace)
+    assert [decode(op) for op in namespace["OPERATIONS"]] == ops
+    for command in (["check", "--no-cache"], ["format", "--check", "--no-cache"]):
+        lint = subprocess.run(
+            [sys.executable, "-m", "ruff", *command, str(test)],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).resolve().parents[1],
+        )
+        assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
 def test_minimizer_refuses_a_workload_that_agrees() -> None:

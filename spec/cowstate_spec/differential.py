@@ -73,7 +73,9 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
+import textwrap
 import time
 import traceback
 from collections import Counter
@@ -595,29 +597,74 @@ def write_trace(
         return trace_path, None
     tests_dir.mkdir(parents=True, exist_ok=True)
     test_path = tests_dir / f"test_{slug}.py"
-    lines = ",\n    ".join(json.dumps(encode(op)) for op in ops)
+    found = textwrap.fill(
+        f"Found by cowstate check: expected {_one_line(result.expected)}, "
+        f"got {_one_line(result.actual)}.",
+        width=88,
+        break_long_words=True,
+    )
+    # One operation per line, as Python literals: an operation of any length
+    # stays one line (fmt: off; noqa E501 past the project's 100 columns), so
+    # the file passes the project's ruff check and ruff format --check.
+    lines = "\n".join(_long_ok(f"    {_literal(encode(op))},") for op in ops)
     test_path.write_text(f'''"""Regression: minimized divergence of {implementation.name}.
 
 Seed {result.seed}, workload {result.workload}.
 
-Found by cowstate check: expected {_one_line(result.expected)}, got {_one_line(result.actual)}.
+{found}
 """
 
 from cowstate_spec.differential import run_workload
 from cowstate_spec.implementations import by_name
 from cowstate_spec.workloads import decode
 
+# fmt: off
 OPERATIONS = [
-    {lines},
+{lines}
 ]
+# fmt: on
 
 
 def test_{slug}_agrees_with_the_model() -> None:
-    result = run_workload(by_name({implementation.name!r}), [decode(op) for op in OPERATIONS],
-                          check_every=1, initial_capacity={initial_capacity!r})
+    result = run_workload(
+        by_name({_literal(implementation.name)}),
+        [decode(op) for op in OPERATIONS],
+        check_every=1,
+        initial_capacity={initial_capacity!r},
+    )
     assert not result.diverged, (result.divergence_at, result.expected, result.actual)
 ''')
     return trace_path, test_path
+
+
+def _long_ok(line: str) -> str:
+    return f"{line}  # noqa: E501" if len(line) > 100 else line
+
+
+def _literal(value: Any) -> str:
+    """``value`` (an encoded operation: JSON's types) as a Python literal that
+    evaluates to it, strings in double quotes with every character outside
+    printable ASCII escaped (lone surrogates too, which no UTF-8 file holds)."""
+    if value is None or isinstance(value, bool | int):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f'float("{value!r}")'
+    if isinstance(value, str):
+        return '"' + "".join(_escaped(ch) for ch in value) + '"'
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_literal(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_literal(k)}: {_literal(v)}" for k, v in value.items()) + "}"
+    raise TypeError(f"expected an encoded operation's value, got {type(value).__name__}")
+
+
+def _escaped(ch: str) -> str:
+    if ch in '"\\':
+        return "\\" + ch
+    code = ord(ch)
+    if 0x20 <= code < 0x7F:
+        return ch
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def load_trace(path: Path) -> tuple[str, list[Operation], int | None]:
