@@ -90,6 +90,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "cowstate.snapshot.format",
             "cowstate.snapshot.checks",
+            "cowstate._codec",
+            "cowstate.snapshot.ccodec",
             "cowstate.snapshot.reader",
             "cowstate.snapshot.writer",
             "cowstate.snapshot.restore",
