@@ -29,7 +29,8 @@ finding it waits for; a test fails when one of them is gone, so its entry
 goes with the fix. The checks are themselves checked on small planted graphs
 (a late import closing a cycle, an upward import, an implicit package edge),
 on the real tree with an old import put back (the value codec's, recovery's
-of the coordinator) and on a renamed name in a copy of ``_cmap.c``.
+of the coordinator, the command line's of the spec) and on a renamed name in
+a copy of ``_cmap.c``.
 """
 
 from __future__ import annotations
@@ -141,8 +142,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Edges that still break a rule, (importer, imported): each waits for its fix,
 #: which removes it here (test_every_known_exception_is_still_there).
 KNOWN: dict[tuple[str, str], str] = {
-    # Issue 27 finding 6: `cowstate check` hands over to the spec's main.
-    ("cowstate.cli", "cowstate_spec.cli"): "issue 27, finding 6",
     # state_table's module __getattr__ resolves the nested table's names of
     # 0.1.0 lazily (tests/test_table_contracts.py pins it): a cycle with
     # nested_table, which imports state_table; it goes with those old names.
@@ -460,6 +459,15 @@ def test_recoverys_old_late_import_of_the_coordinator_is_caught() -> None:
     )
     assert cycles(MODULES, edges) == [
         ["cowstate.checkpoint.coordinator", "cowstate.checkpoint.recovery"]
+    ]
+
+
+def test_the_clis_old_late_import_of_the_spec_is_caught() -> None:
+    # Issue 27 finding 6: `cowstate check` imported the spec's main; now the
+    # spec registers the command (entry point group cowstate.commands).
+    edges = _with("cowstate.cli", "def _check():\n    from cowstate_spec.cli import main\n")
+    assert [line.split(": ", 1)[1] for line in outward(edges)] == [
+        "cowstate.cli imports cowstate_spec.cli"
     ]
 
 
