@@ -90,10 +90,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "snapshot",
         (
-            "cowstate.snapshot.format",
-            "cowstate.snapshot.checks",
             "cowstate._codec",
             "cowstate.snapshot.ccodec",
+            "cowstate.snapshot.format",
+            "cowstate.snapshot.checks",
+            "cowstate.snapshot.compat",
             "cowstate.snapshot.reader",
             "cowstate.snapshot.writer",
             "cowstate.snapshot.restore",
@@ -128,6 +129,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "cowstate.checkpoint.registry",
             "cowstate.checkpoint.verify",
+            "cowstate.checkpoint.metadata",
             "cowstate.checkpoint.storage",
             "cowstate.checkpoint.coordinator",
             "cowstate.checkpoint.recovery",
