@@ -134,6 +134,17 @@ def test_a_command_another_package_registers_is_listed_and_run_with_its_argument
     assert capsys.readouterr().out == ""
 
 
+def test_a_command_of_another_package_that_cannot_be_loaded_names_its_package(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    registering(monkeypatch, command("lint", "elsewhere_not_installed.cli:main"))
+    assert main(["lint"]) == EXIT_ENVIRONMENT
+    assert capsys.readouterr().err == (
+        "cowstate lint: the command 'lint' could not be loaded (No module named "
+        "'elsewhere_not_installed'); reinstall the package of elsewhere_not_installed.cli:main\n"
+    )
+
+
 def test_inspect_of_a_directory_without_metadata_exits_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -182,12 +182,15 @@ def _run_plug_in(args: list[str], entries: list[EntryPoint]) -> int:
     doubly registered or unloadable command is one line, status 3."""
     name = args[0]
     prog = f"cowstate {name}"
-    what = PLUG_IN_COMMANDS[name][1] if name in PLUG_IN_COMMANDS else f"the command {name!r}"
+    if name in PLUG_IN_COMMANDS:
+        what, hint = PLUG_IN_COMMANDS[name][1], INSTALL_HINT
+    else:  # registered by a package this program knows nothing of
+        what, hint = f"the command {name!r}", f"reinstall the package of {entries[0].value}"
     if not entries:
         return fail(
             prog,
             f"{what} is not installed: no package registers the command {name!r} (entry "
-            f"point group {COMMAND_GROUP!r}); {INSTALL_HINT}",
+            f"point group {COMMAND_GROUP!r}); {hint}",
             EXIT_ENVIRONMENT,
         )
     if len(entries) > 1:
@@ -202,7 +205,7 @@ def _run_plug_in(args: list[str], entries: list[EntryPoint]) -> int:
     try:
         command = entries[0].load()
     except ImportError as exc:
-        return fail(prog, f"{what} could not be loaded ({exc}); {INSTALL_HINT}", EXIT_ENVIRONMENT)
+        return fail(prog, f"{what} could not be loaded ({exc}); {hint}", EXIT_ENVIRONMENT)
     if not callable(command):
         return fail(
             prog,
