@@ -2075,7 +2075,7 @@ def test_only_a_claim_carries_a_token(small_jobs: Jobs, tmp_path: Path, mode: Re
 
 
 # restore__mutmut_53: the claim marker held b"XXXX";
-# _adopt__mutmut_25: the claimed snapshot was retained under the id None.
+# adopt__mutmut_25 (was _adopt): the claimed snapshot was retained under the id None.
 @pytest.mark.kills(module="cowstate.checkpoint.coordinator")
 def test_a_claim_retains_the_snapshot_under_its_id_and_leaves_an_empty_marker(
     small_jobs: Jobs, tmp_path: Path

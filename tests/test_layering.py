@@ -27,8 +27,10 @@ their ``.c`` source, which no Python tool sees.
 :data:`KNOWN` lists the edges still allowed to break a rule, each with the
 finding it waits for; a test fails when one of them is gone, so its entry
 goes with the fix. The checks are themselves checked on small planted graphs
-(a late import closing a cycle, an upward import, an implicit package edge)
-and on a renamed name in a copy of ``_cmap.c``.
+(a late import closing a cycle, an upward import, an implicit package edge),
+on the real tree with an old import put back (the value codec's, recovery's
+of the coordinator, the command line's of the spec) and on a renamed name in
+a copy of ``_cmap.c``.
 """
 
 from __future__ import annotations
@@ -142,11 +144,6 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 #: Edges that still break a rule, (importer, imported): each waits for its fix,
 #: which removes it here (test_every_known_exception_is_still_there).
 KNOWN: dict[tuple[str, str], str] = {
-    # Issue 27 finding 5: recovery reaches into the coordinator's privates; the
-    # one cycle inside impl/ (coordinator -> recovery -> coordinator).
-    ("cowstate.checkpoint.recovery", "cowstate.checkpoint.coordinator"): "issue 27, finding 5",
-    # Issue 27 finding 6: `cowstate check` hands over to the spec's main.
-    ("cowstate.cli", "cowstate_spec.cli"): "issue 27, finding 6",
     # state_table's module __getattr__ resolves the nested table's names of
     # 0.1.0 lazily (tests/test_table_contracts.py pins it): a cycle with
     # nested_table, which imports state_table; it goes with those old names.
@@ -379,13 +376,19 @@ def test_no_module_of_impl_imports_from_a_higher_layer() -> None:
     assert upward(_running(EDGES), LAYER_OF, LAYER_NAMES) == []
 
 
-def test_impl_imports_nothing_of_model_or_spec_and_model_nothing_of_ours() -> None:
-    impl_out = [
+def outward(edges: Iterable[Edge]) -> list[str]:
+    """Every edge from ``impl`` to the model or the spec, as a line naming both
+    (type-only ones too: rule (c))."""
+    return [
         f"{e.where}: {e.importer} imports {e.imported}"
-        for e in EDGES
+        for e in edges
         if e.imported.split(".")[0] in ("cowstate_model", "cowstate_spec")
         and (e.importer, e.imported) not in KNOWN
     ]
+
+
+def test_impl_imports_nothing_of_model_or_spec_and_model_nothing_of_ours() -> None:
+    impl_out = outward(EDGES)
     model = edges_of(_tree(MODEL, "cowstate_model"), {}, prefix="cowstate_model")
     model_out = [
         f"{e.where}: {e.importer} imports {e.imported}"
@@ -443,6 +446,30 @@ def test_the_value_codecs_old_late_import_of_void_namespace_is_caught() -> None:
     ] in cycles(MODULES, edges)
     assert [u.split(": ", 1)[1] for u in upward(edges, LAYER_OF, LAYER_NAMES)] == [
         "cowstate.value_codec (values) imports cowstate.keyed_state (state)"
+    ]
+
+
+def test_recoverys_old_late_import_of_the_coordinator_is_caught() -> None:
+    # Issue 27 finding 5: recovery made the coordinator's CompletedCheckpoint
+    # inside run(); now it reaches the coordinator only through RecoverableJob.
+    # Put back, the import closes a cycle with the coordinator, which runs it.
+    edges = _running(
+        _with(
+            "cowstate.checkpoint.recovery",
+            "def _late():\n    from cowstate.checkpoint.coordinator import CompletedCheckpoint\n",
+        )
+    )
+    assert cycles(MODULES, edges) == [
+        ["cowstate.checkpoint.coordinator", "cowstate.checkpoint.recovery"]
+    ]
+
+
+def test_the_clis_old_late_import_of_the_spec_is_caught() -> None:
+    # Issue 27 finding 6: `cowstate check` imported the spec's main; now the
+    # spec registers the command (entry point group cowstate.commands).
+    edges = _with("cowstate.cli", "def _check():\n    from cowstate_spec.cli import main\n")
+    assert [line.split(": ", 1)[1] for line in outward(edges)] == [
+        "cowstate.cli imports cowstate_spec.cli"
     ]
 
 

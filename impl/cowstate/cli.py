@@ -6,10 +6,21 @@ Commands:
   holds (format, states, key groups per subtask, sizes, the shared files it
   uses outside its directory). It needs only the base install.
 - ``cowstate check ...`` is the differential run of the specification
-  (``cowstate_spec.cli``; ``cowstate check --help``). It runs in this process
-  with the base install (``--master in-process``) and on Spark with the
-  ``spark`` extra.
+  (``cowstate check --help``). It runs in this process with the base install
+  (``--master in-process``) and on Spark with the ``spark`` extra.
 - ``cowstate --version`` prints the version.
+
+Commands of other packages. This module imports nothing of the
+specification: ``check`` is a command the specification package registers
+under the entry point group :data:`COMMAND_GROUP` (``cowstate.commands``, in
+``pyproject.toml``: ``check = "cowstate_spec.cli:main"``), as any installed
+package may. A registered command is looked up by name (never loaded for
+another command or for the help) and called with the arguments, its name
+first; it returns the exit status. A name the program knows as another
+package's (:data:`PLUG_IN_COMMANDS`) but finds no entry point for -- or two
+-- is one line, status 3, saying what to install; a command that cannot be
+imported is one line too. The commands of this module win over a plug-in of
+the same name.
 
 Every command answers a problem with one line on standard error,
 ``cowstate <command>: <what is wrong>; <what to do>``, never a traceback, and
@@ -33,16 +44,19 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
+from importlib.metadata import EntryPoint, entry_points
 from typing import NoReturn
 
 from cowstate.errors import InvalidArgumentError
 
 __all__ = [
+    "COMMAND_GROUP",
     "EXIT_DIVERGENCE",
     "EXIT_ENVIRONMENT",
     "EXIT_OK",
     "EXIT_STATUSES",
     "EXIT_USAGE",
+    "PLUG_IN_COMMANDS",
     "OneLineParser",
     "fail",
     "guarded",
@@ -64,6 +78,22 @@ EXIT_STATUSES = {
     EXIT_ENVIRONMENT: "environment: no Java, Spark missing or not starting, an extra not "
     "installed, a failed Spark job",
 }
+
+#: The entry point group of the commands other packages add to ``cowstate``.
+COMMAND_GROUP = "cowstate.commands"
+#: The commands of other packages the program knows, by name: their line in
+#: the help, and what to install when none is registered.
+PLUG_IN_COMMANDS = {
+    "check": (
+        "differential run: implementations against the model (cowstate check --help)",
+        "the differential run (cowstate_spec)",
+    ),
+}
+#: What installs the commands of :data:`PLUG_IN_COMMANDS` (the specification
+#: ships in the cowstate distribution; Spark runs need the spark extra).
+INSTALL_HINT = "install it with: pip install 'cowstate[spark]'"
+#: The commands this module runs itself.
+BUILT_IN_COMMANDS = ("savepoint",)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -115,9 +145,10 @@ def print_output(text: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``cowstate`` command; returns its exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["check"]:
-        return _check(args)
-    return guarded("cowstate", lambda: _dispatch(args))
+    registered = _registered()
+    if args and (args[0] in registered or args[0] in PLUG_IN_COMMANDS):
+        return _run_plug_in(args, registered.get(args[0], []))
+    return guarded("cowstate", lambda: _dispatch(args, registered))
 
 
 def inspect_command(directory: str) -> int:
@@ -136,7 +167,56 @@ def inspect_command(directory: str) -> int:
 # ------------------------------------------------------------------ helpers
 
 
-def _parser() -> OneLineParser:
+def _registered() -> dict[str, list[EntryPoint]]:
+    """The commands other packages register (:data:`COMMAND_GROUP`), by name,
+    not loaded; a name of this module's own is left out."""
+    found: dict[str, list[EntryPoint]] = {}
+    for entry in entry_points(group=COMMAND_GROUP):
+        if entry.name not in BUILT_IN_COMMANDS:
+            found.setdefault(entry.name, []).append(entry)
+    return found
+
+
+def _run_plug_in(args: list[str], entries: list[EntryPoint]) -> int:
+    """Load the one command registered as ``args[0]`` and run it; a missing,
+    doubly registered or unloadable command is one line, status 3."""
+    name = args[0]
+    prog = f"cowstate {name}"
+    if name in PLUG_IN_COMMANDS:
+        what, hint = PLUG_IN_COMMANDS[name][1], INSTALL_HINT
+    else:  # registered by a package this program knows nothing of
+        what, hint = f"the command {name!r}", f"reinstall the package of {entries[0].value}"
+    if not entries:
+        return fail(
+            prog,
+            f"{what} is not installed: no package registers the command {name!r} (entry "
+            f"point group {COMMAND_GROUP!r}); {hint}",
+            EXIT_ENVIRONMENT,
+        )
+    if len(entries) > 1:
+        return fail(
+            prog,
+            f"expected one package to register the command {name!r} (entry point group "
+            f"{COMMAND_GROUP!r}), {len(entries)} do: "
+            + ", ".join(sorted(entry.value for entry in entries))
+            + "; uninstall all but one",
+            EXIT_ENVIRONMENT,
+        )
+    try:
+        command = entries[0].load()
+    except ImportError as exc:
+        return fail(prog, f"{what} could not be loaded ({exc}); {hint}", EXIT_ENVIRONMENT)
+    if not callable(command):
+        return fail(
+            prog,
+            f"expected the command {name!r} ({entries[0].value}) to be a function of the "
+            f"arguments, got {type(command).__name__}",
+            EXIT_ENVIRONMENT,
+        )
+    return int(command(args))
+
+
+def _parser(registered: dict[str, list[EntryPoint]]) -> OneLineParser:
     from cowstate import __version__
 
     parser = OneLineParser(
@@ -149,11 +229,12 @@ def _parser() -> OneLineParser:
     )
     parser.add_argument("--version", action="version", version=f"cowstate {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    commands.add_parser(
-        "check",
-        add_help=False,
-        help="differential run: implementations against the model (cowstate check --help)",
-    )
+    for name in sorted(registered):  # listed only: main() runs them before parsing
+        if name in PLUG_IN_COMMANDS:
+            summary = PLUG_IN_COMMANDS[name][0]
+        else:
+            summary = f"from {registered[name][0].value} (cowstate {name} --help)"
+        commands.add_parser(name, add_help=False, help=summary)
     savepoint = commands.add_parser("savepoint", help="checkpoints and savepoints")
     savepoint_commands = savepoint.add_subparsers(
         dest="savepoint_command", required=True, metavar="COMMAND"
@@ -165,23 +246,9 @@ def _parser() -> OneLineParser:
     return parser
 
 
-def _dispatch(args: list[str]) -> int:
-    parsed = _parser().parse_args(args)
+def _dispatch(args: list[str], registered: dict[str, list[EntryPoint]]) -> int:
+    parsed = _parser(registered).parse_args(args)
     return inspect_command(parsed.directory)
-
-
-def _check(args: list[str]) -> int:
-    """Hand ``cowstate check`` to the specification package."""
-    try:
-        from cowstate_spec.cli import main as check_main
-    except ImportError as exc:
-        return fail(
-            "cowstate check",
-            f"the differential run could not be loaded ({exc}); install it with: "
-            "pip install 'cowstate[spark]'",
-            EXIT_ENVIRONMENT,
-        )
-    return int(check_main(args))
 
 
 def _discard_stdout() -> None:

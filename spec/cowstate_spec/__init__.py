@@ -42,7 +42,8 @@ The differential run (``cowstate check``; Spark needs the ``spark`` extra):
 - :mod:`cowstate_spec.shipping`: the archive that ships the checker to executors;
 - :mod:`cowstate_spec.progress`: progress per finished workload;
 - :mod:`cowstate_spec.local_cluster`: a standalone cluster on loopback (tests, demo);
-- :mod:`cowstate_spec.cli`: the ``check`` command (``cowstate.cli`` hands it over).
+- :mod:`cowstate_spec.cli`: the ``check`` command (registered for ``cowstate.cli``
+  under the entry point group ``cowstate.commands``).
 
 Symbolic checks (CrossHair, ``dev`` extra):
 

@@ -507,7 +507,7 @@ def bad_backends() -> list[BackendImplementation]:
 STORAGE_BUGS: list[Bug] = [
     Bug(
         "subsume-keeps-exclusive-files",
-        "_subsume",
+        "subsume",
         "filesystem.delete_dir(oldest.directory)",
         "pass",
         "rule 5: a subsumed checkpoint's directory leaks",
@@ -532,7 +532,7 @@ STORAGE_BUGS: list[Bug] = [
     ),
     Bug(
         "claim-does-not-own",
-        "_adopt",
+        "adopt",
         "self._retain(CompletedCheckpoint(metadata.checkpoint_id, record.directory, metadata))",
         "pass",
         "rule 7: a CLAIMed snapshot is subsumed and deleted like a checkpoint",
@@ -582,7 +582,7 @@ STORAGE_BUGS += [
     ),
     Bug(
         "no-claim-does-not-force-full",
-        "_adopt",
+        "adopt",
         "self.force_full = record.mode is RestoreMode.NO_CLAIM",
         "self.force_full = False",
         "rule 7: the first checkpoint after a NO_CLAIM restore must be full",

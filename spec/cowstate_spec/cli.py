@@ -14,9 +14,14 @@ the spec file (syntax and fields, named as in the file), the options (named
 as typed: ``--ops``, not ``operations_per_workload``), the implementation
 names, the master URL, and ``--out``.
 
-``cowstate savepoint inspect DIR`` belongs to :mod:`cowstate.cli` (the
-console script, which hands ``check`` to this module); it is accepted here
-too, so ``scripts/cowstate_check.py`` under spark-submit takes both.
+The ``cowstate`` program (:mod:`cowstate.cli`) imports nothing of the
+specification: it finds :func:`main` as the command ``check`` this package
+registers under the entry point group ``cowstate.commands``
+(``pyproject.toml``) and calls it with the arguments, ``check`` first.
+``cowstate savepoint inspect DIR`` belongs to :mod:`cowstate.cli`; it is
+accepted here too (handed to that program's main: the specification imports
+the library, never the other way), so ``scripts/cowstate_check.py`` under
+spark-submit takes both.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from cowstate.cli import (
     guarded,
     print_output,
 )
+from cowstate.cli import main as cowstate_main
 from cowstate.errors import InvalidArgumentError
 from cowstate_spec.spark_env import IN_PROCESS, CheckEnvironmentError, validate_master
 from cowstate_spec.workloads import PRESETS, SpecFileError, WorkloadSpec, preset
@@ -66,8 +72,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``cowstate check ...`` (``argv`` starts with ``check``); the exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args[:1] == ["savepoint"]:
-        from cowstate.cli import main as cowstate_main
-
         return cowstate_main(args)
     if args[:1] == ["check"]:
         args = args[1:]

@@ -137,7 +137,11 @@ store and registry, and delete what the job owns and no retained checkpoint
 uses: unfinished and passed-over checkpoints, temporary files, uploads of
 failed checkpoints, an interrupted savepoint (only if its directory carries
 the savepoint's own marker). If checkpoints exist but none verifies, it raises
-and deletes nothing.
+and deletes nothing. Recovery reaches the coordinator only through
+:class:`~cowstate.checkpoint.recovery.RecoverableJob`, which the coordinator
+implements with public members (``last_id``, ``reserve_ids``,
+``restore_backends``, ``adopt``, ``retain_checkpoint``, ``subsume``): the
+recovery module imports nothing of this one.
 
 The coordinator runs on one thread; the backends write on their own.
 """
@@ -420,7 +424,7 @@ class CheckpointCoordinator:
         self._retain(completed)  # rule 5
         for older in [i for i in self._pending if i < checkpoint_id]:
             self.abort_checkpoint(older)  # subsumed while pending
-        self._subsume()
+        self.subsume()
         self.force_full = False  # rule 7, NO_CLAIM
         for backend in self.backends:  # rule 1: confirmed only now
             backend.notify_checkpoint_complete(checkpoint_id)
@@ -573,6 +577,76 @@ class CheckpointCoordinator:
             f"{sorted(self._pending)}>"
         )
 
+    # ------------------------------ what recovery uses (RecoverableJob)
+
+    @property
+    def last_id(self) -> int:
+        """The highest checkpoint or savepoint id handed out (the counter)."""
+        return self._last_id
+
+    def reserve_ids(self, through: int) -> None:
+        """Hand out no id up to ``through`` from now on; in memory only (the
+        counter is written with the next id, or by the caller)."""
+        self._last_id = max(self._last_id, through)
+
+    def restore_backends(self, directory: str, metadata: CheckpointMetadata) -> None:
+        """Restore every backend from the snapshot in ``directory``, all or
+        nothing, after refusing a max-parallelism mismatch."""
+        self._check_max_parallelism(metadata)
+        self._restore_from(directory, metadata)
+
+    def retain_checkpoint(
+        self, checkpoint_id: int, directory: str, metadata: CheckpointMetadata
+    ) -> None:
+        """Put a checkpoint of the job's own into the store, newest last (rule 5)."""
+        self._retain(CompletedCheckpoint(checkpoint_id, directory, metadata))
+
+    def adopt(
+        self, record: RestoreRecord, metadata: CheckpointMetadata, *, has_own_checkpoints: bool
+    ) -> None:
+        """Take the snapshot the job started from into account (rule 7): CLAIM
+        puts it in the store, owned, with its listed files deletable (rule 8);
+        otherwise its shared files are never deleted."""
+        filesystem = self.storage.filesystem
+        source = SnapshotSource(filesystem, record.directory)
+        paths = [source.lexical_path(f) for f in metadata.files]
+        marker = claim_marker(filesystem, record)
+        if marker is not None and filesystem.exists(marker):  # rule 8
+            self._claimed.update(paths)
+            self._claimed.add(filesystem.join(record.directory, METADATA_FILE))
+            self._claimed.add(marker)
+            self._retain(CompletedCheckpoint(metadata.checkpoint_id, record.directory, metadata))
+        else:
+            if record.mode is RestoreMode.CLAIM:  # no marker: a claim nobody made here
+                self.unconfirmed_claim = record.directory
+            self.registry.disown(paths)
+            if not has_own_checkpoints:
+                self.force_full = record.mode is RestoreMode.NO_CLAIM
+
+    def subsume(self) -> None:
+        """Drop the oldest checkpoints beyond ``num_retained`` (rules 5 and 8)."""
+        filesystem = self.storage.filesystem
+        while len(self._completed) > self.num_retained:
+            oldest = self._completed.pop(0)
+            self.deferred.update(self.registry.unregister(oldest.checkpoint_id))
+            self._release_deferred()  # what no pending checkpoint may reuse, now
+            if not oldest.owned:
+                continue
+            if self.storage.owns(oldest.directory):
+                filesystem.delete_dir(oldest.directory)
+            elif self._claim_holds():  # a CLAIMed snapshot elsewhere: its listed files only
+                # Its marker goes with it; the shared files later checkpoints still
+                # use stay claimed (rule 8), so the claim is settled from here on --
+                # and every later _metadata says so (here too when recovery, keeping
+                # fewer checkpoints, subsumes it: no completion predicted that).
+                if self.restored_from is not None:
+                    self.restored_from = self.restored_from.model_copy(update={"settled": True})
+                _delete_snapshot_files(
+                    filesystem, oldest.directory, oldest.metadata, allowed=self._claimed
+                )
+            else:  # claimed since by another job (rule 8)
+                self.refused_deletions.append(oldest.directory)
+
     # ------------------------------------------------------ restore, recover
 
     @classmethod
@@ -638,9 +712,9 @@ class CheckpointCoordinator:
                 name = storage.filesystem.name(path)
                 if name.startswith(CLAIM_MARKER) and path != marker:
                     storage.filesystem.delete(path)
-        coordinator._adopt(record, metadata, has_own_checkpoints=False)
-        coordinator._last_id = max(coordinator._last_id, metadata.checkpoint_id)
-        storage.write_counter(coordinator._last_id)
+        coordinator.adopt(record, metadata, has_own_checkpoints=False)
+        coordinator.reserve_ids(metadata.checkpoint_id)
+        storage.write_counter(coordinator.last_id)
         storage.write_restore_record(record)
         coordinator.restored_from = record
         return coordinator
@@ -677,28 +751,6 @@ class CheckpointCoordinator:
             source.storage_root
         )
         _restore_backends(self.backends, metadata, source, incremental_base=same_root)
-
-    def _adopt(
-        self, record: RestoreRecord, metadata: CheckpointMetadata, *, has_own_checkpoints: bool
-    ) -> None:
-        """Take the snapshot the job started from into account (rule 7): CLAIM
-        puts it in the store, owned, with its listed files deletable (rule 8);
-        otherwise its shared files are never deleted."""
-        filesystem = self.storage.filesystem
-        source = SnapshotSource(filesystem, record.directory)
-        paths = [source.lexical_path(f) for f in metadata.files]
-        marker = claim_marker(filesystem, record)
-        if marker is not None and filesystem.exists(marker):  # rule 8
-            self._claimed.update(paths)
-            self._claimed.add(filesystem.join(record.directory, METADATA_FILE))
-            self._claimed.add(marker)
-            self._retain(CompletedCheckpoint(metadata.checkpoint_id, record.directory, metadata))
-        else:
-            if record.mode is RestoreMode.CLAIM:  # no marker: a claim nobody made here
-                self.unconfirmed_claim = record.directory
-            self.registry.disown(paths)
-            if not has_own_checkpoints:
-                self.force_full = record.mode is RestoreMode.NO_CLAIM
 
     def _retain(self, completed: CompletedCheckpoint) -> None:
         """Put ``completed`` in the store: register its shared files (rule 5) and
@@ -739,30 +791,6 @@ class CheckpointCoordinator:
             )
         return pending
 
-    def _subsume(self) -> None:
-        """Drop the oldest checkpoints beyond ``num_retained`` (rules 5 and 8)."""
-        filesystem = self.storage.filesystem
-        while len(self._completed) > self.num_retained:
-            oldest = self._completed.pop(0)
-            self.deferred.update(self.registry.unregister(oldest.checkpoint_id))
-            self._release_deferred()  # what no pending checkpoint may reuse, now
-            if not oldest.owned:
-                continue
-            if self.storage.owns(oldest.directory):
-                filesystem.delete_dir(oldest.directory)
-            elif self._claim_holds():  # a CLAIMed snapshot elsewhere: its listed files only
-                # Its marker goes with it; the shared files later checkpoints still
-                # use stay claimed (rule 8), so the claim is settled from here on --
-                # and every later _metadata says so (here too when recovery, keeping
-                # fewer checkpoints, subsumes it: no completion predicted that).
-                if self.restored_from is not None:
-                    self.restored_from = self.restored_from.model_copy(update={"settled": True})
-                _delete_snapshot_files(
-                    filesystem, oldest.directory, oldest.metadata, allowed=self._claimed
-                )
-            else:  # claimed since by another job (rule 8)
-                self.refused_deletions.append(oldest.directory)
-
     def _release_deferred(self) -> None:
         """Delete the deferred paths no retained or pending checkpoint uses (rule 5)."""
         filesystem = self.storage.filesystem
@@ -782,7 +810,7 @@ class CheckpointCoordinator:
     def _settles_claim(self) -> bool:
         """Does completing one more checkpoint subsume the snapshot this job
         CLAIMed while the claim holds, settling it (rule 8)? (What
-        :meth:`_subsume` will do, asked before ``_metadata`` is written.)"""
+        :meth:`subsume` will do, asked before ``_metadata`` is written.)"""
         record = self.restored_from
         if record is None or record.mode is not RestoreMode.CLAIM or record.settled:
             return False

@@ -1,7 +1,11 @@
 """Recovery after a crash: what :meth:`CheckpointCoordinator.recover` runs.
 
 A :class:`Recovery` works on a fresh coordinator over the job's storage, in
-five steps (cited as R1-R5):
+five steps (cited as R1-R5). It reaches the coordinator only through
+:class:`RecoverableJob`, the protocol naming exactly what recovery needs of
+it (the storage, the counter, restoring the backends, the store); the
+coordinator implements it with public members, and this module imports no
+coordinator (``tests/test_layering.py``: no import cycle).
 
 R1. An interrupted savepoint. ``_savepoint`` names the directory a savepoint
     was being written to (as its real path) and a token; it is checked
@@ -55,14 +59,16 @@ R5. Only now, deletion (rules 5, 8, 9 of the coordinator): subsumption beyond
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata
 from cowstate.checkpoint.location import SnapshotSource
 from cowstate.checkpoint.paths import check_directory
 from cowstate.checkpoint.storage import (
     SAVEPOINT_MARKER,
+    CheckpointStorage,
     OnDisk,
     RestoreRecord,
     SavepointIntent,
@@ -79,10 +85,83 @@ from cowstate.errors import (
     UnsafePathError,
 )
 
-if TYPE_CHECKING:
-    from cowstate.checkpoint.coordinator import CheckpointCoordinator
+__all__ = ["RecoverableJob", "Recovery", "RecoveryReport", "RetainedSnapshot", "Skipped"]
 
-__all__ = ["Recovery", "RecoveryReport", "Skipped"]
+
+class RetainedSnapshot(Protocol):
+    """A snapshot in the job's store, as recovery reads it (a
+    :class:`~cowstate.checkpoint.coordinator.CompletedCheckpoint`)."""
+
+    @property
+    def directory(self) -> str: ...
+
+    @property
+    def metadata(self) -> CheckpointMetadata: ...
+
+
+class RecoverableJob(Protocol):
+    """What recovery needs of the coordinator it rebuilds, and no more
+    (:class:`~cowstate.checkpoint.coordinator.CheckpointCoordinator`
+    implements it; mypy checks that where ``recover`` runs a :class:`Recovery`).
+    The job is fresh from its constructor: nothing restored, an empty store."""
+
+    @property
+    def storage(self) -> CheckpointStorage:
+        """The job's storage: what R1-R5 read, and the files R5 deletes."""
+        ...
+
+    @property
+    def num_retained(self) -> int:
+        """How many of the job's own checkpoints the store keeps (R4)."""
+        ...
+
+    #: The snapshot the job was started from (R2 sets it, confirmed or not).
+    restored_from: RestoreRecord | None
+
+    @property
+    def unconfirmed_claim(self) -> str | None:
+        """After :meth:`adopt`: a CLAIMed snapshot holding no claim marker of
+        this job (rule 8 of the coordinator), else None."""
+        ...
+
+    @property
+    def last_id(self) -> int:
+        """The highest checkpoint or savepoint id handed out (the counter)."""
+        ...
+
+    def reserve_ids(self, through: int) -> None:
+        """Hand out no id up to ``through`` from now on; in memory only (R5
+        writes the counter)."""
+        ...
+
+    def restore_backends(self, directory: str, metadata: CheckpointMetadata) -> None:
+        """Restore every backend from the snapshot in ``directory`` (all
+        subtasks or none); a max-parallelism mismatch is refused first."""
+        ...
+
+    def adopt(
+        self, record: RestoreRecord, metadata: CheckpointMetadata, *, has_own_checkpoints: bool
+    ) -> None:
+        """Take the snapshot the job started from into account (rule 7): a
+        CLAIMed one whose marker holds joins the store, owned."""
+        ...
+
+    def retain_checkpoint(
+        self, checkpoint_id: int, directory: str, metadata: CheckpointMetadata
+    ) -> None:
+        """Put a checkpoint of the job's own into the store (newest last) and
+        register its shared files (rule 5)."""
+        ...
+
+    def subsume(self) -> None:
+        """Drop the oldest checkpoints beyond ``num_retained``, deleting what
+        the job owns of them (rules 5 and 8)."""
+        ...
+
+    @property
+    def completed_checkpoints(self) -> Sequence[RetainedSnapshot]:
+        """The store, oldest first."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -108,7 +187,7 @@ class RecoveryReport:
 class Recovery:
     """R1-R5 over ``job``, a coordinator fresh from its constructor."""
 
-    def __init__(self, job: CheckpointCoordinator) -> None:
+    def __init__(self, job: RecoverableJob) -> None:
         self.job = job
 
     def run(self) -> RecoveryReport:
@@ -150,7 +229,7 @@ class Recovery:
                 record, source_broken = None, True
         self.job.restored_from = record
         if record is not None:
-            self.job._last_id = max(self.job._last_id, record.checkpoint_id)
+            self.job.reserve_ids(record.checkpoint_id)
         # R2: newest first; the first that restores into every backend wins (rule 9).
         chosen: int | None = None
         for index in range(len(own) - 1, -1, -1):
@@ -174,7 +253,7 @@ class Recovery:
         # R4: the store -- the CLAIMed snapshot (if still there), then the job's own
         # checkpoints up to the one restored; subsumption trims it.
         if record is not None and restored_metadata is not None:
-            self.job._adopt(record, restored_metadata, has_own_checkpoints=chosen is not None)
+            self.job.adopt(record, restored_metadata, has_own_checkpoints=chosen is not None)
             if self.job.unconfirmed_claim is not None:
                 report.skipped.append(
                     Skipped(
@@ -184,16 +263,12 @@ class Recovery:
                     )
                 )
         if chosen is not None:
-            from cowstate.checkpoint.coordinator import CompletedCheckpoint  # no import cycle
-
             for found in own[: chosen + 1][-self.job.num_retained :]:
                 assert found.metadata is not None
-                self.job._retain(
-                    CompletedCheckpoint(found.checkpoint_id, found.directory, found.metadata)
-                )
-        self.job._subsume()  # R5
+                self.job.retain_checkpoint(found.checkpoint_id, found.directory, found.metadata)
+        self.job.subsume()  # R5
         self._delete_garbage(record, restored_metadata)
-        storage.write_counter(self.job._last_id)
+        storage.write_counter(self.job.last_id)
         return report
 
     def _confirmed(
@@ -243,8 +318,7 @@ class Recovery:
         """Restore every backend from ``directory``; False (reported) if it is
         corrupt; configuration errors propagate."""
         try:
-            self.job._check_max_parallelism(metadata)
-            self.job._restore_from(directory, metadata)
+            self.job.restore_backends(directory, metadata)
         except (SerializerMismatchError, MaxParallelismMismatchError, IncompatibleSnapshotError):
             raise
         except (CorruptCheckpointError, CheckpointNotFoundError, SnapshotFormatError) as exc:
@@ -331,7 +405,7 @@ class Recovery:
         storage = self.job.storage
         filesystem = storage.filesystem
         keep = {filesystem.join(storage.job_dir, name) for name in ("_counter", "_restore")}
-        snapshots = [(c.directory, c.metadata) for c in self.job._completed]
+        snapshots = [(c.directory, c.metadata) for c in self.job.completed_checkpoints]
         if record is not None and restored is not None:
             snapshots.append((record.directory, restored))
         for directory, metadata in snapshots:
