@@ -3,16 +3,20 @@ documented exit status (2 bad input or usage, 3 environment), and nothing
 lost (files the command was pointed at stay as they were).
 
 Most cases run ``cowstate.cli.main`` in this process; the ones about the
-environment (no Java, no Spark extra, a closed pipe) run ``python -m
-cowstate`` in a subprocess with that environment.
+environment (no Java, no Spark extra, a closed pipe) and Ctrl-C run
+``python -m cowstate`` in a subprocess with that environment.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -447,3 +451,102 @@ def test_the_report_shows_the_minimized_trace_not_the_expected_state(
     for op in divergence["minimized_trace"]:
         assert f"        {op[0]}(" in report
     assert divergence["expected"] not in report or len(divergence["expected"]) < 160
+
+
+# ------------------------------------------------------------------ Ctrl-C
+
+
+def processes_of(marker: str) -> list[str]:
+    """The command lines of the live processes whose environment holds
+    ``COWSTATE_TEST_RUN=marker``: a run's Python, its JVM and the JVM's
+    Python workers (each inherits the environment)."""
+    needle = f"COWSTATE_TEST_RUN={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone, or another user's
+            continue
+    return found
+
+
+def sigint_caught(pid: int) -> bool:
+    """The process has a handler for SIGINT (its ``SigCgt`` mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:"))[7:], 16)
+    return bool(caught & (1 << (signal.SIGINT - 1)))
+
+
+def wait_until(what: str, done: Callable[[], bool], process: subprocess.Popen[str]) -> None:
+    """Poll ``done`` until it holds; fail if the run ends first (or in 10 minutes)."""
+    deadline = time.monotonic() + 600
+    while not done():
+        assert process.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"expected {what} within 10 minutes"
+        time.sleep(0.02)
+
+
+def spark_submit_started(marker: str) -> bool:
+    return any("org.apache.spark.deploy.SparkSubmit" in cmd for cmd in processes_of(marker))
+
+
+#: When Ctrl-C comes: each moment is what the test waits for before sending it.
+MOMENTS: dict[str, Callable[[subprocess.Popen[str], str, Path], bool]] = {
+    # the command's handler is installed: imports, options, the Java check
+    "before Spark is up": lambda process, marker, out: sigint_caught(process.pid),
+    # the driver JVM exists and is starting (PySpark's launch_gateway waits for it)
+    "while the JVM starts": lambda process, marker, out: spark_submit_started(marker),
+    # the check job runs: its output committer set up records.parquet/_temporary
+    "mid-run": lambda process, marker, out: (out / "records.parquet" / "_temporary").exists(),
+}
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_ctrl_c_whenever_it_comes_is_one_line_status_130_and_stops_spark(
+    tmp_path: Path, moment: str
+) -> None:
+    """Ctrl-C (SIGINT to the run's process group, as a terminal sends it) at
+    three moments of a run on local[1]: one line, status 130, and no process
+    of the run left -- its Python, its driver JVM, the JVM's Python workers.
+    The run starts with SIGINT ignored, as a shell without job control starts
+    a background command (``cowstate_spec.interrupt``, rule 1); mid-run the
+    line replaces py4j's tracebacks (rule 3)."""
+    marker = uuid.uuid4().hex
+    out = tmp_path / "out"
+    arguments = check(
+        tmp_path,
+        "--master",
+        "local[1]",
+        "--ops",
+        "2000",  # a job long enough to be interrupted, were the test to wait less long
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "--no-progress",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cowstate", *arguments],
+        env={**os.environ, "COWSTATE_TEST_RUN": marker},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, which the test interrupts
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        wait_until(moment, lambda: MOMENTS[moment](process, marker, out), process)
+        if moment == "mid-run":
+            running = processes_of(marker)
+            assert any("SparkSubmit" in cmd for cmd in running), running
+            assert any("pyspark.daemon" in cmd for cmd in running), running
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert (process.returncode, stderr) == (130, "cowstate check: interrupted\n"), stderr[-3000:]
+    assert stdout == ""
+    assert processes_of(marker) == []

@@ -32,7 +32,9 @@ The differential run (``cowstate check``; Spark needs the ``spark`` extra):
   model, minimized divergences;
 - :mod:`cowstate_spec.spark_job`: the run on Spark (or in process);
 - :mod:`cowstate_spec.spark_env`: starting Spark (master URLs, Java, a quiet
-  driver JVM, the executors' Python);
+  driver JVM, the executors' Python) and stopping it;
+- :mod:`cowstate_spec.interrupt`: Ctrl-C, whenever it comes: one line, status
+  130, Spark stopped;
 - :mod:`cowstate_spec.shipping`: the archive that ships the checker to executors;
 - :mod:`cowstate_spec.progress`: progress per finished workload;
 - :mod:`cowstate_spec.local_cluster`: a standalone cluster on loopback (tests, demo);
