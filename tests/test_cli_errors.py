@@ -550,3 +550,17 @@ def test_ctrl_c_whenever_it_comes_is_one_line_status_130_and_stops_spark(
     assert (process.returncode, stderr) == (130, "cowstate check: interrupted\n"), stderr[-3000:]
     assert stdout == ""
     assert processes_of(marker) == []
+
+
+def test_ctrl_c_while_the_check_loads_is_one_line_status_130(tmp_path: Path) -> None:
+    """Before ``cowstate_spec.cli`` takes SIGINT, ``cowstate.cli`` loads it:
+    an interrupt there is the same line (here: raised by the import)."""
+    prelude = (
+        "class _Interrupted:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'cowstate_spec.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, _Interrupted())\n"
+    )
+    result = run_cowstate(check(tmp_path, "--master", "in-process"), prelude=prelude)
+    assert (result.returncode, result.stderr) == (130, "cowstate check: interrupted\n")

@@ -181,6 +181,8 @@ def _check(args: list[str]) -> int:
             "pip install 'cowstate[spark]'",
             EXIT_ENVIRONMENT,
         )
+    except KeyboardInterrupt:  # while it loads; from then on, check_main takes Ctrl-C
+        return fail("cowstate check", "interrupted", EXIT_INTERRUPTED)
     return int(check_main(args))
 
 
