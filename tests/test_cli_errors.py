@@ -306,8 +306,24 @@ sys.meta_path.insert(0, _NoSparkExtra())
 """
 
 
-def test_without_the_spark_extra_spark_masters_say_what_to_install(tmp_path: Path) -> None:
-    result = run_cowstate(check(tmp_path, "--master", "local[1]"), prelude=WITHOUT_SPARK_EXTRA)
+#: As in an install without the extra, where the spec's own finder answers last.
+WITHOUT_SPARK_EXTRA_NAMED = """
+from cowstate_spec import MissingExtraFinder
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        return MissingExtraFinder().find_spec(name, path, target)
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+@pytest.mark.parametrize(
+    "prelude", [WITHOUT_SPARK_EXTRA, WITHOUT_SPARK_EXTRA_NAMED], ids=["bare", "extra-named"]
+)
+def test_without_the_spark_extra_spark_masters_say_what_to_install_once(
+    tmp_path: Path, prelude: str
+) -> None:
+    # extra-named: the import error's own hint came too, and the line said it twice
+    result = run_cowstate(check(tmp_path, "--master", "local[1]"), prelude=prelude)
     line = assert_one_line(result, EXIT_ENVIRONMENT)
     assert line == (
         "cowstate check: Spark is not installed here (No module named 'pyspark'); install it "
@@ -564,3 +580,82 @@ def test_ctrl_c_while_the_check_loads_is_one_line_status_130(tmp_path: Path) -> 
     )
     result = run_cowstate(check(tmp_path, "--master", "in-process"), prelude=prelude)
     assert (result.returncode, result.stderr) == (130, "cowstate check: interrupted\n")
+
+
+def in_process_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """The console report and the summary of a small in-process run."""
+    arguments = ["--master", "in-process", "--workloads", "2", "--ops", "300", "--no-progress"]
+    assert main(check(tmp_path, *arguments)) == EXIT_OK
+    summary: dict[str, Any] = json.loads((tmp_path / "out" / "summary.json").read_text())
+    return capsys.readouterr().out.splitlines(), summary
+
+
+def test_the_report_says_1_core_and_2_cores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cowstate_spec.cli import format_summary
+
+    report, summary = in_process_report(tmp_path, capsys)
+    assert report[0] == "cowstate check: spec tiny on in-process (1 core)"
+    assert format_summary({**summary, "cores": 2}, tmp_path).splitlines()[0].endswith("(2 cores)")
+
+
+def test_the_report_shows_the_checked_operations_per_cpu_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, summary = in_process_report(tmp_path, capsys)
+    assert summary["ops_per_cpu_second"] > 0
+    assert (
+        f"  ops/CPU-second     : {summary['ops_per_cpu_second']:,.0f} "
+        f"({summary['cpu_seconds']:,.1f} CPU s checking)"
+    ) in report
+
+
+# ------------------------------------------------------------------ savepoint inspect
+
+
+def inspect_line(capsys: pytest.CaptureFixture[str], target: str) -> str:
+    return one_line(capsys, main(["savepoint", "inspect", target]), EXIT_USAGE)
+
+
+def test_inspect_of_a_file_says_it_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "notes").write_text("mine")
+    assert inspect_line(capsys, str(tmp_path / "notes")) == (
+        "cowstate savepoint inspect: expected a completed checkpoint or savepoint in "
+        f"{str(tmp_path / 'notes')!r}, but it is a file, not a directory"
+    )
+    metadata = f"{checkpoint}/_metadata"  # the file inside: its directory is meant
+    assert inspect_line(capsys, metadata) == (
+        "cowstate savepoint inspect: expected a completed checkpoint or savepoint in "
+        f"{metadata!r}, but it is a file, not a directory (give the directory that holds it)"
+    )
+    assert (tmp_path / "notes").read_text() == "mine"
+
+
+def test_inspect_of_an_unknown_scheme_names_the_path_as_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert inspect_line(capsys, "nosuch://bucket/sp-1") == (
+        "cowstate savepoint inspect: expected a path or URL of a known file system, got "
+        "'nosuch://bucket/sp-1': Protocol not known: nosuch"
+    )
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_inspect_of_a_binary_metadata_shows_no_bytes_only_its_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # 300 bytes with one byte outside printable ASCII: at the start, in the middle, at the end
+    garbage = bytearray(b"x" * 300)
+    garbage[{"first": 0, "middle": 150, "last": 299}[where]] = 0xFE
+    (tmp_path / "_metadata").write_bytes(bytes(garbage))
+    assert inspect_line(capsys, str(tmp_path)) == (
+        f"cowstate savepoint inspect: expected {str(tmp_path / '_metadata')!r} to end with "
+        "its seal line '#cowstate metadata v2 sha256=...', got binary data (300 bytes): the "
+        "file is torn, truncated or not a cowstate document"
+    )

@@ -127,7 +127,7 @@ def inspect_command(directory: str) -> int:
 
     try:
         report = inspect_snapshot(directory)
-    except CheckpointError as exc:
+    except (CheckpointError, InvalidArgumentError) as exc:  # the latter: an unknown scheme
         return fail("cowstate savepoint inspect", str(exc), EXIT_USAGE)
     print_output(format_report(report))
     return EXIT_DIVERGENCE if report.problems else EXIT_OK

@@ -377,14 +377,18 @@ def _epilog() -> str:
 def format_summary(summary: dict[str, Any], out: Path) -> str:
     """The console report: the run's figures, then each minimized divergence
     as its trace (never the full expected state)."""
+    cores = summary["cores"]
     lines = [
-        f"{PROG}: spec {summary['spec']} on {summary['master']} ({summary['cores']} cores)",
+        f"{PROG}: spec {summary['spec']} on {summary['master']} "
+        f"({cores} {'core' if cores == 1 else 'cores'})",
         f"  implementations    : {', '.join(summary['implementations'])}",
         f"  workloads          : {summary['workloads']:,}",
         f"  operations checked : {summary['operations_checked']:,} "
         f"in {summary['elapsed_seconds']:.1f} s",
         f"  ops/s              : {summary['ops_per_second']:,.0f} "
         f"({summary['ops_per_second_per_core']:,.0f} per core)",
+        f"  ops/CPU-second     : {summary['ops_per_cpu_second']:,.0f} "
+        f"({summary['cpu_seconds']:,.1f} CPU s checking)",
         "  most frequent ops  : "
         + ", ".join(f"{k} {v:,}" for k, v in list(summary["operation_counts"].items())[:6]),
     ]

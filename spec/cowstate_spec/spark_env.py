@@ -305,10 +305,10 @@ def start_session(
     try:
         from pyspark import SparkConf, SparkContext
         from pyspark.sql import SparkSession
-    except ImportError as exc:
+    except ImportError as exc:  # its text may hold a hint already (cowstate_spec.MissingExtraFinder)
         raise CheckEnvironmentError(
-            f"Spark is not installed here ({exc}); install it with: pip install "
-            "'cowstate[spark]', or run without Spark: --master in-process"
+            f"Spark is not installed here (No module named {exc.name or 'pyspark'!r}); install "
+            "it with: pip install 'cowstate[spark]', or run without Spark: --master in-process"
         ) from None
     if under_spark_submit():
         spark = SparkSession.builder.appName(app_name).getOrCreate()
