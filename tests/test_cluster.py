@@ -138,6 +138,13 @@ def test_the_readme_spark_submit_command_runs_on_the_cluster(
     assert result.returncode == 0, result.stderr[-3000:]
     assert_clean_run(summary_of(out, result), cluster, bare_python)
     assert "divergences        : 0" in result.stdout
+    # the driver's log4j is quiet as cowstate check's: only what spark-submit printed
+    # before the driver's Python started (52 INFO lines around the report before)
+    assert [line for line in result.stderr.splitlines() if not line.startswith(SUBMIT_START)] == []
+
+
+#: The lines spark-submit prints before it starts the driver's Python.
+SUBMIT_START = ("WARNING: Using incubator modules", "Using Spark's default log4j profile")
 
 
 @pytest.mark.skipif(

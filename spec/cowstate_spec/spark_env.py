@@ -29,9 +29,10 @@ status 3).
    process, so a cluster's setting used to be overridden silently.
 5. Under ``spark-submit`` the session, its master and its configuration are
    spark-submit's; ``--master`` and ``--conf`` of the command are not used.
-   Spark logs at ``ERROR`` from the moment the session is ours unless
-   ``spark.log.level`` is configured (spark-submit's own start-up lines are
-   printed before that).
+   The driver JVM logs at ``ERROR`` before the session is made, unless
+   ``spark.log.level`` is configured: its start-up lines printed before
+   this Python started (Java's incubator module warning, the log4j profile)
+   are spark-submit's, the context's INFO lines no longer come.
 6. **Ctrl-C** (:mod:`cowstate_spec.interrupt`): the driver JVM starts in a
    process group of its own; an interrupt while it starts kills that group
    (PySpark's ``launch_gateway`` then fails at once) and is taken when the
@@ -305,16 +306,20 @@ def start_session(
     try:
         from pyspark import SparkConf, SparkContext
         from pyspark.sql import SparkSession
-    except ImportError as exc:  # its text may hold a hint already (cowstate_spec.MissingExtraFinder)
+    except ImportError as exc:  # its text may hold the hint already (MissingExtraFinder)
         raise CheckEnvironmentError(
             f"Spark is not installed here (No module named {exc.name or 'pyspark'!r}); install "
             "it with: pip install 'cowstate[spark]', or run without Spark: --master in-process"
         ) from None
     if under_spark_submit():
+        SparkContext._ensure_initialized()  # spark-submit's JVM, to read its settings
+        quiet = not SparkConf().contains("spark.log.level")
+        if quiet:  # spark-submit logs at INFO: quiet before the context logs its start
+            _quiet_driver_log(SparkContext._jvm)
         spark = SparkSession.builder.appName(app_name).getOrCreate()
+        if quiet:
+            spark.sparkContext.setLogLevel("ERROR")
         _take_interrupts(spark.sparkContext)
-        if not spark.sparkContext.getConf().contains("spark.log.level"):
-            spark.sparkContext.setLogLevel("ERROR")  # spark-submit's default is INFO
         return spark, _set_executor_python(spark.sparkContext, {})
     active = SparkContext._active_spark_context
     wanted = (master, _without_python(conf))
@@ -491,6 +496,16 @@ def _take_interrupts(context: Any) -> None:
         context.cancelAllJobs,
         None if process is None else functools.partial(_end_from_interrupt, process),
     )
+
+
+def _quiet_driver_log(jvm: Any) -> None:
+    """Rule 5: spark-submit leaves Spark's logging uninitialized for the
+    application, and the context's first log line would initialize it at
+    INFO: initialize it now, then set ERROR (best effort: Spark's internals)."""
+    with contextlib.suppress(Exception):
+        utils = getattr(getattr(jvm.org.apache.spark.util, "Utils$"), "MODULE$")
+        utils.initializeLogIfNecessary(False)
+        jvm.org.apache.spark.util.Utils.setLogLevelIfNeeded("ERROR")
 
 
 def _end_from_interrupt(process: Any) -> None:
