@@ -72,7 +72,8 @@ demo: $(CMAP)
 	$(VENV)/bin/cowstate check --preset smoke
 
 ## make cluster-demo: the same on a Spark standalone cluster on loopback (a master and two
-## workers), executors on a Python without cowstate (build/executor-python); see the README
+## workers), executors on a Python without cowstate (build/executor-python): exactly the
+## commands of the README's "On a cluster", on free ports
 cluster-demo: $(CMAP)
 	$(PY) scripts/cluster_demo.py
 

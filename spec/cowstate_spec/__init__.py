@@ -37,7 +37,7 @@ The differential run (``cowstate check``; Spark needs the ``spark`` extra):
   130, Spark stopped;
 - :mod:`cowstate_spec.shipping`: the archive that ships the checker to executors;
 - :mod:`cowstate_spec.progress`: progress per finished workload;
-- :mod:`cowstate_spec.local_cluster`: a standalone cluster on loopback (tests, demo);
+- :mod:`cowstate_spec.local_cluster`: the README's cluster commands as a script (tests, demo);
 - :mod:`cowstate_spec.cli`: the ``check`` command (``cowstate.cli`` hands it over).
 
 Symbolic checks (CrossHair, ``dev`` extra):
