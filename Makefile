@@ -5,17 +5,20 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CMAP   := $(VENV)/.cmap-built
 
-.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean
+.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter
 
-## The install builds the C map (cowstate._cmap) in place; $(CMAP) rebuilds it
-## when its source changes, without reinstalling everything.
+## The install builds the C map (cowstate._cmap) and its test-only probe
+## (cowstate_spec._cmap_probe) in place; $(CMAP) rebuilds them when a source
+## changes, without reinstalling everything.
 $(STAMP): pyproject.toml setup.py
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip 'setuptools>=77'
 	$(PY) -m pip install --quiet -e '.[dev,spark,rocksdb,bench]'
 	touch $(STAMP)
 
-$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_keygroups.c setup.py
+$(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec/_cmap_probe.c \
+		impl/cowstate/_keygroups.c impl/cowstate/_void.c impl/cowstate/_codec.c \
+		impl/cowstate/_codec.h impl/cowstate/_codecmodule.c setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
@@ -77,13 +80,39 @@ demo: $(CMAP)
 cluster-demo: $(CMAP)
 	$(PY) scripts/cluster_demo.py
 
+## make flink-adapter: Flink's own CopyOnWriteStateMap behind the process protocol
+## (docs/protocol.md), for `cowstate check --implementation flink-java`. Downloads the
+## apache-flink-libraries wheel pinned by hash in adapters/flink-java/requirements.txt
+## (network access to PyPI, ~330 MB), takes its flink-dist jar and compiles the adapter
+## with javac (Java 17) into build/flink-adapter/.
+FLINK_VERSION := 2.3.0
+FLINK_ADAPTER := build/flink-adapter
+FLINK_JAR     := $(FLINK_ADAPTER)/lib/flink-dist-$(FLINK_VERSION).jar
+FLINK_SOURCE  := adapters/flink-java/src/org/apache/flink/runtime/state/heap/CowstateFlinkAdapter.java
+FLINK_CLASS   := $(FLINK_ADAPTER)/classes/org/apache/flink/runtime/state/heap/CowstateFlinkAdapter.class
+flink-adapter: $(FLINK_CLASS)
+
+$(FLINK_JAR): adapters/flink-java/requirements.txt $(STAMP)
+	mkdir -p build/flink $(FLINK_ADAPTER)/lib
+	$(PY) -m pip download --quiet --no-deps --require-hashes -r adapters/flink-java/requirements.txt -d build/flink
+	$(PY) -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extract(sys.argv[2], 'build/flink')" \
+		build/flink/apache_flink_libraries-$(FLINK_VERSION)-py2.py3-none-any.whl pyflink/lib/flink-dist-$(FLINK_VERSION).jar
+	cp build/flink/pyflink/lib/flink-dist-$(FLINK_VERSION).jar $@
+
+$(FLINK_CLASS): $(FLINK_SOURCE) $(FLINK_JAR)
+	rm -rf $(FLINK_ADAPTER)/classes
+	javac --release 17 -Xlint:all,-serial,-processing -d $(FLINK_ADAPTER)/classes -cp $(FLINK_JAR) $(FLINK_SOURCE)
+
 ## make bench: the benchmarks, peers side by side (see bench/README.md)
 bench: $(CMAP)
 	$(PY) bench/bench_state_map.py
 	$(PY) bench/bench_differential.py
+	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
+	$(PY) bench/bench_backend_gc.py
 	$(PY) bench/bench_serializers.py
+	$(PY) bench/bench_snapshot_codec.py
 
 ## make deep: the map/table, backend and storage state machines under the deep
 ## Hypothesis profile (by hand; hours -- what is timed is in CONTRIBUTING.md)
@@ -109,8 +138,9 @@ mutate: $(STAMP)
 		$(foreach g,$(ONLY),--only '$(g)') $(if $(RESUME),--resume) \
 		--max-children $(or $(MUTATE_JOBS),2)
 
-## make sanitize: the C map under AddressSanitizer + UBSan (gcc runtimes), running the
-## map machines over the C map and the C-map tests (see scripts/sanitize.sh)
+## make sanitize: the C map and the C codec under AddressSanitizer + UBSan (gcc runtimes),
+## running the map machines over the C map, the C-map tests and the codec's tests
+## (see scripts/sanitize.sh)
 sanitize: $(CMAP)
 	bash scripts/sanitize.sh
 

@@ -202,11 +202,11 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.handles import KeyedStateHandle, RestoreMode
 from cowstate.checkpoint.storage import CheckpointStorage
-from cowstate.descriptors import ValueStateDescriptor
+from cowstate.descriptors import ValueState, ValueStateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_backend import AbstractKeyedStateBackend
-from cowstate.keyed_state import VOID_NAMESPACE, ValueState
+from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.snapshot import restore as snapshot_restore
 

@@ -190,10 +190,9 @@ from _harness import (  # bench/ is on sys.path when this file runs as a script
 from _impls import C_MAP, NOT_BUILT, implementation_summary, table_factory
 from _impls import settle as settle_map
 
-from cowstate.descriptors import ValueStateDescriptor
+from cowstate.descriptors import ValueState, ValueStateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
 from cowstate.key_groups import KeyGroupRange
-from cowstate.keyed_state import ValueState
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot import write_snapshot
 from cowstate.state_meta import StateMetaInfo

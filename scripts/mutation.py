@@ -11,15 +11,17 @@ the mutated library from the staging copy.
 The mutated modules and their killer tests come in scopes. ``core``: the
 map and its arithmetic, serializers, introspection and errors, killed by the
 fast specification suite (the state machines, the invariant checker, bad
-input, Flink's scenarios, the seed's worked examples, the arithmetic).
+input, Flink's scenarios, the seed's worked examples, the arithmetic, the
+error messages and the serializers).
 ``tables``: key groups, the state tables, the snapshot file format, the state
 descriptors and keyed states, the heap backend, killed by their own tests
 (key-group vectors, table scenarios and contracts, snapshot files, the
 backend and its machine, the checkpoint rules for ``snapshot_to`` /
 ``restore_from``). ``checkpoint``: the coordinator, recovery, the checkpoint
 storage, registry, handles, file system, paths and sealed documents, and the
-RocksDB backend and table, killed by the checkpoint rules, restore trust and
-all-or-nothing restore, the RocksDB tests and a reduced storage machine
+RocksDB backend and table, killed by the checkpoint rules and recovery, the
+tests of each checkpoint module, restore trust and all-or-nothing restore,
+the RocksDB tests and a reduced storage machine
 (``tests/test_storage_machine_reduced.py``). ``make mutate`` runs ``core``;
 the others are run by name (``make mutate SCOPE=tables``). All of it runs
 under the Hypothesis ``mutation`` profile (fixed seeds, no shrinking, no
@@ -49,10 +51,20 @@ and survivors are checked again after new tests; the staged library is
 brought up to ``impl/cowstate`` first, and mutmut runs the mutants of the
 functions edited since again. Each run's wall time is
 added to ``build/mutation/<scope>/runs.json``. ``--recheck`` runs each
-survivor (with ``--only``: each matching mutant not killed yet) against
-``tests/test_mutation_survivors_<scope>*.py`` only (after a
-control run with no mutant active; ``--max-children`` runs at once) and records the ones it kills in
+survivor (with ``--only``: each matching mutant not killed yet) against the
+scope's marked tests only (after a control run with no mutant active;
+``--max-children`` runs at once) and records the ones it kills in
 ``build/mutation/<scope>/rechecked.json``; the report counts them as killed.
+
+Marked tests: a test written to kill mutants of a module carries
+``@pytest.mark.kills(module="cowstate.checkpoint.sealed")`` (the mutants by
+name in its comment) and lives beside the other tests of the behaviour it
+pins. A scope's killers are the files it lists, whole; a file holding a test
+marked for one of its modules must be among them (``tests/test_mutation_results.py``
+checks it: a file joins a scope's killers by decision, since mutmut runs all
+of it). ``--recheck`` runs the marked tests alone (collected with ``-m
+"kills(module='...') or ..."``, run by node id) and the scope's
+``recheck_with`` files. ``--list-tests`` prints both and runs nothing.
 
 Results outlive ``build/``: every report also writes each staged scope's
 results to ``docs/mutation-results/<scope>.json`` (per mutated file, mutmut's
@@ -74,11 +86,13 @@ the end.
     python scripts/mutation.py [--scope core] [--scope tables] [--scope checkpoint]
                                [--only GLOB ...] [--resume] [--recheck] [--max-children N]
                                [--timeout SECONDS] [--target 0.97] [--report-only]
+                               [--list-tests]
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import fnmatch
 import json
 import os
@@ -108,14 +122,22 @@ class Scope:
 
     modules: tuple[str, ...]
     tests: tuple[str, ...]
-    #: run by ``--recheck`` beside ``test_mutation_survivors_<scope>*.py``: killer
-    #: tests that joined the scope after a run (their mutants need no full rerun)
+    #: run whole by ``--recheck`` beside the tests marked ``kills`` for the scope's
+    #: modules: killer tests that joined the scope after a run (their mutants need
+    #: no full rerun)
     recheck_with: tuple[str, ...] = ()
 
 
 SCOPES = {
     "core": Scope(
-        ("state_map.py", "arithmetic.py", "serializers.py", "introspection.py", "errors.py"),
+        (
+            "state_map.py",
+            "map_contract.py",
+            "arithmetic.py",
+            "serializers.py",
+            "introspection.py",
+            "errors.py",
+        ),
         (
             "test_state_machine.py",
             "test_invariant_checker.py",
@@ -127,7 +149,7 @@ SCOPES = {
             "test_copy_costs.py",
             "test_serializers.py",
             "test_default_serializer.py",
-            "test_mutation_survivors_core.py",
+            "test_errors.py",
         ),
         recheck_with=("test_serializers.py", "test_default_serializer.py"),
     ),
@@ -174,14 +196,19 @@ SCOPES = {
         ),
         (
             "test_checkpoint_rules.py",
+            "test_checkpoint_recovery.py",
+            "test_checkpoint_storage.py",
+            "test_checkpoint_registry.py",
+            "test_checkpoint_filesystem.py",
+            "test_checkpoint_paths.py",
+            "test_checkpoint_sealed.py",
             "test_restore_trust.py",
             "test_all_or_nothing_restore.py",
             "test_rocksdb_backend.py",
             "test_rocksdb_table.py",
-            "test_rocksdb_iterator_status.py",
+            "test_rocksdb_scan.py",
             "test_storage_machine_reduced.py",
             "test_storage_leak_regression.py",
-            "test_mutation_survivors_checkpoint.py",
         ),
         recheck_with=("test_storage_leak_regression.py",),
     ),
@@ -254,7 +281,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--recheck",
         action="store_true",
-        help="run each survivor of the scopes against tests/test_mutation_survivors_<scope>*.py",
+        help="run each survivor of the scopes against the tests marked kills(module=...) "
+        "for the scope's modules",
+    )
+    parser.add_argument(
+        "--list-tests",
+        action="store_true",
+        help="print each scope's killer files and the tests --recheck runs; run nothing",
     )
     parser.add_argument(
         "--report-only",
@@ -262,6 +295,10 @@ def main(argv: list[str] | None = None) -> int:
         help="report the staged scopes in build/mutation without running mutmut",
     )
     args = parser.parse_args(argv)
+    if args.list_tests:
+        for scope in args.scope or ["core"]:
+            list_tests(scope)
+        return 0
     if args.recheck:
         for scope in args.scope or ["core"]:
             recheck(scope, args.only, args.max_children)
@@ -399,7 +436,7 @@ def refresh_tests(scope: str) -> None:
     if tests.exists():
         shutil.rmtree(tests)
     tests.mkdir(parents=True)
-    names = [*SCOPES[scope].tests, *survivor_tests(scope)]
+    names = list(SCOPES[scope].tests)
     support = sorted(p.name for p in (ROOT / "tests").glob("*_support.py"))
     for name in [*dict.fromkeys(names), *TEST_SUPPORT, *support]:
         source = ROOT / "tests" / name
@@ -415,10 +452,70 @@ def refresh_tests(scope: str) -> None:
         stats.unlink()
 
 
-def survivor_tests(scope: str) -> list[str]:
-    """The scope's survivor tests: ``tests/test_mutation_survivors_<scope>*.py``
-    (one file per module group where a scope has many)."""
-    return sorted(p.name for p in (ROOT / "tests").glob(f"test_mutation_survivors_{scope}*.py"))
+def scope_modules(scope: str) -> list[str]:
+    """The dotted names of the scope's modules (``cowstate.checkpoint.sealed``)."""
+    return ["cowstate." + m.removesuffix(".py").replace("/", ".") for m in SCOPES[scope].modules]
+
+
+def marked_modules(path: Path) -> set[str]:
+    """The modules the tests of ``path`` are marked ``kills`` for: every
+    ``pytest.mark.kills(module="...")`` written in it, as pytest's ``-m`` reads it."""
+    return {
+        keyword.value.value
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.kills"
+        for keyword in node.keywords
+        if keyword.arg == "module" and isinstance(keyword.value, ast.Constant)
+    }
+
+
+def killer_files(scope: str) -> list[str]:
+    """The test files holding a test marked ``kills`` for a module of ``scope``
+    (every one of them is among the scope's listed killers)."""
+    modules = set(scope_modules(scope))
+    return sorted(p.name for p in (ROOT / "tests").glob("test_*.py") if marked_modules(p) & modules)
+
+
+def marker_expression(scope: str) -> str:
+    """The ``-m`` expression selecting the tests marked ``kills`` for the scope's modules."""
+    return " or ".join(f"kills(module={module!r})" for module in scope_modules(scope))
+
+
+def recheck_tests(scope: str) -> list[str]:
+    """What ``--recheck`` runs, relative to the project root: every test marked
+    ``kills`` for a module of ``scope`` (by node id without its parameters, so
+    every parameter runs), then the scope's ``recheck_with`` files whole."""
+    files = [f"tests/{name}" for name in killer_files(scope)]
+    nodes: dict[str, None] = {}
+    if files:
+        env = dict(os.environ, COWSTATE_PROFILE="mutation", PYTHONHASHSEED="0")
+        env.pop("CI", None)
+        command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+        collected = subprocess.run(
+            [*command, "-m", marker_expression(scope), *files],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        if collected.returncode != 0:
+            raise SystemExit(f"collecting the tests of {scope} failed:\n{collected.stdout}")
+        for line in collected.stdout.splitlines():
+            if "::" in line:
+                nodes[line.split("[", 1)[0]] = None
+    return [*nodes, *(f"tests/{name}" for name in SCOPES[scope].recheck_with)]
+
+
+def list_tests(scope: str) -> None:
+    """Print the scope's killer files and the tests ``--recheck`` runs."""
+    killers = SCOPES[scope].tests
+    print(f"scope {scope}: {len(killers)} killer files")
+    for name in killers:
+        print(f"  tests/{name}")
+    tests = recheck_tests(scope)
+    print(f"--recheck runs {len(tests)} tests and files:")
+    for test in tests:
+        print(f"  {test}")
 
 
 def run_mutmut(scope: str, max_children: int, only: list[str]) -> None:
@@ -471,18 +568,17 @@ def equivalent_mutants() -> dict[str, str]:
 def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
     """Run every surviving mutant of ``scope`` (with ``only``: every one
     matching ``only`` not killed yet, not-run ones included) against the
-    scope's survivor tests.
+    tests marked ``kills`` for the scope's modules (and its ``recheck_with``).
 
     mutmut ran each mutant against every killer test that reaches it; a
-    survivor killed afterwards by a new test in
-    ``tests/test_mutation_survivors_<scope>*.py`` is recorded as killed in
+    survivor killed afterwards by a new test marked ``kills`` for its module
+    (``recheck_tests``) is recorded as killed in
     ``build/mutation/<scope>/rechecked.json`` (the report applies it), without
-    running the whole killer suite again. The test file runs first with no
-    mutant active and must pass, or nothing is recorded.
+    running the whole killer suite again. The tests run first with no mutant
+    active and must pass, or nothing is recorded.
     """
     refresh_sources(scope)
-    names = [*survivor_tests(scope), *SCOPES[scope].recheck_with]
-    tests = [ROOT / "tests" / name for name in names]
+    tests = recheck_tests(scope)
     mutants = BUILD / scope / "mutants"
     env = dict(
         os.environ,
@@ -497,7 +593,7 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
         command = [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider"]
         try:
             return subprocess.run(
-                [*command, *map(str, tests)],
+                [*command, *tests],
                 cwd=ROOT,
                 env=dict(env, MUTANT_UNDER_TEST=mutant),
                 capture_output=True,
@@ -507,8 +603,10 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
             return 124
 
     if run("") != 0:
-        listed = ", ".join(test.name for test in tests)
-        raise SystemExit(f"{listed} fail with no mutant active: nothing rechecked")
+        raise SystemExit(
+            f"the {len(tests)} recheck tests of {scope} (--list-tests) fail with no "
+            "mutant active: nothing rechecked"
+        )
     path = BUILD / scope / "rechecked.json"
     done = json.loads(path.read_text()) if path.exists() else {}
     wanted = ("survived", "no tests") + (("not checked",) if only else ())
@@ -545,7 +643,7 @@ def recheck(scope: str, only: list[str], jobs: int = 1) -> None:
 
 
 #: A fresh recheck run that takes longer than this (seconds) is a hang:
-#: killed (the survivor tests take a few seconds with the interpreter's start).
+#: killed (the marked tests take a few seconds with the interpreter's start).
 RECHECK_TIMEOUT = 30.0
 #: Exit statuses of a forked recheck child that are kills: a test failed, or
 #: the child hung until its alarm (``signal.alarm``) ended it.
@@ -574,12 +672,12 @@ for line in sys.stdin:
 """
 
 
-def forked_statuses(names: list[str], tests: list[Path], env: dict[str, str]) -> dict[str, int]:
+def forked_statuses(names: list[str], tests: list[str], env: dict[str, str]) -> dict[str, int]:
     """Mutant -> pytest's exit status in a child of one warm worker process."""
     if not names:
         return {}
     done = subprocess.run(
-        [sys.executable, "-c", _FORK_WORKER, *map(str, tests)],
+        [sys.executable, "-c", _FORK_WORKER, *tests],
         cwd=ROOT,
         env=env,
         input="\n".join(names) + "\n",
@@ -624,7 +722,7 @@ def collect() -> dict[str, dict[str, dict[str, str]]]:
             for name, code in codes.items():
                 status = STATUS.get(code, "suspicious")
                 again = rechecked.get(name)
-                # a kill by the survivor tests counts; so does a survival of a
+                # a kill by the marked tests counts; so does a survival of a
                 # mutant mutmut never ran (recheck records only equivalent ones)
                 if again == "killed" or (again == "survived" and status == "not checked"):
                     status = again

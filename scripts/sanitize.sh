@@ -1,40 +1,118 @@
 #!/usr/bin/env bash
-# make sanitize: the C extensions (the C map, cowstate._cmap, and the key-group helper,
-# cowstate._keygroups) built with AddressSanitizer and UndefinedBehaviorSanitizer
+# make sanitize: the C extensions (the C map, cowstate._cmap, its test-only probe,
+# cowstate_spec._cmap_probe, the key-group helper, cowstate._keygroups,
+# VOID_NAMESPACE's type, cowstate._void, and the C codec, cowstate._codec) built with
+# AddressSanitizer and UndefinedBehaviorSanitizer
 # (gcc's runtimes, preloaded into the venv's ordinary Python), running the map state
 # machine over the C map (capacities 4 and 128), the C-map tests and the map scenarios
 # (all but the two long random-isolation ones, which take many minutes under ASan),
-# and the restore checks that drive _keygroups.
+# the restore checks that drive _keygroups and the C reader, VOID_NAMESPACE's tests,
+# and the C codec's tests: its differential tests, the encoder without the GIL while
+# another thread touches the same objects, and the snapshot writer and reader through it.
 #
-# The sanitized build goes to build/sanitize/ (a copy of impl/cowstate with the
-# instrumented extensions), put first on PYTHONPATH, so the normal build is untouched.
-# PYTHONMALLOC=malloc lets ASan see every allocation; leak detection is off because
-# CPython itself keeps memory at exit -- leaks are the job of
-# tests/test_implementations.py::test_build_snapshot_mutate_release_drop_leaks_nothing.
+# The sanitized build goes to build/sanitize/ (copies of impl/cowstate and
+# spec/cowstate_spec with the instrumented extensions), put first on PYTHONPATH, so
+# the normal build is untouched. The probe runs there too: the checker in C judges
+# every step of the machines, and the corruption tests make and undo every corruption.
+# PYTHONMALLOC=malloc lets ASan see every allocation.
+#
+# LeakSanitizer is on, for the extensions' own allocations: they are compiled with
+# PyMem_Malloc/Calloc/Realloc/Free mapped to malloc/calloc/realloc/free, stacks keep
+# the allocator and its caller (malloc_context_size=2), and scripts/lsan.supp
+# suppresses the blocks whose caller is the interpreter's (or pydantic-core's) code
+# (the file says why). An ASan report's allocation and free stacks are two frames
+# deep too: for whole stacks, rerun what failed with
+#     ASAN_OPTIONS=detect_leaks=0:malloc_context_size=30:... (as exported below)
+# A leaked *reference* to a Python object is not a
+# leak LeakSanitizer can see (a GC-tracked object stays linked in the collector's
+# lists); the reference counts and lifetimes of the tests below catch those
+# (tests/test_implementations.py, the machines' states_nothing_holds_are_collected).
+# Before the tests, a self-check: a copy whose entry_free() frees the objects but not
+# the entry (cowstate_spec.bad_cmaps.LEAK_PROBE) must be reported, the real build not.
+#
+# SANITIZE_CFLAGS adds compiler flags to the sanitized build, e.g.
+#     SANITIZE_CFLAGS=-DCOWSTATE_BUG=6 make sanitize
+# plants the leaked reference of c-put-leaks-replaced-state (the tests must fail).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 OUT=build/sanitize
 rm -rf "$OUT" && mkdir -p "$OUT"
 cp -r impl/cowstate "$OUT/cowstate"
-rm -f "$OUT"/cowstate/*.so
+cp -r spec/cowstate_spec "$OUT/cowstate_spec"
+rm -f "$OUT"/cowstate/*.so "$OUT"/cowstate_spec/*.so
 SUFFIX=$($PY -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 INCLUDE=$($PY -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
-for module in _cmap _keygroups; do
+# the C map's own blocks straight from malloc, so that no interpreter frame names them
+DIRECT_ALLOC="-DPyMem_Malloc=malloc -DPyMem_Calloc=calloc -DPyMem_Realloc=realloc -DPyMem_Free=free"
+build() {  # build SOURCE TARGET [FLAGS...]
+    local source=$1 target=$2
+    shift 2
+    # shellcheck disable=SC2086  # DIRECT_ALLOC and SANITIZE_CFLAGS are lists of flags
     gcc -shared -fPIC -std=c11 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all \
         -fsanitize=address,undefined -Wall -Wextra -Wno-unused-parameter \
         -Wno-missing-field-initializers -Wno-cast-function-type -Werror \
-        -I"$INCLUDE" "$OUT/cowstate/$module.c" -o "$OUT/cowstate/$module$SUFFIX"
+        $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} "$@" -I"$INCLUDE" -I"$OUT/cowstate" "$source" -o "$target"
+}
+for source in cowstate/_cmap cowstate/_keygroups cowstate/_void cowstate_spec/_cmap_probe; do
+    build "$OUT/$source.c" "$OUT/$source$SUFFIX"
 done
+# the codec: the library and its module, CRC32 from zlib as setup.py builds it
+# shellcheck disable=SC2086  # DIRECT_ALLOC and SANITIZE_CFLAGS are lists of flags
+gcc -shared -fPIC -std=c11 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=all \
+    -fsanitize=address,undefined -Wall -Wextra -Wno-unused-parameter \
+    -Wno-missing-field-initializers -Wno-cast-function-type -Werror -DCOWSTATE_CODEC_ZLIB=1 \
+    $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} -I"$INCLUDE" "$OUT/cowstate/_codecmodule.c" \
+    "$OUT/cowstate/_codec.c" -lz -o "$OUT/cowstate/_codec$SUFFIX"
+# The leak self-check's copy: cowstate._cmap_leakprobe, entry_free() keeping the entry.
+$PY - "$OUT/cowstate/_cmap_leakprobe.c" <<'PYTHON'
+import sys
+from cowstate_spec.bad_cmaps import LEAK_PROBE, SOURCE
+text = SOURCE.read_text()
+assert text.count(LEAK_PROBE.old) == 1, LEAK_PROBE
+open(sys.argv[1], "w").write(text.replace(LEAK_PROBE.old, LEAK_PROBE.new))
+PYTHON
+build "$OUT/cowstate/_cmap_leakprobe.c" "$OUT/cowstate/_cmap_leakprobe$SUFFIX" \
+    -DCOWSTATE_MODULE=_cmap_leakprobe
+
 export PYTHONPATH="$PWD/$OUT"
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-export ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0:abort_on_error=1
+export ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:verify_asan_link_order=0:abort_on_error=1
+export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONMALLOC=malloc PYTHONHASHSEED=0
-$PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k; assert cowstate.IMPLEMENTATION == "c"; print("sanitized:", c.__file__, k.__file__)'
+$PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k, cowstate._void as v, cowstate._codec as d, cowstate_spec._cmap_probe as p; assert cowstate.IMPLEMENTATION == "c" and type(cowstate.VOID_NAMESPACE) is v.VoidNamespace; print("sanitized:", c.__file__, k.__file__, v.__file__, d.__file__, p.__file__)'
+
+# LeakSanitizer self-check: a map that removes 1,000 mappings, on each build.
+LEAKS='import importlib, sys
+m = importlib.import_module(sys.argv[1]).CopyOnWriteStateMap(initial_capacity=4)
+for i in range(1000):
+    m.put(i, "ns", [i])
+for i in range(1000):
+    m.remove(i, "ns")'
+SELF_CHECK=detect_leaks=1:malloc_context_size=2:verify_asan_link_order=0
+if ! report=$(ASAN_OPTIONS=$SELF_CHECK $PY -c "$LEAKS" cowstate._cmap 2>&1); then
+    echo "$report" >&2
+    echo "sanitize: LeakSanitizer reports a leak of the real C map (above)" >&2
+    exit 1
+fi
+if report=$(ASAN_OPTIONS=$SELF_CHECK $PY -c "$LEAKS" cowstate._cmap_leakprobe 2>&1) \
+    || ! grep -q "in entry_new" <<<"$report"; then
+    echo "$report" >&2
+    echo "sanitize: LeakSanitizer missed the planted leak of _cmap_leakprobe (entries never freed)" >&2
+    exit 1
+fi
+echo "LeakSanitizer self-check: the planted entry leak is reported ($(grep -c 'in entry_new' <<<"$report") stacks), the real C map is clean"
+
 $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications" \
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map]" \
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map-128]" \
     tests/test_implementations.py tests/test_flink_map_scenarios.py tests/test_copy_costs.py \
     tests/test_seed_examples.py tests/test_bad_input.py tests/test_error_messages.py \
-    tests/test_restore_checks.py "$@"
+    tests/test_restore_checks.py \
+    tests/test_table_contracts.py::test_void_namespace_is_one_named_value_the_collector_never_tracks \
+    tests/test_backend.py::test_a_backend_of_int_and_str_states_costs_the_collector_nothing "$@"
+# the codec (its test names say "python" for the Python serializers: no -k filter above)
+$PY -m pytest -q -p no:cacheprovider tests/test_c_codec.py "$@"
+$PY -m pytest -q -p no:cacheprovider tests/test_snapshot_io.py \
+    -k "codec or c_reader or c_writer or hands_back or keyboard or long_section" "$@"

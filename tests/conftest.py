@@ -17,6 +17,13 @@ over ``table_types(snapshots=True)``, the types with a capability it needs)::
     @pytest.mark.parametrize("table_type", TABLES, indirect=True, ids=repr)
     def test_x(table_type: Tables) -> None:
         table = table_type(KeyGroupRange(0, 7), 8)
+
+A test written to kill mutants of a module (``make mutate``) says so with
+``@pytest.mark.kills(module="cowstate.checkpoint.sealed")`` (one marker per
+module; the mutants it was written for in its comment). It lives beside the
+other tests of the behaviour it pins; ``scripts/mutation.py`` finds it by the
+marker (a scope's killers, ``--recheck``), and
+``pytest -m "kills(module='cowstate.checkpoint.sealed')"`` runs a module's.
 """
 
 from __future__ import annotations
@@ -101,6 +108,16 @@ def table_type(request: pytest.FixtureRequest) -> Iterator[Tables]:
         yield tables
     finally:
         tables.close()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered here, not in pyproject.toml: the mutation scopes' staged
+    # projects (scripts/mutation.py) have a pyproject of their own.
+    config.addinivalue_line(
+        "markers",
+        "kills(module): written to kill mutants of the module (dotted, "
+        "e.g. module='cowstate.checkpoint.sealed'); scripts/mutation.py selects by it",
+    )
 
 
 def pytest_report_header() -> str:

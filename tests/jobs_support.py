@@ -1,6 +1,7 @@
-"""Jobs of the checkpoint survivor tests (``test_mutation_survivors_checkpoint_*``):
-the subtasks and coordinators one test makes over real storage in its
-``tmp_path``, all closed at its end."""
+"""Small jobs of the coordinator and recovery tests (``test_checkpoint_rules.py``,
+``test_checkpoint_recovery.py``): the subtasks and coordinators one test makes
+over real storage in its ``tmp_path``, each job one subtask owning every key
+group, all closed at its end (``with Jobs(tmp_path) as jobs:``)."""
 
 from __future__ import annotations
 
@@ -104,6 +105,12 @@ class Jobs:
         return self.keep(
             CheckpointCoordinator.recover(self.storage(root, job_id, hooks), [subtask], **options)
         )
+
+    def __enter__(self) -> Jobs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
         for coordinator in self._coordinators:

@@ -189,40 +189,68 @@ def test_a_subtask_with_bad_entries_restores_no_subtask(
     assert [len(dump(b)["value"]) for b in targets] == [len(KEYS_OF[LOW]), len(KEYS_OF[HIGH])]
 
 
+class _Staged:
+    """A stand-in prepared restore: logs its commit and discard; the discard
+    raises if ``discard_fails``."""
+
+    def __init__(self, name: str, log: list[str], discard_fails: bool) -> None:
+        self.name, self.log, self.discard_fails = name, log, discard_fails
+
+    def commit(self) -> None:
+        self.log.append(f"commit {self.name}")
+
+    def discard(self) -> None:
+        self.log.append(f"discard {self.name}")
+        if self.discard_fails:
+            raise OSError("the staging directory is gone")
+
+
+class _StandIn:
+    """A stand-in subtask for the coordinator's ``_restore_backends``: logs what
+    it is asked; its prepare fails if ``fail``."""
+
+    def __init__(
+        self, name: str, log: list[str], *, fail: bool = False, discard_fails: bool = False
+    ) -> None:
+        self.name, self.log, self.fail, self.discard_fails = name, log, fail, discard_fails
+        self.key_group_range = FULL
+
+    def prepare_restore(self, *args: Any, **kwargs: Any) -> _Staged:
+        self.log.append(f"prepare {self.name}")
+        if self.fail:
+            raise KeyGroupMismatchError("expected ..., got a broken file")
+        return _Staged(self.name, self.log, self.discard_fails)
+
+
 def test_a_failing_prepare_discards_every_prepared_restore() -> None:
     """The coordinator's side, with stand-in backends: all prepared, none
     committed, each discarded once; then the error."""
     log: list[str] = []
-
-    class Staged:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def commit(self) -> None:
-            log.append(f"commit {self.name}")
-
-        def discard(self) -> None:
-            log.append(f"discard {self.name}")
-
-    class Backend:
-        def __init__(self, name: str, fail: bool) -> None:
-            self.name, self.fail = name, fail
-            self.key_group_range = FULL
-
-        def prepare_restore(self, *args: Any, **kwargs: Any) -> Staged:
-            log.append(f"prepare {self.name}")
-            if self.fail:
-                raise KeyGroupMismatchError("expected ..., got a broken file")
-            return Staged(self.name)
-
     metadata = SimpleNamespace(subtasks=())
-    backends = [Backend("0", False), Backend("1", False), Backend("2", True)]
+    backends = [_StandIn("0", log), _StandIn("1", log), _StandIn("2", log, fail=True)]
     with pytest.raises(KeyGroupMismatchError):
         _restore_backends(backends, metadata, SOURCE, incremental_base=False)  # type: ignore[arg-type]
     assert log == ["prepare 0", "prepare 1", "prepare 2", "discard 0", "discard 1"]
     log.clear()
     _restore_backends(backends[:2], metadata, SOURCE, incremental_base=False)  # type: ignore[arg-type]
     assert log == ["prepare 0", "prepare 1", "commit 0", "commit 1"]
+
+
+# _restore_backends__mutmut_21 (`suppress(None)`: a failing discard became a
+# TypeError): the first error is the one reported, and every prepared restore
+# is discarded.
+@pytest.mark.kills(module="cowstate.checkpoint.coordinator")
+def test_a_discard_that_fails_does_not_hide_the_error_or_stop_the_other_discards() -> None:
+    log: list[str] = []
+    metadata = SimpleNamespace(subtasks=())
+    backends = [
+        _StandIn("0", log, discard_fails=True),
+        _StandIn("1", log),
+        _StandIn("2", log, fail=True),
+    ]
+    with pytest.raises(KeyGroupMismatchError, match="got a broken file"):
+        _restore_backends(backends, metadata, SOURCE, incremental_base=False)  # type: ignore[arg-type]
+    assert log == ["prepare 0", "prepare 1", "prepare 2", "discard 0", "discard 1"]
 
 
 # ------------------------------------------- one backend, several files

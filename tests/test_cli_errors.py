@@ -180,6 +180,49 @@ def test_no_command_and_an_unknown_command_are_usage_lines(
     assert line.startswith("cowstate savepoint inspect: the following arguments are required")
 
 
+#: Directories no file system takes, as ``savepoint inspect DIR`` may be given
+#: them (a NUL byte only through ``main()``: no shell passes one), and the refusal.
+BAD_INSPECT_DIRECTORIES = {
+    "nul": (
+        "/data/sp\x00-1",
+        "expected a snapshot directory without NUL or other control characters, got U+0000 "
+        "at 8 in '/data/sp\\x00-1'",
+    ),
+    "overlong name": (
+        "/data/" + "s" * 256,
+        "expected a snapshot directory with every name between '/' of at most 255 bytes, got "
+        f"one of 256 bytes: {'s' * 80!r} (of 256 characters)",
+    ),
+    "overlong path": (
+        "/" + ("d" * 200 + "/") * 20 + "d" * 75,
+        f"expected a snapshot directory of at most 4095 bytes, got 4096 bytes: "
+        f"{('/' + 'd' * 200)[:80]!r} (of 4096 characters)",
+    ),
+    "a name that is no UTF-8": (
+        os.fsdecode(b"/data/sp\xff"),
+        "expected a snapshot directory of valid Unicode, got the lone surrogate U+DCFF at 8 in "
+        "'/data/sp\\udcff'",
+    ),
+    "empty": ("", "expected a snapshot directory, got ''"),
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_INSPECT_DIRECTORIES))
+def test_savepoint_inspect_of_a_directory_no_file_system_takes_is_one_line_saying_why(
+    bad: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression: ``savepoint inspect`` of a directory holding a NUL byte, or a
+    name of 256 bytes, said the directory does not exist. The line says what
+    is wrong with the name (status 2, nothing printed)."""
+    directory, message = BAD_INSPECT_DIRECTORIES[bad]
+    status = main(["savepoint", "inspect", directory])
+    captured = capsys.readouterr()
+    assert (status, captured.out) == (EXIT_USAGE, "")
+    program, said = captured.err.removesuffix("\n").split(": ", 1)
+    assert program in ("cowstate", "cowstate savepoint inspect")  # its line's own prefix
+    assert said == message
+
+
 # ------------------------------------------------------------------ --out
 
 

@@ -125,6 +125,16 @@ def test_zipf_keys_are_skewed_and_collisions_are_hash_keys() -> None:
     assert all(isinstance(op[1], HashKey) for op in operations(colliding, 0) if op[0] == "put")
 
 
+def test_transform_functions_limit_what_transforms_apply_and_default_to_all() -> None:
+    spec = WorkloadSpec(operations_per_workload=3000, mix={"put": 1, "transform": 3})
+    every = {op[4] for op in operations(spec, 0) if op[0] == "transform"}
+    assert every == {"add_or_append", "replace_with_value", "raise_error", "return_none"}
+    succeeding = spec.model_copy(update={"transform_functions": ["add_or_append"]})
+    assert {op[4] for op in operations(succeeding, 0) if op[0] == "transform"} == {"add_or_append"}
+    with pytest.raises(ValidationError, match="transform_functions"):
+        WorkloadSpec(transform_functions=["explode"])
+
+
 def test_operations_encode_to_json_and_back() -> None:
     ops = operations(preset("collisions"), 1)
     assert [decode(json.loads(json.dumps(encode(op)))) for op in ops] == ops

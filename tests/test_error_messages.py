@@ -2,7 +2,10 @@
 
 The standards ask for precise messages; these tests pin them (and the reprs
 and the introspection record), so a change to a message is a decision, not
-an accident. They also kill the mutation run's message mutants.
+an accident. They also kill the mutation run's message mutants (the tests
+marked ``kills``). Every test runs on both maps; the errors' constructors, and
+the key or namespace each operation names when user code raises (rule U), are
+in ``test_errors.py``.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pytest
 from conftest import bind_map_class
 
 from cowstate import CopyOnWriteStateMap, state_map, value_codec
-from cowstate.arithmetic import MAX_VERSION
+from cowstate.arithmetic import MAX_VERSION, MINIMUM_CAPACITY
 from cowstate.errors import (
     ConcurrentModificationError,
     ForeignSnapshotError,
@@ -37,6 +40,11 @@ from cowstate.serializers import (
 from cowstate_spec.keys import value_key
 
 Map = CopyOnWriteStateMap[Any, Any, Any]
+
+try:
+    from cowstate._cmap import CHUNK_BUCKETS
+except ImportError:  # not built (test_implementations.py fails): the pure map has no chunks
+    CHUNK_BUCKETS = MINIMUM_CAPACITY
 
 
 @pytest.fixture(autouse=True)
@@ -273,3 +281,107 @@ def test_a_change_after_the_last_entry_is_detected_at_the_end() -> None:
         "expected no mapping added or removed and no rehash step while iterating the map; "
         "collect what you need first, e.g. list(m.keys(ns))"
     )
+
+
+# ----------------------------- snapshots and iteration: the messages of misuse
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
+def test_a_released_snapshot_says_its_version_when_read() -> None:
+    # StateMapSnapshot._check_open, __iter__: the released messages
+    # (map_contract.released_message).
+    m: Map = CopyOnWriteStateMap()
+    m.put("k", "ns", [1])
+    m.put("j", "ns", [2])
+    first, second = m.snapshot(), m.snapshot()
+    first.release()
+    with pytest.raises(SnapshotReleasedError) as caught:
+        len(first)
+    assert str(caught.value) == (
+        "expected an open snapshot, got snapshot version 1 which was released"
+    )
+    reading = iter(second)
+    next(reading)
+    second.release()
+    with pytest.raises(SnapshotReleasedError) as during:
+        next(reading)
+    assert str(during.value) == "snapshot version 2 was released while being read"
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+@pytest.mark.kills(module="cowstate.map_contract")
+def test_iteration_across_a_change_says_what_to_do_instead() -> None:
+    # CopyOnWriteStateMap._iterate: the message of ConcurrentModificationError
+    # (map_contract.modified_message).
+    m: Map = CopyOnWriteStateMap()
+    m.put("k", "ns", [1])
+    m.put("j", "ns", [2])
+    iterator = iter(m)
+    next(iterator)
+    m.put("i", "ns", [3])
+    with pytest.raises(ConcurrentModificationError) as caught:
+        next(iterator)
+    assert str(caught.value) == (
+        "expected no mapping added or removed and no rehash step while iterating "
+        "the map; collect what you need first, e.g. list(m.keys(ns))"
+    )
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+def test_iteration_ended_by_a_change_after_the_last_mapping_says_so_too() -> None:
+    # CopyOnWriteStateMap._iterate: the check after the last bucket (a change
+    # made after the last mapping was handed out).
+    m: Map = CopyOnWriteStateMap()
+    m.put("k", "ns", [1])
+    iterator = iter(m)
+    next(iterator)
+    m.remove("k", "ns")  # no mapping left to reach: only the final check sees it
+    with pytest.raises(ConcurrentModificationError) as caught:
+        next(iterator)
+    assert str(caught.value).startswith("expected no mapping added or removed")
+    # ... and the check before the first mapping (a change between iter and next)
+    unstarted = iter(m)
+    m.put("j", "ns", [2])
+    with pytest.raises(ConcurrentModificationError) as before:
+        next(unstarted)
+    assert str(before.value) == str(caught.value)
+
+
+@pytest.mark.kills(module="cowstate.map_contract")
+def test_a_foreign_snapshot_without_a_version_is_named_with_a_question_mark() -> None:
+    # map_contract.foreign_message: the "?" of a StateMapSnapshot without a version.
+    class StateMapSnapshot:
+        pass
+
+    foreign: Any = StateMapSnapshot()
+    with pytest.raises(ForeignSnapshotError) as caught:
+        CopyOnWriteStateMap().release(foreign)
+    assert str(caught.value) == (
+        "expected a snapshot taken from this map, got one of another map (version ?)"
+    )
+
+
+# -------------------------------------------- describe: capacities (the C map's from its export)
+
+
+@pytest.mark.kills(module="cowstate.introspection")
+def test_describe_reads_both_capacities_during_a_rehash() -> None:
+    # introspection.describe: the capacity fields of the C map's structure export
+    # (written for the C map, as test_describe_reads_the_c_maps_capacities_from_its_export).
+    m: Map = CopyOnWriteStateMap(initial_capacity=4)
+    for k in range(5):  # past the threshold of 4 buckets: a rehash into 8
+        m.put(k, "ns", [k])
+    assert describe(m).capacity == 4
+    assert describe(m).rehash_capacity == 8
+
+
+@pytest.mark.kills(module="cowstate.introspection")
+def test_describe_reads_the_capacity_of_a_map_of_several_c_chunks() -> None:
+    # introspection.describe: capacity is the directory's bucket count, not its
+    # buckets per chunk (equal within one chunk).
+    capacity = 2 * CHUNK_BUCKETS
+    c: Map = CopyOnWriteStateMap(initial_capacity=capacity)
+    for k in range(capacity * 3 // 4 + 2):  # past 3/4 of the capacity: a rehash into twice it
+        c.put(k, "ns", [k])
+    assert (describe(c).capacity, describe(c).rehash_capacity) == (capacity, 2 * capacity)

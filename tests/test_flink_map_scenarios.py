@@ -521,6 +521,27 @@ def test_iterating_over_snapshot_yields_exactly_the_original_five_entries() -> N
 
 
 # --------------------------------------------------------------------------
+# not Flink's: items(), the snapshot writer's fast path
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.kills(module="cowstate.state_map")
+def test_snapshot_items_lists_every_mapping_once_as_plain_tuples() -> None:
+    # state_map.StateMapSnapshot.items: the writer's fast path, which the map
+    # machines never call (they iterate the snapshot).
+    m: CopyOnWriteStateMap[int, str, list[int]] = CopyOnWriteStateMap(initial_capacity=4)
+    for k in range(10):  # past the threshold: items() spans a rehash
+        m.put(k, "ns", [k])
+    snapshot = m.snapshot()
+    m.put(0, "ns", [99])  # after the snapshot: not in it
+    m.remove(1, "ns")
+    items = snapshot.items()
+    assert type(items) is list and all(type(item) is tuple for item in items)
+    assert sorted(items) == [(k, "ns", [k]) for k in range(10)]
+    snapshot.release()
+
+
+# --------------------------------------------------------------------------
 # 9.1.7 testSnapshotRelease (adapted: a second release raises)
 # --------------------------------------------------------------------------
 

@@ -8,7 +8,13 @@ with the real ``java.lang`` hash codes; a test re-runs that program and
 compares its output with the committed file. Hypothesis then checks that
 implementation and model agree everywhere else, the range arithmetic's
 partition laws, ``KeyGroupRange``, stability across ``PYTHONHASHSEED`` and the
-error messages.
+error messages. Java's hash codes at their bounds (worked out by hand from the
+Java definitions in the comments), ``KeyGroupRange``'s construction and the
+error messages are also pinned case by case, word for word: those tests are
+marked ``kills`` (written to kill mutants of the module, ``make mutate
+SCOPE=tables``; their comments name them, ``key_groups.`` standing for the
+mutants' prefix ``cowstate.key_groups.``). The module's equivalent mutants are
+in ``docs/equivalent-mutants.md``.
 """
 
 from __future__ import annotations
@@ -35,7 +41,17 @@ import cowstate_model.key_groups as plain
 import cowstate_model.value_codec as plain_codec
 from cowstate import value_codec
 from cowstate.errors import InvalidArgumentError, KeyGroupOutOfRangeError, UnsupportedValueError
-from cowstate.key_groups import KeyGroupRange
+from cowstate.key_groups import (
+    KeyGroupRange,
+    assign_to_key_group,
+    check_key_group_range,
+    compute_key_group_for_key_hash,
+    compute_key_group_range_for_operator_index,
+    compute_operator_index_for_key_group,
+    java_hash,
+    java_string_hash,
+    murmur_hash,
+)
 from cowstate.serializers import (
     DefaultSerializer,
     IntSerializer,
@@ -337,6 +353,146 @@ def test_java_program_prints_the_committed_vectors() -> None:
     )
 
 
+# ---------------------------------- Java's hash codes at their bounds, by hand
+
+
+def _double(bits: int) -> float:
+    return float(struct.unpack(">d", struct.pack(">q", bits))[0])
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_murmur_hash_maps_integer_min_value_to_zero() -> None:
+    # key_groups.x_murmur_hash 38-40: -2089875627 is the one int32 whose murmur
+    # round mixes to Integer.MIN_VALUE (found by inverting the round); Flink's
+    # murmurHash returns 0 for it, where Math.abs would stay negative.
+    assert murmur_hash(-2089875627) == 0
+    assert compute_key_group_for_key_hash(-2089875627, 128) == 0
+    assert murmur_hash(0) == 593689054  # Java vectors: negative and positive mixes
+    assert murmur_hash(-1) == 1982413648
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_java_hash_of_ints_and_longs_at_their_bounds() -> None:
+    # key_groups.x_java_hash 3-5, 7-11, x__long_hash, x__to_int32, x__is_long 1-10 (Java
+    # vectors; Long.hashCode(v) = (int) (v ^ (v >>> 32))).
+    cases = {
+        0: 0,
+        7: 7,
+        -1: -1,
+        -(2**31): -(2**31),
+        2**31 - 1: 2**31 - 1,
+        2**31: -(2**31),
+        -(2**31) - 1: -(2**31),
+        5_000_000_000: 705032705,
+        -5_000_000_000: 705032702,
+        2**63 - 1: -(2**31),
+        -(2**63): -(2**31),
+        2**63 - 2: -(2**31) + 1,
+    }
+    for key, expected in cases.items():
+        assert java_hash(key) == expected, key
+    longs = LongSerializer()
+    for key, expected in {-1: 0, 5: 5, -5: 4, -(2**31): 2**31 - 1, 2**32: 1}.items():
+        assert java_hash(key, longs) == expected, key
+    assert java_hash(-1, IntSerializer()) == -1
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_java_hash_of_strings_over_utf16_units() -> None:
+    # key_groups.x_java_hash 12, 13, x_java_string_hash 1-8, 10-30 (Java vectors; a lone
+    # surrogate is one unit: 0xD800).
+    cases = {
+        "": 0,
+        "a": 97,
+        "hello": 99162322,
+        "caf\u00e9": 3045921,
+        "\u65e5\u672c\u8a9e": 25921943,
+        "\U0001f600": 1772899,
+        "a\U0001f600b": 57849694,
+        "\uffff": 65535,
+        "polygenelubricants": -(2**31),
+        "a somewhat longer key that wraps the 32-bit hash": 896956095,
+        "\ud800": 0xD800,
+    }
+    for key, expected in cases.items():
+        assert java_string_hash(key) == expected, key
+        assert java_hash(key) == expected, key
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_java_hash_of_bools_doubles_and_bytes() -> None:
+    # key_groups.x_java_hash 14-28, 30-37, 62, 63, x__bytes_hash 1-14 (Java vectors): NaN
+    # hashes as the canonical NaN whatever its payload; bytes are signed.
+    assert (java_hash(True), java_hash(False)) == (1231, 1237)
+    doubles = [  # a list: 0.0 == -0.0 and NaN != NaN as dict keys
+        (0.0, 0),
+        (-0.0, -(2**31)),
+        (1.0, 1072693248),
+        (-1.0, -1074790400),
+        (123456.789, -549432635),
+        (_double(1), 1),
+        (_double(0x7FF8000000000000), 2146959360),
+        (_double(0x7FF0000000000001), 2146959360),
+        (_double(-2251799813685248), 2146959360),
+    ]
+    for key, expected in doubles:
+        assert java_hash(key) == expected, key.hex()
+    byte_keys = {
+        b"": 1,
+        b"\x00": 31,
+        b"\x01\x02\x03": 30817,
+        b"\xff": 30,
+        b"\x7f": 31 + 127,
+        b"\x80": 31 - 128,
+        bytes([0x80, 0x7F, 0x00, 0xFF]): -2767681,
+        b"hello": 127791473,
+    }
+    for data, expected in byte_keys.items():
+        assert java_hash(data) == expected, data
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_java_hash_of_tuples_is_flinks_tuple_hash() -> None:
+    # key_groups.x_java_hash 38-40, 43-53, 55-61 (Java vectors: Tuple2; the empty tuple is 0; a
+    # None field counts 0; three fields: (1 * 31 + 2) * 31 + 3).
+    cases: dict[tuple[Any, ...], int] = {
+        (): 0,
+        (1, "a"): 128,
+        (0, ""): 0,
+        (-1, "flink"): 97520961,
+        (2**31 - 1, "\U0001f600"): -2145710780,
+        (7, None): 217,
+        (None, "b"): 98,
+        (None, None): 0,
+        (1, 2, 3): 1026,
+        ("a",): 97,
+    }
+    for key, expected in cases.items():
+        assert java_hash(key) == expected, key
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_keys_without_a_java_counterpart_hash_the_key_serializers_bytes() -> None:
+    # key_groups.x_java_hash 49-52, 78-83, x_assign_to_key_group 8-12: the key
+    # serializer reaches the fallback, also for a field of a tuple.
+    key = [1, "two"]
+    default_bytes = DefaultSerializer().serialize(key)
+    pickle_bytes = PickleSerializer().serialize(key)
+    assert default_bytes != pickle_bytes
+    assert java_hash(key) == java_hash(default_bytes)
+    assert java_hash(key, DefaultSerializer()) == java_hash(default_bytes)
+    assert java_hash(key, PickleSerializer()) == java_hash(pickle_bytes)
+    assert java_hash(key, PickleSerializer()) != java_hash(key)
+    assert java_hash((key,), PickleSerializer()) == java_hash(pickle_bytes)
+    assert java_hash((5, key), PickleSerializer()) == java_hash(5 * 31 + java_hash(pickle_bytes))
+    assert assign_to_key_group(key, 128, PickleSerializer()) == (
+        murmur_hash(java_hash(pickle_bytes)) % 128
+    )
+    assert assign_to_key_group(-1, 128, LongSerializer()) == 94  # Long -1 hashes to 0
+    assert assign_to_key_group(-1, 128) == 80
+    assert type(assign_to_key_group(-1, 128)) is int
+
+
 # ------------------------------------------------- implementation == model
 
 
@@ -535,6 +691,48 @@ def test_assign_key_to_parallel_operator(
     )
 
 
+# ----------------------------------------------- operator ranges, case by case
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_operator_ranges_are_flinks() -> None:
+    # key_groups.x_compute_key_group_range_for_operator_index 1-29 (Java vectors).
+    expected = {
+        (128, 3): [(0, 42), (43, 85), (86, 127)],
+        (10, 3): [(0, 3), (4, 6), (7, 9)],
+    }
+    for (max_parallelism, parallelism), ranges in expected.items():
+        got = [
+            compute_key_group_range_for_operator_index(max_parallelism, parallelism, i)
+            for i in range(parallelism)
+        ]
+        assert got == [KeyGroupRange(s, e) for s, e in ranges]
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_parallelism_bounds_are_inclusive_at_one_and_32768() -> None:
+    # key_groups.x__check_max_parallelism 5, 7; x__check_parallelism 6, 8, 10;
+    # x__check_index 5-7; Java vectors: key 0 is in key group 31198 of 32768.
+    assert assign_to_key_group(0, 32768) == 31198
+    assert assign_to_key_group("a", 1) == 0
+    assert compute_operator_index_for_key_group(32768, 32768, 5) == 5
+    assert compute_operator_index_for_key_group(128, 1, 127) == 0
+    assert compute_operator_index_for_key_group(7, 7, 0) == 0
+    assert compute_key_group_range_for_operator_index(128, 128, 127) == KeyGroupRange(127, 127)
+    with pytest.raises(InvalidArgumentError) as caught:
+        compute_key_group_range_for_operator_index(128, 3, 3)
+    assert str(caught.value) == "expected operator_index in 0..2, got 3"
+    with pytest.raises(InvalidArgumentError) as caught:
+        compute_key_group_range_for_operator_index(128, 3, "0")  # type: ignore[arg-type]
+    assert str(caught.value) == "expected operator_index in 0..2, got '0'"
+    with pytest.raises(InvalidArgumentError) as caught:
+        compute_operator_index_for_key_group(4, 5, 0)
+    assert str(caught.value) == (
+        "expected parallelism <= max_parallelism 4, got parallelism 5: the maximum "
+        "parallelism must not be smaller than the parallelism"
+    )
+
+
 # ------------------------------------------------------------- KeyGroupRange
 
 BOUNDS = st.integers(0, 60)
@@ -597,6 +795,74 @@ def test_key_group_range_examples() -> None:
     assert KeyGroupRange(0, 42).intersection(KeyGroupRange(43, 85)) is KeyGroupRange.EMPTY
     assert KeyGroupRange(0, 42).intersection(KeyGroupRange(40, 85)) == KeyGroupRange(40, 42)
     assert 4.0 not in r and "4" not in r and 4 in r
+
+
+# --------------------------- KeyGroupRange: construction, membership, equality
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_the_constructor_takes_flinks_empty_range_and_no_other_inverted_pair() -> None:
+    # key_groups.xǁKeyGroupRangeǁ__init__ 12-17: (0, -1) is EMPTY_KEY_GROUP_RANGE;
+    # KeyGroupRange.EMPTY is built at import, so a mutant there only fails import.
+    empty = KeyGroupRange(0, -1)
+    assert empty == KeyGroupRange.EMPTY and len(empty) == 0 and list(empty) == []
+    for start, end in ((1, -1), (0, -2), (1, 0)):
+        with pytest.raises(InvalidArgumentError) as caught:
+            KeyGroupRange(start, end)
+        assert str(caught.value) == (
+            f"expected start_key_group <= end_key_group, got [{start}, {end}]; "
+            "KeyGroupRange.of(start, end) gives the empty range"
+        )
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_key_group_range_of_one_group_and_of_an_inverted_pair() -> None:
+    # key_groups.xǁKeyGroupRangeǁ__init__ 9, 10, 13, of 1-5, __len__, __iter__,
+    # __repr__ 1-4: a one-group range is a range, not EMPTY; start 0 is allowed.
+    one = KeyGroupRange.of(3, 3)
+    assert (one.start_key_group, one.end_key_group) == (3, 3)
+    assert list(one) == [3] and len(one) == 1
+    assert repr(one) == "KeyGroupRange(3, 3)"
+    assert list(KeyGroupRange.of(0, 2)) == [0, 1, 2] and len(KeyGroupRange(0, 2)) == 3
+    assert KeyGroupRange.of(4, 3) is KeyGroupRange.EMPTY
+    assert repr(KeyGroupRange.EMPTY) == "KeyGroupRange.EMPTY"
+    assert list(KeyGroupRange.EMPTY) == [] and len(KeyGroupRange.EMPTY) == 0
+    assert list(KeyGroupRange(5, 9)) == [5, 6, 7, 8, 9] and len(KeyGroupRange(5, 9)) == 5
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_index_of_is_the_offset_and_names_the_range_word_for_word() -> None:
+    # key_groups.xǁKeyGroupRangeǁindex_of 1-9.
+    r = KeyGroupRange(3, 5)
+    assert [r.index_of(g) for g in (3, 4, 5)] == [0, 1, 2]
+    for outside in (2, 6):
+        with pytest.raises(KeyGroupOutOfRangeError) as caught:
+            r.index_of(outside)
+        assert str(caught.value) == (
+            f"expected a key group in KeyGroupRange(3, 5), got key group {outside}; unless "
+            "you pass key groups yourself, this is most likely a key whose hash or equality "
+            "is not deterministic"
+        )
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_intersection_keeps_the_shared_groups() -> None:
+    # key_groups.xǁKeyGroupRangeǁintersection 1-12.
+    assert KeyGroupRange(0, 42).intersection(KeyGroupRange(40, 85)) == KeyGroupRange(40, 42)
+    assert KeyGroupRange(40, 85).intersection(KeyGroupRange(0, 42)) == KeyGroupRange(40, 42)
+    assert KeyGroupRange(2, 9).intersection(KeyGroupRange(4, 6)) == KeyGroupRange(4, 6)
+    assert KeyGroupRange(0, 2).intersection(KeyGroupRange(3, 4)) is KeyGroupRange.EMPTY
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_key_group_ranges_are_equal_by_both_bounds() -> None:
+    # key_groups.xǁKeyGroupRangeǁ__eq__ 1-4.
+    r = KeyGroupRange(3, 5)
+    assert r == KeyGroupRange(3, 5)
+    assert not r == KeyGroupRange(3, 6)  # noqa: SIM201 (__eq__ itself)
+    assert not r == KeyGroupRange(2, 5)  # noqa: SIM201
+    assert not r == KeyGroupRange(2, 6)  # noqa: SIM201
+    assert r.__eq__((3, 5)) is NotImplemented
 
 
 # ------------------------------------------------ stability across processes
@@ -678,6 +944,9 @@ def test_parallelism_above_max_parallelism() -> None:
         assert "got parallelism 5" in message
 
 
+# It absorbed test_bad_parallelism_is_refused_word_for_word (the same calls, values
+# and messages): key_groups.x__check_parallelism 2-9.
+@pytest.mark.kills(module="cowstate.key_groups")
 @pytest.mark.parametrize("bad", [0, -3, 32769, 2.0], ids=repr)
 def test_bad_parallelism(bad: Any) -> None:
     for call in (
@@ -730,11 +999,19 @@ def test_keys_whose_bytes_follow_the_salted_hash_are_refused(key: Any) -> None:
         plain.assign_to_key_group(key, 128)
 
 
+# It absorbed test_key_group_range_constructor_messages_word_for_word: the
+# messages whole (key_groups.xǁKeyGroupRangeǁ__init__ 1-4, 7, 8, 11, 18).
+@pytest.mark.kills(module="cowstate.key_groups")
 @pytest.mark.parametrize(
     ("start", "end", "message"),
     [
         (-1, 3, "expected start_key_group >= 0, got -1"),
-        (5, 2, "expected start_key_group <= end_key_group, got [5, 2]"),
+        (
+            5,
+            2,
+            "expected start_key_group <= end_key_group, got [5, 2]; "
+            "KeyGroupRange.of(start, end) gives the empty range",
+        ),
         (1.0, 2, "expected an int start_key_group, got float 1.0"),
         (0, "3", "expected an int end_key_group, got str '3'"),
         (True, 2, "expected an int start_key_group, got bool True"),
@@ -744,7 +1021,51 @@ def test_keys_whose_bytes_follow_the_salted_hash_are_refused(key: Any) -> None:
 def test_bad_key_group_range(start: Any, end: Any, message: str) -> None:
     with pytest.raises(InvalidArgumentError) as caught:
         KeyGroupRange(start, end)
-    assert message in str(caught.value)
+    assert str(caught.value) == message
+
+
+# --------------------------------------------------- validation, word for word
+
+
+NONE_KEY = "expected a key, got None; a key must not be None"
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_check_key_group_range_messages_word_for_word() -> None:
+    # key_groups.x_check_key_group_range 1-8: the end may be max_parallelism - 1,
+    # not max_parallelism.
+    r = KeyGroupRange(0, 127)
+    assert check_key_group_range(r, 128) is r
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_key_group_range(KeyGroupRange(0, 128), 128)
+    assert str(caught.value) == (
+        "expected a key-group range inside [0, 127] for max parallelism 128, "
+        "got KeyGroupRange(0, 128)"
+    )
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_key_group_range((0, 127), 128)
+    assert str(caught.value) == "expected a KeyGroupRange, got tuple"
+    with pytest.raises(InvalidArgumentError) as caught:
+        check_key_group_range(r, 0)
+    assert str(caught.value) == "expected max_parallelism in 1..32768, got 0"
+
+
+@pytest.mark.kills(module="cowstate.key_groups")
+def test_none_and_salted_keys_are_refused_word_for_word() -> None:
+    # key_groups.x_assign_to_key_group 2-6, x_java_hash 64-77.
+    with pytest.raises(InvalidArgumentError) as caught:
+        assign_to_key_group(None, 128)
+    assert str(caught.value) == NONE_KEY
+    with pytest.raises(InvalidArgumentError) as caught:
+        java_hash(None)
+    assert str(caught.value) == NONE_KEY
+    for key, kind in ((frozenset({1}), "frozenset"), ({1}, "set"), ({"a": 1}, "dict")):
+        with pytest.raises(InvalidArgumentError) as caught:
+            java_hash(key)
+        assert str(caught.value) == (
+            f"expected a key with a stable hash, got a {kind}: its bytes follow Python's "
+            "salted hash order; use a sorted tuple instead"
+        )
 
 
 # ------------------------------------------------ key serializers and key types
@@ -769,7 +1090,16 @@ def test_none_key_and_unchecked_key_hash_are_refused() -> None:
     assert fast.compute_key_group_for_key_hash(0, 128) == 94  # the reference's vector
 
 
+# It absorbed test_key_group_range_membership_takes_only_ints_at_both_ends
+# (key_groups.xǁKeyGroupRangeǁ__contains__ 1-5, contains 1-5): both ends.
+@pytest.mark.kills(module="cowstate.key_groups")
 def test_contains_takes_only_ints() -> None:
     assert not KeyGroupRange(0, 9).contains(4.0)  # type: ignore[arg-type]
     assert KeyGroupRange(0, 9).contains(4) and 4 in KeyGroupRange(0, 9)
     assert 4.0 not in KeyGroupRange(0, 9)
+    r = KeyGroupRange(3, 5)
+    assert [g in r for g in (2, 3, 4, 5, 6)] == [False, True, True, True, False]
+    assert [r.contains(g) for g in (2, 3, 4, 5, 6)] == [False, True, True, True, False]
+    assert 4.0 not in r
+    assert "4" not in r
+    assert r.contains(4.0) is False  # type: ignore[arg-type]

@@ -1,4 +1,5 @@
-"""Mutation results outlive ``build/`` (``scripts/mutation.py``, "Results outlive").
+"""Mutation results outlive ``build/``, and a scope finds its killer tests
+wherever they live (``scripts/mutation.py``).
 
 A scope's results are saved to ``docs/mutation-results/<scope>.json`` and put
 back as mutmut's ``.meta`` files when the scope is staged afresh; mutmut then
@@ -6,10 +7,19 @@ keeps the status of every mutant whose function is unchanged and runs the
 mutants of an edited function again. These tests stage a tiny scope in a
 temporary directory, generate its mutants with mutmut itself, and check that
 round trip, and that the report reads a saved scope that is not staged.
+
+A test written to kill mutants of a module is marked
+``@pytest.mark.kills(module=...)`` and lives beside the tests of what it pins:
+the scope's staging copies the files it lists, and ``--recheck`` runs exactly
+the marked tests of the scope's modules (checked here on a tiny tree of test
+files); in the suite, every marker is one the script reads and names a
+mutated module, and every file holding tests marked for a scope is one of the
+scope's listed killers.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import shutil
@@ -162,3 +172,102 @@ def test_a_refresh_brings_the_staged_library_up_to_date_and_reruns_edited_functi
     halves = [name for name in again if "halve" in name]
     assert halves and all(again[name] is None for name in halves)
     assert "x >> 1" in (stage_dir / "mutants/src/cowstate/m.py").read_text()
+
+
+MARKED = """\
+import pytest
+
+
+@pytest.mark.kills(module="cowstate.m")
+@pytest.mark.parametrize("x", [1, 2])
+def test_marked(x: int) -> None:
+    assert x
+
+
+@pytest.mark.kills(module="cowstate.other")
+def test_marked_for_another_module() -> None:
+    pass
+
+
+def test_unmarked() -> None:
+    pass
+"""
+
+MARKED_CLASS = """\
+import pytest
+
+
+@pytest.mark.kills(module="cowstate.m")
+class TestM:
+    def test_one(self) -> None:
+        pass
+"""
+
+UNMARKED = """\
+def test_plain() -> None:
+    pass
+"""
+
+
+def test_a_scope_stages_and_rechecks_the_tests_marked_for_its_modules(
+    mutation: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "root"
+    tests = root / "tests"
+    for name in ("data", "java"):
+        (tests / name).mkdir(parents=True)
+    (tests / "conftest.py").write_text("")
+    (tests / "test_a.py").write_text(MARKED)
+    (tests / "test_b.py").write_text(UNMARKED)
+    (tests / "test_c.py").write_text(MARKED_CLASS)
+    (tests / "test_d.py").write_text(UNMARKED)
+    monkeypatch.setattr(mutation, "ROOT", root)
+    listed = ("test_a.py", "test_b.py", "test_c.py")
+    scope = mutation.Scope(("m.py",), listed, recheck_with=("test_b.py",))
+    monkeypatch.setattr(mutation, "SCOPES", {"core": scope})
+
+    assert mutation.killer_files("core") == ["test_a.py", "test_c.py"]
+    # the marked tests by node id (every parameter runs), then recheck_with whole
+    assert mutation.recheck_tests("core") == [
+        "tests/test_a.py::test_marked",
+        "tests/test_c.py::TestM::test_one",
+        "tests/test_b.py",
+    ]
+    mutation.refresh_tests("core")
+    staged = mutation.BUILD / "core" / "tests"
+    assert sorted(p.name for p in staged.glob("test_*.py")) == list(listed)  # not test_d.py
+
+
+def test_every_file_with_tests_marked_for_a_scope_is_one_of_its_killers(
+    mutation: ModuleType,
+) -> None:
+    for scope, declared in mutation.SCOPES.items():
+        marked = mutation.killer_files(scope)
+        assert marked, scope
+        assert set(marked) <= set(declared.tests), (
+            scope,
+            sorted(set(marked) - set(declared.tests)),
+        )
+
+
+def test_every_kills_marker_names_a_mutated_module_as_the_script_reads_it(
+    mutation: ModuleType,
+) -> None:
+    mutated = {module for scope in mutation.SCOPES for module in mutation.scope_modules(scope)}
+    marked: set[str] = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.kills":
+                # one keyword, a literal: what `-m "kills(module='...')"` and the script match
+                assert not node.args and [k.arg for k in node.keywords] == ["module"], path.name
+                module = node.keywords[0].value
+                assert isinstance(module, ast.Constant) and module.value in mutated, path.name
+        marked |= mutation.marked_modules(path)
+    # every scope has marked tests somewhere
+    assert all(marked & set(mutation.scope_modules(scope)) for scope in mutation.SCOPES)
+
+
+def test_no_test_file_is_named_after_how_its_tests_were_found() -> None:
+    # Tests live beside the tests of what they pin (CONTRIBUTING, "Mutation
+    # testing"); a mutant they kill is named in a marker and a comment.
+    assert sorted(p.name for p in (ROOT / "tests").glob("*survivor*")) == []

@@ -4,14 +4,19 @@ time."""
 
 import contextlib
 import io
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from cowstate_spec.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -33,12 +38,12 @@ def test_make_tests_time_is_stated_once_in_contributing_with_its_load() -> None:
     assert re.search(r"\d+ min \d+ s", row) and "load" in row, row
 
 
-def run_block(index: int) -> list[str]:
+def run_block(index: int, namespace: dict[str, Any] | None = None) -> list[str]:
     blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
-    assert len(blocks) == 3
+    assert len(blocks) == 4
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        exec(compile(blocks[index], "README.md", "exec"), {})
+        exec(compile(blocks[index], "README.md", "exec"), {} if namespace is None else namespace)
     return out.getvalue().splitlines()
 
 
@@ -80,9 +85,10 @@ def named_extras(index: int) -> set[str]:
     return set(re.findall(r"`(\w+)` extra", sentence))
 
 
-def run_hidden(index: int, hidden: set[str]) -> subprocess.CompletedProcess[str]:
+def run_hidden(index: int, hidden: set[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
     """The ``index``-th example in a fresh Python where the modules of the
-    ``hidden`` extras cannot be imported."""
+    ``hidden`` extras cannot be imported; an example that is a test file (it
+    defines ``test_...`` functions) runs under pytest, its plug-ins loaded."""
     modules = sorted(m for extra in hidden for m in EXTRA_MODULES[extra])
     prelude = (
         "import sys\n"
@@ -92,9 +98,15 @@ def run_hidden(index: int, hidden: set[str]) -> subprocess.CompletedProcess[str]
         "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
         "sys.meta_path.insert(0, _NotInstalled())\n"
     )
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    block = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)[index]
+    if re.search(r"^def test_", block, flags=re.M):
+        example = tmp_path / "test_readme_example.py"
+        example.write_text(block)
+        argv = ["-q", "-p", "no:cacheprovider", str(example)]
+        prelude += f"import pytest\nsys.exit(pytest.main({argv!r}))\n"
+        block = ""
     return subprocess.run(
-        [sys.executable, "-c", prelude + blocks[index]],
+        [sys.executable, "-c", prelude + block],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
@@ -108,18 +120,22 @@ def test_the_extras_known_here_are_pyprojects() -> None:
     assert set(EXTRA_MODULES) == set(pyproject["project"]["optional-dependencies"])
 
 
-@pytest.mark.parametrize("index", [0, 1, 2], ids=["usage", "keyed-state", "checkpoints"])
-def test_each_example_names_the_extras_it_needs_and_runs_with_only_those(index: int) -> None:
+@pytest.mark.parametrize(
+    "index", [0, 1, 2, 3], ids=["usage", "keyed-state", "checkpoints", "conformance"]
+)
+def test_each_example_names_the_extras_it_needs_and_runs_with_only_those(
+    index: int, tmp_path: Path
+) -> None:
     """With every other extra hidden the example runs; with one it names hidden
     too, it fails for want of that one (README example 3 needed the `rocksdb`
     extra and did not say so)."""
     needed = named_extras(index)
     assert needed <= set(EXTRA_MODULES)
     others = set(EXTRA_MODULES) - needed
-    ran = run_hidden(index, others)
+    ran = run_hidden(index, others, tmp_path)
     assert ran.returncode == 0, ran.stderr[-2000:]
     for extra in sorted(needed):
-        missing = run_hidden(index, others | {extra})
+        missing = run_hidden(index, others | {extra}, tmp_path)
         assert missing.returncode != 0
         assert any(f"No module named '{m}" in missing.stderr for m in EXTRA_MODULES[extra])
 
@@ -209,3 +225,24 @@ def test_the_cluster_test_runs_exactly_the_readmes_cluster_commands() -> None:
     assert sum("/outputs/check" in line for line in written) == 1
     assert sum("/outputs/submit" in line for line in written) == 1
     assert all(str(port) not in "\n".join(written) for port in README_PORTS)
+
+
+def test_readme_conformance_test_file_runs_under_the_fixture(cowstate_conformance: Any) -> None:
+    namespace: dict[str, Any] = {}
+    run_block(3, namespace)
+    namespace["test_my_map"](cowstate_conformance)
+
+
+@pytest.mark.parametrize("route", ["factory", "process"])
+def test_readme_check_your_own_commands_run_as_written(route: str, tmp_path: Path) -> None:
+    section = README.read_text().split("## Check your own implementation")[1].split("\n## ")[0]
+    commands = [
+        line.strip() for line in section.splitlines() if line.startswith("    cowstate check ")
+    ]
+    assert len(commands) == 2
+    command = commands[0 if route == "factory" else 1]
+    out = tmp_path / "out"
+    argv = [*shlex.split(command)[1:], "--out", str(out), "--no-progress"]
+    assert main(argv) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["operations_checked"] == 8 * 500

@@ -2,15 +2,22 @@
 table's argument checks, incremental checkpoints and the base rules (Flink's
 RocksIncrementalSnapshotStrategyTest scenarios), native and canonical
 savepoints, restores with rescaling between backends, refusals that leave
-the backend as it was, and cancellation and failure releasing everything."""
+the backend as it was, and cancellation and failure releasing everything;
+what construction, ``restore`` and ``snapshot_to`` refuse and say, word for
+word. The tests marked ``kills`` were written to kill mutants of
+``cowstate.rocksdb.backend`` (``make mutate SCOPE=checkpoint``; their comments
+name the mutants); they use the restore tests' backends
+(:mod:`restore_support`: 16 key groups, trusted-pickle serializers)."""
 
 from __future__ import annotations
 
 import contextlib
 import gc
 import os
+import re
 import shutil
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -18,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rocksdict import Options
+import restore_support
+from rocksdict import Checkpoint, Options, Rdict
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import (
@@ -29,6 +37,7 @@ from cowstate.checkpoint.handles import (
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import CheckpointingBackend
+from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.descriptors import (
     AggregatingStateDescriptor,
     ListStateDescriptor,
@@ -42,10 +51,13 @@ from cowstate.errors import (
     IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyGroupOutOfRangeError,
+    KeyTypeMismatchError,
     MaxParallelismMismatchError,
+    MixedKeyTypesError,
     NoneStateError,
     SerializerMismatchError,
     SnapshotCancelledError,
+    SnapshotFormatError,
     SnapshotWriteError,
     StateRegistrationError,
     TransformFunctionError,
@@ -59,9 +71,11 @@ from cowstate.key_groups import (
 )
 from cowstate.keyed_backend import AbstractKeyedStateBackend
 from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.rocksdb import backend as rocks_backend
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend, column_family_name
 from cowstate.rocksdb.table import RocksDBStateTable, decode_rocks_key, encode_rocks_key
 from cowstate.serializers import IntSerializer, StringSerializer
+from cowstate.state_meta import SnapshotFormat
 from cowstate_spec.backends import SumCount, add_ints
 
 MAX_P = 128
@@ -357,12 +371,19 @@ def test_keys_outside_a_sub_range_are_refused(make: Factory) -> None:
     assert dump(b) == {"value": {(inside, VOID_NAMESPACE): 1}}
 
 
+# It absorbed test_options_of_another_type_are_refused_naming_it: backend.__init__
+# 19 (the type the refusal of options names).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
 def test_options_without_raw_mode_are_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="raw_mode=True"):
         RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path, options=Options())
     assert os.listdir(tmp_path) == []
     with pytest.raises(InvalidArgumentError, match=r"rocksdict.Options"):
         RocksDBKeyedStateBackend(FULL, MAX_P, options="fast")  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError) as excinfo:
+        RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "local", options="raw")  # type: ignore[arg-type]
+    assert str(excinfo.value) == "expected rocksdict.Options(raw_mode=True) or None, got str"
+    assert not (tmp_path / "local").exists() or not any((tmp_path / "local").iterdir())
 
 
 def test_close_releases_everything_and_refuses_more_work(tmp_path: Path) -> None:
@@ -434,6 +455,66 @@ def test_custom_serializers_round_trip(make: Factory, tmp_path: Path) -> None:
     plain = make()
     with pytest.raises(SerializerMismatchError, match=r"key serializer 'cowstate-value'.*'int32'"):
         plain.restore_from([handle], source(tmp_path / "sp"))
+
+
+# ------------------------- a backend's directories, from construction to close
+
+
+# backend.__init__ 37-39 (the temporary directory's prefix), 44 (the
+# instance directory's name).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_backend_without_a_local_dir_makes_a_named_temporary_one() -> None:
+    backend = RocksDBKeyedStateBackend(restore_support.FULL, restore_support.MAX_P)
+    try:
+        instance = backend.instance_path
+        assert instance.parent.parent == Path(tempfile.gettempdir()).absolute()
+        assert instance.parent.name.startswith("cowstate-rocksdb-")
+        assert re.fullmatch(r"cowstate-rocksdb-[0-9a-f]{12}", instance.name)
+    finally:
+        backend.close()
+    assert not instance.parent.exists()
+
+
+# backend.__init__ 53 (the first confirmed id before any: -1 says none).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_fresh_backend_has_no_confirmed_checkpoint(tmp_path: Path) -> None:
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        assert backend.last_completed_checkpoint_id == -1
+        assert backend.incremental_base == {}
+    finally:
+        backend.close()
+
+
+# backend._release_resources 1 (closing a database that cannot flush raises
+# instead of the close going on to release the rest).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_backend_whose_local_directory_vanished_still_closes(tmp_path: Path) -> None:
+    backend = restore_support.rocks(tmp_path / "local")
+    restore_support.fill(
+        backend, range(50)
+    )  # in the memtable: closing flushes it (writes skip the WAL)
+    table = backend.table("value")
+    shutil.rmtree(tmp_path / "local")
+    backend.close()
+    with pytest.raises(BackendClosedError):
+        table.get(1, "a")
+    assert not (tmp_path / "local").exists()
+
+
+# backend.__init__ 72, 76 (the finalizer of a backend dropped without close()
+# given no instance directory to remove).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_backend_dropped_without_close_leaves_no_directory(tmp_path: Path) -> None:
+    local = tmp_path / "local"
+    backend = restore_support.rocks(local)
+    restore_support.fill(backend, range(20))
+    instance = backend.instance_path
+    assert instance.is_dir()
+    del backend
+    gc.collect()
+    assert not instance.exists()
+    assert local.is_dir()  # the caller's directory stays
 
 
 # ---------------------------------------------------- incremental checkpoints
@@ -957,6 +1038,258 @@ def test_mismatches_are_refused_before_anything_changes(make: Factory, tmp_path:
     assert os.listdir(target.local_checkpoints_path) == []
 
 
+# ---------------------------------- restore: what it refuses and what it keeps
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_restore_refuses_a_single_handle_or_a_non_iterable_naming_its_type(
+    tmp_path: Path,
+) -> None:
+    # backend.restore 1 (`and`: a lone handle iterated as its fields, an int
+    # failing in list()), 3 (message None), 4 (`type(None)` named).
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file",
+        restore_support.crafted(restore_support.by_group(restore_support.RESTORED_ENTRIES)),
+    )
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        restore_support.fill(backend, range(100, 110), tag="mine")
+        before = restore_support.dump(backend)
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.restore(handle, restore_support.ABSOLUTE)  # type: ignore[arg-type]
+        assert str(excinfo.value) == (
+            "expected an iterable of KeyedStateHandles, got KeyedStateHandle"
+        )
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.restore(5, restore_support.ABSOLUTE)  # type: ignore[arg-type]
+        assert str(excinfo.value) == "expected an iterable of KeyedStateHandles, got int"
+        assert restore_support.dump(backend) == before
+    finally:
+        backend.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_restore_without_a_source_is_refused_saying_what_it_needs(tmp_path: Path) -> None:
+    # backend.restore 14-20 (the message of a restore without a SnapshotSource).
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file",
+        restore_support.crafted(restore_support.by_group(restore_support.RESTORED_ENTRIES)),
+    )
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        restore_support.fill(backend, range(100, 110), tag="mine")
+        before = restore_support.dump(backend)
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.restore([handle])
+        assert str(excinfo.value) == (
+            "expected the SnapshotSource of the snapshot's directory (handles' paths are "
+            "relative to it), got None"
+        )
+        assert restore_support.dump(backend) == before
+    finally:
+        backend.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_the_handles_of_two_formats_are_refused_naming_both(tmp_path: Path) -> None:
+    # backend.prepare_restore 10, 11 (two formats taken, or the message dropped).
+    low = KeyGroupRange(0, 7)
+    blocks = {
+        kg: rows
+        for kg, rows in restore_support.by_group(restore_support.RESTORED_ENTRIES).items()
+        if kg in low
+    }
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file", restore_support.crafted(blocks, key_group_range=low)
+    )
+    handle = handle.model_copy(update={"key_group_range": (0, 7)})
+    native = handle.model_copy(
+        update={
+            "format": SnapshotFormat.ROCKSDB_NATIVE,
+            "backend": "rocksdb",
+            "key_group_range": (8, 15),
+        }
+    )
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        with pytest.raises(IncompatibleSnapshotError) as excinfo:
+            backend.prepare_restore([handle, native], restore_support.ABSOLUTE)
+        formats = sorted({handle.format, native.format})
+        assert str(excinfo.value) == (
+            f"expected the handles of one snapshot (one format), got formats {formats}"
+        )
+    finally:
+        backend.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_canonical_file_of_other_key_groups_than_its_handle_is_refused_by_path(
+    tmp_path: Path,
+) -> None:
+    # backend._check_file 2 (the file's path passed as None: the message named
+    # None instead of the file).
+    low = KeyGroupRange(0, 7)
+    blocks = {
+        kg: rows
+        for kg, rows in restore_support.by_group(restore_support.RESTORED_ENTRIES).items()
+        if kg in low
+    }
+    assert blocks  # the file holds entries
+    file = tmp_path / "sp" / "file"
+    handle = restore_support.handle_for(
+        file, restore_support.crafted(blocks, key_group_range=low)
+    )  # says key groups 0-15
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        restore_support.fill(backend, range(100, 110), tag="mine")
+        before = restore_support.dump(backend)
+        with pytest.raises(SnapshotFormatError) as excinfo:
+            backend.restore([handle], restore_support.ABSOLUTE)
+        assert str(excinfo.value) == (
+            f"expected {str(file)!r} to hold key groups [0, 15] in format canonical of max "
+            f"parallelism {restore_support.MAX_P} with key serializer 'tests.trusted-pickle' "
+            f"as its handle says, the file holds key groups [0, 7] in format canonical of max "
+            f"parallelism {restore_support.MAX_P} with key serializer 'tests.trusted-pickle'"
+        )
+        assert restore_support.dump(backend) == before
+    finally:
+        backend.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_restore_of_keys_of_another_type_than_the_backends_is_refused(
+    tmp_path: Path,
+) -> None:
+    # backend.prepare_restore 25, 30 (the backend's key type not given to the
+    # restorer: str keys restored into a backend whose keys are ints).
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file",
+        restore_support.crafted(restore_support.by_group([(f"k{k}", "a", k) for k in range(5)])),
+    )
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        restore_support.fill(backend, range(3))  # fixes int keys
+        before = restore_support.dump(backend)
+        with pytest.raises(MixedKeyTypesError, match="got str: 'k0'"):
+            backend.restore([handle], restore_support.ABSOLUTE)
+        assert restore_support.dump(backend) == before
+    finally:
+        backend.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_restore_fixes_the_key_type_of_a_fresh_backend(tmp_path: Path) -> None:
+    # backend.RocksDBPreparedRestore.__init__ 2 (the restored key type not
+    # passed: a fresh backend restored with int keys took a str key).
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file",
+        restore_support.crafted(restore_support.by_group(restore_support.RESTORED_ENTRIES)),
+    )
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        backend.restore([handle], restore_support.ABSOLUTE)
+        with pytest.raises(KeyTypeMismatchError) as excinfo:
+            backend.set_current_key("a")
+        assert str(excinfo.value) == (
+            "expected a key of type int (fixed by the first key), got str: 'a'"
+        )
+    finally:
+        backend.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_restore_survives_a_local_database_directory_already_gone(tmp_path: Path) -> None:
+    # backend._swap 30, 32, 33 (`rmtree` of the replaced database's directory
+    # without ignore_errors: the restore failed after it had swapped).
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file",
+        restore_support.crafted(restore_support.by_group(restore_support.RESTORED_ENTRIES)),
+    )
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        old = Path(backend._db_path)
+        restore_support.fill(backend, range(100, 110), tag="mine")
+        shutil.rmtree(old)  # an operator's clean-up of the working directory
+        backend.restore([handle], restore_support.ABSOLUTE)
+        assert restore_support.dump(backend)["value"] == {
+            (k, n): s for k, n, s in restore_support.RESTORED_ENTRIES
+        }
+    finally:
+        backend.close()
+
+
+def _rocks_with(local: Path, executor: ThreadPoolExecutor) -> RocksDBKeyedStateBackend:
+    backend = RocksDBKeyedStateBackend(
+        restore_support.FULL,
+        restore_support.MAX_P,
+        local_dir=local,
+        key_serializer=restore_support.SER,
+        namespace_serializer=restore_support.SER,
+        executor=executor,
+    )
+    backend.get_state(restore_support.VALUE)
+    return backend
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_checkpoint_written_across_two_restores_never_becomes_the_base(tmp_path: Path) -> None:
+    # backend._swap 15 (`_generation = 1`: the second restore left the
+    # generation the first one set, so a checkpoint taken between them and
+    # written after the second was recorded as a base of the new database),
+    # 22, 23 (an unseeded restore's last confirmed checkpoint not -1).
+    handle = restore_support.handle_for(
+        tmp_path / "sp" / "file",
+        restore_support.crafted(restore_support.by_group(restore_support.RESTORED_ENTRIES)),
+    )
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    executor = ThreadPoolExecutor(max_workers=1)
+    backend = _rocks_with(tmp_path / "local", executor)
+    try:
+        backend.restore([handle], restore_support.ABSOLUTE)
+        assert backend.last_completed_checkpoint_id == -1
+        release = threading.Event()
+        executor.submit(release.wait, 10)  # the writer is busy elsewhere
+        future = backend.snapshot_to(
+            5, storage.checkpoint_location(5), SnapshotOptions(kind="checkpoint")
+        )
+        backend.restore(
+            [handle], restore_support.ABSOLUTE
+        )  # a new database under the queued writer
+        release.set()
+        future.result(timeout=30)
+        backend.notify_checkpoint_complete(5)
+        assert backend.last_completed_checkpoint_id == -1
+        assert backend.incremental_base == {}
+    finally:
+        backend.close()
+        executor.shutdown(wait=True)
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_native_restore_is_no_incremental_base_unless_asked(tmp_path: Path) -> None:
+    # backend.prepare_restore 1 (`incremental_base=True` by default: a restore
+    # that did not ask took the snapshot's SSTs as its base).
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    source_backend = restore_support.rocks(tmp_path / "source")
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        restore_support.fill(source_backend, range(20))
+        location = storage.checkpoint_location(3)
+        handle = source_backend.snapshot_to(3, location, SnapshotOptions(kind="checkpoint")).result(
+            timeout=30
+        )
+        source = SnapshotSource(FileSystem(), location.directory)
+        backend.prepare_restore([handle], source).commit()
+        assert backend.last_completed_checkpoint_id == -1
+        assert backend.incremental_base == {}
+        assert restore_support.dump(backend) == restore_support.dump(source_backend)
+        backend.prepare_restore([handle], source, incremental_base=True).commit()
+        assert backend.last_completed_checkpoint_id == 3
+    finally:
+        source_backend.close()
+        backend.close()
+
+
 # ------------------------------------------------- cancellation and failure
 
 
@@ -1070,12 +1403,169 @@ def test_snapshot_is_the_synchronous_moment(make: Factory, tmp_path: Path) -> No
     assert dump(restored) == expected
 
 
+# It absorbed test_a_snapshot_is_refused_a_location_or_options_it_cannot_use:
+# backend.snapshot_to 9, 11, 12 (the refusals of a location or options of
+# another type), 17, 18, 20, 21 (a checkpoint into a location without a
+# shared directory): the messages word for word.
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
 def test_snapshot_arguments_are_checked(backend: RocksDBKeyedStateBackend, tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="checkpoint id >= 0"):
         backend.snapshot_to(-1, checkpoint_location(tmp_path, 1), SnapshotOptions())
-    with pytest.raises(InvalidArgumentError, match="SnapshotLocation"):
-        backend.snapshot_to(1, str(tmp_path), SnapshotOptions())  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgumentError, match="shared directory"):
-        backend.snapshot_to(1, savepoint_location(tmp_path / "sp"), SnapshotOptions())
+    options = SnapshotOptions(kind="checkpoint")
+    refused: list[tuple[Any, Any, str]] = [
+        (str(tmp_path), options, "expected a SnapshotLocation, got str"),
+        (checkpoint_location(tmp_path, 1), "full", "expected SnapshotOptions, got str"),
+        (
+            savepoint_location(tmp_path / "sp"),
+            options,
+            "expected a checkpoint location with a shared directory for the SST files, "
+            "got one without (a savepoint location?)",
+        ),
+    ]
+    for where, how, message in refused:
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            backend.snapshot_to(1, where, how)
+        assert str(excinfo.value) == message
     assert os.listdir(backend.local_checkpoints_path) == []
     assert isinstance(backend, CheckpointingBackend)
+
+
+# ------------- snapshot_to: checkpoint ids, and what a failure leaves and says
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_checkpoint_zero_is_a_checkpoint(tmp_path: Path) -> None:
+    # backend.snapshot_to 4 (`checkpoint_id <= 0` refused id 0, which the
+    # handles allow).
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    backend = restore_support.rocks(tmp_path / "local")
+    try:
+        restore_support.fill(backend, range(5))
+        handle = backend.snapshot_to(
+            0, storage.checkpoint_location(0), SnapshotOptions(kind="checkpoint")
+        ).result(timeout=30)
+        assert handle.checkpoint_id == 0
+    finally:
+        backend.close()
+
+
+# backend.snapshot_to 23 (the local checkpoint directory not named after its
+# checkpoint), 28 (its half-made ``.tmp`` left behind), 29-31 (the message).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_local_checkpoint_rocksdb_cannot_take_is_refused_and_leaves_nothing(
+    tmp_path: Path,
+) -> None:
+    backend = restore_support.rocks(tmp_path / "local")
+    restore_support.fill(backend, range(50))
+    checkpoints = Path(backend.local_checkpoints_path)
+    checkpoints.mkdir(exist_ok=True)
+    # A dangling link is no existing directory to the backend, but RocksDB's
+    # final rename of ``chk-1.tmp`` onto it fails.
+    (checkpoints / "chk-1").symlink_to(tmp_path / "nowhere" / "chk-1")
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    try:
+        with pytest.raises(SnapshotWriteError) as excinfo:
+            backend.snapshot_to(
+                1, storage.checkpoint_location(1), SnapshotOptions(kind="checkpoint")
+            )
+        message = str(excinfo.value)
+        where = checkpoints / "chk-1"
+        assert message.startswith(
+            f"expected RocksDB to take local checkpoint 1 in {str(where)!r}, got Exception: "
+        )
+        assert "Not a directory" in message
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["chk-1"]  # no chk-1.tmp
+        assert backend.pending_snapshots == 0
+        location = storage.checkpoint_location(2)
+        handle = backend.snapshot_to(2, location, SnapshotOptions(kind="checkpoint")).result(30)
+        restored = restore_support.rocks(tmp_path / "restored")
+        try:
+            restored.restore([handle], SnapshotSource(FileSystem(), location.directory))
+            assert restore_support.dump(restored) == restore_support.dump(backend)
+        finally:
+            restored.close()
+    finally:
+        backend.close()
+
+
+class _SyncFails:
+    """RocksDB's checkpoint, failing after it renamed its directory into place:
+    what a failed fsync of the new directory does (the one failure after which
+    RocksDB leaves files behind; a disk this test cannot break)."""
+
+    def __init__(self, db: Rdict) -> None:
+        self._checkpoint = Checkpoint(db)
+
+    def create_checkpoint(self, path: str) -> None:
+        self._checkpoint.create_checkpoint(path)
+        del self._checkpoint
+        raise OSError("IO error: While fsync: a directory: Input/output error")
+
+
+# backend.snapshot_to 28 (the local checkpoint left behind by a failure after
+# RocksDB made it).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_local_checkpoint_that_fails_once_made_is_deleted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = restore_support.rocks(tmp_path / "local")
+    restore_support.fill(backend, range(50))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem())
+    monkeypatch.setattr(rocks_backend, "Checkpoint", _SyncFails)
+    try:
+        with pytest.raises(SnapshotWriteError, match="got OSError: IO error: While fsync"):
+            backend.snapshot_to(
+                1, storage.checkpoint_location(1), SnapshotOptions(kind="checkpoint")
+            )
+        assert list(Path(backend.local_checkpoints_path).iterdir()) == []
+    finally:
+        backend.close()
+
+
+# backend.snapshot_to 73 (the snapshot the failure names), 76, 91, 92 (what
+# the failure says became of the local checkpoint).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_a_failed_upload_names_its_snapshot_and_the_deleted_local_checkpoint(
+    tmp_path: Path,
+) -> None:
+    def disk_full(op: str, path: str, data: bytes | None) -> None:
+        if op == "write" and "/shared/" in path:
+            raise OSError("disk full")
+
+    backend = restore_support.rocks(tmp_path / "local")
+    restore_support.fill(backend, range(50))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=disk_full))
+    try:
+        future = backend.snapshot_to(
+            7, storage.checkpoint_location(7), SnapshotOptions(kind="checkpoint")
+        )
+        with pytest.raises(SnapshotWriteError) as excinfo:
+            future.result(30)
+        assert str(excinfo.value) == (
+            "expected snapshot 7 to be written, got OSError: disk full; its local "
+            "checkpoint was deleted"
+        )
+        assert list(Path(backend.local_checkpoints_path).iterdir()) == []
+    finally:
+        backend.close()
+
+
+# backend.__init__ 6, 12-14 (the writer thread's name).
+@pytest.mark.kills(module="cowstate.rocksdb.backend")
+def test_the_snapshot_writer_thread_is_named_for_rocksdb(tmp_path: Path) -> None:
+    names: list[str] = []
+
+    def record(op: str, path: str, data: bytes | None) -> None:
+        names.append(threading.current_thread().name)
+
+    backend = restore_support.rocks(tmp_path / "local")
+    restore_support.fill(backend, range(50))
+    storage = CheckpointStorage(str(tmp_path / "root"), "job", FileSystem(hooks=record))
+    try:
+        backend.snapshot_to(
+            1, storage.checkpoint_location(1), SnapshotOptions(kind="checkpoint")
+        ).result(30)
+    finally:
+        backend.close()
+    assert names
+    assert {name.rsplit("_", 1)[0] for name in names} == {"cowstate-rocksdb-snapshot"}

@@ -1,5 +1,8 @@
 """Serializers: Java encodings, identifiers, duplication, and the copy rules
-(a copy shares nothing mutable with the original, whatever path it takes)."""
+(a copy shares nothing mutable with the original, whatever path it takes);
+their reprs, and what a file naming an unknown or a pickle serializer is told.
+The tests marked ``kills`` were written to kill mutants of
+``cowstate.serializers`` (``make mutate``)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cowstate.errors import InvalidArgumentError, SerializerMismatchError
+from cowstate.errors import InvalidArgumentError, SerializerMismatchError, UntrustedSerializerError
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
     BytesSerializer,
@@ -17,6 +20,7 @@ from cowstate.serializers import (
     ImmutableSerializer,
     IntSerializer,
     LongSerializer,
+    PickleSerializer,
     StringSerializer,
     duplicate_serializer,
     serializer_for,
@@ -78,6 +82,9 @@ def test_identifiers_and_lookup() -> None:
         serializer_for("no-such-serializer")
 
 
+# It absorbed test_a_serializer_with_duplicate_is_duplicated (the same checks):
+# serializers.duplicate_serializer, a stateful serializer's own duplicate().
+@pytest.mark.kills(module="cowstate.serializers")
 def test_duplicate_uses_duplicate_when_there_is_one() -> None:
     plain = DefaultSerializer()
     assert duplicate_serializer(plain) is plain
@@ -136,3 +143,63 @@ def test_key_group_items_are_the_entries(cls: Any) -> None:
                 assert sorted(snapshot.key_group_items(kg)) == sorted(
                     tuple(e) for e in snapshot.key_group_entries(kg)
                 )
+
+
+# ----------------------------------------- identifiers: names, reprs, refusals
+
+
+@pytest.mark.kills(module="cowstate.serializers")
+def test_serializers_repr_as_their_class() -> None:
+    # serializers.PickleSerializer.__repr__, _FixedSerializer.__repr__.
+    assert repr(PickleSerializer()) == "PickleSerializer()"
+    assert repr(StringSerializer()) == "StringSerializer()"
+    assert repr(IntSerializer()) == "IntSerializer()"
+
+
+@pytest.mark.kills(module="cowstate.serializers")
+def test_a_serializer_without_an_identifier_is_named_by_its_class() -> None:
+    # serializers.serializer_identifier: no identifier attribute at all.
+    class Plain:
+        def copy(self, state: Any) -> Any:
+            return state
+
+        def serialize(self, state: Any) -> bytes:
+            return b""
+
+        def deserialize(self, data: bytes) -> Any:
+            return None
+
+    assert serializer_identifier(Plain()) == (
+        f"{__name__}.test_a_serializer_without_an_identifier_is_named_by_its_class.<locals>.Plain"
+    )
+
+
+_KNOWN = "bytes, cowstate-value, cowstate-value-immutable, int32, int64, utf8"
+
+
+@pytest.mark.kills(module="cowstate.serializers")
+@pytest.mark.parametrize(
+    ("identifier", "remedy"),
+    [("pickle", "PickleSerializer()"), ("pickle-immutable", "ImmutablePickleSerializer()")],
+)
+def test_a_file_naming_a_pickle_serializer_is_told_the_remedy(identifier: str, remedy: str) -> None:
+    # serializers.serializer_for: the UntrustedSerializerError message.
+    with pytest.raises(UntrustedSerializerError) as caught:
+        serializer_for(identifier)
+    assert str(caught.value) == (
+        f"expected a serializer identifier cowstate decodes without running code from "
+        f"the file ({_KNOWN}), got {identifier!r}: unpickling runs whatever the file says; "
+        "if you trust the file, register the state's descriptor (or give the backend a key "
+        f"or namespace serializer) with {remedy} before restoring"
+    )
+
+
+@pytest.mark.kills(module="cowstate.serializers")
+def test_an_unknown_serializer_identifier_lists_the_known_ones() -> None:
+    # serializers.serializer_for: the SerializerMismatchError message.
+    with pytest.raises(SerializerMismatchError) as caught:
+        serializer_for("my.Serializer")
+    assert str(caught.value) == (
+        f"expected a built-in serializer identifier ({_KNOWN}), got 'my.Serializer'; "
+        "register the state's descriptor before restoring"
+    )

@@ -8,21 +8,38 @@
 - rescaling as in Flink's ``StateBackendTestBase.testKeyGroupSnapshotRestore``;
 - snapshot transformers, per-key-group release (also on failure and cancel);
 - corrupt input: the precise ``SnapshotFormatError`` subclass, and a table that
-  already held mappings is exactly as it was (nothing restored).
+  already held mappings is exactly as it was (nothing restored);
+- the reader's checks, word for word (section 9): files crafted from the
+  documented layout (so every CRC of a crafted block can be valid while its
+  contents are not), cut or corrupted, and the decoding loop. Those tests are
+  marked ``kills``: written to kill mutants of ``cowstate.snapshot.reader``
+  (``make mutate SCOPE=tables``), named in their comments as ``<function>
+  <n>``, short for ``cowstate.snapshot.reader.xǁSnapshotReaderǁ<function>__mutmut_<n>``
+  (the methods) or ``cowstate.snapshot.reader.x_<function>__mutmut_<n>`` (the
+  module's functions);
+- the writer, block by block, and ``read_snapshot`` / ``restore_table`` word
+  for word (sections 10 and 11): files written by :func:`write_snapshot` or
+  :class:`SnapshotWriter` (crafted ones with :func:`restore_support.craft`, so
+  every CRC and the index are valid) and read back through the public API;
+  those tests are marked ``kills`` for ``cowstate.snapshot.writer`` and
+  ``cowstate.snapshot.restore``, their mutants named in their comments.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import io
 import json
+import os
 import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -30,16 +47,25 @@ import pytest
 from conftest import HEAP_TABLES as TABLES
 from hypothesis import given
 from hypothesis import strategies as st
+from pydantic import ValidationError
+from restore_support import SER, craft
+from test_value_codec import VALUES as CODEC_VALUES
+from test_value_codec import canon
 
+from cowstate import VOID_NAMESPACE, value_codec
 from cowstate.errors import (
     BadMagicError,
     ChecksumMismatchError,
     CowStateError,
+    DuplicateMappingError,
     InvalidArgumentError,
     KeyGroupMismatchError,
+    KeyTypeMismatchError,
     MaxParallelismMismatchError,
+    MixedKeyTypesError,
     SerializerMismatchError,
     SnapshotCancelledError,
+    SnapshotEntryError,
     SnapshotFormatError,
     TruncatedSnapshotError,
     UnknownStateError,
@@ -52,8 +78,13 @@ from cowstate.key_groups import (
     compute_key_group_range_for_operator_index,
 )
 from cowstate.serializers import (
+    BytesSerializer,
     DefaultSerializer,
+    ImmutableSerializer,
     IntSerializer,
+    LongSerializer,
+    PickleSerializer,
+    StateSerializer,
     StringSerializer,
 )
 from cowstate.snapshot import (
@@ -61,12 +92,18 @@ from cowstate.snapshot import (
     FORMAT_VERSION,
     MAGIC,
     RestoredSnapshot,
+    SnapshotMetadata,
     SnapshotReader,
+    SnapshotWriter,
+    StateMetadata,
+    ccodec,
     read_snapshot,
     restore_table,
     write_snapshot,
 )
-from cowstate.state_meta import StateKind, StateMetaInfo
+from cowstate.snapshot.checks import DecodedBlock, EntryDecoder
+from cowstate.snapshot.format import RawEntry
+from cowstate.state_meta import MAX_STATES, SnapshotFormat, StateKind, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     NestedMapsStateTable,
@@ -75,7 +112,19 @@ from cowstate.state_table import (
 )
 from cowstate_model.key_groups import assign_to_key_group as model_key_group
 from cowstate_model.state_table import ReferenceStateTable
+from cowstate_spec.bad_codecs import CODEC_BUGS, build_codec
 from cowstate_spec.contract import mutate_in_place
+from cowstate_spec.profiles import hunt_settings
+
+needs_codec = pytest.mark.skipif(
+    ccodec.CODEC is None,
+    reason="the C codec is not built or COWSTATE_PURE_PYTHON is set (test_c_codec.py)",
+)
+
+
+class SubInt(int):
+    """An int subclass: the value codec refuses it, pickle writes it."""
+
 
 Table = StateTable[Any, Any, Any]
 TableClass = type[StateTable[Any, Any, Any]]
@@ -1528,6 +1577,9 @@ def test_serializer_mismatch_is_refused() -> None:
     assert "got 'my.Serializer'" in str(error)
 
 
+# It absorbed test_files_of_different_key_serializers_are_refused_together
+# (restore._decode 25-27): the message compared whole.
+@pytest.mark.kills(module="cowstate.snapshot.restore")
 def test_files_with_different_key_serializers_are_refused_together() -> None:
     int_keys: Table = CopyOnWriteStateTable(
         KeyGroupRange(0, 4), SMALL_MAXP, key_serializer=IntSerializer()
@@ -1537,7 +1589,7 @@ def test_files_with_different_key_serializers_are_refused_together() -> None:
     before = copy.deepcopy(restored.states)
     error = read_error(written(int_keys.snapshot()), SMALL_RANGE, into=restored)
     assert type(error) is SerializerMismatchError
-    assert "expected every file to use key serializer 'cowstate-value', got 'int32'" in str(error)
+    assert str(error) == "expected every file to use key serializer 'cowstate-value', got 'int32'"
     assert restored.states == before
 
 
@@ -1736,3 +1788,2038 @@ def test_a_multi_state_file_must_share_one_key_serializer() -> None:
         return
     restored = read_snapshot(stream.getvalue(), SMALL_RANGE)
     assert [(k, n, s) for _, k, n, s in restored.entries("b")] == [("abcd", "ns", 2)]
+
+
+# ==================================================== 9. the reader, word for word
+
+COUNTS = StateMetadata(
+    id=0, name="counts", kind="value", namespace_serializer="window", state_serializer="int"
+)
+
+
+NAMES = StateMetadata(
+    id=1, name="names", kind="value", namespace_serializer="window", state_serializer="text"
+)
+
+
+def _metadata(
+    key_group_range: tuple[int, int] = (0, 3),
+    max_parallelism: int = 4,
+    states: tuple[StateMetadata, ...] = (COUNTS, NAMES),
+) -> SnapshotMetadata:
+    return SnapshotMetadata(
+        max_parallelism=max_parallelism,
+        key_group_range=key_group_range,
+        key_serializer="text",
+        states=states,
+    )
+
+
+def _u32(value: int) -> bytes:
+    return struct.pack(">I", value)
+
+
+def _footer(index_at: int, magic: bytes = END_MAGIC) -> bytes:
+    return struct.pack(">Q8s", index_at, magic)
+
+
+def _patch(data: bytes, at: int, new: bytes) -> bytes:
+    return data[:at] + new + data[at + len(new) :]
+
+
+#: A block as its header counts it, crafted: (entry count, payload).
+BlockParts = tuple[int, bytes]
+
+
+def _section(state_id: int, rows: Sequence[Row], count: int | None = None) -> bytes:
+    """One state's section of a payload (:func:`encode_payload`), its entry
+    count ``count`` if given instead of the rows'."""
+    payload = encode_payload([(state_id, list(rows))])
+    return payload if count is None else struct.pack(">HI", state_id, count) + payload[6:]
+
+
+def _block(*sections: tuple[int, Sequence[Row]]) -> BlockParts:
+    """A well-formed block of ``(state id, rows)`` sections."""
+    return (
+        sum(len(rows) for _, rows in sections),
+        encode_payload([(state_id, list(rows)) for state_id, rows in sections]),
+    )
+
+
+def _encode(
+    metadata: SnapshotMetadata,
+    blocks: Mapping[int, BlockParts] | None = None,
+    *,
+    raw_metadata: bytes | None = None,
+) -> bytes:
+    """A snapshot file of ``metadata`` with ``blocks[kg]`` in the block of key
+    group ``kg`` (an empty block for the others), every CRC valid
+    (:func:`encode_file`, the documented layout)."""
+    blocks = blocks or {}
+    raw = metadata.model_dump_json().encode() if raw_metadata is None else raw_metadata
+    start, end = metadata.key_group_range
+    return encode_file(raw, [(kg, *blocks.get(kg, (0, b""))) for kg in range(start, end + 1)])
+
+
+def _with_index(data: bytes, entries: Sequence[tuple[int, int]]) -> bytes:
+    """``data`` with another index (valid CRC) in the place of its own."""
+    layout = decode_layout(data)
+    return encode_file(layout.metadata_raw, layout.raw_blocks(), index=entries)
+
+
+def _key(data: bytes) -> Any:
+    return None if data == b"null" else data.decode("ascii")
+
+
+def _state(data: bytes) -> Any:
+    return None if data == b"null" else int(data)
+
+
+def _window(data: bytes) -> tuple[str, str]:
+    """A namespace: a new tuple on every call (so a test can tell a cached
+    namespace from one decoded again by identity)."""
+    if data == b"bad":
+        raise ValueError("no such window")
+    return ("window", data.decode("ascii"))
+
+
+def _text(data: bytes) -> str:
+    return data.decode("ascii")
+
+
+def _decoder(
+    name: str = "counts",
+    namespaces: dict[bytes, Any] | None = None,
+    state: Callable[[bytes], Any] = _state,
+) -> EntryDecoder:
+    return EntryDecoder(
+        name,
+        key=_key,
+        namespace=_window,
+        state=state,
+        namespaces={} if namespaces is None else namespaces,
+    )
+
+
+#: Group 1 holds two entries of ``counts`` and one of ``names``; group 2 one of ``counts``.
+ROWS_1_COUNTS: list[Row] = [(b"w1", b"alice", b"3"), (b"w1", b"bob", b"4")]
+
+
+ROWS_1_NAMES: list[Row] = [(b"w2", b"carol", b"x")]
+
+
+ROWS_2_COUNTS: list[Row] = [(b"w1", b"dave", b"5")]
+
+
+BLOCKS: dict[int, BlockParts] = {
+    1: _block((0, ROWS_1_COUNTS), (1, ROWS_1_NAMES)),
+    2: _block((0, ROWS_2_COUNTS)),
+}
+
+
+@pytest.fixture
+def data() -> bytes:
+    return _encode(_metadata(), BLOCKS)
+
+
+def _read(data: bytes, key_group: int = 1) -> dict[int, list[Row]]:
+    return SnapshotReader(data).read_key_group(key_group)
+
+
+def _decode(data: bytes, key_group: int = 1) -> dict[int, DecodedBlock]:
+    return SnapshotReader(data).decode_key_group(key_group, {0: _decoder()})
+
+
+# ----------------------------------------------------- the reader: valid files
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_the_test_encoder_writes_what_the_writer_writes() -> None:
+    # A sanity pin for the files below: _encode is the documented layout, and
+    # SnapshotWriter writes the same bytes (so the reader tests read real files).
+    stream = io.BytesIO()
+    writer = SnapshotWriter(stream, _metadata())
+    writer.write_key_group(1, {0: ROWS_1_COUNTS, 1: ROWS_1_NAMES})
+    writer.write_key_group(2, {0: ROWS_2_COUNTS})
+    writer.finish()
+    assert stream.getvalue() == _encode(_metadata(), BLOCKS)
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize("kind", [bytes, bytearray, memoryview])
+def test_bytes_bytearray_and_memoryview_read_alike(data: bytes, kind: type[Any]) -> None:
+    # __init__ 1-3 (the bytes branch), 19-26, 28, 29; _read_at 2-5, 8-11;
+    # _read_block, _read_metadata, _read_index: the arithmetic of a valid file.
+    reader = SnapshotReader(kind(data))
+    assert reader.size == len(data)
+    assert reader.metadata == _metadata()
+    assert reader.offsets == dict(decode_layout(data).index)
+    assert list(reader.offsets) == [0, 1, 2, 3]
+    assert reader.read_key_group(0) == {}
+    assert reader.read_key_group(1) == {0: ROWS_1_COUNTS, 1: ROWS_1_NAMES}
+    assert reader.read_key_group(2) == {0: ROWS_2_COUNTS}
+    assert reader.read_key_group(3) == {}
+    assert reader.read_key_group(4) == {}  # not in the file
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_file_inside_a_larger_stream_is_read_from_where_the_stream_stood(
+    tmp_path: Path, data: bytes
+) -> None:
+    # __init__ 15, 16, 20, 27 (size = end - base, not end + base),
+    # rewind 1, _seekable 1: a seekable stream is read in place, from where it stood.
+    prefix = b"some other file's bytes"
+    path = tmp_path / "embedded.snap"
+    path.write_bytes(prefix + data)
+    with path.open("rb") as stream:
+        stream.seek(len(prefix))
+        reader = SnapshotReader(stream)
+        assert reader.size == len(data)
+        assert reader.read_key_group(1) == {0: ROWS_1_COUNTS, 1: ROWS_1_NAMES}
+        reader.rewind()
+        assert stream.tell() == len(prefix)
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_stream_that_cannot_seek_is_read_into_memory(data: bytes) -> None:
+    # __init__ 15, 17, 18: a pipe cannot tell() or seek(); its bytes are read once.
+    read_end, write_end = os.pipe()
+    with os.fdopen(write_end, "wb") as writer:
+        writer.write(data)
+    with os.fdopen(read_end, "rb") as stream:
+        assert not stream.seekable()
+        reader = SnapshotReader(stream)
+        assert stream.read() == b""
+    assert reader.size == len(data)
+    assert reader.read_key_group(2) == {0: ROWS_2_COUNTS}
+
+
+class _ReadOnly:
+    """The least a binary stream can be: a ``read`` method, nothing else."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = data
+
+    def read(self, size: int = -1) -> bytes:
+        size = len(self._data) if size < 0 else size
+        out, self._data = self._data[:size], self._data[size:]
+        return out
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_stream_with_only_a_read_method_is_read_into_memory(data: bytes) -> None:
+    # _seekable 2 (a stream without seekable() is not seekable).
+    reader = SnapshotReader(_ReadOnly(data))  # type: ignore[arg-type]
+    assert reader.read_key_group(1) == {0: ROWS_1_COUNTS, 1: ROWS_1_NAMES}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize(
+    ("stream", "shown"),
+    [(42, "int 42"), ("a" * 100, "str '" + "a" * 59)],
+    ids=["int", "long-str"],
+)
+def test_a_non_stream_is_refused_naming_its_type_and_repr(stream: Any, shown: str) -> None:
+    # __init__ 4-14: the read() test (no read attribute at all) and its message.
+    with pytest.raises(InvalidArgumentError) as caught:
+        SnapshotReader(stream)
+    assert str(caught.value) == (
+        f"expected the bytes of a snapshot file or a binary stream, got {shown}"
+    )
+
+
+# ------------------------------------------------ the reader: header, metadata
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_file_shorter_than_its_header_names_its_size(data: bytes) -> None:
+    # _read_metadata 2.
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(data[:5])
+    assert (
+        str(caught.value) == "expected a snapshot file of at least its 16-byte header, got 5 bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_file_of_only_its_header_is_short_of_its_metadata(data: bytes) -> None:
+    # _read_metadata 1 (a 16-byte file has its header), 21, 25, 26 (what the read names).
+    length = decode_layout(data).data_start - 20
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(data[:16])
+    assert str(caught.value) == (
+        f"expected {length} bytes of the metadata at offset 16, but the file has 16 bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_metadata_length_past_the_end_names_the_metadata(data: bytes) -> None:
+    # _read_at 1, 4, 6 (the size check comes first), _read_metadata 21, 25, 26.
+    corrupt = _patch(data, 12, _u32(0xFFFFFFFF))
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected 4294967295 bytes of the metadata at offset 16, but the file has "
+        f"{len(data)} bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_metadata_that_fills_the_file_leaves_no_room_for_its_crc(data: bytes) -> None:
+    # _read_metadata 31, 37, 38, 39: the CRC32 read names "the metadata CRC32".
+    corrupt = _patch(data, 12, _u32(len(data) - 16))
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected 4 bytes of the metadata CRC32 at offset {len(data)}, but the file has "
+        f"{len(data)} bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_wrong_magic_is_named(data: bytes) -> None:
+    # _read_metadata 14, 15.
+    with pytest.raises(BadMagicError) as caught:
+        SnapshotReader(b"NOTASNAP" + data[8:])
+    assert str(caught.value) == (
+        "expected the magic bytes b'\\x89CWSNAP\\n', got b'NOTASNAP': not a cowstate snapshot file"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_unknown_version_is_named(data: bytes) -> None:
+    # _read_metadata 16, 17.
+    with pytest.raises(UnsupportedVersionError) as caught:
+        SnapshotReader(_patch(data, 8, struct.pack(">H", 7)))
+    assert str(caught.value) == "expected snapshot format version 1, got 7"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize("at", [10, 20], ids=["flags", "metadata"])
+def test_a_corrupt_header_or_metadata_fails_the_metadata_crc(data: bytes, at: int) -> None:
+    # _read_metadata 54-57 (and 44-48: the header, flags included, is in the CRC).
+    corrupt = _patch(data, at, bytes([data[at] ^ 0x01]))
+    end = decode_layout(data).data_start - 4
+    (stored,) = struct.unpack_from(">I", data, end)
+    actual = zlib.crc32(corrupt[:end])
+    with pytest.raises(ChecksumMismatchError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected metadata CRC32 {stored:#010x}, got {actual:#010x}: the header or metadata "
+        "is corrupt"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_metadata_that_is_not_a_snapshot_metadata_names_the_validation_error() -> None:
+    # _read_metadata 58, 59, 60.
+    raw = b'{"max_parallelism": 0}'
+    with pytest.raises(ValidationError) as invalid:
+        SnapshotMetadata.model_validate_json(raw)
+    with pytest.raises(SnapshotFormatError) as caught:
+        SnapshotReader(_encode(_metadata(), raw_metadata=raw))
+    assert type(caught.value) is SnapshotFormatError
+    assert str(caught.value) == f"expected valid snapshot metadata, got: {invalid.value}"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize(
+    ("key_group_range", "max_parallelism"),
+    [((0, 4), 4), ((-1, 2), 4), ((3, 1), 4), ((0, 8), 8)],
+    ids=["end-past-max", "negative-start", "start-past-end+1", "end-at-max"],
+)
+def test_a_key_group_range_outside_the_max_parallelism_is_refused(
+    key_group_range: tuple[int, int], max_parallelism: int
+) -> None:
+    # _read_metadata 62-64, 67 (end == max parallelism), 70 (start == end + 2),
+    # 71-73 (the message's bound is max parallelism - 1).
+    metadata = _metadata(key_group_range, max_parallelism)
+    with pytest.raises(KeyGroupMismatchError) as caught:
+        SnapshotReader(_encode(metadata))
+    start, end = key_group_range
+    assert str(caught.value) == (
+        f"expected a key-group range inside [0, {max_parallelism - 1}], got [{start}, {end}]"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_empty_key_group_range_is_a_file_without_blocks() -> None:
+    # _read_metadata 68 (start == end + 1 is allowed); _read_index 1, 4 (the
+    # smallest file: an empty index and the footer), 39 (an index at the data start).
+    data = _encode(_metadata((3, 2)))
+    reader = SnapshotReader(data)
+    assert len(data) == decode_layout(data).data_start + 8 + 16
+    assert decode_layout(data).index_offset == decode_layout(data).data_start
+    assert reader.offsets == {}
+    assert reader.read_key_group(3) == {}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_single_key_group_range_is_read() -> None:
+    # _read_metadata 69 (start == end is allowed).
+    data = _encode(_metadata((2, 2)), {2: BLOCKS[2]})
+    reader = SnapshotReader(data)
+    assert reader.offsets == {2: decode_layout(data).data_start}
+    assert reader.read_key_group(2) == {0: ROWS_2_COUNTS}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize(
+    ("states", "ids"),
+    [
+        ((COUNTS, NAMES.model_copy(update={"id": 0})), [0, 0]),
+        ((COUNTS, NAMES.model_copy(update={"name": "counts"})), [0, 1]),
+    ],
+    ids=["same-id", "same-name"],
+)
+def test_two_states_with_one_id_or_name_are_refused(
+    states: tuple[StateMetadata, ...], ids: list[int]
+) -> None:
+    # _read_metadata 75, 78.
+    with pytest.raises(SnapshotFormatError) as caught:
+        SnapshotReader(_encode(_metadata(states=states)))
+    assert str(caught.value) == f"expected distinct state ids and names, got {ids}"
+
+
+# ----------------------------------------------------------- the reader: index
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_file_that_ends_inside_its_index_names_its_size(data: bytes) -> None:
+    # _read_index 2, 3, 5.
+    size = decode_layout(data).data_start + 10
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(data[:size])
+    assert str(caught.value) == (
+        f"expected an index and a footer after the metadata, but the file ends at {size} bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_wrong_end_magic_says_the_file_was_not_closed(data: bytes) -> None:
+    # _read_index 17-20.
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(data[:-8] + b"NOTMAGIC")
+    assert str(caught.value) == (
+        "expected the end magic b'CWSNAPIX' in the last 8 bytes, got b'NOTMAGIC': the file "
+        "is truncated or was not closed"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_offset_past_the_end_names_the_index(data: bytes) -> None:
+    # _read_index 27, 32, 33.
+    corrupt = data[:-16] + _footer(len(data) + 100)
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected 4 bytes of the index at offset {len(data) + 100}, but the file has "
+        f"{len(data)} bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_offset_on_a_block_names_the_count_it_read_there(data: bytes) -> None:
+    # _read_index 44: the first block's key group (0) read as the index's count.
+    start = decode_layout(data).data_start
+    corrupt = data[:-16] + _footer(start)
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected an index of 0 key groups between offset {start} and the footer at "
+        f"{len(data) - 16}: the file is truncated or corrupt"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_offset_inside_the_header_is_refused_even_when_its_length_fits(
+    data: bytes,
+) -> None:
+    # _read_index 38: at offset 12 the "count" is the metadata length M; a file
+    # of 36 + 12 M bytes makes that index end exactly at the footer.
+    (length,) = struct.unpack_from(">I", data, 12)
+    end = 20 + 12 * length
+    corrupt = data[: decode_layout(data).data_start].ljust(end, b"\0") + _footer(12)
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected an index of {length} key groups between offset 12 and the footer at "
+        f"{end}: the file is truncated or corrupt"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_corrupt_index_fails_its_crc(data: bytes) -> None:
+    # _read_index 67-72.
+    at = decode_layout(data).index_offset
+    byte = at + 4 + 12 + 11  # the last byte of key group 1's offset
+    corrupt = _patch(data, byte, bytes([data[byte] ^ 0x40]))
+    raw = corrupt[at : at + 4 + 4 * 12]
+    (stored,) = struct.unpack_from(">I", data, at + 4 + 4 * 12)
+    with pytest.raises(ChecksumMismatchError) as caught:
+        SnapshotReader(corrupt)
+    assert str(caught.value) == (
+        f"expected index CRC32 {stored:#010x}, got {zlib.crc32(raw):#010x}: the index is corrupt"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_entry_outside_the_range_is_named(data: bytes) -> None:
+    # _read_index 89, 90.
+    entries = decode_layout(data).index
+    entries[2] = (9, entries[2][1])
+    with pytest.raises(KeyGroupMismatchError) as caught:
+        SnapshotReader(_with_index(data, entries))
+    assert str(caught.value) == (
+        "expected key groups of the file's range KeyGroupRange(0, 3), the index holds key group 9"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_out_of_order_names_the_entry(data: bytes) -> None:
+    # _read_index 95-97, 99 (the entry's number is (position - 4) // 12).
+    entries = decode_layout(data).index
+    entries[1], entries[2] = entries[2], entries[1]
+    with pytest.raises(KeyGroupMismatchError) as caught:
+        SnapshotReader(_with_index(data, entries))
+    assert str(caught.value) == (
+        "expected the index to list every key group of KeyGroupRange(0, 3) once, in order: "
+        "key group 1 at entry 1, got key group 2"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_with_an_entry_too_many_is_refused_as_out_of_order(data: bytes) -> None:
+    # _read_index 94 (next() past the range gives None, not StopIteration).
+    entries = decode_layout(data).index
+    with pytest.raises(KeyGroupMismatchError) as caught:
+        SnapshotReader(_with_index(data, [*entries, entries[-1]]))
+    assert str(caught.value) == (
+        "expected the index to list every key group of KeyGroupRange(0, 3) once, in order: "
+        "key group None at entry 4, got key group 3"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_index_without_its_last_key_group_is_refused(data: bytes) -> None:
+    # _read_index 105, 106.
+    with pytest.raises(KeyGroupMismatchError) as caught:
+        SnapshotReader(_with_index(data, decode_layout(data).index[:-1]))
+    assert str(caught.value) == (
+        "expected an index of the 4 key groups of KeyGroupRange(0, 3), got 3"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize("where", ["before-data", "at-index"])
+def test_a_block_offset_outside_the_blocks_is_refused(data: bytes, where: str) -> None:
+    # _read_index 102, 103 (an offset equal to the index's is outside);
+    # _read_metadata 80, 81 (the blocks start after the metadata CRC32).
+    start, index_at = decode_layout(data).data_start, decode_layout(data).index_offset
+    offset = start - 1 if where == "before-data" else index_at
+    entries = decode_layout(data).index
+    entries[3] = (3, offset)
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        SnapshotReader(_with_index(data, entries))
+    assert str(caught.value) == (
+        f"expected key group 3's block between offsets {start} and {index_at}, the index "
+        f"says {offset}"
+    )
+
+
+# ---------------------------------------------------------- the reader: blocks
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_block_of_another_key_group_than_the_index_says_is_named(data: bytes) -> None:
+    # _read_block 13, 14.
+    entries = decode_layout(data).index
+    (_, at_1), (_, at_2) = entries[1], entries[2]
+    entries[1], entries[2] = (1, at_2), (2, at_1)
+    reader = SnapshotReader(_with_index(data, entries))
+    with pytest.raises(KeyGroupMismatchError) as caught:
+        reader.read_key_group(1)
+    assert str(caught.value) == (
+        f"expected the block at offset {at_2} to hold key group 1 as the index says, got key "
+        "group 2"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_payload_length_past_the_end_names_the_payload(data: bytes) -> None:
+    # _read_block 18; _read_at 1, 4, 6 (the size check, before any read).
+    at = dict(decode_layout(data).index)[2]
+    reader = SnapshotReader(_patch(data, at + 8, _u32(0xFFFFFFFF)))
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        reader.read_key_group(2)
+    assert str(caught.value) == (
+        f"expected 4294967295 bytes of the payload of key group 2 at offset {at + 12}, but "
+        f"the file has {len(data)} bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_payload_that_fills_the_file_leaves_no_room_for_its_crc(data: bytes) -> None:
+    # _read_block 27: the CRC32 read names the key group.
+    at = dict(decode_layout(data).index)[2]
+    reader = SnapshotReader(_patch(data, at + 8, _u32(len(data) - at - 12)))
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        reader.read_key_group(2)
+    assert str(caught.value) == (
+        f"expected 4 bytes of the CRC32 of key group 2 at offset {len(data)}, but the file "
+        f"has {len(data)} bytes"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize("at_in_block", [4, 20], ids=["count", "payload"])
+def test_a_corrupt_block_fails_its_crc(data: bytes, at_in_block: int) -> None:
+    # _read_block 40, 41 (and 34-39: the CRC covers the block header and payload).
+    at = dict(decode_layout(data).index)[1]
+    (_, _, length) = struct.unpack_from(">iII", data, at)
+    corrupt = _patch(data, at + at_in_block, bytes([data[at + at_in_block] ^ 0x10]))
+    (stored,) = struct.unpack_from(">I", data, at + 12 + length)
+    actual = zlib.crc32(corrupt[at : at + 12 + length])
+    reader = SnapshotReader(corrupt)
+    with pytest.raises(ChecksumMismatchError) as caught:
+        reader.read_key_group(1)
+    assert str(caught.value) == (
+        f"expected CRC32 {stored:#010x} for key group 1 at offset {at}, got {actual:#010x}: "
+        "the block is corrupt"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_file_cut_after_it_was_opened_names_the_short_block_read(
+    tmp_path: Path, data: bytes
+) -> None:
+    # _read_block 7; _read_at 11, 12: the size was measured when the reader was
+    # made, the block header read then comes back short.
+    at = dict(decode_layout(data).index)[2]
+    path = tmp_path / "cut.snap"
+    path.write_bytes(data)
+    with path.open("rb", buffering=0) as stream:  # every read goes to the file
+        reader = SnapshotReader(stream)
+        os.truncate(path, at + 5)
+        with pytest.raises(TruncatedSnapshotError) as caught:
+            reader.read_key_group(2)
+    assert str(caught.value) == (
+        f"expected 12 bytes of the block header of key group 2 at offset {at}, got 5"
+    )
+
+
+# -------------------------------------------------------- the reader: payloads
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_section_of_an_unknown_state_id_is_named_with_its_key_group() -> None:
+    # _parse_payload 17, 20, 24, 28; read_key_group 4 (the key group in the message).
+    data = _encode(_metadata(), {2: (1, _section(7, ROWS_2_COUNTS))})
+    with pytest.raises(SnapshotFormatError) as caught:
+        _read(data, 2)
+    assert str(caught.value) == (
+        "expected one section per state id of [0, 1] in key group 2, got state id 7"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_second_section_of_one_state_is_named_twice() -> None:
+    # _parse_payload 19, 23, 25-27, 29.
+    block = _block((0, ROWS_1_COUNTS), (0, ROWS_2_COUNTS))
+    for read in (_read, _decode):
+        with pytest.raises(SnapshotFormatError) as caught:
+            read(_encode(_metadata(), {1: block}), 1)
+        assert str(caught.value) == (
+            "expected one section per state id of [0, 1] in key group 1, got state id 0 twice"
+        )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_block_header_count_that_is_not_its_entries_is_refused() -> None:
+    # _parse_payload 64, 65 (two sections add up), 67, 68.
+    count, payload = BLOCKS[1]
+    assert count == 3
+    data = _encode(_metadata(), {1: (5, payload)})
+    with pytest.raises(SnapshotFormatError) as caught:
+        _read(data, 1)
+    assert str(caught.value) == "expected 5 entries in key group 1 as its header says, got 3"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize("read", [_read, _decode], ids=["raw", "decoded"])
+@pytest.mark.parametrize(
+    ("count", "payload"),
+    [
+        # a state length past the end of the block (its slice would be short)
+        (1, struct.pack(">HI", 0, 1) + _u32(2) + b"w1" + _u32(5) + b"alice" + _u32(10) + b"3"),
+        # the block ends inside the second entry's namespace length
+        (2, _section(0, [(b"w1", b"alice", b"3")], count=2) + b"\0\0"),
+        # the block ends inside a second section header
+        (1, _section(0, [(b"w1", b"alice", b"3")]) + b"\0\0\0"),
+    ],
+    ids=["field-past-end", "inside-a-length", "inside-a-section-header"],
+)
+def test_a_block_that_ends_early_names_its_key_group(
+    read: Callable[[bytes, int], Any], count: int, payload: bytes
+) -> None:
+    # _parse_payload 66; read_key_group 4, decode_key_group 4 (the key group in
+    # the message).
+    data = _encode(_metadata(), {3: (count, payload)})
+    with pytest.raises(TruncatedSnapshotError) as caught:
+        read(data, 3)
+    assert str(caught.value) == f"expected {count} entries in key group 3, its block ends early"
+
+
+# -------------------------------------------------------- the reader: decoding
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_decode_key_group_decodes_only_the_states_it_has_decoders_for(data: bytes) -> None:
+    # decode_key_group 1-8; _parse_payload 30-32 (a state without a decoder is
+    # skipped, not decoded: the int decoder would fail on "x"), 45 (nor
+    # returned as rows), 47-63; _decoded_section 51 (a last field that ends at
+    # the block's end is whole), 55-58, 94-96.
+    reader = SnapshotReader(data)
+    blocks = reader.decode_key_group(1, {0: _decoder()})
+    assert list(blocks) == [0]
+    assert type(blocks[0]) is DecodedBlock
+    assert blocks[0].keys == ["alice", "bob"]
+    assert blocks[0].namespaces == [("window", "w1"), ("window", "w1")]
+    assert blocks[0].states == [3, 4]
+    assert reader.decode_key_group(0, {0: _decoder()}) == {}
+    assert reader.decode_key_group(2, {1: _decoder("names", state=_text)}) == {}
+    both = reader.decode_key_group(1, {0: _decoder(), 1: _decoder("names", state=_text)})
+    assert {i: block.rows() for i, block in both.items()} == {
+        0: [("alice", ("window", "w1"), 3), ("bob", ("window", "w1"), 4)],
+        1: [("carol", ("window", "w2"), "x")],
+    }
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_run_of_one_namespace_decodes_it_once_and_a_later_one_from_the_cache() -> None:
+    # _decoded_section 16-29 (the namespace's frame is skipped in a run),
+    # 65-69 (a namespace decoded once, then cached), 74-77 (the frame).
+    rows = [
+        (b"w1", b"a", b"1"),
+        (b"w1", b"b", b"2"),
+        (b"w22", b"c", b"3"),
+        (b"w1", b"d", b"4"),
+        (b"w1", b"e", b"5"),
+    ]
+    (block,) = _decode(_encode(_metadata(), {2: _block((0, rows))}), 2).values()
+    assert block.rows() == [
+        ("a", ("window", "w1"), 1),
+        ("b", ("window", "w1"), 2),
+        ("c", ("window", "w22"), 3),
+        ("d", ("window", "w1"), 4),
+        ("e", ("window", "w1"), 5),
+    ]
+    first = block.namespaces[0]
+    assert [n is first for n in block.namespaces] == [True, True, False, True, True]
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_an_entry_after_an_empty_namespace_is_parsed_at_its_own_position() -> None:
+    # _decoded_section 13, 15: the previous frame (an empty namespace's is
+    # b"\0\0\0\0") is looked for at the entry's position, not at the payload's
+    # start (which is state id 0 and a count below 65536: b"\0\0\0\0" too).
+    rows = [(b"", b"a", b"1"), (b"w1", b"b", b"2"), (b"", b"c", b"3")]
+    (block,) = _decode(_encode(_metadata(), {1: _block((0, rows))}), 1).values()
+    assert block.rows() == [
+        ("a", ("window", ""), 1),
+        ("b", ("window", "w1"), 2),
+        ("c", ("window", ""), 3),
+    ]
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_decoders_that_share_a_namespace_cache_share_the_namespace_objects() -> None:
+    # _decoded_section 66, 67: a namespace in the cache is not decoded again
+    # (EntryDecoder: share one dict between the states of one namespace serializer).
+    shared: dict[bytes, Any] = {}
+    block = _block((0, [(b"w1", b"alice", b"3")]), (1, [(b"w1", b"bob", b"x")]))
+    data = _encode(_metadata(), {1: block, 2: _block((0, [(b"w1", b"carol", b"5")]))})
+    reader = SnapshotReader(data)
+    decoders = {0: _decoder(namespaces=shared), 1: _decoder("names", shared, _text)}
+    one = reader.decode_key_group(1, decoders)
+    two = reader.decode_key_group(2, decoders)
+    window = one[0].namespaces[0]
+    assert window == ("window", "w1")
+    assert shared == {b"w1": window}
+    assert one[1].namespaces[0] is window
+    assert two[0].namespaces[0] is window
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize(
+    ("rows", "error"),
+    [
+        ([(b"w1", b"alice", b"three")], "invalid literal for int() with base 10: b'three'"),
+        (
+            [(b"w1", b"\xff", b"3")],
+            "'ascii' codec can't decode byte 0xff in position 0: ordinal not in range(128)",
+        ),
+    ],
+    ids=["state", "key"],
+)
+def test_an_entry_its_serializers_cannot_decode_names_the_state_and_key_group(
+    rows: list[Row], error: str
+) -> None:
+    # _decoded_section 59-64.
+    data = _encode(_metadata(), {2: _block((0, rows))})
+    with pytest.raises(SnapshotFormatError) as caught:
+        _decode(data, 2)
+    assert type(caught.value) is SnapshotFormatError
+    kind = "ValueError" if "int()" in error else "UnicodeDecodeError"
+    assert str(caught.value) == (
+        f"expected entries of state 'counts' in key group 2 that its serializers can decode, "
+        f"got {kind}: {error}"
+    )
+    assert type(caught.value.__cause__).__name__ == kind
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+def test_a_namespace_its_serializer_cannot_decode_names_the_key_group() -> None:
+    # _decoded_section 70 (decode_namespace is given the key group).
+    data = _encode(_metadata(), {3: _block((0, [(b"bad", b"alice", b"3")]))})
+    with pytest.raises(SnapshotFormatError) as caught:
+        _decode(data, 3)
+    assert str(caught.value) == (
+        "expected entries of state 'counts' in key group 3 that its serializers can decode, "
+        "got ValueError: no such window"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.reader")
+@pytest.mark.parametrize(
+    ("row", "role"),
+    [((b"w1", b"null", b"3"), "key"), ((b"w1", b"alice", b"null"), "state")],
+    ids=["key", "state"],
+)
+def test_an_entry_with_a_none_key_or_state_names_which(row: Row, role: str) -> None:
+    # _decoded_section 78-93.
+    data = _encode(_metadata(), {1: _block((0, [(b"w1", b"bob", b"4"), row]))})
+    with pytest.raises(SnapshotEntryError) as caught:
+        _decode(data, 1)
+    assert str(caught.value) == (
+        f"expected a {role} in every entry of state 'counts', key group 1, got an entry whose "
+        f"{role} is None"
+    )
+
+
+# ================================================== 10. the writer, block by block
+
+MAXP = 8
+
+FULL = KeyGroupRange(0, MAXP - 1)
+
+INT = IntSerializer()
+
+UTF8 = StringSerializer()
+
+Snapshot = StateTableSnapshot[Any, Any, Any]
+
+
+def group(key: int) -> int:
+    return assign_to_key_group(key, MAXP, INT)
+
+
+def value_table(
+    name: str = "a",
+    keys: Iterable[int] = range(10),
+    *,
+    key_group_range: KeyGroupRange = FULL,
+    max_parallelism: int = MAXP,
+    key_serializer: Any = INT,
+) -> Table:
+    """A value state ``name``: ``(k, "ns") -> f"{name}{k}"`` for the keys of its range."""
+    meta = StateMetaInfo(name, StateKind.VALUE, UTF8, UTF8)
+    table: Table = CopyOnWriteStateTable(
+        key_group_range, max_parallelism, meta=meta, key_serializer=key_serializer
+    )
+    for key in keys:
+        if assign_to_key_group(key, max_parallelism, key_serializer) in key_group_range:
+            table.put(key, "ns", f"{name}{key}")
+    return table
+
+
+def written_file(
+    tmp_path: Path,
+    snapshots: Snapshot | Sequence[Snapshot],
+    file_name: str = "snapshot.bin",
+    **options: Any,
+) -> bytes:
+    """The bytes :func:`write_snapshot` wrote to a file under ``tmp_path`` (a
+    real file: some tests read it back as a stream)."""
+    path = tmp_path / file_name
+    with path.open("wb") as stream:
+        write_snapshot(snapshots, stream, **options)
+    return path.read_bytes()
+
+
+def state_meta(
+    state_id: int,
+    name: str,
+    *,
+    kind: str = "value",
+    namespace_serializer: str = "utf8",
+    state_serializer: str = "utf8",
+) -> StateMetadata:
+    return StateMetadata(
+        id=state_id,
+        name=name,
+        kind=kind,
+        namespace_serializer=namespace_serializer,
+        state_serializer=state_serializer,
+    )
+
+
+def file_metadata(
+    *states: StateMetadata,
+    key_group_range: KeyGroupRange = FULL,
+    key_serializer: str = "int32",
+    max_parallelism: int = MAXP,
+) -> SnapshotMetadata:
+    return SnapshotMetadata(
+        format=SnapshotFormat.HEAP,
+        max_parallelism=max_parallelism,
+        key_group_range=(key_group_range.start_key_group, key_group_range.end_key_group),
+        key_serializer=key_serializer,
+        states=states,
+    )
+
+
+def entry(key: int, namespace: str = "ns", state: str = "s") -> RawEntry:
+    """A raw (namespace, key, state) entry of int32 keys and utf8 namespaces and states."""
+    return (UTF8.serialize(namespace), INT.serialize(key), UTF8.serialize(state))
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_a_first_key_group_outside_the_range_is_refused_after_none_written(
+    tmp_path: Path,
+) -> None:
+    # writer.SnapshotWriter.write_key_group 1, 2, 4; __init__ 9, 10, 11: the
+    # message names the last key group written, -1 before the first.
+    with (tmp_path / "f").open("wb") as stream:
+        writer = SnapshotWriter(stream, file_metadata(key_group_range=KeyGroupRange(2, 5)))
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            writer.write_key_group(6, {})
+    assert str(excinfo.value) == (
+        "expected key groups of KeyGroupRange(2, 5) in ascending order, got 6 after -1"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_the_first_key_group_of_a_range_starting_at_zero_is_accepted(tmp_path: Path) -> None:
+    # writer.SnapshotWriter.__init__ 10 (the last key group starts at +1: key
+    # group 0 and 1 would be refused as not ascending).
+    with (tmp_path / "f").open("wb") as stream:
+        metadata = file_metadata(state_meta(0, "a"), key_group_range=KeyGroupRange(0, 1))
+        writer = SnapshotWriter(stream, metadata)
+        writer.write_key_group(0, {0: [entry(0)]})
+        writer.write_key_group(1, {})
+        info = writer.finish()
+    assert info.entries == 1
+    assert sorted(info.offsets) == [0, 1]
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_the_same_key_group_twice_is_refused(tmp_path: Path) -> None:
+    # writer.SnapshotWriter.write_key_group 3 (<= relaxed to <).
+    with (tmp_path / "f").open("wb") as stream:
+        writer = SnapshotWriter(stream, file_metadata(state_meta(0, "a")))
+        writer.write_key_group(3, {0: [entry(3)]})
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            writer.write_key_group(3, {0: [entry(3)]})
+    assert str(excinfo.value) == (
+        "expected key groups of KeyGroupRange(0, 7) in ascending order, got 3 after 3"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_skipped_key_groups_get_empty_blocks_and_the_written_ones_keep_their_entries(
+    tmp_path: Path,
+) -> None:
+    # writer.SnapshotWriter.write_key_group 5-18 and finish 1-16: the empty
+    # blocks of the skipped key groups (3, 4 between two writes; 6, 7 after
+    # the last) fill the gaps exactly once, never a written block again.
+    metadata = file_metadata(state_meta(0, "a"), key_group_range=KeyGroupRange(2, 7))
+    a = [entry(10, state="x"), entry(11, state="y")]
+    b = [entry(12, state="z")]
+    data = craft(metadata, {2: {0: a}, 5: {0: b}})
+    reader = SnapshotReader(data)
+    assert {kg: reader.read_key_group(kg) for kg in range(2, 8)} == {
+        2: {0: a},
+        3: {},
+        4: {},
+        5: {0: b},
+        6: {},
+        7: {},
+    }
+    start = 16 + len(metadata.model_dump_json().encode()) + 4
+    size_a = 12 + 6 + sum(12 + len(ns) + len(k) + len(s) for ns, k, s in a) + 4
+    size_b = 12 + 6 + sum(12 + len(ns) + len(k) + len(s) for ns, k, s in b) + 4
+    empty = 16
+    assert reader.offsets == {
+        2: start,
+        3: start + size_a,
+        4: start + size_a + empty,
+        5: start + size_a + 2 * empty,
+        6: start + size_a + 2 * empty + size_b,
+        7: start + size_a + 3 * empty + size_b,
+    }
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_a_range_starting_past_zero_gets_blocks_from_its_own_start(tmp_path: Path) -> None:
+    # writer.SnapshotWriter.write_key_group 5-12 and finish 1-8 (the start of
+    # the range, not the last key group + 1, opens the first gap).
+    metadata = file_metadata(state_meta(0, "a"), key_group_range=KeyGroupRange(3, 6))
+    data = craft(metadata, {5: {0: [entry(1)]}})
+    reader = SnapshotReader(data)
+    assert list(reader.offsets) == [3, 4, 5, 6]
+    assert reader.read_key_group(5) == {0: [entry(1)]}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_an_unwritten_file_has_one_empty_block_per_key_group(tmp_path: Path) -> None:
+    # writer.SnapshotWriter.finish 1-16 with nothing written (the last key group is -1).
+    metadata = file_metadata(state_meta(0, "a"), key_group_range=KeyGroupRange(1, 3))
+    data = craft(metadata, {})
+    reader = SnapshotReader(data)
+    start = 16 + len(metadata.model_dump_json().encode()) + 4
+    assert reader.offsets == {1: start, 2: start + 16, 3: start + 32}
+    assert [reader.read_key_group(kg) for kg in (1, 2, 3)] == [{}, {}, {}]
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_an_empty_state_section_before_a_full_one_is_left_out(tmp_path: Path) -> None:
+    # writer.SnapshotWriter._write_block 7 (empty sections written, full ones
+    # dropped) and 8 (the first empty section ends the block).
+    metadata = file_metadata(state_meta(0, "a"), state_meta(1, "b"), state_meta(2, "c"))
+    data = craft(metadata, {4: {0: [], 1: [entry(1)], 2: [entry(2), entry(3)]}})
+    assert SnapshotReader(data).read_key_group(4) == {1: [entry(1)], 2: [entry(2), entry(3)]}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_the_block_header_counts_the_entries_of_every_state(tmp_path: Path) -> None:
+    # writer.SnapshotWriter._write_block 2, 3, 19, 20 (the block's entry
+    # count, which the reader checks against its sections) and 42, 43,
+    # __init__ 7, 8 (the file's entry count over all blocks).
+    metadata = file_metadata(state_meta(0, "a"), state_meta(1, "b"))
+    path = tmp_path / "f"
+    with path.open("wb") as stream:
+        writer = SnapshotWriter(stream, metadata)
+        writer.write_key_group(1, {0: [entry(1), entry(2)], 1: [entry(3)]})
+        writer.write_key_group(5, {1: [entry(4), entry(5)]})
+        info = writer.finish()
+    data = path.read_bytes()
+    assert struct.unpack_from(">iII", data, info.offsets[1])[:2] == (1, 3)
+    assert struct.unpack_from(">iII", data, info.offsets[5])[:2] == (5, 2)
+    assert SnapshotReader(data).read_key_group(1) == {0: [entry(1), entry(2)], 1: [entry(3)]}
+    assert info.entries == 5
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_the_file_info_describes_the_file_written(tmp_path: Path) -> None:
+    # writer.SnapshotWriter.finish 36-44 and _write 1-3, __init__ 5, 6
+    # (offsets and size are positions in the stream, counted from 0).
+    metadata = file_metadata(state_meta(0, "a"), key_group_range=KeyGroupRange(0, 2))
+    path = tmp_path / "f"
+    with path.open("wb") as stream:
+        writer = SnapshotWriter(stream, metadata)
+        writer.write_key_group(1, {0: [entry(7)]})
+        info = writer.finish()
+    data = path.read_bytes()
+    assert info.metadata is metadata
+    assert info.size == len(data)
+    assert info.entries == 1
+    assert info.offsets == SnapshotReader(data).offsets
+    assert type(info.offsets) is dict
+    start = 16 + len(metadata.model_dump_json().encode()) + 4
+    assert info.offsets[0] == start
+    index_at = struct.unpack(">Q", data[-16:-8])[0]
+    assert index_at == len(data) - 16 - 4 - 4 - 3 * 12
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_the_header_holds_magic_version_zero_flags_and_the_metadata(tmp_path: Path) -> None:
+    # writer.SnapshotWriter.__init__ 12-30 (flags 1 is not read back by the
+    # reader, so the header's bytes are compared).
+    metadata = file_metadata(state_meta(0, "a"))
+    data = craft(metadata, {})
+    meta = metadata.model_dump_json().encode("utf-8")
+    assert data[:16] == MAGIC + struct.pack(">HHI", FORMAT_VERSION, 0, len(meta))
+    assert data[16 : 16 + len(meta)] == meta
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_write_snapshot_releases_the_snapshot_by_default_also_when_cancelled(
+    tmp_path: Path,
+) -> None:
+    # writer.write_snapshot 1 (release defaults to False), 17-19 (cancel).
+    snapshot = value_table().snapshot()
+    cancel = threading.Event()
+    cancel.set()
+    path = tmp_path / "f"
+    with path.open("wb") as stream, pytest.raises(SnapshotCancelledError) as excinfo:
+        write_snapshot(snapshot, stream, cancel=cancel)
+    assert str(excinfo.value) == "snapshot cancelled before key group 0 was written"
+    assert snapshot.is_released
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_an_unset_cancel_event_writes_the_whole_file(tmp_path: Path) -> None:
+    # writer.write_snapshot 17, 18 (an event that is not set cancels nothing).
+    table = value_table()
+    data = written_file(tmp_path, table.snapshot(), cancel=threading.Event())
+    restored = read_snapshot(data, FULL)
+    assert restored.size("a") == 10
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_without_release_every_key_group_is_still_released_once_written(
+    tmp_path: Path,
+) -> None:
+    # writer.write_snapshot 32 (release_key_group(None)).
+    snapshot = value_table().snapshot()
+    written_file(tmp_path, snapshot, release=False)
+    assert [snapshot.is_key_group_released(kg) for kg in FULL] == [True] * MAXP
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_write_snapshot_round_trips_keys_namespaces_and_states(tmp_path: Path) -> None:
+    # writer.write_snapshot 20-31 (each entry serialized with its own serializers,
+    # every key group of every state written).
+    a = value_table("a", range(12))
+    b = value_table("b", range(5, 9))
+    data = written_file(tmp_path, [a.snapshot(), b.snapshot()])
+    restored = read_snapshot(data, FULL)
+    assert sorted(restored.entries("a")) == sorted((group(k), k, "ns", f"a{k}") for k in range(12))
+    assert sorted(restored.entries("b")) == sorted(
+        (group(k), k, "ns", f"b{k}") for k in range(5, 9)
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_write_snapshot_records_the_metadata_of_its_tables(tmp_path: Path) -> None:
+    # writer._metadata_of 23-36 (format, max parallelism, range, key
+    # serializer and per state its id).
+    tables = [value_table(name, key_group_range=KeyGroupRange(2, 5)) for name in "xyz"]
+    data = written_file(
+        tmp_path, [t.snapshot() for t in tables], snapshot_format=SnapshotFormat.CANONICAL
+    )
+    assert SnapshotReader(data).metadata == SnapshotMetadata(
+        format=SnapshotFormat.CANONICAL,
+        max_parallelism=MAXP,
+        key_group_range=(2, 5),
+        key_serializer="int32",
+        states=(state_meta(0, "x"), state_meta(1, "y"), state_meta(2, "z")),
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_write_snapshot_of_no_table_is_refused(tmp_path: Path) -> None:
+    # writer._metadata_of 1-4.
+    with (tmp_path / "f").open("wb") as stream, pytest.raises(InvalidArgumentError) as excinfo:
+        write_snapshot([], stream)
+    assert str(excinfo.value) == "expected at least one table snapshot to write, got none"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_exactly_max_states_snapshots_pass_the_count_check(tmp_path: Path) -> None:
+    # writer._metadata_of 5, 6: MAX_STATES states are allowed (the same
+    # snapshot MAX_STATES times then fails the name check, which comes later).
+    snapshot = value_table(keys=()).snapshot()
+    with (tmp_path / "f").open("wb") as stream:
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            write_snapshot([snapshot] * MAX_STATES, stream, release=False)
+        assert str(excinfo.value).startswith("expected distinct state names, got ['a', 'a', ")
+        with pytest.raises(InvalidArgumentError) as excinfo:
+            write_snapshot([snapshot] * (MAX_STATES + 1), stream, release=False)
+    assert str(excinfo.value) == (
+        f"expected at most {MAX_STATES} states in one snapshot, got {MAX_STATES + 1}"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_a_second_table_with_another_key_serializer_is_refused(tmp_path: Path) -> None:
+    # writer._metadata_of 8-15 (the second of two tables is compared too).
+    a = value_table("a")
+    b = value_table("b", keys=(), key_serializer=LongSerializer())
+    with (tmp_path / "f").open("wb") as stream, pytest.raises(InvalidArgumentError) as excinfo:
+        write_snapshot([a.snapshot(), b.snapshot()], stream)
+    assert str(excinfo.value) == (
+        "expected every table snapshot to use the key serializer 'int32', got 'int64' for 'b'"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_a_second_table_of_another_range_is_refused(tmp_path: Path) -> None:
+    # writer._metadata_of 16, 17, 19 (the range alone differs).
+    a = value_table("a")
+    b = value_table("b", key_group_range=KeyGroupRange(0, 3))
+    with (tmp_path / "f").open("wb") as stream, pytest.raises(InvalidArgumentError) as excinfo:
+        write_snapshot([a.snapshot(), b.snapshot()], stream)
+    assert str(excinfo.value) == (
+        "expected every table snapshot to cover KeyGroupRange(0, 7) of 8, got "
+        "KeyGroupRange(0, 3) of 8 for 'b'"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_a_second_table_of_another_max_parallelism_is_refused(tmp_path: Path) -> None:
+    # writer._metadata_of 16, 18, 19 (the max parallelism alone differs).
+    a = value_table("a")
+    b = value_table("b", keys=(), max_parallelism=16)
+    with (tmp_path / "f").open("wb") as stream, pytest.raises(InvalidArgumentError) as excinfo:
+        write_snapshot([a.snapshot(), b.snapshot()], stream)
+    assert str(excinfo.value) == (
+        "expected every table snapshot to cover KeyGroupRange(0, 7) of 8, got "
+        "KeyGroupRange(0, 7) of 16 for 'b'"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.writer")
+def test_two_tables_of_one_name_are_refused(tmp_path: Path) -> None:
+    # writer._metadata_of 20-22.
+    with (tmp_path / "f").open("wb") as stream, pytest.raises(InvalidArgumentError) as excinfo:
+        write_snapshot([value_table("a").snapshot(), value_table("a").snapshot()], stream)
+    assert str(excinfo.value) == "expected distinct state names, got ['a', 'a']"
+
+
+# ============================== 11. read_snapshot and restore_table, word for word
+
+
+# --------------------------------------------------------------- restore_table
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_refuses_a_mapping_given_twice_naming_state_and_key_group(
+    tmp_path: Path,
+) -> None:
+    # restore.restore_table 44 (no E4 check), 47-51 (its message).
+    key = 3
+    kg = group(key)
+    data = craft(
+        file_metadata(state_meta(0, "a")),
+        {kg: {0: [entry(key, state="first"), entry(key, state="second")]}},
+    )
+    table = value_table("a", keys=(11,))
+    before = contents(table)
+    with pytest.raises(DuplicateMappingError) as excinfo:
+        restore_table(table, data)
+    assert str(excinfo.value) == (
+        f"expected each (key, namespace) once per state, state 'a' holds (3, 'ns') twice in "
+        f"key group {kg}"
+    )
+    assert contents(table) == before
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_refuses_keys_of_another_type_than_the_tables(tmp_path: Path) -> None:
+    # restore.restore_table 52-54 (E6 against the table's key type, and its message).
+    key = 2.5
+    kg = assign_to_key_group(key, MAXP, SER)
+    metadata = file_metadata(state_meta(0, "a"), key_serializer=SER.identifier)
+    raw = (UTF8.serialize("ns"), SER.serialize(key), UTF8.serialize("s"))
+    data = craft(metadata, {kg: {0: [raw]}})
+    table = value_table("a", keys=(1,), key_serializer=SER)
+    with pytest.raises(MixedKeyTypesError) as excinfo:
+        restore_table(table, data)
+    assert str(excinfo.value).startswith(
+        "expected the keys of a restore to be of one type, without NaN or -0.0, "
+        f"state 'a', key group {kg} has float 2.5: "
+    )
+    assert contents(table) == {(1, "ns"): "a1"}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_restores_every_file_and_counts_the_mappings(tmp_path: Path) -> None:
+    # restore.restore_table 1-33, 37-39, 41, 61-65, 67-69, 72-74, 76-78, 80, 81
+    # (two files as streams, one as bytes: every mapping put where it was).
+    low = value_table("a", range(20), key_group_range=KeyGroupRange(0, 3))
+    high = value_table("a", range(20), key_group_range=KeyGroupRange(4, 7))
+    low_data = written_file(tmp_path, low.snapshot(), "low.bin")
+    written_file(tmp_path, high.snapshot(), "high.bin")
+    table = value_table("a", keys=())
+    table.put(100, "other", "mine")
+    with (tmp_path / "low.bin").open("rb") as first, (tmp_path / "high.bin").open("rb") as second:
+        assert restore_table(table, [first, second]) == 20
+    assert contents(table) == {(k, "ns"): f"a{k}" for k in range(20)} | {(100, "other"): "mine"}
+    assert [table.get(k, "ns") for k in (0, 19)] == ["a0", "a19"]
+    only_low = value_table("a", keys=(), key_group_range=KeyGroupRange(0, 3))
+    assert restore_table(only_low, low_data) == len(low)
+    assert contents(only_low) == contents(low)
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_reads_one_stream_with_its_own_meta_info_and_state_only(
+    tmp_path: Path,
+) -> None:
+    # restore.restore_table 2-9 (one stream is one file, not an iterable of
+    # lines), 23, 29, 30 (the table's meta info decodes: the tests' pickle is
+    # no built-in serializer) and 25, 32 (the other state, which nothing
+    # could decode, is skipped).
+    def pickled(name: str) -> Table:
+        meta = StateMetaInfo(name, StateKind.VALUE, SER, SER)
+        table: Table = CopyOnWriteStateTable(FULL, MAXP, meta=meta, key_serializer=INT)
+        for key in range(6):
+            table.put(key, ("w", key), [name, key])
+        return table
+
+    other, mine = pickled("x"), pickled("a")
+    written_file(tmp_path, [other.snapshot(), mine.snapshot()])
+    meta = StateMetaInfo("a", StateKind.VALUE, SER, SER)
+    table: Table = CopyOnWriteStateTable(FULL, MAXP, meta=meta, key_serializer=INT)
+    with (tmp_path / "snapshot.bin").open("rb") as stream:
+        assert restore_table(table, stream) == 6
+    assert contents(table) == contents(mine)
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_refuses_a_file_of_another_max_parallelism(tmp_path: Path) -> None:
+    # restore.restore_table 22 (the table's max parallelism is the one checked).
+    data = written_file(tmp_path, value_table("a", range(4), max_parallelism=16).snapshot())
+    table = value_table("a", keys=())
+    with pytest.raises(MaxParallelismMismatchError) as excinfo:
+        restore_table(table, [data])
+    assert str(excinfo.value) == (
+        "expected a snapshot of max parallelism 8, got one of 16: the number of key groups "
+        "cannot change on restore"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_fixes_the_key_type_of_a_fresh_table(tmp_path: Path) -> None:
+    # restore.restore_table 43, 55, 60 (the restored keys' type is adopted).
+    data = written_file(tmp_path, value_table("a", range(4), key_serializer=SER).snapshot())
+    table = value_table("a", keys=(), key_serializer=SER)
+    assert restore_table(table, [data]) == 4
+    with pytest.raises(KeyTypeMismatchError):
+        table.put(1.5, "ns", "float key")
+    assert len(table) == 4
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_of_a_state_the_files_do_not_hold_is_refused(tmp_path: Path) -> None:
+    # restore.restore_table 34-36.
+    data = written_file(tmp_path, value_table("a", range(4)).snapshot())
+    table = value_table("b", keys=())
+    with pytest.raises(UnknownStateError) as excinfo:
+        restore_table(table, [data])
+    assert str(excinfo.value) == "expected state 'b' in the snapshot files, got states ['a']"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_restore_table_of_something_that_is_not_files_is_refused() -> None:
+    # restore.restore_table 1-13.
+    with pytest.raises(InvalidArgumentError) as excinfo:
+        restore_table(value_table(keys=()), 42)  # type: ignore[arg-type]
+    assert str(excinfo.value) == (
+        "expected snapshot files (bytes or binary streams, or an iterable of them), got int"
+    )
+
+
+# ------------------------------------------------------------ RestoredSnapshot
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_entries_yields_key_group_key_namespace_state_by_key_group(tmp_path: Path) -> None:
+    # restore.RestoredSnapshot.entries 1-8, 10-12; size 2-5 (a state not restored).
+    data = written_file(tmp_path, [value_table("a", range(6)).snapshot()])
+    restored = read_snapshot(data, FULL)
+    expected = sorted((group(k), k, "ns", f"a{k}") for k in range(6))
+    assert sorted(restored.entries("a")) == expected
+    assert [e[0] for e in restored.entries("a")] == [e[0] for e in expected]
+    assert list(restored.entries("missing")) == []
+    assert (restored.size("a"), restored.size("missing")) == (6, 0)
+
+
+# --------------------------------------------------------------- read_snapshot
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_read_snapshot_refuses_what_is_not_a_key_group_range() -> None:
+    # restore.read_snapshot 1-3.
+    with pytest.raises(InvalidArgumentError) as excinfo:
+        read_snapshot(b"", (0, 7))  # type: ignore[arg-type]
+    assert str(excinfo.value) == "expected a KeyGroupRange, got tuple"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_read_snapshot_reads_through_a_given_reader_and_rewinds_it(tmp_path: Path) -> None:
+    # restore.read_snapshot 4-7.
+    data = written_file(tmp_path, value_table("a", range(4)).snapshot())
+    with (tmp_path / "snapshot.bin").open("rb") as stream:
+        reader = SnapshotReader(stream)
+        restored = read_snapshot(reader, FULL)
+        assert stream.tell() == 0
+        assert restored.size("a") == 4
+    assert read_snapshot(data, FULL).states == restored.states
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_read_snapshot_decodes_with_the_meta_info_given_for_a_state(tmp_path: Path) -> None:
+    # restore.read_snapshot 24 (metas dropped), _decode 42, 43 (the given
+    # meta info is not looked up) and 52-68 (its serializers decode: the
+    # tests' pickle is no built-in serializer).
+    meta = StateMetaInfo("p", StateKind.VALUE, SER, SER)
+    table: Table = CopyOnWriteStateTable(FULL, MAXP, meta=meta, key_serializer=INT)
+    table.put(1, ("w", 1), {"x": [1]})
+    data = written_file(tmp_path, table.snapshot())
+    restored = read_snapshot(data, FULL, metas={"p": meta})
+    assert restored.metas["p"] is meta
+    assert list(restored.entries("p")) == [(group(1), 1, ("w", 1), {"x": [1]})]
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_read_snapshot_without_meta_info_uses_the_built_in_serializers(tmp_path: Path) -> None:
+    # restore._decode 88-97 (the meta info made from the file), 127-138 (what
+    # is merged into the result), 9-12, 38, 47, 48 (no states, no max parallelism given).
+    a = value_table("a", range(3))
+    empty = value_table("empty", keys=())
+    data = written_file(tmp_path, [a.snapshot(), empty.snapshot()])
+    restored = read_snapshot(data, KeyGroupRange(0, 3))
+    assert restored.key_group_range == KeyGroupRange(0, 3)
+    assert restored.max_parallelism == MAXP
+    assert restored.formats == {SnapshotFormat.HEAP}
+    assert restored.key_serializer == "int32"
+    assert restored.key_groups == {0, 1, 2, 3}
+    assert restored.all_states == {"a", "empty"}
+    assert sorted(restored.metas) == ["a", "empty"]
+    for name in ("a", "empty"):
+        meta = restored.metas[name]
+        assert (meta.name, meta.kind) == (name, StateKind.VALUE)
+        assert type(meta.namespace_serializer) is StringSerializer
+        assert type(meta.state_serializer) is StringSerializer
+    assert restored.blocks["empty"] == {}
+    in_range = [k for k in range(3) if group(k) <= 3]
+    assert restored.states["a"] == {
+        kg: [(k, "ns", f"a{k}") for k in in_range if group(k) == kg]
+        for kg in sorted({group(k) for k in in_range})
+    }
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_read_snapshot_decodes_only_the_states_asked_for(tmp_path: Path) -> None:
+    # restore._decode 39, 40, 41 (the first state skipped ends the loop).
+    tables = [value_table(name, range(4)) for name in ("x", "a", "y")]
+    data = written_file(tmp_path, [t.snapshot() for t in tables])
+    restored = read_snapshot(data, FULL, states={"a"})
+    assert sorted(restored.metas) == ["a"]
+    assert sorted(restored.blocks) == ["a"]
+    assert restored.size("a") == 4
+    assert restored.all_states == {"x", "a", "y"}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_max_parallelism_other_than_the_files_is_refused(tmp_path: Path) -> None:
+    # restore._decode 2-5.
+    data = written_file(tmp_path, value_table().snapshot())
+    with pytest.raises(MaxParallelismMismatchError) as excinfo:
+        read_snapshot(data, FULL, max_parallelism=16)
+    assert str(excinfo.value) == (
+        "expected a snapshot of max parallelism 16, got one of 8: the number of key groups "
+        "cannot change on restore"
+    )
+    assert read_snapshot(data, FULL, max_parallelism=MAXP).size("a") == 10
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_file_of_another_max_parallelism_than_the_accumulated_ones_is_refused(
+    tmp_path: Path,
+) -> None:
+    # restore._decode 14, 15.
+    data = written_file(tmp_path, value_table().snapshot())
+    into = RestoredSnapshot(FULL, 16)
+    with pytest.raises(MaxParallelismMismatchError) as excinfo:
+        read_snapshot(data, FULL, into=into)
+    assert str(excinfo.value) == "expected every file to have max parallelism 16, got 8"
+    assert into.blocks == {}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_several_files_accumulate_into_one_result(tmp_path: Path) -> None:
+    # restore._decode 6-8, 13 (into ignored or replaced), 139-142 (merging).
+    low = value_table("a", range(20), key_group_range=KeyGroupRange(0, 3))
+    high = value_table("a", range(20), key_group_range=KeyGroupRange(4, 7))
+    low_data = written_file(tmp_path, low.snapshot(), "low.bin")
+    high_data = written_file(tmp_path, high.snapshot(), "high.bin")
+    into = RestoredSnapshot(FULL, MAXP)
+    assert read_snapshot(low_data, FULL, into=into) is into
+    assert read_snapshot(high_data, FULL, into=into) is into
+    assert into.key_groups == set(FULL)
+    assert sorted(into.entries("a")) == sorted((group(k), k, "ns", f"a{k}") for k in range(20))
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_block_already_accumulated_for_a_key_group_is_extended(tmp_path: Path) -> None:
+    # restore._decode 140, 141: blocks of an accumulator given with entries
+    # of a key group no file was read for are extended, not replaced.
+    key = 5
+    kg = group(key)
+    data = written_file(tmp_path, value_table("a", (key,)).snapshot())
+    into = RestoredSnapshot(FULL, MAXP)
+    into.blocks["a"] = {kg: DecodedBlock([13], ["ns"], ["old"])}
+    read_snapshot(data, FULL, into=into)
+    assert into.states["a"] == {kg: [(13, "ns", "old"), (key, "ns", f"a{key}")]}
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_key_group_in_two_files_is_refused_naming_the_first_five(tmp_path: Path) -> None:
+    # restore._decode 28-34.
+    first = written_file(tmp_path, value_table().snapshot(), "first")
+    second = written_file(tmp_path, value_table().snapshot(), "second")
+    into = read_snapshot(first, FULL)
+    with pytest.raises(KeyGroupMismatchError) as excinfo:
+        read_snapshot(second, FULL, into=into)
+    assert str(excinfo.value) == (
+        "expected every key group in one snapshot file only, got key groups [0, 1, 2, 3, 4] "
+        "in two files"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_state_of_another_kind_than_its_meta_info_is_refused(tmp_path: Path) -> None:
+    # restore._decode 44, 45, 49, 50.
+    data = written_file(tmp_path, value_table("a", range(3)).snapshot())
+    meta = StateMetaInfo("a", StateKind.LIST, UTF8, SER)
+    with pytest.raises(SerializerMismatchError) as excinfo:
+        read_snapshot(data, FULL, metas={"a": meta})
+    assert str(excinfo.value) == "expected state 'a' of kind 'list', the file holds kind 'value'"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_state_of_another_kind_than_the_accumulated_one_is_refused(tmp_path: Path) -> None:
+    # restore._decode 46 (the accumulated meta info, not the given one, is compared).
+    low = value_table("a", range(8), key_group_range=KeyGroupRange(0, 3))
+    into = read_snapshot(written_file(tmp_path, low.snapshot(), "low"), FULL)
+    metadata = file_metadata(
+        state_meta(0, "a", kind="list", state_serializer="cowstate-value"),
+        key_group_range=KeyGroupRange(4, 7),
+    )
+    data = craft(metadata, {})
+    with pytest.raises(SerializerMismatchError) as excinfo:
+        read_snapshot(data, FULL, into=into)
+    assert str(excinfo.value) == "expected state 'a' of kind 'value', the file holds kind 'list'"
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_serializer_mismatches_name_the_serializer(tmp_path: Path) -> None:
+    # restore._decode 17-24, 51-68 and _resolve 1-6: each role in its message.
+    data = written_file(tmp_path, value_table("a", range(3)).snapshot())
+    cases: list[tuple[dict[str, Any], str]] = [
+        (
+            {"key_serializer": LongSerializer()},
+            "expected the key serializer to be 'int64', the file was written with 'int32'",
+        ),
+        (
+            {"metas": {"a": StateMetaInfo("a", StateKind.VALUE, INT, UTF8)}},
+            "expected the namespace serializer of 'a' to be 'int32', the file was written "
+            "with 'utf8'",
+        ),
+        (
+            {"metas": {"a": StateMetaInfo("a", StateKind.VALUE, UTF8, INT)}},
+            "expected the state serializer of 'a' to be 'int32', the file was written with 'utf8'",
+        ),
+        (
+            {"namespace_serializer": INT},
+            "expected the namespace serializer of 'a' to be 'int32', the file was written "
+            "with 'utf8'",
+        ),
+    ]
+    for options, message in cases:
+        with pytest.raises(SerializerMismatchError) as excinfo:
+            read_snapshot(data, FULL, **options)
+        assert str(excinfo.value) == message
+    restored = read_snapshot(data, FULL, key_serializer=INT, namespace_serializer=UTF8)
+    assert restored.size("a") == 3
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_backends_namespace_serializer_decodes_states_without_meta_info(
+    tmp_path: Path,
+) -> None:
+    # restore._decode 52, 55-61 (the namespace serializer of read_snapshot is used).
+    metadata = file_metadata(state_meta(0, "a", namespace_serializer=SER.identifier))
+    raw = (SER.serialize(("w", 2)), INT.serialize(4), UTF8.serialize("s"))
+    data = craft(metadata, {group(4): {0: [raw]}})
+    restored = read_snapshot(data, FULL, namespace_serializer=SER)
+    assert list(restored.entries("a")) == [(group(4), 4, ("w", 2), "s")]
+    assert restored.metas["a"].namespace_serializer is SER
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_states_of_different_namespace_serializers_decode_the_same_bytes_apart(
+    tmp_path: Path,
+) -> None:
+    # restore._decode 74, 80, 82-86 (one namespace cache per namespace serializer).
+    metadata = file_metadata(
+        state_meta(0, "i", namespace_serializer="int32"),
+        state_meta(1, "s", namespace_serializer="utf8"),
+    )
+    same = INT.serialize(65)  # b"\x00\x00\x00A"
+    blocks = {
+        group(1): {
+            0: [(same, INT.serialize(1), UTF8.serialize("i"))],
+            1: [(same, INT.serialize(1), UTF8.serialize("s"))],
+        }
+    }
+    data = craft(metadata, blocks)
+    restored = read_snapshot(data, FULL)
+    assert list(restored.entries("i")) == [(group(1), 1, 65, "i")]
+    assert list(restored.entries("s")) == [(group(1), 1, "\x00\x00\x00A", "s")]
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_list_state_holding_another_type_is_refused_naming_state_and_key_group(
+    tmp_path: Path,
+) -> None:
+    # restore._decode 75, 81, 87, 116-121 (E5 and its message).
+    metadata = file_metadata(state_meta(0, "l", kind="list"))
+    kg = group(2)
+    data = craft(metadata, {kg: {0: [entry(2, state="not a list")]}})
+    meta = StateMetaInfo("l", StateKind.LIST, UTF8, UTF8)
+    with pytest.raises(SnapshotEntryError) as excinfo:
+        read_snapshot(data, FULL, metas={"l": meta})
+    assert str(excinfo.value) == (
+        f"expected every state of 'l' in key group {kg} to be a list (what its kind holds), "
+        "got a state of type str"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_a_key_in_another_key_groups_block_is_refused_naming_the_state(tmp_path: Path) -> None:
+    # restore._decode 70, 76, 105-115 (E3 and its message).
+    key = 3
+    wrong = (group(key) + 1) % MAXP
+    data = craft(file_metadata(state_meta(0, "a")), {wrong: {0: [entry(key)]}})
+    with pytest.raises(KeyGroupMismatchError) as excinfo:
+        read_snapshot(data, FULL)
+    assert str(excinfo.value) == (
+        f"expected every key in the block of key group {wrong} to belong to it, state 'a' "
+        f"has key 3 there, whose key group is {group(key)}"
+    )
+
+
+@pytest.mark.kills(module="cowstate.snapshot.restore")
+def test_long_keys_are_checked_with_the_key_serializer_of_the_file(tmp_path: Path) -> None:
+    # restore._decode 110 (E3 without the key serializer hashes -1 as an int32).
+    longs = LongSerializer()
+    table = value_table("a", (-1, -5, 3), key_serializer=longs)
+    data = written_file(tmp_path, table.snapshot())
+    restored = read_snapshot(data, FULL)
+    assert sorted(restored.entries("a")) == sorted(
+        (assign_to_key_group(k, MAXP, longs), k, "ns", f"a{k}") for k in (-1, -5, 3)
+    )
+
+
+# ======================================================== the C codec's writer and reader
+# cowstate.snapshot.ccodec.CODEC is the C codec when built; None runs the Python loops
+# (the reference). Both write the same bytes and read the same entries, or fail alike.
+
+
+class RowsSerializer(DefaultSerializer):
+    """A user serializer (not built in) returning a bytearray: the writer frames rows."""
+
+    __slots__ = ()
+    identifier = "rows"
+
+    def serialize(self, state: Any) -> Any:
+        return bytearray(super().serialize(state))
+
+
+class TextSerializer(DefaultSerializer):
+    """A broken user serializer returning a str for some states."""
+
+    __slots__ = ()
+    identifier = "text"
+
+    def serialize(self, state: Any) -> Any:
+        return "not bytes" if state == 13 else super().serialize(state)
+
+
+class ShoutingDeserializer(DefaultSerializer):
+    """A user deserializer (the value codec's identifier, so files of the
+    default serializer restore with it) refusing some bytes with its own error."""
+
+    __slots__ = ()
+
+    def deserialize(self, data: bytes | bytearray | memoryview) -> Any:
+        value = super().deserialize(data)
+        if value == 13:
+            raise ValueError("thirteen")
+        return value
+
+
+CODEC_KEYS: dict[str, tuple[StateSerializer, st.SearchStrategy[Any]]] = {
+    "default": (DefaultSerializer(), st.integers(-(2**70), 2**70) | st.text(max_size=6)),
+    "int32": (IntSerializer(), st.integers(-(2**31), 2**31 - 1)),
+    "int64": (LongSerializer(), st.integers(-(2**63), 2**63 - 1) | st.just(2**63)),
+    "utf8": (StringSerializer(), st.text(st.integers(0xD800, 0xDFFF).map(chr) | st.characters())),
+    "bytes": (BytesSerializer(), st.binary(max_size=8)),
+    "pickle": (PickleSerializer(), st.integers()),
+}
+CODEC_NAMESPACES: dict[str, tuple[StateSerializer, st.SearchStrategy[Any]]] = {
+    "default": (DefaultSerializer(), st.sampled_from([VOID_NAMESPACE, "w1", "é", 7, (1, "x")])),
+    "utf8": (StringSerializer(), st.sampled_from(["", "w", "\ud800é😀"])),
+    "rows": (RowsSerializer(), st.sampled_from(["a", VOID_NAMESPACE])),
+}
+CODEC_STATES: dict[str, tuple[StateSerializer, st.SearchStrategy[Any]]] = {
+    "default": (DefaultSerializer(), CODEC_VALUES),
+    "immutable": (ImmutableSerializer(), CODEC_VALUES),
+    "default, falling back": (
+        DefaultSerializer(),
+        st.sampled_from([bytearray(b"x"), [bytearray(b"q")], (SubInt(1),), {"k": SubInt(2)}]),
+    ),
+    "pickle": (PickleSerializer(), CODEC_VALUES | st.builds(SubInt, st.integers())),
+    "rows": (RowsSerializer(), CODEC_VALUES),
+    "text": (TextSerializer(), st.integers(10, 15)),
+    "shouting": (ShoutingDeserializer(), st.integers(10, 15)),
+    "int32": (IntSerializer(), st.integers(-(2**31), 2**31 - 1) | st.just(True)),
+    "bytes": (BytesSerializer(), st.binary(max_size=4)),
+}
+
+
+def outcome(run: Callable[[], Any]) -> tuple[str, Any]:
+    """("ok", result) or ("error", (class, message, cause class))."""
+    try:
+        return ("ok", run())
+    except Exception as exc:
+        cause = type(exc.__cause__) if exc.__cause__ is not None else None
+        return ("error", (type(exc), str(exc), cause))
+
+
+def both_ways(run: Callable[[], Any], monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """``run`` with the C codec, then with the Python loops."""
+    with_c = outcome(run)
+    with monkeypatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(run)
+    return with_c, with_python
+
+
+def canon_entries(restored: RestoredSnapshot) -> Any:
+    return {
+        name: sorted(
+            (kg, repr(canon(k)), repr(canon(n)), repr(canon(s)))
+            for kg, k, n, s in restored.entries(name)
+        )
+        for name in restored.blocks
+    }
+
+
+@st.composite
+def codec_snapshots(draw: st.DrawFn) -> tuple[TableClass, str, str, str, list[Any]]:
+    key_name = draw(st.sampled_from(list(CODEC_KEYS)))
+    ns_name = draw(st.sampled_from(list(CODEC_NAMESPACES)))
+    state_name = draw(st.sampled_from(list(CODEC_STATES)))
+    entries = draw(
+        st.lists(
+            st.tuples(
+                CODEC_KEYS[key_name][1], CODEC_NAMESPACES[ns_name][1], CODEC_STATES[state_name][1]
+            ),
+            max_size=40,
+        )
+    )
+    return draw(st.sampled_from(TABLES)), key_name, ns_name, state_name, entries
+
+
+@needs_codec
+@given(codec_snapshots())
+def test_the_c_codec_writes_and_reads_the_python_loops_bytes_and_entries(
+    case: tuple[TableClass, str, str, str, list[Any]],
+) -> None:
+    check_codec_file(ccodec.CODEC, *case)
+
+
+def check_codec_file(
+    codec: Any, cls: TableClass, key_name: str, ns_name: str, state_name: str, entries: list[Any]
+) -> None:
+    """The differential check: one table, two snapshots, one written with ``codec``
+    and one by the Python loops; the files are equal (or both writes fail alike),
+    and the C reader and the Python reader read them alike."""
+    key_ser = CODEC_KEYS[key_name][0]
+    meta = StateMetaInfo(
+        "state", StateKind.VALUE, CODEC_NAMESPACES[ns_name][0], CODEC_STATES[state_name][0]
+    )
+    table: Table = cls(SMALL_RANGE, SMALL_MAXP, meta=meta, key_serializer=key_ser)
+    for key, namespace, state in entries:
+        # refused: a key of another type than the first, or without a key group
+        with contextlib.suppress(CowStateError):
+            table.put(key, namespace, state)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        first, second = table.snapshot(), table.snapshot()
+        with_c = outcome(lambda: written(first))
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(lambda: written(second))
+        assert with_c == with_python
+        if with_c[0] != "ok":
+            return
+        data = with_c[1]
+
+        def read() -> Any:
+            restored = read_snapshot(
+                data, SMALL_RANGE, metas={"state": meta}, key_serializer=key_ser
+            )
+            return canon_entries(restored)
+
+        by_python = outcome(read)
+        patch.setattr(ccodec, "CODEC", codec)
+        by_c = outcome(read)
+        assert by_c == by_python
+
+
+@needs_codec
+@pytest.mark.parametrize("cls", TABLES)
+def test_a_value_the_c_codec_hands_back_is_written_by_its_python_serializer(
+    cls: TableClass,
+) -> None:
+    """In one file, beside C-encoded entries: a bytearray state (the value codec
+    writes it as bin), a subclass under pickle, rows of a bytearray serializer."""
+    for state_name, states in [
+        ("default, falling back", [1, bytearray(b"x"), "é", [bytearray(b"ab")], (2,)]),
+        ("pickle", [1, SubInt(2), "é"]),
+        ("rows", [1, "é", (1, 2)]),
+    ]:
+        entries = [(i, VOID_NAMESPACE, s) for i, s in enumerate(states)]
+        check_codec_file(ccodec.CODEC, cls, "default", "default", state_name, entries)
+        # the same on the first, a middle and the last entry of a key group
+        check_codec_file(ccodec.CODEC, cls, "int32", "utf8", state_name, entries[::-1])
+
+
+class RecordingSerializer(DefaultSerializer):
+    """Records every call (the role is the serializer's name)."""
+
+    __slots__ = ("calls", "role")
+    identifier = "recording"
+
+    def __init__(self, role: str, calls: list[tuple[str, Any]]) -> None:
+        self.role = role
+        self.calls = calls
+
+    def serialize(self, state: Any) -> bytes:
+        self.calls.append((self.role, state))
+        return super().serialize(state)
+
+
+@needs_codec
+def test_the_c_writer_calls_each_python_serializer_once_per_value_in_the_python_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: list[tuple[str, Any]] = []
+    meta = StateMetaInfo(
+        "state",
+        StateKind.VALUE,
+        RecordingSerializer("namespace", calls),
+        RecordingSerializer("state", calls),
+    )
+    table: Table = CopyOnWriteStateTable(
+        SMALL_RANGE, SMALL_MAXP, meta=meta, key_serializer=RecordingSerializer("key", calls)
+    )
+    fill(table, None, small_entries(30))
+
+    def write() -> tuple[bytes, list[tuple[str, Any]]]:
+        calls.clear()
+        data = written(table.snapshot())
+        return data, list(calls)
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert len(with_c[1][1]) == 3 * 30
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_serializers_error_propagates_from_the_c_writer_as_from_the_python_one(
+    at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entries = [(i, VOID_NAMESPACE, 10 + i) for i in range(5)]
+    bad = {"first": 0, "middle": 2, "last": 4}[at]
+    cases: list[tuple[StateSerializer, tuple[int, Any, Any]]] = [
+        (TextSerializer(), (bad, VOID_NAMESPACE, 13)),  # a str: b"".join fails
+        (DefaultSerializer(), (bad, VOID_NAMESPACE, SubInt(13))),  # UnsupportedValueError
+        (IntSerializer(), (bad, VOID_NAMESPACE, 2**40)),  # InvalidArgumentError
+    ]
+    for state_ser, refused in cases:
+        entries[bad] = refused
+        meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), state_ser)
+        table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1, meta=meta)
+        fill(table, None, entries)
+
+        def write(table: Table = table) -> bytes:
+            return written(table.snapshot())
+
+        with_c, with_python = both_ways(write, monkeypatch)
+        assert with_c == with_python
+        assert with_c[0] == "error"
+
+
+def crafted_state_file(states: list[bytes], *, keys: list[bytes] | None = None) -> bytes:
+    """A one-state file of one key group (max parallelism 1) whose entries hold
+    the given state bytes (int keys 0.. by default, namespace VOID_NAMESPACE)."""
+    meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), DefaultSerializer())
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1, meta=meta)
+    fill(table, None, [(i, VOID_NAMESPACE, i) for i in range(len(states))])
+    layout = decode_layout(written(table.snapshot()))
+    [block] = layout.blocks
+    [(state_id, rows)] = block.sections
+    by_key = {value_codec.decode(key): (ns, key) for ns, key, _ in rows}
+    new_rows = [
+        (by_key[i][0], keys[i] if keys else by_key[i][1], data) for i, data in enumerate(states)
+    ]
+    payload = encode_payload([(state_id, new_rows)])
+    return encode_file(layout.metadata_raw, [(0, len(new_rows), payload)])
+
+
+def good_state(i: int) -> bytes:
+    return value_codec.encode(f"state {i}")
+
+
+BROKEN_ENTRIES: dict[str, bytes] = {
+    "undecodable state": b"\x01\xc1",
+    "a version byte of another codec": b"\x80\x05K\x01.",
+    "a None state (E1)": value_codec.encode(None),
+    "a truncated map": b"\x01\x82\x01",
+    "a timestamp the C decoder hands back": b"\x01\xd6\xff\x00\x00\x00\x01",  # decodes
+    "thirteen, refused by a user deserializer": value_codec.encode(13),
+}
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+@pytest.mark.parametrize("broken", list(BROKEN_ENTRIES))
+def test_the_c_reader_refuses_an_entry_as_the_python_reader_does(
+    broken: str, at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = [good_state(i) for i in range(5)]
+    states[{"first": 0, "middle": 2, "last": 4}[at]] = BROKEN_ENTRIES[broken]
+    data = crafted_state_file(states)
+    for state_ser in (DefaultSerializer(), ShoutingDeserializer()):
+        meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), state_ser)
+
+        def read(meta: StateMetaInfo = meta) -> Any:
+            restored = read_snapshot(data, KeyGroupRange(0, 0), metas={"state": meta})
+            return canon_entries(restored)
+
+        with_c, with_python = both_ways(read, monkeypatch)
+        assert with_c == with_python
+        refused = not broken.startswith(("a timestamp", "thirteen")) or (
+            broken.startswith("thirteen") and type(state_ser) is ShoutingDeserializer
+        )
+        assert with_c[0] == ("error" if refused else "ok"), with_c
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_the_c_reader_stops_at_a_cut_entry_as_the_python_reader_does(
+    at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    states = [good_state(i) for i in range(5)]
+    data = crafted_state_file(states)
+    layout = decode_layout(data)
+    [block] = layout.blocks
+    [(state_id, rows)] = block.sections
+    cut = {"first": 0, "middle": 2, "last": 4}[at]
+    payload = encode_payload([(state_id, rows)])
+    framed = len(encode_payload([(state_id, rows[: cut + 1])]))
+    for shortened in (payload[: framed - 2], payload[: framed - 5] + b"\xff\xff\xff\xff"):
+        crafted = encode_file(layout.metadata_raw, [(0, 5, shortened)])
+
+        def read(crafted: bytes = crafted) -> int:
+            return read_snapshot(crafted, KeyGroupRange(0, 0)).size("state")
+
+        with_c, with_python = both_ways(read, monkeypatch)
+        assert with_c == with_python
+        assert with_c[0] == "error"
+
+
+@needs_codec
+def test_a_keyboard_interrupt_in_a_deserializer_passes_the_c_reader_unwrapped() -> None:
+    class Interrupting(DefaultSerializer):
+        __slots__ = ()
+
+        def deserialize(self, data: bytes | bytearray | memoryview) -> Any:
+            raise KeyboardInterrupt
+
+    data = crafted_state_file([good_state(0)])
+    meta = StateMetaInfo("state", StateKind.VALUE, DefaultSerializer(), Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        read_snapshot(data, KeyGroupRange(0, 0), metas={"state": meta})
+
+
+@needs_codec
+@pytest.mark.parametrize("bug", CODEC_BUGS, ids=lambda bug: bug.name)
+def test_the_file_differential_catches_the_planted_codec_bug(bug: Any) -> None:
+    bad = build_codec(bug)
+
+    @hunt_settings(max_examples=200, stateful_step_count=1)
+    @given(codec_snapshots())
+    def differential(case: tuple[TableClass, str, str, str, list[Any]]) -> None:
+        check_codec_file(bad, *case)
+
+    with pytest.raises(AssertionError):
+        differential()
+    check_codec_file(build_codec(), CopyOnWriteStateTable, "utf8", "utf8", "default", [])
+
+
+@needs_codec
+@pytest.mark.parametrize("ns_name", ["default", "utf8"])
+def test_the_c_reader_reuses_a_namespace_only_for_the_same_bytes(
+    ns_name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs of one namespace skip its parse; namespaces whose bytes have the same
+    length (and the same length prefix) are not the same namespace."""
+    ns_ser = CODEC_NAMESPACES[ns_name][0]
+    meta = StateMetaInfo("state", StateKind.VALUE, ns_ser, DefaultSerializer())
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1, meta=meta)
+    fill(table, None, [(0, "a", "x")])
+    layout = decode_layout(written(table.snapshot()))
+    names = ["a", "b", "b", "a", "c", "c", "a"]
+    entries = [(k, ns, f"{k}{ns}") for k, ns in enumerate(names)]
+    rows = [
+        (ns_ser.serialize(ns), value_codec.encode(k), value_codec.encode(s)) for k, ns, s in entries
+    ]
+    data = encode_file(layout.metadata_raw, [(0, len(rows), encode_payload([(0, rows)]))])
+
+    def read() -> Any:
+        restored = read_snapshot(data, KeyGroupRange(0, 0), metas={"state": meta})
+        return restored_contents(restored)
+
+    with_c, with_python = both_ways(read, monkeypatch)
+    assert with_c == with_python == ("ok", contents(entries))
+
+
+@needs_codec
+@pytest.mark.parametrize("at", ["none", "first", "middle", "last"])
+@pytest.mark.parametrize("needs", ["a list state", "a value handed back", "a big int"])
+def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
+    at: str, needs: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One key group of 3,000 entries (the C writer releases the GIL from 1,024
+    on): immutable states, and one that needs the GIL back (or, a big int, does
+    not) first, in the middle or last."""
+    entries: list[tuple[Any, Any, Any]] = [
+        (i, VOID_NAMESPACE if i % 7 else "é", (i, f"s{i}é", b"x" * (i % 5), 0.5))
+        for i in range(3000)
+    ]
+    if at != "none":
+        where = {"first": 0, "middle": 1500, "last": 2999}[at]
+        special = {"a list state": [1, 2], "a value handed back": bytearray(b"q")}
+        entries[where] = (where, VOID_NAMESPACE, special.get(needs, 2**100))
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1)
+    fill(table, None, entries)
+
+    def write() -> bytes:
+        return written(table.snapshot())
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert with_c[0] == "ok"
+    restored = read_snapshot(with_c[1], KeyGroupRange(0, 0))
+    expected = [
+        (k, n, bytes(s) if type(s) is bytearray else s) for k, n, s in entries
+    ]  # the value codec writes a bytearray as bin: it comes back as bytes
+    assert restored_contents(restored) == contents(expected)

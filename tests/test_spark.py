@@ -216,3 +216,40 @@ def test_another_executor_python_gets_the_checker_shipped_every_run(tmp_path: Pa
         assert summary["executor_python"] == str(wrapper)
         assert summary["shipped_archive"].startswith("cowstate-executor-")
         assert summary["operations_checked"] == 4 * 500 * len(summary["implementations"])
+
+
+def test_your_own_implementations_run_on_the_executors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``package.module:factory`` implementation imported by the executors from
+    the shipped archive of its package, and a map behind the process protocol
+    (one child per Python worker): both agree with the model; the summary names
+    what each lacks."""
+    tests = Path(__file__).resolve().parent
+    monkeypatch.chdir(tests)
+    out = tmp_path / "out"
+    code = main(
+        [
+            "check",
+            "--preset",
+            "tiny",
+            "--workloads",
+            "4",
+            "--master",
+            "local[2]",
+            *QUICK,
+            "--implementation",
+            "dict_map:DictMap",
+            "--implementation",
+            "cmap-process",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["divergent_workloads"] == {"dict_map:DictMap": 0, "cmap-process": 0}
+    assert summary["operations_checked"] == 4 * 500 * 2
+    assert summary["skipped_checks"]["cmap-process"] == []
+    assert len(summary["skipped_checks"]["dict_map:DictMap"]) == 2

@@ -1,31 +1,70 @@
 """The specification must catch every deliberately broken C map.
 
 Each bug of cowstate_spec.bad_cmaps is one defect compiled into the C map
-(``-DCOWSTATE_BUG=n``). The map state machine, run without shrinking, must
-fail on each, with an assertion (a model disagreement or a named invariant);
-the real C map under the same settings must pass, so the failures come from
-the bugs and not from the way the variants are built and loaded.
+(``-DCOWSTATE_BUG=n``, or a text rewrite of a copy of ``_cmap.c``). The map
+state machine, run without shrinking, must fail on each, with an assertion (a
+model disagreement or a named invariant); so must the differential runner of
+``cowstate check`` within a few ``smoke`` workloads. The real C map (and each
+rewrite replaced by itself) under the same settings must pass, so the
+failures come from the bugs and not from the way the variants are built and
+loaded.
+
+Both judge the C map with the probe's checker in C (cowstate_spec.
+_cmap_probe); the last test replays each bug with the reference checker (the
+structure export read by cowstate_spec.invariants) beside it after every
+operation, and requires both to name the same first violation (none for
+the bugs no structure shows: BEHAVIOUR_ONLY, LIFETIME_ONLY).
 """
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 import pytest
 from hypothesis.stateful import run_state_machine_as_test
 
-from cowstate.maps import c_map_class
-from cowstate_spec.bad_cmaps import C_BUGS, CBug, bad_cmap_implementation
-from cowstate_spec.implementations import by_name
+from cowstate_model import deep_copy
+from cowstate_spec.bad_cmaps import (
+    C_BUGS,
+    C_REWRITES,
+    CBug,
+    CRewrite,
+    bad_cmap_implementation,
+    c_identity,
+)
+from cowstate_spec.cmap_view import C_MAP_CLASS, PROBE
+from cowstate_spec.contract import TRANSFORMS, mutate_in_place
+from cowstate_spec.differential import run_workload
+from cowstate_spec.implementations import Implementation, by_name
+from cowstate_spec.invariants import check_map, fingerprint
 from cowstate_spec.machine import machine_for
 from cowstate_spec.profiles import hunt_settings
+from cowstate_spec.workloads import operations, preset
 
 pytestmark = pytest.mark.skipif(
-    c_map_class() is None,
-    reason="the C map is not built (tests/test_implementations.py fails for that)",
+    C_MAP_CLASS is None,
+    reason="the C map or its probe is not built (tests/test_implementations.py fails for that)",
 )
 
 HUNT = hunt_settings(max_examples=800, stateful_step_count=50)
+PLANTED: list[CBug | CRewrite] = [*C_BUGS, *C_REWRITES]
+#: The planted bug that breaks no structural invariant but the behaviour: an
+#: iterator that goes on after a removal (the machine's and the runner's
+#: iteration rules see it).
+BEHAVIOUR_ONLY = {"c-remove-skips-modification-count"}
+#: The planted bug that breaks neither: a put that keeps a reference to the
+#: state it replaced. The map's structure is exactly the real map's (a state's
+#: reference count is no part of it, so neither checker can see it) and every
+#: result is right; only the state's lifetime is wrong, which the machine's and
+#: the runner's lifetime checks see (cowstate_spec.collected).
+LIFETIME_ONLY = {"c-put-leaks-replaced-state"}
+#: Workloads of the smoke preset each bug must be caught within (the first is enough
+#: for all but one today).
+WORKLOADS = 6
 
 
-@pytest.mark.parametrize("bug", C_BUGS, ids=lambda bug: bug.name)
-def test_state_machine_catches(bug: CBug) -> None:
+@pytest.mark.parametrize("bug", PLANTED, ids=lambda bug: bug.name)
+def test_state_machine_catches(bug: CBug | CRewrite) -> None:
     machine = machine_for(bad_cmap_implementation(bug))
     with pytest.raises(AssertionError):
         run_state_machine_as_test(machine, settings=HUNT)
@@ -33,3 +72,114 @@ def test_state_machine_catches(bug: CBug) -> None:
 
 def test_the_real_c_map_passes_the_same_hunt() -> None:
     run_state_machine_as_test(machine_for(by_name("c-map")), settings=HUNT)
+
+
+def runner_divergence(implementation: Implementation) -> str | None:
+    """The first divergence the differential runner reports on the first smoke
+    workloads (it stops there: a map that freed what a snapshot reaches may
+    crash when read on), or None. Workload ``index`` runs as ``cowstate
+    check`` runs it (``workload=index``)."""
+    spec = preset("smoke")
+    for index in range(WORKLOADS):
+        result = run_workload(
+            implementation,
+            operations(spec, index),
+            workload=index,
+            check_every=spec.check_every,
+            initial_capacity=spec.initial_capacity,
+        )
+        if result.diverged:
+            return f"workload {index} at {result.divergence_at}: {result.actual}"
+    return None
+
+
+@pytest.mark.parametrize("bug", PLANTED, ids=lambda bug: bug.name)
+def test_the_differential_runner_catches(bug: CBug | CRewrite) -> None:
+    implementation = bad_cmap_implementation(bug)
+    snapshot = implementation.create().snapshot()
+    assert PROBE is not None and implementation.fingerprint is not None
+    assert isinstance(implementation.fingerprint(snapshot), PROBE.Fingerprint)  # the C checker
+    divergence = runner_divergence(implementation)
+    assert divergence is not None
+    if bug.name in LIFETIME_ONLY:
+        assert "a leaked reference: state " in divergence
+        assert "and replaced by put at step " in divergence, divergence
+
+
+@pytest.mark.parametrize(
+    "control",
+    ["c-map", *(c_identity(bug) for bug in C_REWRITES)],
+    ids=lambda control: getattr(control, "name", control),
+)
+def test_the_real_c_map_passes_the_same_workloads(control: str | CRewrite) -> None:
+    implementation = (
+        by_name(control) if isinstance(control, str) else bad_cmap_implementation(control)
+    )
+    assert runner_divergence(implementation) is None
+
+
+def outcome(check: Callable[[], Any]) -> tuple[Any, str | None]:
+    """What ``check()`` returned, or the message of the AssertionError it raised."""
+    try:
+        return check(), None
+    except AssertionError as exc:
+        return None, str(exc)
+
+
+def apply(m: Any, op: tuple[Any, ...], open_: list[tuple[Any, Any, Any]]) -> None:
+    """One workload operation other than a snapshot (the runner's meaning)."""
+    name, args = op[0], op[1:]
+    try:
+        if name == "release":
+            if open_:
+                open_.pop(args[0] % len(open_))[0].release()
+        elif name in ("put", "put_and_get_old"):
+            getattr(m, name)(args[0], args[1], deep_copy(args[2]))
+        elif name == "get_and_mutate":
+            mutate_in_place(m.get(args[0], args[1]), args[2])
+        elif name == "transform":
+            m.transform(args[0], args[1], args[2], TRANSFORMS[args[3]])
+        elif name in ("get", "contains_key", "remove", "remove_and_get_old"):
+            getattr(m, name)(args[0], args[1])
+    except Exception as exc:  # a refusal of cowstate.errors leaves the map unchanged
+        if not type(exc).__module__.startswith("cowstate"):
+            raise
+
+
+def first_verdicts(implementation: Implementation, limit: int) -> tuple[str | None, str | None]:
+    """Replay the first smoke workload, checking after every operation with the
+    probe's checker and with the reference; their first messages (None: passed)."""
+    spec = preset("smoke")
+    m = implementation.create(spec.initial_capacity)
+    open_: list[tuple[Any, Any, Any]] = []  # (snapshot, the probe's fp, the reference's)
+    try:
+        for op in operations(spec, 0)[:limit]:
+            if op[0] == "snapshot":
+                s = m.snapshot()
+                by_probe, probe_says = outcome(partial(fingerprint, s))
+                by_reference, reference_says = outcome(partial(fingerprint, s, reference=True))
+                open_.append((s, by_probe, by_reference))
+            else:
+                apply(m, op, open_)
+                _, probe_says = outcome(lambda: check_map(m, [fp for _, fp, _ in open_]))
+                _, reference_says = outcome(
+                    lambda: check_map(m, [fp for _, _, fp in open_], reference=True)
+                )
+            if probe_says is not None or reference_says is not None:
+                return probe_says, reference_says
+        return None, None
+    finally:
+        for s, _, _ in open_:
+            if not s.is_released:
+                s.release()
+
+
+@pytest.mark.parametrize("bug", [*PLANTED, None], ids=lambda bug: getattr(bug, "name", "c-map"))
+def test_both_checkers_name_the_same_first_violation(bug: CBug | CRewrite | None) -> None:
+    implementation = by_name("c-map") if bug is None else bad_cmap_implementation(bug)
+    by_probe, by_reference = first_verdicts(implementation, limit=600)
+    assert by_probe == by_reference
+    if bug is None or bug.name in BEHAVIOUR_ONLY | LIFETIME_ONLY:
+        assert by_probe is None
+    else:
+        assert by_probe is not None and by_probe.startswith("invariant ")

@@ -31,8 +31,9 @@ from hypothesis.stateful import run_state_machine_as_test
 from leak_support import traced_growth
 
 from cowstate import HeapKeyedStateBackend, KeyGroupRange
-from cowstate.descriptors import AggregatingStateDescriptor
+from cowstate.descriptors import AggregatingStateDescriptor, MapStateDescriptor
 from cowstate.errors import (
+    ConcurrentModificationError,
     CowStateError,
     KeyComparisonError,
     KeyHashError,
@@ -179,16 +180,51 @@ def test_a_raising_hash_is_key_hash_error_and_changes_nothing(
     check_map(m, [fp])
 
 
-@pytest.mark.parametrize("map_name", MAP_NAMES)
-def test_a_hash_raising_type_error_stays_unhashable_key_error(map_name: str) -> None:
-    class TypeErrorHash:
-        def __hash__(self) -> int:
-            raise TypeError("no hash")
+class TypeErrorHash:
+    """A key or namespace whose ``__hash__`` raises ``TypeError``; ``raised``
+    holds each one, so a test can ask which the error was chained from."""
 
+    def __init__(self) -> None:
+        self.raised: list[TypeError] = []
+
+    def __hash__(self) -> int:
+        error = TypeError(f"no hash ({len(self.raised)})")
+        self.raised.append(error)
+        raise error
+
+    def __repr__(self) -> str:
+        return "TypeErrorHash()"
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("as_key", [True, False])
+def test_a_hash_raising_type_error_is_unhashable_key_error_chained_from_it(
+    map_name: str, op: str, as_key: bool
+) -> None:
+    # Issue 26: the pure map raised it `from None`, the C map with no context.
     m, before = loaded(map_name)
+    probe = TypeErrorHash()
+    args = (probe, "ns") if as_key else (3, probe)
     with pytest.raises(UnhashableKeyError) as info:
-        m.put(TypeErrorHash(), "ns", 1)
+        getattr(m, op)(*args, *CALLS[op])
     assert not isinstance(info.value, KeyHashError)
+    assert info.value.__cause__ is probe.raised[0]
+    assert snapshot_contents(m) == before
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("as_key", [True, False])
+def test_an_unhashable_builtin_is_chained_from_the_type_error_python_raised(
+    map_name: str, op: str, as_key: bool
+) -> None:
+    m, before = loaded(map_name)
+    args = (["k"], "ns") if as_key else (3, {"n": 1})
+    with pytest.raises(UnhashableKeyError) as info:
+        getattr(m, op)(*args, *CALLS[op])
+    cause = info.value.__cause__
+    assert type(cause) is TypeError and "unhashable type" in str(cause), repr(cause)
     assert snapshot_contents(m) == before
 
 
@@ -327,6 +363,162 @@ def test_transform_mutating_then_raising_keeps_the_object_and_says_so(map_name: 
     snap.release()
 
 
+# ------------------------------------------- re-entrant user code (rule R)
+
+
+class SelfFillingKey:
+    """The issue's key: a constant hash, and an ``__eq__`` that puts 40 int keys
+    into ``target`` the first time any key of its ``fired`` list compares."""
+
+    def __init__(self, name: str, target: Any, fired: list[bool]) -> None:
+        self.name, self.target, self.fired = name, target, fired
+
+    def __hash__(self) -> int:
+        return 7
+
+    def __eq__(self, other: object) -> bool:
+        if not self.fired[0]:
+            self.fired[0] = True
+            for i in range(40):
+                self.target.put(i, "ns", i)
+        return other is self
+
+    def __repr__(self) -> str:
+        return f"SelfFillingKey({self.name!r})"
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+def test_a_key_whose_equality_fills_the_map_loses_no_mapping(map_name: str) -> None:
+    # Issue 26: the pure map inserted b into the table it had searched before
+    # a's __eq__ grew the map (len 42, iteration 41, get(b) None). Rule R1:
+    # the search starts over on the map as the __eq__ left it.
+    m = MAPS[map_name](initial_capacity=0)
+    fired = [False]
+    a, b = SelfFillingKey("a", m, fired), SelfFillingKey("b", m, fired)
+    assert m.put(a, "ns", 1) is True
+    assert m.put(b, "ns", 2) is True
+    assert fired[0]
+    assert len(m) == 42 == len(list(m))
+    assert m.get(b, "ns") == 2 and m.get(a, "ns") == 1
+    expected: dict[tuple[Any, str], int] = {(i, "ns"): i for i in range(40)}
+    assert snapshot_contents(m) == {**expected, (a, "ns"): 1, (b, "ns"): 2}
+    check_map(m)
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("shared", [False, True])
+def test_every_keyed_operation_searches_again_after_an_equality_that_changed_the_map(
+    map_name: str, op: str, shared: bool
+) -> None:
+    # Rule R1 for each operation, in a rehash (loaded: capacity 4, 7 mappings):
+    # the probe hashes as key 3, its __eq__ puts 20 more, each a rehash step.
+    m, before = loaded(map_name)
+    snaps = [m.snapshot()] if shared else []
+    fps = [fingerprint(s) for s in snaps]
+    fired = [False]
+    probe = SelfFillingKey("probe", m, fired)
+    m.put(probe, "ns", [0])  # hash 7: its own chain, found by identity below
+    extra = {(i, "ns"): i for i in range(40)}
+    other = SelfFillingKey("other", m, fired)  # compares with probe: fires once
+    result = getattr(m, op)(other, "ns", *CALLS[op])
+    assert fired[0]
+    expected = {**before, **extra, (probe, "ns"): [0]}
+    inserted = {"put": [9], "put_and_get_old": [9], "transform": [1]}
+    if op in inserted:
+        expected[(other, "ns")] = inserted[op]
+    returns: dict[str, bool] = {"contains_key": False, "put": True}
+    assert result == returns.get(op)
+    assert snapshot_contents(m) == expected and len(m) == len(expected)
+    for snap in snaps:
+        assert snapshot_contents(snap) == before
+    check_map(m, fps)
+
+
+class SelfChangingSerializer:
+    """A serializer whose ``copy`` puts ``(99, "ns")`` into ``target`` first."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def copy(self, state: Any) -> Any:
+        self.target.put(99, "ns", [99])
+        return copy.deepcopy(state)
+
+    def serialize(self, state: Any) -> bytes:
+        raise NotImplementedError
+
+    def deserialize(self, data: bytes) -> Any:
+        raise NotImplementedError
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+@pytest.mark.parametrize("op", ["get", "put_and_get_old", "remove_and_get_old"])
+def test_a_state_copy_that_changed_the_map_raises_and_writes_nothing(
+    map_name: str, op: str
+) -> None:
+    # Rule R2: rule S's copy ran user code that put a mapping; the operation
+    # raises before its own write, so only the copy's put shows.
+    m, before = loaded(map_name)
+    snap = m.snapshot()
+    fp = fingerprint(snap)
+    shared = next(s for k, _, s in m if k == 4)
+    m.serializer = SelfChangingSerializer(m)
+    with pytest.raises(ConcurrentModificationError) as info:
+        getattr(m, op)(4, "ns", *CALLS[op])
+    assert str(info.value) == (
+        "expected serializer.copy not to change the map it was called from, but the map "
+        "changed; nothing was written"
+    )
+    assert snapshot_contents(m) == {**before, (99, "ns"): [99]}
+    assert next(s for k, _, s in m if k == 4) is shared
+    assert snapshot_contents(snap) == before
+    check_map(m, [fp])
+    snap.release()
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+def test_transform_searches_again_after_a_state_copy_that_changed_the_map(
+    map_name: str,
+) -> None:
+    # transform looks its mapping up again after the function (rule R1), so a
+    # copy that changed the map is no error there.
+    m, before = loaded(map_name)
+    snap = m.snapshot()
+    m.serializer = SelfChangingSerializer(m)
+    m.transform(4, "ns", 7, lambda old, value: [*old, value])
+    assert snapshot_contents(m) == {**before, (99, "ns"): [99], (4, "ns"): [4, 7]}
+    assert snapshot_contents(snap) == before
+    check_map(m)
+    snap.release()
+
+
+@pytest.mark.parametrize("map_name", MAP_NAMES)
+def test_a_snapshot_taken_by_a_state_copy_is_protected_from_the_write(map_name: str) -> None:
+    # A copy that only snapshots changes no structure: put_and_get_old re-reads
+    # H afterwards and copies the entry it writes (rule E), so the snapshot the
+    # copy took keeps the state it saw.
+    m, before = loaded(map_name)
+    snap = m.snapshot()
+    taken: list[Any] = []
+    fps: list[Any] = []
+
+    class Snapshotting(SelfChangingSerializer):
+        def copy(self, state: Any) -> Any:
+            taken.append(m.snapshot())
+            fps.append(fingerprint(taken[0]))
+            return copy.deepcopy(state)
+
+    m.serializer = Snapshotting(m)
+    old = m.put_and_get_old(4, "ns", [44])
+    assert old == [4] and len(taken) == 1
+    assert snapshot_contents(taken[0]) == before
+    assert snapshot_contents(m) == {**before, (4, "ns"): [44]}
+    check_map(m, fps)
+    taken[0].release()
+    snap.release()
+
+
 # --------------------------------------------------------------- the tables
 
 
@@ -346,6 +538,57 @@ def test_tables_map_a_raising_hash_to_key_hash_error(table_type: Tables, op: str
     refused(lambda: getattr(table, op)(3, probe, *CALLS[op]), KeyHashError)
     refused(lambda: getattr(table, op)(probe, "ns", *CALLS[op], key_group=0), KeyHashError)
     assert snapshot_contents(table) == before
+
+
+@pytest.mark.parametrize("table_type", TABLES, indirect=True, ids=repr)
+@pytest.mark.parametrize("op", sorted(CALLS))
+@pytest.mark.parametrize("routed", [True, False])
+def test_tables_chain_unhashable_key_error_from_the_hash_type_error(
+    table_type: Tables, op: str, routed: bool
+) -> None:
+    # Routed by the table (the key's own group) or with the key group given.
+    table = table_with_state(table_type)
+    before = snapshot_contents(table)
+    kwargs = {} if routed else {"key_group": 0}
+    for role in ("key", "namespace"):
+        probe = TypeErrorHash()
+        args = (probe, "ns") if role == "key" else (3, probe)
+        with pytest.raises(UnhashableKeyError) as info:
+            getattr(table, op)(*args, *CALLS[op], **kwargs)
+        assert not isinstance(info.value, KeyHashError)
+        assert info.value.__cause__ is probe.raised[0], (role, info.value.__cause__)
+        bad = ["k"] if role == "key" else {"n": 1}
+        unhashable = (bad, "ns") if role == "key" else (3, bad)
+        with pytest.raises(UnhashableKeyError) as info:
+            getattr(table, op)(*unhashable, *CALLS[op], **kwargs)
+        cause = info.value.__cause__
+        assert type(cause) is TypeError and "unhashable type" in str(cause), (role, cause)
+    assert snapshot_contents(table) == before
+
+
+@pytest.mark.parametrize("backend_type", BACKENDS, ids=repr)
+def test_backends_chain_unhashable_key_error_from_the_hash_type_error(
+    backend_type: BackendImplementation,
+) -> None:
+    # The current key, the current namespace and a map state's user key.
+    backend = backend_type.factory(KeyGroupRange(0, 7), 8)
+    with backend:
+        user_map = backend.get_state(MapStateDescriptor("m"))
+        backend.set_current_key(1)
+        for call in (
+            backend.set_current_key,
+            backend.set_current_namespace,
+            lambda user_key: user_map.put(user_key, 1),
+        ):
+            probe = TypeErrorHash()
+            with pytest.raises(UnhashableKeyError) as info:
+                call(probe)
+            assert info.value.__cause__ is probe.raised[0]
+            with pytest.raises(UnhashableKeyError) as info:
+                call(["k"])
+            cause = info.value.__cause__
+            assert type(cause) is TypeError and "unhashable type" in str(cause), cause
+        assert backend.current_key == 1 and user_map.is_empty()
 
 
 @pytest.mark.parametrize("table_type", table_types(snapshots=True), indirect=True, ids=repr)

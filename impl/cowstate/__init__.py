@@ -15,15 +15,8 @@ groups, state tables, snapshot files and the keyed state backend -- in Python.
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _distribution_version
 
-from cowstate.descriptors import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    StateDescriptor,
-    ValueStateDescriptor,
-)
+from cowstate import descriptors
+from cowstate.descriptors import *  # noqa: F403 (every state kind's descriptor and handle)
 from cowstate.errors import (
     BackendClosedError,
     BadMagicError,
@@ -74,14 +67,8 @@ from cowstate.key_groups import (
     compute_key_group_range_for_operator_index,
     compute_operator_index_for_key_group,
 )
-from cowstate.keyed_state import (
-    VOID_NAMESPACE,
-    AggregatingState,
-    ListState,
-    MapState,
-    ReducingState,
-    ValueState,
-)
+from cowstate.keyed_state import VOID_NAMESPACE
+from cowstate.map_contract import StateEntry
 from cowstate.maps import IMPLEMENTATION, CopyOnWriteStateMap, StateMapSnapshot
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
@@ -95,7 +82,6 @@ from cowstate.serializers import (
     StringSerializer,
 )
 from cowstate.snapshot import read_snapshot, restore_table, write_snapshot
-from cowstate.state_map import StateEntry
 from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTableSnapshot
 
@@ -107,9 +93,6 @@ except PackageNotFoundError:  # a source tree on sys.path, not installed
 __all__ = [
     "IMPLEMENTATION",
     "VOID_NAMESPACE",
-    "AggregateFunction",
-    "AggregatingState",
-    "AggregatingStateDescriptor",
     "BackendClosedError",
     "BadMagicError",
     "CheckpointError",
@@ -135,11 +118,7 @@ __all__ = [
     "KeyGroupRange",
     "KeyHashError",
     "KeyedStateSnapshotResult",
-    "ListState",
-    "ListStateDescriptor",
     "LongSerializer",
-    "MapState",
-    "MapStateDescriptor",
     "MaxParallelismMismatchError",
     "MaximumCapacityError",
     "MetadataChecksumError",
@@ -147,8 +126,6 @@ __all__ = [
     "NoCurrentKeyError",
     "NoneStateError",
     "PickleSerializer",
-    "ReducingState",
-    "ReducingStateDescriptor",
     "SerializerMismatchError",
     "SnapshotCancelledError",
     "SnapshotFormatError",
@@ -156,7 +133,6 @@ __all__ = [
     "SnapshotReleasedError",
     "SnapshotWriteError",
     "StateCopyError",
-    "StateDescriptor",
     "StateEntry",
     "StateMapSnapshot",
     "StateMetaInfo",
@@ -176,8 +152,6 @@ __all__ = [
     "UnsupportedValueError",
     "UnsupportedVersionError",
     "UntrustedSerializerError",
-    "ValueState",
-    "ValueStateDescriptor",
     "VersionOverflowError",
     "assign_to_key_group",
     "compute_key_group_range_for_operator_index",
@@ -186,3 +160,4 @@ __all__ = [
     "restore_table",
     "write_snapshot",
 ]
+__all__ += descriptors.__all__  # every state kind's descriptor and handle

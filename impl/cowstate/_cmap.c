@@ -15,6 +15,10 @@
  *     struct Entry { Entry *next; PyObject *key, *ns, *state; uint64 hash;
  *                    int32 entry_version, state_version; }
  *
+ * This struct and the others (Batch, Chunk, Table, MapObject, SnapObject) are
+ * in _cmap.h, the layout other C modules read (its top: the published
+ * `_LAYOUT` capsule and the rules for a reader).
+ *
  * `key`, `ns` and `state` are strong references. `hash` is the composite hash
  * (cowstate.arithmetic.composite_hash: hash(key) * HASH_MIX + hash(ns) modulo
  * 2**64, then h ^ (h >> 16)).
@@ -93,7 +97,8 @@
  * the map is collected. Only objects of a GC type can be in a cycle, and a
  * map counts its live entries that hold one (`gc_entries`, invariant 12):
  * while it is 0 -- int or str keys, namespaces and states, as a dict of such
- * is untracked by CPython -- tp_traverse returns at once, so a collection
+ * is untracked by CPython, and VOID_NAMESPACE, whose type (cowstate._void) is
+ * not a GC type either -- tp_traverse returns at once, so a collection
  * costs O(1) whatever the size. A snapshot's tp_traverse visits only its owner: an
  * entry it shares with the live table is visited by the map, and visiting it
  * twice would over-count. Entries only an open snapshot can reach are not
@@ -111,7 +116,8 @@
  * Python code runs, (c) decref replaced objects only as their last step, and
  * (d) detect re-entrant changes of the map by the owner itself through
  * `stamp` (bumped by every structural write): a lookup restarts, any other
- * step raises ConcurrentModificationError before it writes. A release
+ * step raises ConcurrentModificationError before it writes (rule R of
+ * state_map.py, whose `_stamp` follows the same rule). A release
  * detaches the batches it frees before freeing them, so an owner retiring
  * entries during a __del__ the release runs never meets a half-freed batch.
  * Iterators copy one bucket's chain (new references) when they reach it and
@@ -128,18 +134,19 @@
  * keys() filter: KeyComparisonError), by serializer.copy (serializer_copy:
  * StateCopyError, StateTooDeepError for a RecursionError) or by a transform
  * function (TransformFunctionError) is replaced by the documented error,
- * chained from it, in one place: raise_user_error(), which calls the error's
- * factory in cowstate.errors (the messages are the pure map's). Each raise
- * happens before the operation's first write, so the map is unchanged; the
- * factory runs Python code (a repr), so nothing touches the map after it.
+ * chained from it, in one place: raise_user_error() (raise_unhashable() for a
+ * TypeError from __hash__, the user's or CPython's "unhashable type"), which
+ * calls the error's factory in cowstate.errors (the messages of misuse are
+ * cowstate.map_contract's, the pure map's too). Each raise happens before
+ * the operation's first write, so the map is unchanged; the factory runs
+ * Python code (a repr), so nothing touches the map after it.
  * A KeyboardInterrupt (any BaseException that is not an Exception) passes as
  * it is, from the same points. Nothing here recurses into a state: a deep
  * state costs the map nothing until serializer.copy recurses in Python.
  *
  * Invariants
  * ----------
- * 1-9 are the pure map's (cowstate/state_map.py), checked by the same
- * checker through the structure export `_structure()`. The C map adds:
+ * 1-9 are the pure map's (cowstate/state_map.py). The C map adds:
  *
  * 10. Chunks: every chunk's `refs` equals the number of directories (live and
  *     open snapshots) that hold it; a chunk with refs > 1 is never written.
@@ -150,8 +157,22 @@
  * 12. GC count: `gc_entries` is the number of live entries whose key,
  *     namespace or state has a type with Py_TPFLAGS_HAVE_GC.
  *
- * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..5) plants one of the
- * defects the specification must catch (cowstate_spec.bad_cmaps); the module
+ * What checks them is not here
+ * ----------------------------
+ * This module exports nothing of its structure and cannot break it: the only
+ * window is `_bookkeeping()` (counters and versions, read-only, for
+ * cowstate.introspection). The specification reads the structs through
+ * _cmap.h with a test-only module built beside this one,
+ * cowstate_spec._cmap_probe (spec/cowstate_spec/_cmap_probe.c): the
+ * structure export for the reference checker (cowstate_spec.cmap_view and
+ * cowstate_spec.invariants), the same checker in C for invariants 1-12 (what
+ * the machines and `cowstate check` run), and the corruption hooks of the
+ * checker's tests. The probe reads a map only after finding its exact type in
+ * a module whose `_LAYOUT` has the probe's own layout version and sizes.
+ *
+ * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..6) plants one of the
+ * defects the specification must catch (cowstate_spec.bad_cmaps); each site
+ * is a PLANTED(BUG_...) condition, a constant 0 in the real build. The module
  * name then comes from -DCOWSTATE_MODULE=name.
  */
 
@@ -161,14 +182,21 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "_cmap.h"                 /* the structs: the layout other modules read */
+
 #ifndef COWSTATE_BUG
 #define COWSTATE_BUG 0
 #endif
+/* PLANTED(BUG_X): true only in a test build compiled with -DCOWSTATE_BUG=BUG_X
+ * (cowstate_spec.bad_cmaps); a constant 0 in the real map, so the compiler
+ * drops the planted branch and the site reads as the rule it guards. */
+#define PLANTED(bug) (COWSTATE_BUG == (bug))
 #define BUG_GET_SKIPS_STATE_COPY 1
 #define BUG_RELINKS_SHARED_PREDECESSOR 2
 #define BUG_WRITES_SHARED_CHUNK 3
 #define BUG_DIRECTORY_COPY_MISSES_A_CHUNK 4
 #define BUG_RELEASE_FORGETS_OPEN_SNAPSHOT 5
+#define BUG_PUT_LEAKS_REPLACED_STATE 6
 
 #ifndef COWSTATE_MODULE
 #define COWSTATE_MODULE _cmap
@@ -178,7 +206,6 @@
 #define CAT_(a, b) a##b
 #define CAT(a, b) CAT_(a, b)
 
-#define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
 #define MINIMUM_CAPACITY 4
 #define MAXIMUM_CAPACITY ((Py_ssize_t)1 << 30)
 #define MAX_ARRAY_SIZE ((Py_ssize_t)2147483647 - 8)
@@ -188,72 +215,7 @@
 
 /* ------------------------------------------------------------------ types */
 
-typedef struct Entry {
-    struct Entry *next;
-    PyObject *key;
-    PyObject *ns;
-    PyObject *state;
-    uint64_t hash;
-    int32_t entry_version;
-    int32_t state_version;
-} Entry;
-
-/* Entries retired at one version, freed when no open snapshot is that old. */
-typedef struct Batch {
-    struct Batch *next;         /* older batches first */
-    int32_t version;
-    Py_ssize_t size;
-    Py_ssize_t capacity;
-    Entry **entries;
-} Batch;
-
-typedef struct Chunk {
-    Py_ssize_t refs;
-    Entry *slots[];
-} Chunk;
-
-typedef struct Table {
-    Chunk **dir;            /* NULL: no table (the rehash table when not rehashing) */
-    Py_ssize_t capacity;    /* buckets */
-    Py_ssize_t ndir;        /* chunks */
-    int bits;               /* log2 of buckets per chunk */
-} Table;
-
-typedef struct MapObject {
-    PyObject_HEAD
-    Table primary;
-    Table rehash;
-    Py_ssize_t rehash_index;
-    Py_ssize_t primary_size;
-    Py_ssize_t rehash_size;
-    Py_ssize_t threshold;
-    int32_t version;
-    int32_t highest;            /* H */
-    int32_t *open;              /* open snapshot versions, ascending */
-    Py_ssize_t nopen;
-    Py_ssize_t open_cap;
-    uint64_t mod_count;         /* mappings added or removed */
-    uint64_t structure_count;   /* rehash steps */
-    uint64_t stamp;             /* every structural write (re-entrancy check) */
-    Py_ssize_t gc_entries;      /* live entries holding an object of a GC type (inv. 12) */
-    Batch *retired;             /* oldest first; the newest is at `retired_tail` */
-    Batch *retired_tail;
-    PyObject *serializer;
-    PyObject *weakreflist;
-} MapObject;
-
-typedef struct SnapObject {
-    PyObject_HEAD
-    MapObject *owner;
-    Table primary;              /* copies of the directories, holding their chunks */
-    Table rehash;
-    Py_ssize_t r;               /* rehash index when taken */
-    Py_ssize_t size;
-    int32_t version;
-    int released;
-    int readers;                /* C calls reading the directories right now */
-    int release_pending;        /* released while read: finish when readers == 0 */
-} SnapObject;
+/* Entry, Batch, Chunk, Table, MapObject and SnapObject are in _cmap.h. */
 
 /* An iterator over a map (fail-fast) or a snapshot. It holds one link on the
  * entry it will yield next, so that entry outlives any change in between. */
@@ -279,8 +241,10 @@ static PyTypeObject Snap_Type;
 static PyTypeObject Iter_Type;
 
 /* Python-side helpers, looked up once (module state would be the modern way;
- * the module is single-phase and never re-initialised, see PyInit). */
-static PyObject *StateEntry_type;     /* cowstate.state_map.StateEntry */
+ * the module is single-phase and never re-initialised, see PyInit): the
+ * errors of cowstate.errors, and the entry record, argument checks and
+ * messages both maps share, cowstate.map_contract's public names. */
+static PyObject *StateEntry_type;     /* cowstate.map_contract.StateEntry */
 static PyObject *Err_ConcurrentModification, *Err_ForeignSnapshot, *Err_InvalidArgument,
     *Err_MaximumCapacity, *Err_NoneState, *Err_SnapshotReleased,
     *Err_UnhashableKey, *Err_VersionOverflow;
@@ -374,8 +338,6 @@ static void chunk_decref(Chunk *c)
 
 /* ------------------------------------------------------------------- tables */
 
-static inline Py_ssize_t chunk_slots(const Table *t) { return (Py_ssize_t)1 << t->bits; }
-
 static int table_init(Table *t, Py_ssize_t capacity)
 {
     int bits = 0;
@@ -415,22 +377,12 @@ static int table_share(const Table *src, Table *dst)
     }
     memcpy(dst->dir, src->dir, (size_t)src->ndir * sizeof(Chunk *));
     for (Py_ssize_t i = 0; i < src->ndir; i++) {
-#if COWSTATE_BUG == BUG_DIRECTORY_COPY_MISSES_A_CHUNK
-        if (i == src->ndir - 1 && src->ndir > 0 && dst->dir[i] != NULL) {
+        if (PLANTED(BUG_DIRECTORY_COPY_MISSES_A_CHUNK) && i == src->ndir - 1)
             dst->dir[i] = NULL;               /* planted: the last chunk is not copied */
-            continue;
-        }
-#endif
         if (dst->dir[i] != NULL)
             dst->dir[i]->refs++;
     }
     return 0;
-}
-
-static inline Entry *slot_get(const Table *t, Py_ssize_t bucket)
-{
-    Chunk *c = t->dir[bucket >> t->bits];
-    return c == NULL ? NULL : c->slots[bucket & (chunk_slots(t) - 1)];
 }
 
 /* The slot of `bucket`, writable by the live table (rule C). */
@@ -444,8 +396,7 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
             return NULL;
         t->dir[index] = c;
     }
-#if COWSTATE_BUG != BUG_WRITES_SHARED_CHUNK
-    else if (c->refs > 1) {                                  /* rule C */
+    else if (c->refs > 1 && !PLANTED(BUG_WRITES_SHARED_CHUNK)) {          /* rule C */
         Chunk *copy = PyMem_Malloc(sizeof(Chunk) + (size_t)slots * sizeof(Entry *));
         if (copy == NULL) {
             PyErr_NoMemory();
@@ -456,7 +407,6 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
         c->refs--;                                           /* still held by a snapshot */
         t->dir[index] = c = copy;
     }
-#endif
     return &c->slots[bucket & (slots - 1)];
 }
 
@@ -583,7 +533,7 @@ static inline Table *select_table(MapObject *m, uint64_t h, Py_ssize_t *bucket)
 static int raise_from_helper(PyObject *exc_type, PyObject *helper, PyObject *args)
 {
     /* `args` is a new reference (or NULL after an error); the message comes
-     * from cowstate.state_map, where both maps take it from. */
+     * from cowstate.map_contract, where both maps take it from. */
     if (args == NULL)
         return -1;
     PyObject *message = PyObject_CallObject(helper, args);
@@ -595,14 +545,28 @@ static int raise_from_helper(PyObject *exc_type, PyObject *helper, PyObject *arg
     return -1;
 }
 
+/* The TypeError a __hash__ raised (the user's, or CPython's "unhashable
+ * type") is set: replace it by UnhashableKeyError.of(key, ns), chained from
+ * it (cause and context, as `raise ... from exc`; rule U). Returns -1. */
 static int raise_unhashable(PyObject *key, PyObject *ns)
 {
-    PyErr_Clear();
+    PyObject *type, *cause, *tb;
+    PyErr_Fetch(&type, &cause, &tb);                 /* three new references (or NULL) */
+    PyErr_NormalizeException(&type, &cause, &tb);
+    if (cause != NULL && tb != NULL)
+        PyException_SetTraceback(cause, tb);         /* borrows tb */
     PyObject *exc = PyObject_CallMethodObjArgs(Err_UnhashableKey, str_of, key, ns, NULL);
     if (exc != NULL) {
+        if (cause != NULL) {
+            PyException_SetCause(exc, Py_NewRef(cause));     /* steals the new reference */
+            PyException_SetContext(exc, Py_NewRef(cause));   /* steals the new reference */
+        }
         PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
         Py_DECREF(exc);
     }
+    Py_XDECREF(type);
+    Py_XDECREF(cause);
+    Py_XDECREF(tb);
     return -1;
 }
 
@@ -760,7 +724,7 @@ static int double_capacity(MapObject *m)
     Py_ssize_t capacity = m->primary.capacity;
     if (capacity >= MAXIMUM_CAPACITY) {
         return raise_from_helper(Err_MaximumCapacity, fn_capacity_message,
-                                 Py_BuildValue("(n)", map_len(m)));
+                                 Py_BuildValue("(nn)", map_len(m), MAXIMUM_CAPACITY));
     }
     if (table_init(&m->rehash, capacity * 2) < 0)            /* O(L / C) pointers */
         return -1;
@@ -1012,8 +976,7 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
     Entry *e = f.entry;
     if (e == NULL)
         Py_RETURN_NONE;
-#if COWSTATE_BUG != BUG_GET_SKIPS_STATE_COPY
-    if (e->state_version < m->highest) {                      /* rule S */
+    if (e->state_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {     /* rule S */
         PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);
         if (copy == NULL)
             return NULL;
@@ -1028,7 +991,6 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
         Py_XDECREF(old);              /* a snapshot (or our copy's source) still holds it */
         return copy;                  /* the reference we made is the caller's */
     }
-#endif
     return Py_NewRef(e->state);
 }
 
@@ -1066,7 +1028,8 @@ static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     int inserted = m->mod_count != count;
     PyObject *old = entry_set_state(m, e, state);
-    Py_XDECREF(old);                                          /* last step: may run __del__ */
+    if (!PLANTED(BUG_PUT_LEAKS_REPLACED_STATE))
+        Py_XDECREF(old);                                      /* last step: may run __del__ */
     return PyBool_FromLong(inserted);                /* True: a new mapping */
 }
 
@@ -1115,13 +1078,11 @@ static int unlink_found(MapObject *m, Found *f)
         *slot = e->next;                                      /* the live bucket list */
     }
     else {
-#if COWSTATE_BUG != BUG_RELINKS_SHARED_PREDECESSOR
-        if (prev->entry_version < m->highest) {               /* rule E */
-            prev = copy_chain(m, t, b, prev);
+        if (prev->entry_version < m->highest && !PLANTED(BUG_RELINKS_SHARED_PREDECESSOR)) {
+            prev = copy_chain(m, t, b, prev);                 /* rule E */
             if (prev == NULL)
                 return -1;
         }
-#endif
         prev->next = e->next;                                 /* prev is private (rule E) */
     }
     m->gc_entries -= holds_gc(e->key, e->ns, e->state);
@@ -1281,11 +1242,9 @@ static int release_version(MapObject *m, int32_t version)
     }
     memmove(&m->open[i], &m->open[i + 1], (size_t)(m->nopen - i - 1) * sizeof(int32_t));
     m->nopen--;
-#if COWSTATE_BUG == BUG_RELEASE_FORGETS_OPEN_SNAPSHOT
-    m->highest = 0;                                   /* planted: forgets the others */
-#else
     m->highest = m->nopen ? m->open[m->nopen - 1] : 0;
-#endif
+    if (PLANTED(BUG_RELEASE_FORGETS_OPEN_SNAPSHOT))
+        m->highest = 0;                               /* planted: forgets the others */
     return 0;
 }
 
@@ -1784,9 +1743,6 @@ static PyObject *Snap_repr(SnapObject *s)
                                 s->size);
 }
 
-/* Forward: the structure export of a snapshot (test support, below). */
-static PyObject *Snap_structure(SnapObject *s, PyObject *Py_UNUSED(ignored));
-
 static int Snap_traverse(SnapObject *s, visitproc visit, void *arg)
 {
     Py_VISIT(s->owner);             /* its entries: see "Garbage collector" in the header */
@@ -1824,8 +1780,6 @@ static PyMethodDef Snap_methods[] = {
      "Every mapping as a plain (key, namespace, state) tuple, in one list."},
     {"__enter__", (PyCFunction)Snap_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))Snap_exit, METH_FASTCALL, NULL},
-    {"_structure", (PyCFunction)Snap_structure, METH_NOARGS,
-     "Test support: the snapshot's directories and chains (cowstate_spec.cmap_view)."},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -2053,283 +2007,21 @@ static PyObject *Map_get_open(MapObject *m, void *closure)
     return f;
 }
 
-/* ------------------------------------------------- structure export (tests) */
-
-static PyObject *entry_record(const Entry *e)
+/* _bookkeeping(): the counters and versions cowstate.introspection reports,
+ * read-only and O(1) (the structure itself is read by the test-only probe,
+ * cowstate_spec._cmap_probe, through _cmap.h). */
+static PyObject *Map_bookkeeping(MapObject *m, PyObject *Py_UNUSED(ignored))
 {
-    /* (address, key, namespace, state, hash, next address, entry_version,
-     *  state_version) */
-    return Py_BuildValue("(KOOOKKii)", (unsigned long long)(uintptr_t)e, e->key, e->ns,
-                         e->state != NULL ? e->state : Py_None, (unsigned long long)e->hash,
-                         (unsigned long long)(uintptr_t)e->next, (int)e->entry_version,
-                         (int)e->state_version);
-}
-
-/* Chains of buckets [begin, end) of `t`: a list with, per bucket, a tuple of
- * entry records (head first). */
-static int export_chains(const Table *t, Py_ssize_t begin, Py_ssize_t end, PyObject *out)
-{
-    for (Py_ssize_t b = begin; b < end; b++) {
-        Chunk *c = t->dir[b >> t->bits];
-        Py_ssize_t n = 0;
-        Entry *head = c == NULL ? NULL : c->slots[b & (chunk_slots(t) - 1)];
-        for (Entry *e = head; e != NULL; e = e->next)
-            n++;
-        PyObject *chain = PyTuple_New(n);
-        if (chain == NULL)
-            return -1;
-        Py_ssize_t i = 0;
-        for (Entry *e = head; e != NULL; e = e->next) {
-            PyObject *rec = entry_record(e);
-            if (rec == NULL) {
-                Py_DECREF(chain);
-                return -1;
-            }
-            PyTuple_SET_ITEM(chain, i++, rec);
-        }
-        int rc = PyList_Append(out, chain);
-        Py_DECREF(chain);
-        if (rc < 0)
-            return -1;
-    }
-    return 0;
-}
-
-static PyObject *export_directory(const Table *t)
-{
-    /* ((chunk address or 0, refs), ...) and the directory's address */
-    if (t->dir == NULL)
-        Py_RETURN_NONE;
-    PyObject *chunks = PyTuple_New(t->ndir);
-    if (chunks == NULL)
+    PyObject *open = open_versions_tuple(m);
+    if (open == NULL)
         return NULL;
-    for (Py_ssize_t i = 0; i < t->ndir; i++) {
-        Chunk *c = t->dir[i];
-        PyObject *rec = Py_BuildValue("(Kn)", (unsigned long long)(uintptr_t)c,
-                                      c == NULL ? (Py_ssize_t)0 : c->refs);
-        if (rec == NULL) {
-            Py_DECREF(chunks);
-            return NULL;
-        }
-        PyTuple_SET_ITEM(chunks, i, rec);
-    }
-    return Py_BuildValue("(KnnN)", (unsigned long long)(uintptr_t)t->dir, t->capacity,
-                         chunk_slots(t), chunks);
-}
-
-static PyObject *table_export(const Table *t)
-{
-    if (t->dir == NULL)
-        Py_RETURN_NONE;
-    PyObject *chains = PyList_New(0);
-    if (chains == NULL || export_chains(t, 0, t->capacity, chains) < 0) {
-        Py_XDECREF(chains);
-        return NULL;
-    }
-    PyObject *dir = export_directory(t);
-    if (dir == NULL) {
-        Py_DECREF(chains);
-        return NULL;
-    }
-    return Py_BuildValue("(NN)", dir, chains);
-}
-
-static PyObject *Map_structure(MapObject *m, PyObject *Py_UNUSED(ignored))
-{
-    PyObject *primary = table_export(&m->primary);
-    PyObject *rehash = primary == NULL ? NULL : table_export(&m->rehash);
-    PyObject *open = rehash == NULL ? NULL : open_versions_tuple(m);
-    PyObject *retired = open == NULL ? NULL : PyList_New(0);
-    if (retired == NULL) {
-        Py_XDECREF(primary);
-        Py_XDECREF(rehash);
-        Py_XDECREF(open);
-        return NULL;
-    }
-    for (Batch *b = m->retired; b != NULL; b = b->next) {
-        PyObject *addresses = PyTuple_New(b->size);
-        PyObject *batch = addresses == NULL ? NULL : Py_BuildValue("(iN)", (int)b->version,
-                                                                   addresses);
-        if (batch == NULL || PyList_Append(retired, batch) < 0) {
-            Py_XDECREF(batch);
-            Py_DECREF(retired);
-            Py_DECREF(primary);
-            Py_DECREF(rehash);
-            Py_DECREF(open);
-            return NULL;
-        }
-        Py_DECREF(batch);
-        for (Py_ssize_t i = 0; i < b->size; i++) {
-            PyObject *a = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)b->entries[i]);
-            if (a == NULL) {
-                Py_DECREF(retired);
-                Py_DECREF(primary);
-                Py_DECREF(rehash);
-                Py_DECREF(open);
-                return NULL;
-            }
-            PyTuple_SET_ITEM(addresses, i, a);
-        }
-    }
     return Py_BuildValue(
-        "{s:n,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n}", "gc_entries",
-        m->gc_entries, "retired", retired,
-        "primary", primary, "rehash",
-        rehash, "rehash_index", m->rehash_index, "primary_size", m->primary_size,
-        "rehash_size", m->rehash_size, "threshold", m->threshold, "version", (int)m->version,
-        "highest_required", (int)m->highest, "open_versions", open, "mod_count",
-        (unsigned long long)m->mod_count, "structure_count",
-        (unsigned long long)m->structure_count, "chunk_buckets",
-        (Py_ssize_t)1 << CHUNK_BITS_MAX);
-}
-
-/* Test support: (r, L) of a running rehash (its index and the old capacity),
- * or None -- what _structure() says of the rehash, without exporting a table. */
-static PyObject *Map_rehash_progress(MapObject *m, PyObject *Py_UNUSED(ignored))
-{
-    if (m->rehash.dir == NULL) {
-        Py_RETURN_NONE;
-    }
-    return Py_BuildValue("(nn)", m->rehash_index, m->primary.capacity);
-}
-
-static PyObject *snap_structure_pinned(SnapObject *s);
-
-static PyObject *Snap_structure(SnapObject *s, PyObject *Py_UNUSED(ignored))
-{
-    if (s->released || s->primary.dir == NULL)
-        Py_RETURN_NONE;
-    snap_pin(s);
-    PyObject *out = snap_structure_pinned(s);
-    snap_unpin(s);
-    return out;
-}
-
-static PyObject *snap_structure_pinned(SnapObject *s)
-{
-    PyObject *chains = PyList_New(0);
-    if (chains == NULL)
-        return NULL;
-    int rc;
-    if (s->rehash.dir == NULL)
-        rc = export_chains(&s->primary, 0, s->primary.capacity, chains);
-    else {
-        Py_ssize_t L = s->primary.capacity;
-        rc = export_chains(&s->primary, s->r, L, chains);
-        if (rc == 0)
-            rc = export_chains(&s->rehash, 0, s->r, chains);
-        if (rc == 0)
-            rc = export_chains(&s->rehash, L, L + s->r, chains);
-    }
-    if (rc < 0) {
-        Py_DECREF(chains);
-        return NULL;
-    }
-    PyObject *primary = export_directory(&s->primary);
-    PyObject *rehash = primary == NULL ? NULL : export_directory(&s->rehash);
-    if (rehash == NULL) {
-        Py_XDECREF(primary);
-        Py_DECREF(chains);
-        return NULL;
-    }
-    return Py_BuildValue("{s:N,s:N,s:N,s:n,s:n,s:i}", "chains", chains, "primary", primary,
-                         "rehash", rehash, "rehash_index", s->r, "size", s->size, "version",
-                         (int)s->version);
-}
-
-/* Test support: damage the structure on purpose, one way per invariant, so the
- * checker's tests can see it named (tests/test_invariant_checker.py). */
-static PyObject *Map_corrupt(MapObject *m, PyObject *args)
-{
-    const char *what;
-    Py_ssize_t bucket = 0, other = 0;
-    if (!PyArg_ParseTuple(args, "s|nn:_corrupt", &what, &bucket, &other))
-        return NULL;
-    Table *t = &m->primary;
-    if (bucket < 0 || bucket >= t->capacity || other < 0 || other >= t->capacity) {
-        PyErr_SetString(PyExc_IndexError, "bucket outside the primary table");
-        return NULL;
-    }
-    Entry *e = slot_get(t, bucket);
-    if (strcmp(what, "primary_size") == 0) {
-        m->primary_size += 1;
-        Py_RETURN_NONE;
-    }
-    if (strcmp(what, "gc_entries") == 0) {
-        m->gc_entries = 0;
-        Py_RETURN_NONE;
-    }
-    if (strcmp(what, "highest_required") == 0) {
-        m->highest = (int32_t)bucket;
-        Py_RETURN_NONE;
-    }
-    if (strcmp(what, "unretire") == 0) {               /* undo retire_live before dealloc */
-        if (m->retired_tail == NULL || m->retired_tail->size == 0)
-            goto empty;
-        m->retired_tail->size--;
-        Py_RETURN_NONE;
-    }
-    if (strcmp(what, "chunk_refs") == 0) {
-        if (t->dir[0] == NULL)
-            goto empty;
-        t->dir[0]->refs += 1;
-        Py_RETURN_NONE;
-    }
-    if (e == NULL)
-        goto empty;
-    if (strcmp(what, "hash") == 0)
-        e->hash ^= 1;
-    else if (strcmp(what, "state_version") == 0)
-        e->state_version = m->version + 7;
-    else if (strcmp(what, "retire_live") == 0)         /* a live entry in a batch too */
-        retire(m, e);
-    else if (strcmp(what, "move") == 0) {              /* head of `bucket` to `other` */
-        Entry **from = slot_for_write(t, bucket);
-        Entry **to = from == NULL ? NULL : slot_for_write(t, other);
-        if (to == NULL)
-            return NULL;
-        e = *from;
-        *from = e->next;                               /* e's link moves with it */
-        e->next = *to;
-        *to = e;
-    }
-    else if (strcmp(what, "duplicate") == 0) {         /* a second entry for e's mapping */
-        Entry **slot = slot_for_write(t, bucket);
-        if (slot == NULL)
-            return NULL;
-        Entry *d = entry_new(e->key, e->ns, e->state, e->hash, 0, 0);
-        if (d == NULL)
-            return NULL;
-        d->next = *slot;
-        *slot = d;
-        m->primary_size++;
-    }
-    else if (strcmp(what, "relink") == 0) {            /* drop e's successor in place */
-        Entry *successor = e->next;
-        if (successor == NULL)
-            goto empty;
-        e->next = successor->next;
-        retire(m, successor);
-    }
-    else if (strcmp(what, "write_shared") == 0) {      /* rule C broken: swap the chain's
-                                                          head in a shared chunk */
-        Chunk *c = t->dir[bucket >> t->bits];
-        Entry *d = entry_new(e->key, e->ns, e->state, e->hash, m->version, e->state_version);
-        if (d == NULL)
-            return NULL;
-        d->next = e->next;
-        c->slots[bucket & (chunk_slots(t) - 1)] = d;
-        retire(m, e);
-    }
-    else {
-        PyErr_Format(PyExc_ValueError, "unknown corruption %s", what);
-        return NULL;
-    }
-    m->stamp++;
-    Py_RETURN_NONE;
-empty:
-    PyErr_SetString(PyExc_ValueError, "nothing there to corrupt");
-    return NULL;
+        "{s:n,s:n,s:O,s:n,s:n,s:n,s:n,s:i,s:i,s:N}", "capacity", m->primary.capacity,
+        "rehash_capacity", m->rehash.dir != NULL ? m->rehash.capacity : (Py_ssize_t)0,
+        "is_rehashing", m->rehash.dir != NULL ? Py_True : Py_False, "rehash_index",
+        m->rehash_index, "primary_size", m->primary_size, "rehash_size", m->rehash_size,
+        "threshold", m->threshold, "version", (int)m->version, "highest_required",
+        (int)m->highest, "open_versions", open);
 }
 
 static PyMethodDef Map_methods[] = {
@@ -2356,12 +2048,8 @@ static PyMethodDef Map_methods[] = {
     {"size_of_namespace", (PyCFunction)Map_size_of_namespace, METH_O,
      "Number of mappings whose namespace equals namespace."},
     {"_release_version", (PyCFunction)Map_release_version, METH_O, NULL},
-    {"_structure", (PyCFunction)Map_structure, METH_NOARGS,
-     "Test support: every table, chunk and entry (cowstate_spec.cmap_view)."},
-    {"_rehash_progress", (PyCFunction)Map_rehash_progress, METH_NOARGS,
-     "Test support: (rehash index, old capacity) of a running rehash, or None."},
-    {"_corrupt", (PyCFunction)Map_corrupt, METH_VARARGS,
-     "Test support: break one invariant on purpose."},
+    {"_bookkeeping", (PyCFunction)Map_bookkeeping, METH_NOARGS,
+     "Capacities, counters and versions, read-only (cowstate.introspection)."},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -2416,6 +2104,20 @@ static int lookup_method(PyObject *module, const char *cls, const char *method, 
     return *out == NULL ? -1 : 0;
 }
 
+/* What a reader of _cmap.h checks before it touches a struct (published as
+ * the capsule `_LAYOUT`; the rules are at the top of _cmap.h). */
+static const CmapLayout layout = {
+    .version = COWSTATE_LAYOUT_VERSION,
+    .entry_size = sizeof(Entry),
+    .batch_size = sizeof(Batch),
+    .chunk_size = sizeof(Chunk),
+    .table_size = sizeof(Table),
+    .map_size = sizeof(MapObject),
+    .snap_size = sizeof(SnapObject),
+    .map_type = &Map_Type,
+    .snap_type = &Snap_Type,
+};
+
 static struct PyModuleDef cmap_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "cowstate." STR(COWSTATE_MODULE),
@@ -2425,38 +2127,43 @@ static struct PyModuleDef cmap_module = {
 
 PyMODINIT_FUNC CAT(PyInit_, COWSTATE_MODULE)(void)
 {
+    /* What this module takes from Python: names of cowstate.errors, and of
+     * cowstate.map_contract's __all__ (its public contract with this file;
+     * tests/test_layering.py reads these lookups and requires each name
+     * there). The first failed lookup ends the chain: nothing more is called
+     * with its exception set. */
     PyObject *errors = PyImport_ImportModule("cowstate.errors");
-    PyObject *pure = errors == NULL ? NULL : PyImport_ImportModule("cowstate.state_map");
-    if (pure == NULL) {
+    PyObject *contract = errors == NULL ? NULL : PyImport_ImportModule("cowstate.map_contract");
+    if (contract == NULL) {
         Py_XDECREF(errors);
         return NULL;
     }
     int rc = lookup_attr(errors, "ConcurrentModificationError", &Err_ConcurrentModification)
-        | lookup_attr(errors, "ForeignSnapshotError", &Err_ForeignSnapshot)
-        | lookup_attr(errors, "InvalidArgumentError", &Err_InvalidArgument)
-        | lookup_attr(errors, "MaximumCapacityError", &Err_MaximumCapacity)
-        | lookup_attr(errors, "NoneStateError", &Err_NoneState)
-        | lookup_attr(errors, "SnapshotReleasedError", &Err_SnapshotReleased)
-        | lookup_attr(errors, "UnhashableKeyError", &Err_UnhashableKey)
-        | lookup_attr(errors, "VersionOverflowError", &Err_VersionOverflow)
-        | lookup_method(errors, "KeyHashError", "raised_by_pair", &fn_key_hash_error)
-        | lookup_method(errors, "KeyComparisonError", "of", &fn_key_comparison_error)
-        | lookup_method(errors, "StateCopyError", "of", &fn_state_copy_error)
-        | lookup_method(errors, "TransformFunctionError", "of", &fn_transform_error)
-        | lookup_attr(pure, "StateEntry", &StateEntry_type)
-        | lookup_attr(pure, "_constructor_arguments", &fn_constructor_arguments)
-        | lookup_attr(pure, "_checked_serializer", &fn_checked_serializer)
-        | lookup_attr(pure, "_none_message", &fn_none_message)
-        | lookup_attr(pure, "_modified_message", &fn_modified_message)
-        | lookup_attr(pure, "_pair_message", &fn_pair_message)
-        | lookup_attr(pure, "_foreign_message", &fn_foreign_message)
-        | lookup_attr(pure, "_overflow_message", &fn_overflow_message)
-        | lookup_attr(pure, "_capacity_message", &fn_capacity_message)
-        | lookup_attr(pure, "_released_message", &fn_released_message)
-        | lookup_attr(pure, "_open_versions_message", &fn_open_versions_message)
-        | lookup_attr(pure, "_reentrant_message", &fn_reentrant_message);
+        || lookup_attr(errors, "ForeignSnapshotError", &Err_ForeignSnapshot)
+        || lookup_attr(errors, "InvalidArgumentError", &Err_InvalidArgument)
+        || lookup_attr(errors, "MaximumCapacityError", &Err_MaximumCapacity)
+        || lookup_attr(errors, "NoneStateError", &Err_NoneState)
+        || lookup_attr(errors, "SnapshotReleasedError", &Err_SnapshotReleased)
+        || lookup_attr(errors, "UnhashableKeyError", &Err_UnhashableKey)
+        || lookup_attr(errors, "VersionOverflowError", &Err_VersionOverflow)
+        || lookup_method(errors, "KeyHashError", "raised_by_pair", &fn_key_hash_error)
+        || lookup_method(errors, "KeyComparisonError", "of", &fn_key_comparison_error)
+        || lookup_method(errors, "StateCopyError", "of", &fn_state_copy_error)
+        || lookup_method(errors, "TransformFunctionError", "of", &fn_transform_error)
+        || lookup_attr(contract, "StateEntry", &StateEntry_type)
+        || lookup_attr(contract, "constructor_arguments", &fn_constructor_arguments)
+        || lookup_attr(contract, "checked_serializer", &fn_checked_serializer)
+        || lookup_attr(contract, "none_message", &fn_none_message)
+        || lookup_attr(contract, "modified_message", &fn_modified_message)
+        || lookup_attr(contract, "pair_message", &fn_pair_message)
+        || lookup_attr(contract, "foreign_message", &fn_foreign_message)
+        || lookup_attr(contract, "overflow_message", &fn_overflow_message)
+        || lookup_attr(contract, "capacity_message", &fn_capacity_message)
+        || lookup_attr(contract, "released_message", &fn_released_message)
+        || lookup_attr(contract, "open_versions_message", &fn_open_versions_message)
+        || lookup_attr(contract, "reentrant_message", &fn_reentrant_message);
     Py_DECREF(errors);
-    Py_DECREF(pure);
+    Py_DECREF(contract);
     if (rc != 0)
         return NULL;
     str_copy = PyUnicode_InternFromString("copy");
@@ -2475,9 +2182,18 @@ PyMODINIT_FUNC CAT(PyInit_, COWSTATE_MODULE)(void)
         || PyModule_AddObjectRef(module, "StateMapSnapshot", (PyObject *)&Snap_Type) < 0
         || PyModule_AddIntConstant(module, "CHUNK_BUCKETS", 1 << CHUNK_BITS_MAX) < 0
         || PyModule_AddIntConstant(module, "BUG", COWSTATE_BUG) < 0
-        || PyModule_AddIntConstant(module, "ENTRY_BYTES", (long)sizeof(Entry)) < 0) {
+        || PyModule_AddIntConstant(module, "ENTRY_BYTES", (long)sizeof(Entry)) < 0
+        || PyModule_AddIntConstant(module, "LAYOUT_VERSION", COWSTATE_LAYOUT_VERSION) < 0) {
         Py_DECREF(module);
         return NULL;
     }
+    /* Read-only to Python: a capsule is opaque, and nothing here writes through it. */
+    PyObject *capsule = PyCapsule_New((void *)&layout, COWSTATE_LAYOUT_CAPSULE, NULL);
+    if (capsule == NULL || PyModule_AddObjectRef(module, "_LAYOUT", capsule) < 0) {
+        Py_XDECREF(capsule);
+        Py_DECREF(module);
+        return NULL;
+    }
+    Py_DECREF(capsule);
     return module;
 }

@@ -122,8 +122,8 @@ class UnhashableKeyError(CowStateError, TypeError):
         :class:`KeyHashError` if its ``__hash__`` raises anything but ``TypeError``."""
         try:
             hash(value)
-        except TypeError:
-            raise cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}") from None
+        except TypeError as exc:  # chained: the user's TypeError, or CPython's "unhashable type"
+            raise cls(f"expected a hashable {role}, got {type(value).__name__} {value!r}") from exc
         except Exception as exc:
             raise KeyHashError.raised_by(value, role, exc) from exc
 

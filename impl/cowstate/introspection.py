@@ -33,13 +33,12 @@ class MapInternals:
 def describe(m: Any) -> MapInternals:
     """The bookkeeping of ``m``, a pure or C map (see the invariants in
     :mod:`cowstate.state_map`)."""
-    if not isinstance(m, CopyOnWriteStateMap):  # the C map: its structure export
-        st = m._structure()
-        primary, rehash_table = st["primary"], st["rehash"]
+    if not isinstance(m, CopyOnWriteStateMap):  # the C map: its read-only bookkeeping
+        st = m._bookkeeping()
         return MapInternals(
-            capacity=primary[0][1],
-            rehash_capacity=0 if rehash_table is None else rehash_table[0][1],
-            is_rehashing=rehash_table is not None,
+            capacity=st["capacity"],
+            rehash_capacity=st["rehash_capacity"],
+            is_rehashing=st["is_rehashing"],
             rehash_index=st["rehash_index"],
             primary_size=st["primary_size"],
             rehash_size=st["rehash_size"],

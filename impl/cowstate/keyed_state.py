@@ -1,97 +1,53 @@
-"""The keyed states a backend hands out, and the key context they read.
+"""The key context keyed states read, and what every keyed state handle shares.
 
-A keyed state (``ValueState``, ``ListState``, ``MapState``,
-``ReducingState``, ``AggregatingState``) is a handle: it holds no data, it
-reads and writes the table of its name at the backend's *current key* and
-*current namespace* (:class:`KeyContext`). ``set_current_key`` computes the
-key's key group once, so state accesses route without hashing again, and
-holds the backend to one key type (:mod:`cowstate.key_types`, K1): a key of
-another type than the first, however equal (``True`` after ``1``), is
-refused, never taken for the current key because it compares equal.
+A keyed state handle (the handles of each kind are in
+:mod:`cowstate.descriptors`, beside their descriptors) holds no data: it reads
+and writes the table of its name at the backend's *current key* and *current
+namespace* (:class:`KeyContext`), through the :class:`StateHolder` of its
+state. ``set_current_key`` computes the key's key group once, so state
+accesses route without hashing again, and holds the backend to one key type
+(:mod:`cowstate.key_types`, K1): a key of another type than the first,
+however equal (``True`` after ``1``), is refused, never taken for the current
+key because it compares equal.
 
-Handles change stored lists, dicts and accumulators through the table's
-``transform`` (one lookup to read, one to store), so the same handles work on
-a heap table, where ``transform`` hands the function a private copy whenever
-a snapshot still holds the stored object, and on a table that stores bytes
-(RocksDB), where it decodes, applies and encodes. On the heap, a state object
-a handle returns (the list of ``ListState.get``, a mutable value) may also be
-mutated in place until the next snapshot, as the map's caller contract says;
-on RocksDB a returned object is a copy and such mutations are not stored.
+:class:`KeyedState` is the base of every handle: ``clear`` and the three
+table calls at the current key and namespace (``_get``, ``_put``,
+``_transform``) the kinds' handles are written with.
 
-``None`` means "absent" everywhere: ``ValueState.update(None)`` clears,
-and ``None`` elements of a list state are refused.
+At run time this module imports no table, no protocol and no descriptor (they
+are named for the type checker only), so :mod:`cowstate.kinds` -- which the
+snapshot checks read -- sits below the tables.
 
-A user function that raises (a reduce function, an aggregate function's
-``add``) is a TransformFunctionError and follows the table's transform
-contract (rule U of :mod:`cowstate.state_map`): the same accumulator stays
-mapped, and an in-place change the function made to it before raising stays
-in it on the heap when no snapshot held it (a private copy was changed and
-dropped otherwise, and always on RocksDB).
+:data:`VOID_NAMESPACE`, the namespace of state without one, and its types
+are defined in :mod:`cowstate.void_namespace` (the lowest layer, so the value
+codec reads it) and re-exported here, their public home: pickle stores
+``cowstate.keyed_state.VOID_NAMESPACE``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Mapping
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from cowstate.descriptors import (
-    AggregateFunction,
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    StateDescriptor,
-    ValueStateDescriptor,
-)
-from cowstate.errors import (
-    InvalidArgumentError,
-    NoCurrentKeyError,
-    NoneStateError,
-    UnhashableKeyError,
-)
+from cowstate.errors import InvalidArgumentError, NoCurrentKeyError, UnhashableKeyError
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
 from cowstate.key_types import KeyTypes
-from cowstate.protocols import KeyedTable
 from cowstate.serializers import StateSerializer
+from cowstate.void_namespace import VOID_NAMESPACE, PythonVoidNamespace, VoidNamespace
+
+if TYPE_CHECKING:  # for the annotations only: both import this module
+    from cowstate.descriptors import StateDescriptor
+    from cowstate.protocols import KeyedTable
 
 __all__ = [
     "VOID_NAMESPACE",
-    "AggregatingState",
     "KeyContext",
     "KeyedState",
-    "ListState",
-    "MapState",
-    "ReducingState",
+    "PythonVoidNamespace",
     "StateHolder",
-    "ValueState",
     "VoidNamespace",
 ]
 
-
-class VoidNamespace:
-    """The namespace of state that has none (Flink's ``VoidNamespace``): a singleton."""
-
-    _instance: VoidNamespace | None = None
-
-    def __new__(cls) -> VoidNamespace:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __hash__(self) -> int:
-        return 99  # VoidNamespace.hashCode() in Flink
-
-    def __eq__(self, other: object) -> bool:
-        return other is self
-
-    def __repr__(self) -> str:
-        return "VOID_NAMESPACE"
-
-    def __reduce__(self) -> str:
-        return "VOID_NAMESPACE"  # pickles by reference: one instance
-
-
-VOID_NAMESPACE = VoidNamespace()
 
 _NO_KEY: Any = object()
 
@@ -207,210 +163,3 @@ class KeyedState:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
-
-
-class ValueState(KeyedState):
-    """One value per key and namespace."""
-
-    __slots__ = ()
-
-    def value(self) -> Any:
-        """The value, or (a copy of) the descriptor's default when absent."""
-        state = self._get()
-        if state is None:
-            descriptor = self._holder.descriptor
-            assert isinstance(descriptor, ValueStateDescriptor)
-            default = descriptor.default
-            return None if default is None else descriptor.serializer.copy(default)
-        return state
-
-    def update(self, value: Any) -> None:
-        """Set the value; ``None`` clears it."""
-        if value is None:
-            self.clear()
-        else:
-            self._put(value)
-
-
-class ListState(KeyedState):
-    """A list per key and namespace."""
-
-    __slots__ = ()
-
-    def get(self) -> list[Any]:
-        """The stored list (mutable until the next snapshot), or a new empty list."""
-        state = self._get()
-        return [] if state is None else state
-
-    def add(self, value: Any) -> None:
-        """Append ``value`` (never ``None``)."""
-        if value is None:
-            raise NoneStateError(
-                f"expected an element to add to list state {self.name!r}, got None"
-            )
-        self._transform([value], _extend)
-
-    def add_all(self, values: Iterable[Any]) -> None:
-        """Append every element of ``values`` (none may be ``None``)."""
-        new = self._checked(values)
-        if new:
-            self._transform(new, _extend)
-
-    def update(self, values: Iterable[Any]) -> None:
-        """Replace the list by ``values``; an empty one clears the state."""
-        new = self._checked(values)
-        if new:
-            self._put(new)
-        else:
-            self.clear()
-
-    def _checked(self, values: Iterable[Any]) -> list[Any]:
-        new = list(values)
-        if any(v is None for v in new):
-            raise NoneStateError(
-                f"expected elements for list state {self.name!r}, got None in {new!r}; "
-                "nothing was added"
-            )
-        return new
-
-
-class MapState(KeyedState):
-    """A dict of user keys to user values per key and namespace."""
-
-    __slots__ = ()
-
-    def get(self, user_key: Hashable) -> Any:
-        _check_user_key(user_key)
-        stored = self._get()
-        return None if stored is None else stored.get(user_key)
-
-    def put(self, user_key: Hashable, value: Any) -> None:
-        _check_user_key(user_key)
-        self._transform({user_key: value}, _update)
-
-    def put_all(self, mapping: Mapping[Any, Any]) -> None:
-        if not isinstance(mapping, Mapping):  # a mapping's keys are hashable already
-            raise InvalidArgumentError(
-                f"expected a mapping of user keys to values, got {type(mapping).__name__}"
-            )
-        if mapping:
-            self._transform(dict(mapping), _update)
-
-    def remove(self, user_key: Hashable) -> None:
-        """Remove ``user_key``; removing the last one clears the state."""
-        _check_user_key(user_key)
-        stored = self._get()
-        if stored is not None and user_key in stored:
-            if len(stored) == 1:
-                self.clear()
-            else:
-                self._transform(user_key, _delete)
-
-    def contains(self, user_key: Hashable) -> bool:
-        _check_user_key(user_key)
-        stored = self._get()
-        return stored is not None and user_key in stored
-
-    def keys(self) -> list[Any]:
-        stored = self._get()
-        return [] if stored is None else list(stored)
-
-    def values(self) -> list[Any]:
-        stored = self._get()
-        return [] if stored is None else list(stored.values())
-
-    def items(self) -> list[tuple[Any, Any]]:
-        stored = self._get()
-        return [] if stored is None else list(stored.items())
-
-    def is_empty(self) -> bool:
-        stored = self._get()
-        return not stored
-
-
-class ReducingState(KeyedState):
-    """One value per key and namespace; ``add`` combines with the reduce function."""
-
-    __slots__ = ()
-
-    def get(self) -> Any:
-        return self._get()
-
-    def add(self, value: Any) -> None:
-        if value is None:
-            raise NoneStateError(
-                f"expected a value to add to reducing state {self.name!r}, got None"
-            )
-        self._transform(value, self._reduce)
-
-    def _reduce(self, old: Any, value: Any) -> Any:
-        if old is None:
-            return value
-        descriptor = self._holder.descriptor
-        assert isinstance(descriptor, ReducingStateDescriptor)
-        assert descriptor.reduce_function is not None
-        return descriptor.reduce_function(old, value)
-
-
-class AggregatingState(KeyedState):
-    """An accumulator per key and namespace, folded by the aggregate function."""
-
-    __slots__ = ()
-
-    def get(self) -> Any:
-        """The aggregate's result, or ``None`` when nothing was added."""
-        accumulator = self._get()
-        return None if accumulator is None else self._function().get_result(accumulator)
-
-    def add(self, value: Any) -> None:
-        self._transform(value, self._fold)
-
-    def _fold(self, accumulator: Any, value: Any) -> Any:
-        function = self._function()
-        if accumulator is None:
-            accumulator = function.create_accumulator()
-        return function.add(value, accumulator)
-
-    def _function(self) -> AggregateFunction[Any, Any, Any]:
-        descriptor = self._holder.descriptor
-        assert isinstance(descriptor, AggregatingStateDescriptor)
-        assert descriptor.aggregate_function is not None
-        return descriptor.aggregate_function
-
-
-#: The handle class of each descriptor kind.
-HANDLES: dict[str, type[KeyedState]] = {
-    ValueStateDescriptor.kind: ValueState,
-    ListStateDescriptor.kind: ListState,
-    MapStateDescriptor.kind: MapState,
-    ReducingStateDescriptor.kind: ReducingState,
-    AggregatingStateDescriptor.kind: AggregatingState,
-}
-
-
-def _extend(stored: list[Any] | None, new: list[Any]) -> list[Any]:
-    if stored is None:
-        return new
-    stored.extend(new)
-    return stored
-
-
-def _update(stored: dict[Any, Any] | None, new: dict[Any, Any]) -> dict[Any, Any]:
-    if stored is None:
-        return new
-    stored.update(new)
-    return stored
-
-
-def _delete(stored: dict[Any, Any], user_key: Any) -> dict[Any, Any]:
-    del stored[user_key]
-    return stored
-
-
-def _check_user_key(user_key: object) -> None:
-    try:
-        hash(user_key)
-    except TypeError:
-        raise UnhashableKeyError(
-            f"expected a hashable user key, got {type(user_key).__name__} {user_key!r}"
-        ) from None

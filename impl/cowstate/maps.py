@@ -36,7 +36,7 @@ C_BUILD_ERROR: str | None
 try:
     from cowstate import _cmap
 except ImportError as exc:  # no compiler at install time: the pure map
-    _cmap = None  # type: ignore[assignment]
+    _cmap = None  # type: ignore[assignment]  # not built: the module name stays, bound to None
     C_BUILD_ERROR = f"{type(exc).__name__}: {exc}"
 else:
     C_BUILD_ERROR = None

@@ -32,8 +32,8 @@ from cowstate.errors import (
     StateCopyError,
     UnhashableKeyError,
 )
+from cowstate.map_contract import StateEntry, apply_transform, keys_in
 from cowstate.serializers import DefaultSerializer, StateSerializer
-from cowstate.state_meta import StateEntry, apply_transform, keys_in
 from cowstate.state_table import StateTable, StateTableSnapshot
 from cowstate.type_vars import K, N, S, V
 
@@ -231,7 +231,7 @@ def _check_hashable(key: object, namespace: object) -> None:
     try:
         hash(key)
         hash(namespace)
-    except TypeError:
-        raise UnhashableKeyError.of(key, namespace) from None
+    except TypeError as exc:  # rule U: chained
+        raise UnhashableKeyError.of(key, namespace) from exc
     except Exception as exc:  # rule U
         raise KeyHashError.raised_by_pair(key, namespace, exc) from exc

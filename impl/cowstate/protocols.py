@@ -28,8 +28,9 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from cowstate.key_groups import KeyGroupRange
+from cowstate.map_contract import StateEntry
 from cowstate.serializers import StateSerializer
-from cowstate.state_meta import StateEntry, StateMetaInfo
+from cowstate.state_meta import StateMetaInfo
 from cowstate.type_vars import K, N, S, V
 
 __all__ = ["KeyedTable", "MapSnapshot", "SnapshottingStateMap", "StateMap"]

@@ -1,12 +1,12 @@
-"""The state vocabulary every layer shares: what a state is, how a snapshot of it
-is described, and in which format it was written.
+"""The state vocabulary of tables, snapshot files, backends and checkpoints:
+what a state is, how a snapshot of it is described, and in which format it
+was written. (What every map and table says about one mapping -- the entry
+record, the transform and keys contracts, the messages -- is one layer
+lower, in :mod:`cowstate.map_contract`.)
 
-- :class:`StateEntry`: one mapping ``(key, namespace, state)`` as maps, tables
-  and backends yield it (defined beside the map in :mod:`cowstate.state_map`,
-  which must not import upwards; re-exported here, as is
-  :func:`apply_transform`).
-- :class:`StateKind`: value, list, map, reducing, aggregating -- the one
-  definition of a state's kind.
+- :class:`StateKind`: value, list, map, reducing, aggregating -- a state's
+  kind (defined beside the descriptors, in :mod:`cowstate.descriptors`;
+  every kind's row is in :mod:`cowstate.kinds`; re-exported here).
 - :class:`SnapshotFormat`: ``heap`` (a heap backend's snapshot file),
   ``canonical`` (the backend-independent snapshot file any backend restores)
   and ``rocksdb-native`` (RocksDB's own files).
@@ -16,9 +16,6 @@ is described, and in which format it was written.
 - :class:`StateMetadata`: the same state as recorded -- serializer
   *identifiers* instead of serializers -- in a snapshot file's metadata and in
   a checkpoint's keyed state handle alike.
-- :func:`apply_transform`: what ``transform`` means for every table (the
-  function's errors, ``None`` refused); :func:`keys_in`: ``keys(namespace)``
-  for every table (a raising namespace ``__eq__`` is a KeyComparisonError).
 
 Tables, snapshot files, both backends and the checkpoint handles import these
 from here; nothing here imports a table or a backend.
@@ -33,6 +30,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cowstate.descriptors import StateKind
 from cowstate.errors import InvalidArgumentError
 from cowstate.serializers import (
     DefaultSerializer,
@@ -40,36 +38,19 @@ from cowstate.serializers import (
     duplicate_serializer,
     serializer_identifier,
 )
-from cowstate.state_map import StateEntry, apply_transform, keys_in
 
 __all__ = [
     "MAX_STATES",
     "STATE_KINDS",
     "SnapshotFormat",
     "SnapshotTransformer",
-    "StateEntry",
     "StateKind",
     "StateMetaInfo",
     "StateMetadata",
-    "apply_transform",
-    "keys_in",
 ]
 
 #: Flink's limit on the states of one snapshot: state ids are shorts.
 MAX_STATES = (1 << 15) - 1
-
-
-class StateKind(StrEnum):
-    """The kind of a keyed state (what its handle does with the state object)."""
-
-    VALUE = "value"
-    LIST = "list"
-    MAP = "map"
-    REDUCING = "reducing"
-    AGGREGATING = "aggregating"
-
-    def __repr__(self) -> str:
-        return repr(self.value)  # messages and lists show 'value', as plain strings did
 
 
 #: The kinds' names, in declaration order (for messages).

@@ -65,13 +65,14 @@ from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
 )
+from cowstate.map_contract import StateEntry, keys_in
 from cowstate.maps import CopyOnWriteStateMap
 from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
 from cowstate.serializers import (
     StateSerializer,
     duplicate_serializer,
 )
-from cowstate.state_meta import SnapshotTransformer, StateEntry, StateMetaInfo, keys_in
+from cowstate.state_meta import SnapshotTransformer, StateMetaInfo
 from cowstate.table_base import TableBase
 from cowstate.type_vars import K, N, S, V
 

@@ -103,6 +103,7 @@ from cowstate.errors import (
     UndecodableValueError,
     UnsupportedValueError,
 )
+from cowstate.void_namespace import VOID_NAMESPACE
 
 __all__ = [
     "MAX_CONTAINER_DEPTH",
@@ -250,7 +251,6 @@ def _packer(unicode_errors: str | None) -> _Packer:
 
 _ExtType = msgpack.ExtType
 _new_tuple = tuple.__new__
-_void_namespace: Any = None
 
 
 def _default(value: Any) -> msgpack.ExtType:
@@ -282,7 +282,7 @@ def _default(value: Any) -> msgpack.ExtType:
         length = (value + (value < 0)).bit_length() // 8 + 1
         payload = value.to_bytes(length, "big", signed=True)
         return _new_tuple(_ExtType, (_BIGINT, payload))
-    if value is _void():
+    if value is VOID_NAMESPACE:
         return _VOID_EXT
     raise UnsupportedValueError(
         f"expected a value of the built-in types the default serializer encodes "
@@ -310,15 +310,6 @@ def _refusal(value: Any, exc: Exception) -> UnsupportedValueError:
         f"expected a value the value codec can write, got {type(value).__name__} that "
         f"MessagePack refused: {type(exc).__name__}: {exc}"
     )
-
-
-def _void() -> Any:
-    global _void_namespace
-    if _void_namespace is None:  # imported late: keyed_state imports this module's users
-        from cowstate.keyed_state import VOID_NAMESPACE
-
-        _void_namespace = VOID_NAMESPACE
-    return _void_namespace
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
@@ -351,7 +342,7 @@ def _ext_hook(code: int, data: bytes) -> Any:
             raise UndecodableValueError(
                 f"expected an empty VOID_NAMESPACE ext, got {len(data)} bytes"
             )
-        return _void()
+        return VOID_NAMESPACE
     raise UndecodableValueError(
         f"expected an ext tag of the value codec (1 to 5), got tag {code} with {len(data)} bytes"
     )

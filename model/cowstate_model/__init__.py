@@ -9,6 +9,7 @@ such dict per state name. Nothing here is optimised: it must be obviously right.
 - :mod:`cowstate_model.state_table`: ``ReferenceStateTable``, the map restricted
   to its key groups;
 - :mod:`cowstate_model.backend`: ``ReferenceKeyedStateBackend``, one dict per state;
+- :mod:`cowstate_model.kinds`: what each kind of keyed state means (its handle);
 - :mod:`cowstate_model.storage`: ``ReferenceStorage``, which snapshots exist and
   what each holds;
 - :mod:`cowstate_model.arithmetic`, :mod:`cowstate_model.key_groups`: the map's

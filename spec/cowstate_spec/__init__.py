@@ -17,13 +17,19 @@ What the machines and the differential run check:
   map and table, with their capabilities;
 - :mod:`cowstate_spec.backends`: ``BACKENDS``, every keyed state backend, and
   the ``WriteGate`` that interleaves writers with the owner;
+- :mod:`cowstate_spec.kinds`: ``KINDS``, every kind of keyed state as the
+  machines drive it (the state they register, the backend machine's rules);
 - :mod:`cowstate_spec.invariants`: the structural checkers and snapshot fingerprints;
 - :mod:`cowstate_spec.contract`: what callers do with the states they get;
 - :mod:`cowstate_spec.keys`: keys with chosen hashes (collisions, long chains);
 - :mod:`cowstate_spec.hostile`: user code that raises (rule U): probe keys,
   states whose copy raises, states too deep to copy, transform functions that
-  mutate then raise;
-- :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch.
+  mutate then raise; probe keys whose ``__eq__`` changes the map (rule R);
+- :mod:`cowstate_spec.collected`: tracked states, and the map machines' check
+  that a state nothing holds any more has no reference left;
+- :mod:`cowstate_spec.bad_implementations`: one-line bugs the spec must catch;
+- :mod:`cowstate_spec.bad_checks`: restore checks broken to sample or to count,
+  which the restore tests must catch.
 
 The differential run (``cowstate check``; Spark needs the ``spark`` extra):
 

@@ -2,8 +2,10 @@
 side by side, while asynchronous snapshot writers race the owner.
 
 One rule per operation of the state API (``value_update``, ``list_add``,
-``map_put``, ``reducing_add``, ...), applied to both at the current key and
-namespace; results and refusals must agree. States handed out are mutated in
+``map_put``, ``reducing_add``, ...: each kind's rules are in its row of
+:mod:`cowstate_spec.kinds`, and become the machine's methods under their
+names), applied to both at the current key and namespace; results and
+refusals must agree. States handed out are mutated in
 place by the caller, as the contract allows until the next snapshot.
 
 ``snapshot`` takes the synchronous part on both and lets the implementation's
@@ -61,7 +63,7 @@ import io
 import operator
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -91,9 +93,10 @@ from cowstate_spec.backends import (
 from cowstate_spec.cmap_view import MAP_CLASSES, view_of
 from cowstate_spec.hostile import Trapped
 from cowstate_spec.keys import EQUAL_KEYS, typed_keys
+from cowstate_spec.kinds import KINDS, small_ints
 from cowstate_spec.machine import Outcome
 
-__all__ = ["BackendMachine", "HostileUserCode", "backend_machine_for"]
+__all__ = ["BackendMachine", "HostileUserCode", "backend_machine_for", "with_kind_rules"]
 
 MAX_PARALLELISM = 8
 WAIT = 60.0  # seconds a writer may take at most
@@ -114,14 +117,32 @@ KEY_FAMILIES: dict[str, list[Any]] = {
     "float": [0.0, 1.0, 2.5, -3.0, 4.25, 5.5, 6.0, 7.75],
 }
 namespaces = st.sampled_from([VOID_NAMESPACE, "w1", 2])
-small_ints = st.integers(-5, 20)
-values = st.one_of(small_ints, st.lists(small_ints, max_size=3), st.none())
-elements = st.one_of(small_ints, st.text("xy", max_size=2))
-user_keys = st.sampled_from(["u", "v", 3])
 
 
+M = TypeVar("M", bound=RuleBasedStateMachine)
+
+
+def with_kind_rules(machine: type[M]) -> type[M]:
+    """``machine`` with every kind's rules (:mod:`cowstate_spec.kinds`) as its
+    methods, under their names; a name the machine has already is refused (it
+    would replace that rule silently)."""
+    # rule(**arguments): the arguments are strategies only (no target)
+    make_rule: Callable[..., Callable[[Callable[..., None]], Callable[..., None]]] = rule
+    for kind in KINDS.values():
+        for kind_rule in kind.rules:
+            if hasattr(machine, kind_rule.name):
+                raise TypeError(
+                    f"expected a new rule name for the {kind.descriptor.kind} kind's rule, "
+                    f"got {kind_rule.name!r}, which {machine.__name__} has already"
+                )
+            setattr(machine, kind_rule.name, make_rule(**kind_rule.strategies(st))(kind_rule.run))
+    return machine
+
+
+@with_kind_rules
 class BackendMachine(RuleBasedStateMachine):
-    """Drives ``implementation`` and the reference backend with the same calls."""
+    """Drives ``implementation`` and the reference backend with the same calls;
+    the rules of each kind's handle come from :mod:`cowstate_spec.kinds`."""
 
     implementation: BackendImplementation
     key_group_range: KeyGroupRange
@@ -219,11 +240,8 @@ class BackendMachine(RuleBasedStateMachine):
         ]
         for key in owned[:count]:
             self.both(operator.methodcaller("set_current_key", key))
-            self.on_state("value", "update", [key])
-            self.on_state("list", "add_all", [key, key])
-            self.on_state("map", "put", "u", key)
-            self.on_state("reducing", "add", 1)
-            self.on_state("aggregating", "add", 2)
+            for kind in KINDS.values():
+                kind.load(self, key)
         self.both(lambda b: b.set_current_key(owned[0]))
 
     # -------------------------------------------------------- key context
@@ -254,79 +272,7 @@ class BackendMachine(RuleBasedStateMachine):
     def set_current_namespace(self, namespace: Any) -> None:
         self.both(lambda b: b.set_current_namespace(namespace))
 
-    # ---------------------------------------------------------- value state
-
-    @rule(value=values)
-    def value_update(self, value: Any) -> None:
-        self.on_state("value", "update", value)
-
-    @rule(item=st.integers(0, 99))
-    def value_value_and_mutate(self, item: int) -> None:
-        self.mutate(self.on_state("value", "value"), item)
-
-    # ----------------------------------------------------------- list state
-
-    @rule(element=elements)
-    def list_add(self, element: Any) -> None:
-        self.on_state("list", "add", element)
-
-    @rule(elements=st.lists(st.one_of(elements, st.none()), max_size=3))
-    def list_add_all(self, elements: list[Any]) -> None:
-        self.on_state("list", "add_all", elements)
-
-    @rule(elements=st.lists(elements, max_size=3))
-    def list_update(self, elements: list[Any]) -> None:
-        self.on_state("list", "update", elements)
-
-    @rule(item=st.integers(0, 99))
-    def list_get_and_mutate(self, item: int) -> None:
-        self.mutate(self.on_state("list", "get"), item)
-
-    # ------------------------------------------------------------ map state
-
-    @rule(user_key=user_keys, value=values)
-    def map_put(self, user_key: Any, value: Any) -> None:
-        self.on_state("map", "put", user_key, value)
-
-    @rule(user_key=user_keys, item=st.integers(0, 99))
-    def map_get_and_mutate(self, user_key: Any, item: int) -> None:
-        self.mutate(self.on_state("map", "get", user_key), item)
-
-    @rule(user_key=user_keys)
-    def map_remove(self, user_key: Any) -> None:
-        self.on_state("map", "remove", user_key)
-
-    @rule(user_key=st.one_of(user_keys, st.just(["unhashable"])))
-    def map_contains(self, user_key: Any) -> None:
-        self.on_state("map", "contains", user_key)
-
-    @rule()
-    def map_items(self) -> None:
-        impl_state, model_state = self.states["map"]
-        impl = Outcome(impl_state.items)
-        model = Outcome(model_state.items)
-        assert (impl.error is None) == (model.error is None)
-        if impl.error is None:
-            assert dict(impl.value) == dict(model.value)
-            self.on_state("map", "is_empty")
-
-    # ------------------------------------------- reducing, aggregating state
-
-    @rule(value=st.one_of(small_ints, st.none()))
-    def reducing_add(self, value: Any) -> None:
-        self.on_state("reducing", "add", value)
-
-    @rule()
-    def reducing_get(self) -> None:
-        self.on_state("reducing", "get")
-
-    @rule(value=small_ints)
-    def aggregating_add(self, value: int) -> None:
-        self.on_state("aggregating", "add", value)
-
-    @rule()
-    def aggregating_get(self) -> None:
-        self.on_state("aggregating", "get")
+    # --------------------------------------- every kind (its own rules: kinds.py)
 
     @rule(name=st.sampled_from(sorted(DESCRIPTORS)))
     def clear(self, name: str) -> None:
@@ -470,7 +416,7 @@ class BackendMachine(RuleBasedStateMachine):
             finally:
                 backend.close()
 
-    @rule(value=small_ints)
+    @rule(value=small_ints(st))
     def fill_every_key_group(self, value: int) -> None:
         """A value (a list) and a map entry (a list too) at one key of every key
         group of the range: a snapshot then has something to lose everywhere
@@ -510,8 +456,9 @@ class BackendMachine(RuleBasedStateMachine):
             return  # gone meanwhile, or an immutable state
         found = next(
             (
-                (name, key, namespace)
-                for name in ("value", "list", "map", "aggregating")
+                (kind.mutate_held, key, namespace)
+                for name, kind in KINDS.items()
+                if kind.mutate_held is not None
                 for key, namespace, state in self.backend.entries(name)
                 if state is reading
             ),
@@ -519,22 +466,11 @@ class BackendMachine(RuleBasedStateMachine):
         )
         if found is None:
             return  # the live backend no longer holds it (replaced or copied)
-        name, key, namespace = found
+        mutate_held, key, namespace = found
         with self.writes_withheld():
             self.both(lambda b: b.set_current_key(key))
             self.both(lambda b: b.set_current_namespace(namespace))
-            if name == "value":
-                self.mutate(self.on_state("value", "value"), item)
-            elif name == "list":
-                self.mutate(self.on_state("list", "get"), item)
-            elif name == "aggregating":
-                self.on_state("aggregating", "add", item)
-            else:
-                listed = [k for k, v in reading.items() if isinstance(v, list)]
-                if listed:  # the dict's own lists: a shallow copy would share them
-                    self.mutate(self.on_state("map", "get", listed[0]), item)
-                else:
-                    self.on_state("map", "put", "v", item)
+            mutate_held(self, reading, item)
 
     @contextlib.contextmanager
     def writes_withheld(self) -> Iterator[None]:

@@ -1,5 +1,5 @@
 """Every keyed state backend the backend state machine checks, and the
-states it registers on them.
+states it registers on them (one of each kind: ``cowstate_spec.kinds``).
 
 Adding a backend to the whole suite costs one line in :data:`BACKENDS`: a
 name, a factory ``(key_group_range, max_parallelism) -> backend``, and how to
@@ -26,20 +26,14 @@ from typing import Any
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.descriptors import (
-    AggregatingStateDescriptor,
-    ListStateDescriptor,
-    MapStateDescriptor,
-    ReducingStateDescriptor,
-    StateDescriptor,
-    ValueStateDescriptor,
-)
+from cowstate.descriptors import StateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
 from cowstate.key_groups import KeyGroupRange
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot import read_snapshot
 from cowstate.state_table import CopyOnWriteStateTable, TableFactory
 from cowstate_spec.implementations import PureMapsTable
+from cowstate_spec.kinds import KINDS, SumCount, add_ints
 
 __all__ = [
     "BACKENDS",
@@ -63,43 +57,9 @@ __all__ = [
 Contents = dict[str, dict[tuple[Any, Any], Any]]
 
 
-def add_ints(a: int, b: int) -> int:
-    """The reducing state's function."""
-    return a + b
-
-
-class SumCount:
-    """An aggregate function whose accumulator ``[sum, count]`` is mutated in
-    place by ``add``: the copy-on-write table must hand ``add`` a private copy
-    whenever a snapshot still holds the stored one."""
-
-    def create_accumulator(self) -> list[int]:
-        return [0, 0]
-
-    def add(self, value: int, accumulator: list[int]) -> list[int]:
-        accumulator[0] += value
-        accumulator[1] += 1
-        return accumulator
-
-    def get_result(self, accumulator: list[int]) -> tuple[int, int]:
-        return accumulator[0], accumulator[1]
-
-    def merge(self, a: list[int], b: list[int]) -> list[int]:
-        return [a[0] + b[0], a[1] + b[1]]
-
-    def __repr__(self) -> str:
-        return "SumCount()"
-
-
-#: One state of each kind, registered on every backend under test.
-_ALL: tuple[StateDescriptor, ...] = (
-    ValueStateDescriptor("value", default=[]),
-    ListStateDescriptor("list"),
-    MapStateDescriptor("map"),
-    ReducingStateDescriptor("reducing", reduce_function=add_ints),
-    AggregatingStateDescriptor("aggregating", aggregate_function=SumCount()),
-)
-DESCRIPTORS: dict[str, StateDescriptor] = {d.name: d for d in _ALL}
+#: One state of each kind (``cowstate_spec.kinds``), registered on every
+#: backend under test, by its name (the kind's).
+DESCRIPTORS: dict[str, StateDescriptor] = {name: k.descriptor for name, k in KINDS.items()}
 
 
 class WriteGate:

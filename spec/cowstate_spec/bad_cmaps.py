@@ -2,10 +2,13 @@
 
 The pure map's broken variants (:mod:`cowstate_spec.bad_implementations`)
 rewrite one line of a method; a C map is broken at compile time instead:
-``impl/cowstate/_cmap.c`` plants one defect under ``-DCOWSTATE_BUG=n``. Each
-variant is compiled once into ``build/bad_cmaps/`` as its own module
-(``-DCOWSTATE_MODULE=_cmap_bug<n>``) and loaded beside the real one, so the
-state machines drive it exactly as they drive ``cowstate._cmap``.
+``impl/cowstate/_cmap.c`` plants one defect under ``-DCOWSTATE_BUG=n`` (each
+site is a ``PLANTED(BUG_...)`` condition there). Each variant is compiled once
+into ``build/bad_cmaps/`` as its own module (``-DCOWSTATE_MODULE=_cmap_bug<n>``)
+and loaded beside the real one, then attached to the probe
+(``cowstate_spec._cmap_probe.attach``: same layout, its own types), so the
+state machines drive it and the probe's checker judges it exactly as they do
+``cowstate._cmap``.
 
 Defects ``_cmap.c`` does not plant under a number are :class:`CRewrite` objects:
 one exact text of the source (one occurrence) replaced, in a copy compiled
@@ -32,9 +35,12 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import cowstate
+
 __all__ = [
     "C_BUGS",
     "C_REWRITES",
+    "LEAK_PROBE",
     "CBug",
     "CRewrite",
     "bad_cmap_implementation",
@@ -42,7 +48,11 @@ __all__ = [
     "c_identity",
 ]
 
-SOURCE = Path(__file__).resolve().parents[2] / "impl" / "cowstate" / "_cmap.c"
+#: The C map's source beside the cowstate package in use (impl/cowstate, or the
+#: copy make sanitize instruments in build/sanitize/cowstate).
+SOURCE = Path(cowstate.__file__).resolve().parent / "_cmap.c"
+#: The layout both the map and the probe compile in.
+HEADER = SOURCE.with_name("_cmap.h")
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_cmaps"
 
 
@@ -78,6 +88,11 @@ C_BUGS = [
         5,
         "release: H drops to 0 although older snapshots are still open",
     ),
+    CBug(
+        "c-put-leaks-replaced-state",
+        6,
+        "put never drops its reference to the state it replaced: a leak on a hot path",
+    ),
 ]
 
 
@@ -99,10 +114,8 @@ class CRewrite:
 C_REWRITES = [
     CRewrite(
         "c-get-checks-entry-version",
-        "    if (e->state_version < m->highest) {                      /* rule S */\n"
-        "        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);",
-        "    if (e->entry_version < m->highest) {                      /* rule S */\n"
-        "        PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);",
+        "if (e->state_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {",
+        "if (e->entry_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {",
         "rule S asks the state's version: a rule E copy still holds the snapshot's state",
     ),
     CRewrite(
@@ -128,12 +141,27 @@ C_REWRITES = [
 ]
 
 
+#: Memory only, so no machine can see it: ``entry_free`` drops the entry's key,
+#: namespace and state but never frees the entry itself. The traced memory of
+#: the leak tests (tests/test_implementations.py) and LeakSanitizer's self-check
+#: in ``make sanitize`` (scripts/sanitize.sh) must each report it.
+LEAK_PROBE = CRewrite(
+    "c-entry-free-keeps-the-entry",
+    "    PyObject *key = e->key, *ns = e->ns, *state = e->state;\n    PyMem_Free(e);\n",
+    "    PyObject *key = e->key, *ns = e->ns, *state = e->state;\n",
+    "a removed or replaced entry's 48 bytes are never freed",
+)
+
+
 def c_identity(bug: CRewrite) -> CRewrite:
     """The control of ``bug``: its text replaced by itself."""
     return CRewrite(f"identity-{bug.name}", bug.old, bug.old, "control")
 
 
 _LOADED: dict[int | str, ModuleType] = {}
+_SANITIZER_VARIABLES = frozenset(
+    {"LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "PYTHONMALLOC"}
+)
 
 
 def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
@@ -153,7 +181,7 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
             )
         name = "_cmap_rw_" + bug.name.replace("-", "_")
         defines = []
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:12]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest / f"{name}{suffix}"
     if not target.exists():
@@ -180,7 +208,10 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
             "-o",
             str(building),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        # The compiler runs without the sanitizer runtimes make sanitize preloads
+        # into this process (LeakSanitizer would fail cc for its own leaks).
+        clean = {k: v for k, v in os.environ.items() if k not in _SANITIZER_VARIABLES}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:
             raise RuntimeError(f"building {bug.name} failed: {' '.join(command)}\n{done.stderr}")
         os.replace(building, target)
@@ -191,6 +222,10 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    from cowstate_spec.cmap_view import PROBE
+
+    if PROBE is not None:  # its maps are checked like cowstate._cmap's
+        PROBE.attach(module)
     _LOADED[key] = module
     return module
 

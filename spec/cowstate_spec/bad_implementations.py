@@ -8,7 +8,9 @@ on each and requires it to fail; a bug the spec cannot see is a hole in the
 spec. The layers above have their own lists here (``bad_backends()``,
 ``STORAGE_BUGS``) and in :mod:`cowstate_spec.bad_layers` (broken functions:
 hashing, rescaling ranges, serializer copies, snapshot writer and reader,
-RocksDB savepoints); the C map's in :mod:`cowstate_spec.bad_cmaps`.
+RocksDB savepoints); the C map's in :mod:`cowstate_spec.bad_cmaps`; restore
+checks that sample or count, which the restore tests catch (no machine's
+snapshot holds a bad entry), in :mod:`cowstate_spec.bad_checks`.
 
 Every defect class backed twice
 ===============================
@@ -58,9 +60,12 @@ a writer releasing key groups before   writer-releases-before-serializing   back
 serializing
 a shallow serializer fast path         shallow-serializer-fast-path         backend
 a clipped rescaling range              clipped-rescaling-range              backend
+a leaked reference (issue 26)          c-put-leaks-replaced-state           C map
 =====================================  ===================================  ========
 
-Three classes have no C form here: a C snapshot copies whole chunk
+A leaked reference has no pure-map form (Python counts the pure map's
+references); the map machines catch it by the lifetimes of their states
+(:mod:`cowstate_spec.collected`). Three classes have no C form here: a C snapshot copies whole chunk
 directories (no compact layout to lose a high half of: its analogue is
 ``c-directory-copy-misses-a-chunk``), ``move_bucket`` moves a bucket all or
 nothing by construction, and a C rehash relinking a shared entry in place
@@ -88,8 +93,9 @@ from typing import Any
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap
-from cowstate.state_table import CopyOnWriteStateTable, NestedMapsStateTable, StateTable
+from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
 from cowstate_spec.implementations import (
     SUB_RANGE,
@@ -346,6 +352,14 @@ USER_CODE_BUGS: list[Bug] = [
         "except ArithmeticError as exc:  # rule U",
         "rule U: a key's raising __eq__ must come out as KeyComparisonError",
     ),
+    Bug(
+        "put-ignores-a-map-changed-by-equality",
+        "_put_entry",
+        "if self._stamp != stamp:  # rule R1: an __eq__ changed the map",
+        "if False:  # rule R1: an __eq__ changed the map",
+        "rule R1: a put whose key's __eq__ put mappings inserts into the table and "
+        "bucket it searched before, which a rehash step may have emptied or dropped",
+    ),
 ]
 
 
@@ -399,6 +413,7 @@ DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
     ),
     "a shallow serializer fast path": (("backend", "shallow-serializer-fast-path"),),
     "a clipped rescaling range": (("backend", "clipped-rescaling-range"),),
+    "a leaked reference": (("c-map", "c-put-leaks-replaced-state"),),
 }
 #: The classes the ``mutation`` profile's settings must find too (no shrinking).
 MUTATION_CLASSES = (

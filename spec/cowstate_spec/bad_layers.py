@@ -32,7 +32,20 @@ clipped-rescaling-range             backend machine (``rescale``: the operators
 native-savepoint-shares-sst-files   storage machine, ``savepoint`` rule: the
                                     coordinator's own write-time check refuses
                                     a savepoint listing shared files
+confinement-by-string-prefix        the confinement properties
+                                    (tests/test_restore_trust.py: a link to a
+                                    sibling ``chk-1-evil`` of ``chk-1``)
+relation-by-string-prefix           the confinement properties (a sibling
+                                    ``job-shared`` of the job directory taken
+                                    for its ``shared/``)
+dot-dot-taken                       the confinement properties (a path with a
+                                    ``..`` that stays inside taken, against P1)
 ==================================  ==========================================
+
+The last three break path confinement (:data:`PATH_LAYER_BUGS`), which no
+state machine exercises: :func:`bad_layer_confinement` gives the broken
+functions and classes (a :class:`Confinement`) to Hypothesis properties over
+a directory tree of hostile names and real symbolic links.
 
 Each has an identity-rewrite control (``old`` replaced by itself, the same
 callers rebound): the same machine must pass it.
@@ -50,6 +63,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from cowstate import key_groups, serializers
+from cowstate.checkpoint import paths
+from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.key_groups import KeyGroupRange
 from cowstate.snapshot import writer
@@ -63,11 +79,15 @@ from cowstate_spec.invariants import table_fingerprint
 
 __all__ = [
     "BACKEND_LAYER_BUGS",
+    "CONFINEMENT",
+    "PATH_LAYER_BUGS",
     "TABLE_LAYER_BUGS",
+    "Confinement",
     "FunctionBug",
     "LayerBug",
     "bad_layer_backend",
     "bad_layer_backend_machine",
+    "bad_layer_confinement",
     "bad_layer_storage_kind",
     "bad_layer_table",
     "broken_function",
@@ -156,12 +176,9 @@ def bad_layer_table(bug: LayerBug) -> Implementation:
 
 # ---------------------------------------------------------------- backends
 
-_WRITE_AND_RELEASE = (
-    "per_state[state_id] = [\n"
-    "                    (namespace_bytes(namespace), key_bytes(key), state_bytes(state))\n"
-    "                    for key, namespace, state in snap.key_group_items(key_group)\n"
-    "                ]"
-)
+#: Where write_snapshot takes a key group's entries (then encodes them, through
+#: the C codec or the Python loop).
+_TAKE_ITEMS = "items = snap.key_group_items(key_group)\n"
 
 BACKEND_LAYER_BUGS: list[LayerBug] = [
     FunctionBug(
@@ -175,10 +192,9 @@ BACKEND_LAYER_BUGS: list[LayerBug] = [
     FunctionBug(
         "writer-releases-before-serializing",
         writer.write_snapshot,
-        _WRITE_AND_RELEASE,
+        _TAKE_ITEMS,
         "items = list(snap.key_group_items(key_group))\n"
-        "                snap.release_key_group(key_group)\n"
-        "                " + _WRITE_AND_RELEASE.replace("snap.key_group_items(key_group)", "items"),
+        "                snap.release_key_group(key_group)\n",
         "a key group's map snapshots are released only once its states are serialized: "
         "released first, the owner mutates a state in place before the writer reads it",
     ),
@@ -321,3 +337,89 @@ def bad_layer_storage_kind(bug: LayerBug) -> BackendImplementation:
         )
 
     return replace(backend_named("rocksdb"), name=f"bad-{bug.name}", factory=factory)
+
+
+# -------------------------------------------------------------- confinement
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What confines a name read from a file (P1-P3 of
+    :mod:`cowstate.checkpoint.paths`) and says what the job owns: the real
+    functions and classes (:data:`CONFINEMENT`), or copies with a planted bug."""
+
+    is_inside: Callable[[str, str], bool]
+    check_exclusive_path: Callable[[str], str]
+    check_shared_path: Callable[[str], str]
+    source: type[SnapshotSource]
+    storage: type[CheckpointStorage]
+
+
+CONFINEMENT = Confinement(
+    paths.is_inside,
+    paths.check_exclusive_path,
+    paths.check_shared_path,
+    SnapshotSource,
+    CheckpointStorage,
+)
+
+PATH_LAYER_BUGS: list[LayerBug] = [
+    FunctionBug(
+        "confinement-by-string-prefix",
+        paths.is_inside,
+        "real.startswith(real_root.rstrip(os.sep) + os.sep)",
+        "real.startswith(real_root.rstrip(os.sep))",
+        "P3 compares names, not strings: a link to /a/chk-1-evil/x does not stay in /a/chk-1",
+    ),
+    Bug(
+        "relation-by-string-prefix",
+        "relation",
+        'if not other[1].startswith(job[1] + "/"):',
+        "if not other[1].startswith(job[1]):",
+        "a sibling of the job directory whose name starts with the job's (job-shared) is not "
+        "the job's: deleting in it deletes someone else's files",
+        CheckpointStorage,
+    ),
+    FunctionBug(
+        "dot-dot-taken",
+        paths._components,
+        'if part in (".", "..") or',
+        'if part == "." or',
+        "P1 refuses '..' wherever it leads: the lexical check is what bookkeeping and "
+        "deletion trust (lexical_path), links or not",
+    ),
+]
+
+
+def bad_layer_confinement(bug: LayerBug) -> Confinement:
+    """:data:`CONFINEMENT` with ``bug`` (or its control) planted: the broken
+    function, and the callers that reach it rebuilt around it."""
+    if isinstance(bug, Bug):  # a method of CheckpointStorage
+        return replace(CONFINEMENT, storage=broken_class(bug))
+    if bug.function is paths.is_inside:
+        inside = broken_function(bug)
+        return replace(
+            CONFINEMENT, is_inside=inside, source=_rebound_source("path", is_inside=inside)
+        )
+    assert bug.function is paths._components, f"expected a path bug, got {bug!r}"
+    components = broken_function(bug)
+    exclusive = rebound(paths.check_exclusive_path, _components=components)
+    shared = rebound(paths.check_shared_path, _components=components)
+    return replace(
+        CONFINEMENT,
+        check_exclusive_path=exclusive,
+        check_shared_path=shared,
+        source=_rebound_source(
+            "lexical_path", check_exclusive_path=exclusive, check_shared_path=shared
+        ),
+    )
+
+
+def _rebound_source(method: str, **helpers: Any) -> type[SnapshotSource]:
+    """:class:`SnapshotSource` with ``method`` recompiled around ``helpers``."""
+    head = f"def {method}("
+    cls = broken_class(
+        Bug(f"rebound-{method}", method, head, head, "rebound", SnapshotSource), **helpers
+    )
+    assert issubclass(cls, SnapshotSource)
+    return cls

@@ -274,11 +274,18 @@ def _spec(args: argparse.Namespace) -> WorkloadSpec:
     if args.seed is not None:
         overrides["base_seed"] = args.seed
     if args.implementations:
+        from cowstate_spec.conformance import is_external_name
+
         known = implementation_names()
-        unknown = [name for name in args.implementations if name not in known]
+        unknown = [
+            name
+            for name in args.implementations
+            if name not in known and not is_external_name(name)
+        ]
         if unknown:
             raise InvalidArgumentError(
-                f"--implementation {unknown[0]!r}: expected one of {', '.join(known)}"
+                f"--implementation {unknown[0]!r}: expected one of {', '.join(known)}, "
+                "or your own: package.module:factory, process:COMMAND, cmap-process, flink-java"
             )
         overrides["implementations"] = args.implementations
     try:
@@ -343,6 +350,13 @@ def _expected(error: Any) -> str:
     )
 
 
+_YOUR_OWN = (
+    "your own: package.module:factory (a Python map), process:'COMMAND' (a map in any "
+    "language speaking docs/protocol.md; {python} is this Python), cmap-process (the C map "
+    "behind the protocol), flink-java (Flink's CopyOnWriteStateMap: make flink-adapter)"
+)
+
+
 def _epilog() -> str:
     presets = "\n".join(
         f"  {name:<24} {spec.workloads:,} workloads x {spec.operations_per_workload:,} ops"
@@ -362,7 +376,8 @@ def _epilog() -> str:
     return (
         f"presets:\n{presets}\n\n"
         f"implementations (--implementation):\n{wrap(', '.join(good))}\n"
-        f"{wrap('planted bugs the check must catch: ' + ', '.join(bad))}\n\n"
+        f"{wrap('planted bugs the check must catch: ' + ', '.join(bad))}\n"
+        f"{wrap(_YOUR_OWN)}\n\n"
         f"exit status:\n{statuses}\n\n"
         "examples:\n"
         "  cowstate check --preset smoke\n"
@@ -393,6 +408,11 @@ def format_summary(summary: dict[str, Any], out: Path) -> str:
         + ", ".join(f"{k} {v:,}" for k, v in list(summary["operation_counts"].items())[:6]),
     ]
     lines.extend(_event_lines(summary.get("events", {})))
+    for name, skipped in summary.get("skipped_checks", {}).items():
+        if skipped:
+            lines.append(
+                f"  skipped checks     : {name} lacks what they need: {'; '.join(skipped)}"
+            )
     divergent = {k: v for k, v in summary["divergent_workloads"].items() if v}
     total = sum(divergent.values())
     detail = ", ".join(f"{name} {count:,}" for name, count in divergent.items())

@@ -1,12 +1,23 @@
 """The C map's structure, seen the way the checker sees the pure map.
 
-``cowstate._cmap`` keeps its entries as C structs; ``m._structure()`` and
-``snapshot._structure()`` export every table, chunk and entry as plain
-tuples. This module turns an export into objects with the pure map's
-internal attributes (``_primary``, ``_rehash``, entries with ``key``,
+``cowstate._cmap`` keeps its entries as C structs and exports nothing of
+them: the test-only probe :mod:`cowstate_spec._cmap_probe` (built beside it
+from ``spec/cowstate_spec/_cmap_probe.c``, reading the structs through
+``impl/cowstate/_cmap.h``) does. ``probe.structure(m)`` and
+``probe.snapshot_structure(snapshot)`` export every table, chunk and entry
+as plain tuples. This module turns an export into objects with the pure
+map's internal attributes (``_primary``, ``_rehash``, entries with ``key``,
 ``namespace``, ``state``, ``hash``, ``next``, ``entry_version``,
 ``state_version``), so :mod:`cowstate_spec.invariants` judges both maps with
-the same code and the model's plain arithmetic.
+the same code and the model's plain arithmetic: the reference checker. The
+probe's own checker (``probe.check``, in C, the one the machines and
+``cowstate check`` run on the C map) must agree with it.
+
+:data:`PROBE` is the probe, or ``None`` where it did not import (the C map was
+not built, or the probe not with it: :data:`PROBE_ERROR` says why). Without
+it the C map cannot be checked, so :data:`C_MAP_CLASS`, the C map the
+specification checks, is ``None`` too. The probe reads a map only after
+checking its exact type and the layout version both modules compiled in.
 
 Identity is what invariants 6-8 are about, so entry views are interned by
 the entry's address, per map: the view of one C entry is the same Python
@@ -30,8 +41,19 @@ from typing import Any
 from cowstate.maps import c_map_class
 from cowstate.state_map import CopyOnWriteStateMap as PureMap
 
+try:
+    from cowstate_spec import _cmap_probe as _probe
+except ImportError as exc:  # no C map, or the probe did not build with it
+    _probe = None  # type: ignore[assignment]
+    PROBE_ERROR: str | None = f"{type(exc).__name__}: {exc}"
+else:
+    PROBE_ERROR = None
+
 __all__ = [
+    "C_MAP_CLASS",
     "MAP_CLASSES",
+    "PROBE",
+    "PROBE_ERROR",
     "EntryView",
     "MapView",
     "SnapshotView",
@@ -43,22 +65,28 @@ __all__ = [
     "view_of_snapshot",
 ]
 
-_C_MAP = c_map_class()
+#: The probe (``cowstate_spec._cmap_probe``), or None where it did not import.
+PROBE = _probe
+#: The C map the specification checks: built, and its probe with it.
+C_MAP_CLASS: type[Any] | None = None if PROBE is None else c_map_class()
 _HAVE_GC = 1 << 14  # Py_TPFLAGS_HAVE_GC
-#: Every map class the checker knows: the pure map and, when built, the C map.
-MAP_CLASSES: tuple[type[Any], ...] = (PureMap,) if _C_MAP is None else (PureMap, _C_MAP)
+#: Every map class the checker knows: the pure map and, when checkable, the C map.
+MAP_CLASSES: tuple[type[Any], ...] = (PureMap,) if C_MAP_CLASS is None else (PureMap, C_MAP_CLASS)
 
 
 def is_c_map(m: object) -> bool:
-    return (
-        _C_MAP is not None
-        and type(m).__name__ == "CopyOnWriteStateMap"
-        and hasattr(m, "_structure")
-    )
+    """A map of ``cowstate._cmap`` or of a build the probe attached (exact type)."""
+    return PROBE is not None and PROBE.is_map(m)
 
 
 def is_c_snapshot(s: object) -> bool:
-    return type(s).__name__ == "StateMapSnapshot" and hasattr(s, "_structure")
+    return PROBE is not None and PROBE.is_snapshot(s)
+
+
+def _require_probe() -> Any:
+    if PROBE is None:
+        raise RuntimeError(f"the C map's probe did not import: {PROBE_ERROR}")
+    return PROBE
 
 
 class EntryView:
@@ -107,11 +135,17 @@ def _registry(m: Any) -> dict[int, EntryView]:
 
 
 def _heads(
-    registry: dict[int, EntryView], chains: Iterable[tuple[tuple[Any, ...], ...]]
+    registry: dict[int, EntryView],
+    chains: Iterable[tuple[tuple[Any, ...], ...]],
+    cut: bool = False,
 ) -> list[EntryView | None]:
-    """Entry views for exported chains (records head first); the heads."""
+    """Entry views for exported chains (records head first); the heads. A cut
+    export (the probe stopped a walk longer than the map can hold: a cycle)
+    ends in the middle of its last non-empty chain."""
     heads: list[EntryView | None] = []
-    for records in chains:
+    chains = list(chains)
+    last = max((i for i, records in enumerate(chains) if records), default=-1)
+    for index, records in enumerate(chains):
         views = []
         for address, key, namespace, state, h, next_address, ev, sv in records:
             v = registry.get(address)
@@ -125,7 +159,7 @@ def _heads(
         if views:
             views[-1].next = None
             # a next pointer the export did not follow would be a broken chain
-            for v in views:
+            for v in views[:-1] if cut and index == last else views:
                 expected = 0 if v.next is None else v.next.address
                 if v.next_address != expected:
                     raise AssertionError(f"export of {v!r} lost its successor")
@@ -138,18 +172,18 @@ class MapView:
 
     def __init__(self, m: Any) -> None:
         self.real = m
-        st = m._structure()
+        st = _require_probe().structure(m)
         self.structure = st
         registry = _registry(m)
         primary_dir, primary_chains = st["primary"]
-        self._primary: list[EntryView | None] = _heads(registry, primary_chains)
+        self._primary: list[EntryView | None] = _heads(registry, primary_chains, st["primary_cut"])
         self.primary_directory = primary_dir
         if st["rehash"] is None:
             self._rehash: list[EntryView | None] | None = None
             self.rehash_directory = None
         else:
             rehash_dir, rehash_chains = st["rehash"]
-            self._rehash = _heads(registry, rehash_chains)
+            self._rehash = _heads(registry, rehash_chains, st["rehash_cut"])
             self.rehash_directory = rehash_dir
         self._rehash_index: int = st["rehash_index"]
         self._primary_size: int = st["primary_size"]
@@ -175,7 +209,7 @@ class SnapshotView:
     def __init__(self, snapshot: Any) -> None:
         self.real = snapshot
         self.version: int = snapshot.version
-        structure = snapshot._structure()
+        structure = _require_probe().snapshot_structure(snapshot)
         self._size: int = 0 if structure is None else structure["size"]
 
     @property
@@ -188,16 +222,16 @@ class SnapshotView:
 
     @property
     def _data(self) -> list[EntryView | None] | None:
-        structure = self.real._structure()
+        structure = _require_probe().snapshot_structure(self.real)
         if structure is None:
             return None
-        heads = _heads(_registry(self.real._owner), structure["chains"])
+        heads = _heads(_registry(self.real._owner), structure["chains"], structure["cut"])
         # the pure map pads its compact layout with None up to the size
         heads.extend([None] * (self._size - len(heads)))
         return heads
 
     def directories(self) -> list[Any]:
-        structure = self.real._structure()
+        structure = _require_probe().snapshot_structure(self.real)
         if structure is None:
             return []
         return [d for d in (structure["primary"], structure["rehash"]) if d is not None]
@@ -205,14 +239,25 @@ class SnapshotView:
 
 def rehash_progress(m: Any) -> tuple[int, int] | None:
     """``(r, L)`` of a pure or C map's running rehash (its index and the old
-    capacity), or None outside one. A C map answers without exporting its
-    tables (``_structure()`` would build every bucket's list)."""
+    capacity), or None outside one. A C map's probe answers without exporting
+    its tables."""
     if is_c_map(m):
-        progress: tuple[int, int] | None = m._rehash_progress()
+        progress: tuple[int, int] | None = _require_probe().rehash_progress(m)
         return progress
     if m._rehash is None:
         return None
     return m._rehash_index, len(m._primary)
+
+
+def states_held_by_views(m: Any) -> Counter[int]:
+    """How many entry views of ``m`` hold each state (by ``id``): a view outlives
+    its entry until the address is exported again, so a lifetime check
+    (:mod:`cowstate_spec.collected`) discounts these references. Other maps
+    have no views (and need not take weak references)."""
+    if not is_c_map(m):
+        return Counter()
+    registry = _REGISTRIES.get(m)
+    return Counter(id(v.state) for v in registry.values()) if registry else Counter()
 
 
 def view_of(m: Any) -> Any:

@@ -15,11 +15,18 @@ go on using what it stored:
   reflected ``__eq__`` first, even against a ``HashKey``), and raises
   :class:`Trapped` from ``__eq__`` (``trap="eq"``) or from ``__hash__``
   (``trap="hash"``).
+- :class:`ReentrantKey` is a probe too, hashing as a mapped key, whose first
+  ``__eq__`` runs a callback that changes the map being searched (rule R of
+  :mod:`cowstate.state_map`: the search must start over); afterwards it is
+  equal to itself only.
 - :class:`CopyTrapList` is a list state that copies like a list, except
   while :func:`armed` is active: then its ``__deepcopy__`` raises.
 - :func:`deep_state` builds a list nested deeper than a deep copy can go.
 - :class:`MutateThenRaise` is a transform function that changes its argument
   in place, then raises; it remembers the object it was given.
+- :class:`RaisingHash` raises ``ValueError("no hash today")`` from every
+  ``__hash__``: for the tests of the message a raising hash gives, word for
+  word (never drawn by a machine: nothing could store it).
 
 Every repr is valid Python, so a failing step list replays as is.
 """
@@ -28,9 +35,9 @@ from __future__ import annotations
 
 import copy
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from cowstate_spec.contract import mutate_in_place
@@ -39,6 +46,8 @@ from cowstate_spec.keys import HashKey
 __all__ = [
     "CopyTrapList",
     "MutateThenRaise",
+    "RaisingHash",
+    "ReentrantKey",
     "TrapKey",
     "Trapped",
     "armed",
@@ -71,6 +80,33 @@ class TrapKey(HashKey):
 
     def __repr__(self) -> str:
         return f"TrapKey({self.value!r}, {self.hash_value!r}, {self.py_hash!r}, {self.trap!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class ReentrantKey(HashKey):
+    """A probe key hashing as ``py_hash`` whose first ``__eq__`` calls
+    ``reenter()`` (which puts into the map that compares it), then compares
+    by identity, as every later ``__eq__`` does. ``fired`` says whether it ran."""
+
+    py_hash: int = 0
+    reenter: Callable[[], object] = field(default=lambda: None, repr=False)
+    _fired: list[bool] = field(default_factory=lambda: [False], repr=False)
+
+    @property
+    def fired(self) -> bool:
+        return self._fired[0]
+
+    def __hash__(self) -> int:
+        return self.py_hash
+
+    def __eq__(self, other: object) -> bool:
+        if not self._fired[0]:
+            self._fired[0] = True
+            self.reenter()
+        return other is self
+
+    def __repr__(self) -> str:
+        return f"ReentrantKey({self.value!r}, {self.hash_value!r}, {self.py_hash!r})"
 
 
 _ARMED = [False]
@@ -133,3 +169,14 @@ class MutateThenRaise:
 
     def __repr__(self) -> str:
         return "MutateThenRaise()"
+
+
+class RaisingHash:
+    """A key or namespace whose ``hash()`` always raises ``ValueError`` (rule U:
+    :class:`~cowstate.errors.KeyHashError`)."""
+
+    def __hash__(self) -> int:
+        raise ValueError("no hash today")
+
+    def __repr__(self) -> str:
+        return "RaisingHash()"

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
+from cowstate.errors import ConcurrentModificationError, CowStateError
 from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRange
-from cowstate.maps import c_map_class
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.protocols import KeyedTable
 from cowstate.serializers import PickleSerializer, StateSerializer
@@ -33,6 +33,7 @@ from cowstate.state_meta import StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, MapFactory
 from cowstate_model import ReferenceStateMap
 from cowstate_model.state_table import ReferenceStateTable
+from cowstate_spec.cmap_view import C_MAP_CLASS, PROBE_ERROR
 from cowstate_spec.invariants import (
     SnapshotFingerprint,
     TableFingerprint,
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from rocksdict import Rdict
 
     from cowstate.rocksdb.table import RocksDBStateTable
+    from cowstate_spec._cmap_probe import Fingerprint
 
 __all__ = [
     "C_MAP",
@@ -68,7 +70,7 @@ __all__ = [
 ]
 
 Checker = Callable[[Any, Sequence[Any]], None]
-Fingerprinter = Callable[..., SnapshotFingerprint | TableFingerprint]
+Fingerprinter = Callable[..., "SnapshotFingerprint | Fingerprint | TableFingerprint"]
 #: Called before a keyed operation; what it returns is called after it succeeded.
 StepChecker = Callable[[Any], Callable[[], None]]
 
@@ -90,14 +92,36 @@ class Capabilities:
       mutating it in place changes the mapping (until the next snapshot).
       False where it is a fresh copy (RocksDB: mutating it changes nothing).
     - ``fail_fast``: adding or removing a mapping while iterating raises
-      ``ConcurrentModificationError``. RocksDB's iteration reads in chunks and
-      sees such a change or not, never raising.
+      ``concurrent_modification`` (``ConcurrentModificationError``). RocksDB's
+      iteration reads in chunks and sees such a change or not, never raising.
+    - ``refuses_none``: ``put`` of ``None`` is refused (``None`` means absent).
+    - ``frees_states``: a state the map maps no more (replaced or removed) has
+      no reference left once no open snapshot holds it, so the machines and
+      the differential runner watch the lifetimes of the states it is given
+      (:mod:`cowstate_spec.collected`) and fail a leaked reference. False
+      where that cannot be seen or is not promised: a map in a child process
+      (:mod:`cowstate_spec.process_impl`: its objects are out of this
+      process's reach), or someone else's map that keeps states on purpose
+      (a cache, a free list). A state table's states are watched through
+      its maps' own checks, never the table's.
+    - ``refusals``: the exceptions bad input is refused with (cowstate's
+      hierarchy; an implementation of someone else names its own, e.g.
+      ``(ValueError, TypeError)``): any other exception is a crash.
+    - ``concurrent_modification``: what a failing-fast iterator raises.
+
+    An implementation checked through :mod:`cowstate_spec.conformance` says
+    what it lacks here; :func:`cowstate_spec.conformance.skipped_checks` names
+    the checks that are then skipped.
     """
 
     snapshots: bool = True
     put_reports_insert: bool = True
     mutations_persist: bool = True
     fail_fast: bool = True
+    refuses_none: bool = True
+    frees_states: bool = True
+    refusals: tuple[type[BaseException], ...] = (CowStateError,)
+    concurrent_modification: type[BaseException] = ConcurrentModificationError
 
 
 #: The copy-on-write maps and the heap tables: everything.
@@ -158,9 +182,10 @@ def _cow(name: str, capacity: int, cls: type[Any] = CopyOnWriteStateMap) -> Impl
     return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
 
 
-#: The C map (cowstate._cmap), or None where it was not built; a test fails
-#: then unless COWSTATE_PURE_PYTHON=1 (tests/test_implementations.py).
-C_MAP = c_map_class()
+#: The C map (cowstate._cmap), or None where it was not built or its probe
+#: (cowstate_spec._cmap_probe, which checks it) not with it; a test fails then
+#: unless COWSTATE_PURE_PYTHON=1 (tests/test_implementations.py).
+C_MAP = C_MAP_CLASS
 
 
 class PureMapsTable(CopyOnWriteStateTable[Any, Any, Any]):
@@ -381,9 +406,13 @@ IMPLEMENTATIONS += [
 
 
 def by_name(name: str) -> Implementation:
-    """The implementation called ``name``: one of :data:`IMPLEMENTATIONS`, or
+    """The implementation called ``name``: one of :data:`IMPLEMENTATIONS`,
     ``bad-<bug>`` for a deliberately broken map of
-    :mod:`cowstate_spec.bad_implementations` (so executors can rebuild it)."""
+    :mod:`cowstate_spec.bad_implementations` (so executors can rebuild it),
+    ``package.module:factory`` for someone else's Python map
+    (:func:`cowstate_spec.conformance.factory_implementation`), or a process
+    speaking the protocol: ``process:COMMAND`` or a registered adapter's name
+    (:data:`cowstate_spec.process_impl.ADAPTERS`)."""
     for implementation in IMPLEMENTATIONS:
         if implementation.name == name:
             return implementation
@@ -392,5 +421,19 @@ def by_name(name: str) -> Implementation:
     for bug in (*BUGS, *ITERATION_BUGS):
         if name == f"bad-{bug.name}":
             return bad_implementation(bug)
+    from cowstate_spec import process_impl
+    from cowstate_spec.conformance import factory_implementation, is_factory_name
+
+    if process_impl.is_process_name(name):
+        return process_impl.process_implementation(name)
+    if is_factory_name(name):
+        return factory_implementation(name)
     known = ", ".join(i.name for i in IMPLEMENTATIONS)
-    raise KeyError(f"expected one of {known} or bad-<bug>, got {name!r}")
+    adapters = ", ".join(process_impl.ADAPTERS)
+    alternatives = f"{known}, bad-<bug>, {adapters}, process:COMMAND or package.module:factory"
+    if C_MAP is None and name.startswith("c-"):
+        raise KeyError(
+            f"expected one of {alternatives}, got {name!r}: the C map is checked "
+            f"through its probe, which did not import here ({PROBE_ERROR})"
+        )
+    raise KeyError(f"expected one of {alternatives}, got {name!r}")

@@ -19,9 +19,18 @@ The checker computes hashes, thresholds, versions and the snapshot layout
 with the plain formulations of :mod:`cowstate_model.arithmetic`, never with
 the implementation's own helpers: a wrong helper cannot blind its judge.
 
-The C map (``cowstate._cmap``) is judged by the same code: its structure
-export is read through :mod:`cowstate_spec.cmap_view`, which also checks the
-C map's own invariants 10 (chunk counts) and 11 (retirement).
+The C map (``cowstate._cmap``) has two judges. The reference is this code:
+the structure export of its probe (``cowstate_spec._cmap_probe``) read
+through :mod:`cowstate_spec.cmap_view`, which also checks the C map's own
+invariants 10 (chunk counts), 11 (retirement) and 12 (the GC count). The
+fast one is the probe's checker in C: the same facts judged in the same
+order, the same messages, without building a Python object per entry (an
+export cost more than the map's own work: ``cowstate check`` ran the C map
+slower than the pure one). ``fingerprint`` and ``check_map`` use the probe
+for a C map unless ``reference=True``; a check takes the fingerprints of one
+kind. ``tests/test_implementations.py`` requires both judges to accept
+healthy maps and to name the same violation for every corruption the probe
+can make.
 """
 
 from __future__ import annotations
@@ -45,15 +54,18 @@ from cowstate_model.arithmetic import (
 from cowstate_model.key_groups import assign_to_key_group, java_hash, murmur_hash
 from cowstate_spec.cmap_view import (
     MAP_CLASSES,
+    PROBE,
     MapView,
+    SnapshotView,
     check_chunks_and_retirement,
     is_c_map,
-    view_of_snapshot,
+    is_c_snapshot,
 )
 from cowstate_spec.cmap_view import view_of as view_of_map
 
 if TYPE_CHECKING:
     from cowstate.rocksdb.table import RocksDBStateTable
+    from cowstate_spec._cmap_probe import Fingerprint
 
 __all__ = [
     "InvariantViolation",
@@ -101,15 +113,27 @@ class SnapshotFingerprint:
 _NOT_RECORDED = object()
 
 
-def fingerprint(snapshot: Any, *, values: bool = True) -> SnapshotFingerprint:
+def fingerprint(
+    snapshot: Any, *, values: bool = True, reference: bool = False
+) -> SnapshotFingerprint | Fingerprint:
     """Record everything ``snapshot`` reaches; take it right after ``snapshot()``.
 
     With ``values=False`` only identities are recorded (no deep copies of the
     states): for callers that compare state values against the model anyway.
-    A C map's snapshot is recorded through its :class:`~cowstate_spec.cmap_view.
-    SnapshotView`.
+    A C map's snapshot is recorded by the probe (its checker's fingerprint),
+    or with ``reference=True`` through its :class:`~cowstate_spec.cmap_view.
+    SnapshotView` (the reference checker's).
     """
-    snapshot = view_of_snapshot(snapshot)
+    if is_c_snapshot(snapshot):
+        if not reference:
+            assert PROBE is not None
+            recorded = PROBE.fingerprint(
+                snapshot, deep_copy if values else None, is_known_immutable
+            )
+            if isinstance(recorded, str):
+                raise InvariantViolation(recorded)
+            return recorded
+        snapshot = SnapshotView(snapshot)
     data = snapshot._data
     assert data is not None, "fingerprint of a released snapshot"
     owner = snapshot._owner
@@ -144,16 +168,36 @@ def fingerprint(snapshot: Any, *, values: bool = True) -> SnapshotFingerprint:
     return fp
 
 
-def check_map(m: Any, snapshots: Iterable[SnapshotFingerprint] = ()) -> None:
+def check_map(
+    m: Any,
+    snapshots: Iterable[SnapshotFingerprint | Fingerprint] = (),
+    *,
+    reference: bool = False,
+) -> None:
     """Assert invariants 1-9 of ``m``; ``snapshots`` are the open ones' fingerprints.
-    For the C map also invariants 10 and 11 (``cmap_view.check_chunks_and_retirement``)."""
-    if is_c_map(m):
+    For the C map also invariants 10-12: by the probe's checker when the
+    fingerprints are the probe's (and ``reference`` is false), else by the
+    reference (``cmap_view``: the export and ``check_chunks_and_retirement``)."""
+    fps = list(snapshots)
+    by_reference = [fp for fp in fps if isinstance(fp, SnapshotFingerprint)]
+    by_probe = [fp for fp in fps if not isinstance(fp, SnapshotFingerprint)]
+    c_map = is_c_map(m)
+    if by_probe and (reference or by_reference or not c_map):
+        raise TypeError(
+            "expected the fingerprints of one checker (fingerprint(..., reference=True) "
+            "for the reference), got the probe's"
+        )
+    if not c_map:
+        _check_map(m, by_reference)
+    elif reference or by_reference:
         view = MapView(m)
-        snapshots = list(snapshots)
-        _check_map(view, snapshots)
-        check_chunks_and_retirement(view, [fp.snapshot for fp in snapshots])
-        return
-    _check_map(m, snapshots)
+        _check_map(view, by_reference)
+        check_chunks_and_retirement(view, [fp.snapshot for fp in by_reference])
+    else:
+        assert PROBE is not None
+        verdict = PROBE.check(m, by_probe)
+        if verdict is not None:
+            raise InvariantViolation(verdict)
 
 
 def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
@@ -374,7 +418,10 @@ def rehash_step_check(m: Any) -> Callable[[], None]:
     was running moved whole buckets holding at least 4 entries, or finished.
 
     A table is known by identity: the list object of the pure map, the address
-    of the directory (the export's ``primary``/``rehash`` [0][0]) of the C map."""
+    of the directory of the C map (read by its probe, with the chain lengths,
+    without an export)."""
+    if is_c_map(m):
+        return _c_rehash_step_check(m)
     before = view_of_map(m)
     if before._rehash is None:
         return _nothing
@@ -413,6 +460,40 @@ def rehash_step_check(m: Any) -> Callable[[], None]:
     return after
 
 
+def _c_rehash_step_check(m: Any) -> Callable[[], None]:
+    """:func:`rehash_step_check` of a C map: the same judgement, from the probe's
+    ``rehash_state`` (directory addresses, r, chain lengths) instead of views."""
+    assert PROBE is not None
+    probe = PROBE
+    _primary, rehash_table, r, lengths = probe.rehash_state(m, True)
+    if not rehash_table:
+        return _nothing
+
+    def after() -> None:
+        primary, rehash, r_after, _ = probe.rehash_state(m, False)
+        if not rehash:
+            _require(
+                primary == rehash_table, 9, "a running rehash ended without installing its table"
+            )
+            return
+        _require(rehash == rehash_table, 9, "a running rehash was replaced by another")
+        _require(
+            r_after > r,
+            9,
+            f"a keyed operation during a rehash did not move a bucket (index stays {r})",
+        )
+        assert lengths is not None  # asked for while rehashing
+        moved = sum(lengths[r:r_after])
+        _require(
+            moved >= 4,
+            9,
+            f"a keyed operation moved buckets {r}..{r_after - 1} holding {moved} "
+            "entries, expected at least 4 or the end of the rehash",
+        )
+
+    return after
+
+
 def _table_identity(m: Any, which: str) -> int:
     if isinstance(m, MapView):
         directory = m.primary_directory if which == "primary" else m.rehash_directory
@@ -438,7 +519,7 @@ class TableFingerprint:
     """The fingerprints of one copy-on-write table snapshot, one per key group."""
 
     snapshot: CopyOnWriteStateTableSnapshot[Any, Any, Any]
-    maps: list[SnapshotFingerprint]
+    maps: list[SnapshotFingerprint | Fingerprint]
 
 
 def table_fingerprint(
@@ -460,7 +541,7 @@ def check_table(
     serializer's bytes for keys without a Java hash), the size is the sum of
     the maps', and every copy-on-write map holds invariants 1-9 against the
     open snapshots of its key group."""
-    fingerprints: dict[int, list[SnapshotFingerprint]] = {}
+    fingerprints: dict[int, list[SnapshotFingerprint | Fingerprint]] = {}
     for table_fp in snapshots:
         for fp in table_fp.maps:
             if not fp.snapshot.is_released:  # its key group was written

@@ -1,7 +1,8 @@
 """The state machine: an implementation and the reference model, side by side.
 
 One rule per operation of the public API, named as the operation; the
-contract (DESIGN.md section 3) is in the rules and the invariants:
+contract (README.md, "The contract"; its meaning is :mod:`cowstate_model`) is
+in the rules and the invariants:
 
 - every result, size, iteration (as a multiset) and key set per namespace
   equals the model's;
@@ -21,8 +22,14 @@ contract (DESIGN.md section 3) is in the rules and the invariants:
   chained from the cause, and the contents equal the model's afterwards
   (for the transform: plus the function's in-place change exactly when the
   implementation handed it the stored object, which it must when no snapshot
-  is open and its mutations persist);
-- the implementation's structural checker holds after every step.
+  is open and its mutations persist); a probe whose first ``__eq__`` puts
+  mappings into the implementation itself (rule R) is looked up in the map
+  as those puts left it, and the model gets the same puts;
+- the implementation's structural checker holds after every step;
+- (maps) a state object the implementation held and maps no more is
+  collected once no snapshot is open (:mod:`cowstate_spec.collected`: the
+  states a map is given are weak-referenceable copies), so a leaked
+  reference fails the step that leaked it.
 
 Where an implementation legitimately departs from this (its
 :class:`~cowstate_spec.implementations.Capabilities`), the rule consults the
@@ -83,8 +90,6 @@ from hypothesis.stateful import (
 
 from cowstate.arithmetic import MIN_TRANSFERRED_PER_INCREMENTAL_REHASH
 from cowstate.errors import (
-    ConcurrentModificationError,
-    CowStateError,
     KeyComparisonError,
     KeyHashError,
     StateCopyError,
@@ -96,11 +101,13 @@ from cowstate_model import ReferenceStateMap
 from cowstate_spec import contract as c
 from cowstate_spec import coverage as cov
 from cowstate_spec import strategies as s
-from cowstate_spec.cmap_view import MAP_CLASSES, view_of
+from cowstate_spec.cmap_view import MAP_CLASSES, states_held_by_views, view_of
+from cowstate_spec.collected import Lifetimes, tracked
 from cowstate_spec.contract import snapshot_contents
 from cowstate_spec.hostile import (
     CopyTrapList,
     MutateThenRaise,
+    ReentrantKey,
     TrapKey,
     Trapped,
     armed,
@@ -146,7 +153,18 @@ HANDING_OUT = {
     "transform": "transform",
 }
 #: The cases of ``hostile_user_code`` (its ``hostile_<case>`` methods).
-HOSTILE_CASES = ("key_hash", "key_equality", "transform", "state_copy", "deep_state")
+HOSTILE_CASES = (
+    "key_hash",
+    "key_equality",
+    "transform",
+    "state_copy",
+    "deep_state",
+    "reentrant_key",
+)
+
+#: The keys a re-entrant probe puts (strings: a table admits any of them
+#: whatever number type its first key fixed).
+REENTRANT_KEYS = tuple(f"re{i}" for i in range(64))
 
 
 #: ``grow_into_a_rehash`` stops at this many mappings: rehashes of 4, 8 and 16
@@ -191,6 +209,13 @@ class StateMapMachine(RuleBasedStateMachine):
         # each keyed operation (cowstate_spec.coverage.COUNTED): it costs a quarter.
         self.counted = self.implementation.name in cov.COUNTED
         self.can_rehash = self.implementation.capabilities.snapshots and self.has_cow_maps()
+        # The maps' state lifetimes (tables: their maps are the map machines' to
+        # watch), where the implementation promises them (frees_states).
+        self.lifetimes = (
+            None
+            if self.implementation.table or not self.implementation.capabilities.frees_states
+            else Lifetimes(lambda: states_held_by_views(self.impl))
+        )
 
     # ------------------------------------------------------------- helpers
 
@@ -198,8 +223,14 @@ class StateMapMachine(RuleBasedStateMachine):
         """Apply ``operation`` to both; they must agree on success or failure.
 
         The model gets its own deep copy of the arguments, so no state object
-        is ever shared between the two sides.
+        is ever shared between the two sides. A map is given a list or dict
+        state as a tracked copy, whose lifetime the machine watches
+        (``states_nothing_holds_are_collected``).
         """
+        if self.lifetimes is not None and operation in ("put", "put_and_get_old"):
+            state = tracked(args[2])
+            self.lifetimes.record(state)
+            args = (args[0], args[1], state, *args[3:])
         model_args = copy.deepcopy(args)
         step_check = self.implementation.step_check
         keyed = operation in KEYED_OPERATIONS
@@ -222,8 +253,10 @@ class StateMapMachine(RuleBasedStateMachine):
             f"{call}: implementation {impl}, model {model}"
         )
         if impl.error is not None and not isinstance(self.impl, ReferenceStateMap):
-            assert isinstance(impl.error, CowStateError), (
-                f"{call} raised {impl.error!r}, expected a cowstate.errors exception"
+            refusals = self.implementation.capabilities.refusals
+            assert isinstance(impl.error, refusals), (
+                f"{call} raised {impl.error!r}, expected a refusal "
+                f"({', '.join(r.__name__ for r in refusals)})"
             )
         return impl.value, model.value
 
@@ -412,13 +445,13 @@ class StateMapMachine(RuleBasedStateMachine):
     def release(self, index: int) -> None:
         impl, model, _ = self.pop_open(index)
         assert snapshot_contents(impl) == model.contents, (
-            f"snapshot {impl.version} differs from the model's at release"
+            f"snapshot {_version(impl)} differs from the model's at release"
         )
         expected = typed_keys((k, n, st) for (k, n), st in model.contents.items())
-        assert typed_keys(impl) == expected, f"snapshot {impl.version}: keys differ by type"
+        assert typed_keys(impl) == expected, f"snapshot {_version(impl)}: keys differ by type"
         impl.release()
         model.release()
-        assert impl.is_released
+        assert getattr(impl, "is_released", True)
 
     def rehashing(self) -> bool:
         """True while the implementation's copy-on-write map is rehashing (as of
@@ -515,8 +548,9 @@ class StateMapMachine(RuleBasedStateMachine):
         )
         self.equal_results("contains_key", *kn)
         outcome = Outcome(lambda: list(iterator))
-        assert isinstance(outcome.error, ConcurrentModificationError), (
-            f"iteration across a rehash step {outcome}, expected ConcurrentModificationError"
+        failure = self.implementation.capabilities.concurrent_modification
+        assert isinstance(outcome.error, failure), (
+            f"iteration across a rehash step {outcome}, expected {failure.__name__}"
         )
         cov.record(cov.ITERATION_INTERRUPTED_BY_REHASH)
 
@@ -531,7 +565,8 @@ class StateMapMachine(RuleBasedStateMachine):
 
     @rule(kn=any_key)
     def put_none(self, kn: tuple[Any, Any]) -> None:
-        self.both("put", *kn, None)
+        if self.implementation.capabilities.refuses_none:
+            self.both("put", *kn, None)
 
     @rule(bad=s.unhashables, key=s.keys, as_key=st.booleans())
     def put_unhashable(self, bad: Any, key: Any, as_key: bool) -> None:
@@ -546,6 +581,10 @@ class StateMapMachine(RuleBasedStateMachine):
         key (a table's: the key's own key group), or None where the rules of
         hostile user code do not apply (the reference model)."""
         return {} if isinstance(self.impl, MAP_CLASSES) else None
+
+    def own_key_group(self, key: Any) -> int | None:
+        """The key group a table routes ``key`` to (a map has none: None)."""
+        return None
 
     def compares_keys(self) -> bool:
         """Whether the implementation compares keys with ``__eq__`` (not RocksDB's bytes)."""
@@ -639,6 +678,57 @@ class StateMapMachine(RuleBasedStateMachine):
             c.mutate_in_place(self.model.get(*kn, **kwargs), value)
         self.contents_agree()
 
+    def hostile_reentrant_key(
+        self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
+    ) -> None:
+        """A probe hashing as a mapped key (or namespace), so the implementation
+        compares it with that one, whose first ``__eq__`` puts ``8 + 4 * value``
+        mappings into the implementation (its table: into the probe's key
+        group), enough to start or step a rehash (rule R of
+        ``cowstate.state_map``). The operation must act on the map as those
+        puts left it: the probe is absent, so a reading operation finds
+        nothing and a writing one maps it, where it is then found and
+        unmapped again. The model gets the same puts."""
+        if not self.compares_keys() or not self.mapped(kn, **kwargs):
+            return
+        key_group = kwargs.get("key_group")
+        extra = [
+            (k, kn[1])
+            for k in REENTRANT_KEYS
+            if key_group is None or self.own_key_group(k) == key_group
+        ][: 8 + 4 * value]
+
+        def reenter() -> None:
+            for k, n in extra:
+                self.impl.put(k, n, value, **kwargs)
+
+        key, namespace = kn
+        if as_key:
+            key = ReentrantKey("probe", 0, hash(key), reenter)
+        else:
+            namespace = ReentrantKey("probe", 0, hash(namespace), reenter)
+        outcome = Outcome(
+            lambda: getattr(self.impl, op)(key, namespace, *HOSTILE_CALLS[op], **kwargs)
+        )
+        probe = key if as_key else namespace
+        assert probe.fired, f"{op}: the probe hashing as {kn!r} was never compared"
+        for k, n in extra:
+            self.model.put(k, n, value, **kwargs)
+        inserts = op in ("put", "put_and_get_old", "transform")
+        expected: Any = {"contains_key": False, "put": True}.get(op)
+        if op == "put" and not self.implementation.capabilities.put_reports_insert:
+            expected = None
+        assert outcome.error is None and outcome.value == expected, (
+            f"{op}{(key, namespace)!r} with a probe that puts {len(extra)} mappings "
+            f"{outcome}, expected {expected!r}"
+        )
+        if inserts:  # put and put_and_get_old map [7], transform add_or_append(None, 7)
+            found = Outcome(lambda: self.impl.get(key, namespace, **kwargs))
+            assert found.value == [7], f"get of the probe just mapped {found}"
+            gone = Outcome(lambda: self.impl.remove_and_get_old(key, namespace, **kwargs))
+            assert gone.value == [7], f"remove_and_get_old of the probe {gone}"
+        self.contents_agree()
+
     def hostile_state_copy(
         self, kn: tuple[Any, Any], op: str, as_key: bool, value: int, kwargs: dict[str, Any]
     ) -> None:
@@ -711,12 +801,17 @@ class StateMapMachine(RuleBasedStateMachine):
     def open_snapshots_never_change(self) -> None:
         for impl, model, _ in self.open:
             assert len(impl) == len(model), (
-                f"snapshot {impl.version}: size {len(impl)}, model {len(model)}"
+                f"snapshot {_version(impl)}: size {len(impl)}, model {len(model)}"
             )
             assert snapshot_contents(impl) == model.contents, (
-                f"snapshot {impl.version} changed: {snapshot_contents(impl)!r} != "
+                f"snapshot {_version(impl)} changed: {snapshot_contents(impl)!r} != "
                 f"{dict(model.contents)!r}"
             )
+
+    @invariant()
+    def states_nothing_holds_are_collected(self) -> None:
+        if self.lifetimes is not None:
+            self.lifetimes.check((state for _, _, state in self.impl), bool(self.open))
 
     @invariant()
     def structure_holds(self) -> None:
@@ -770,7 +865,11 @@ class StateMapMachine(RuleBasedStateMachine):
     def iterate_across_a_change(self, kn: tuple[Any, Any], taken: int, remove: bool) -> None:
         """An iterator, then a ``remove`` (or a ``put``) of a mapped key: if the
         mapping went (or came), the iterator must fail fast. (Any copy-on-write
-        map, broken C variants included; the reference model does not promise it.)"""
+        map, broken C variants included; the reference model does not promise it,
+        nor an implementation without the ``fail_fast`` capability.)"""
+        capabilities = self.implementation.capabilities
+        if not capabilities.fail_fast:
+            return
         iterator = iter(self.impl)
         seen = list(itertools.islice(iterator, taken))
         size = len(self.impl)
@@ -781,9 +880,9 @@ class StateMapMachine(RuleBasedStateMachine):
         if len(self.impl) == size or len(seen) < taken:
             return  # nothing added or removed (a replaced state may go on), or exhausted
         outcome = Outcome(lambda: list(iterator))
-        assert isinstance(outcome.error, ConcurrentModificationError), (
+        assert isinstance(outcome.error, capabilities.concurrent_modification), (
             f"iteration across a {'remove' if remove else 'put'} of {kn!r} {outcome}, "
-            "expected ConcurrentModificationError"
+            f"expected {capabilities.concurrent_modification.__name__}"
         )
 
     def teardown(self) -> None:
@@ -974,6 +1073,11 @@ class HostileUserCode(StateMapMachine):
         if kwargs is None:
             return
         getattr(self, f"hostile_{case}")(kn, op, as_key, value, kwargs)
+
+
+def _version(snapshot: Any) -> Any:
+    """A snapshot's version for a message (``?`` where it has none)."""
+    return getattr(snapshot, "version", "?")
 
 
 def mappings_at_the_rehash_boundary(m: Any) -> list[tuple[Any, Any]]:

@@ -65,6 +65,7 @@ __all__ = [
     "executor_entry",
     "interpreter_tag",
     "ship",
+    "ship_modules",
 ]
 
 #: The packages of the cowstate distribution (see pyproject.toml).
@@ -134,17 +135,68 @@ def ship(spark_context: Any) -> ArchiveInfo:
     return {"name": path.name, "python": interpreter_tag()}
 
 
+def build_module_archive(directory: Path, names: Iterable[str]) -> Path:
+    """Write an archive of the top-level modules or packages ``names`` (a user's
+    implementation, see :func:`ship_modules`) into ``directory``."""
+    import importlib.util
+
+    files: dict[str, Path] = {}
+    for name in sorted(set(names)):
+        found = importlib.util.find_spec(name)
+        if found is None or (found.origin is None and not found.submodule_search_locations):
+            raise ModuleNotFoundError(f"expected module {name!r} to ship, found none", name=name)
+        if found.submodule_search_locations:
+            root = Path(next(iter(found.submodule_search_locations)))
+            for path in sorted(root.rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    files[f"{name}/{path.relative_to(root).as_posix()}"] = path
+        else:
+            assert found.origin is not None
+            origin = Path(found.origin)
+            files[origin.name] = origin
+    manifest = {"python": interpreter_tag(), "modules": sorted(set(names))}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for name in sorted(files):
+            archive.writestr(_entry(name), files[name].read_bytes())
+        archive.writestr(_entry(MANIFEST), json.dumps(manifest, indent=1, sort_keys=True))
+    data = buffer.getvalue()
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"cowstate-user-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    path.write_bytes(data)
+    return path
+
+
+def ship_modules(spark_context: Any, names: Iterable[str]) -> ArchiveInfo:
+    """Ship the top-level modules ``names`` (the packages of the user's
+    ``package.module:factory`` implementations) like :func:`ship`: an archive
+    the executors unpack and put first on ``sys.path``."""
+    from pyspark import cloudpickle
+
+    path = build_module_archive(_staging(), names)
+    key = (str(spark_context.applicationId), path.name)
+    if key not in _SHIPPED:
+        spark_context.addArchive(str(path))
+        _SHIPPED.add(key)
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # type: ignore[no-untyped-call]
+    return {"name": path.name, "python": interpreter_tag()}
+
+
 def executor_entry(
     batches: Iterator[Any],
     *,
     target: str,
     archive: ArchiveInfo | None,
     arguments: dict[str, Any],
+    modules: ArchiveInfo | None = None,
 ) -> Iterator[Any]:
-    """Executor side: activate the archive (if shipped), then run ``target``
-    (``"module:function"``) on ``batches`` with ``arguments``."""
+    """Executor side: activate the archive (if shipped) and the user's modules
+    (if any), then run ``target`` (``"module:function"``) on ``batches`` with
+    ``arguments``."""
     if archive is not None:
         activate(archive)
+    if modules is not None:
+        activate(modules)
     import importlib
 
     module_name, _, function_name = target.partition(":")

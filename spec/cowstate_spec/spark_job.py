@@ -27,7 +27,11 @@ How a run flows on Spark (the rules are cited in the code):
    :data:`CHUNK` workloads (Parquet with pyarrow, JSON lines
    ``records.jsonl`` without it, so the base install can run a check).
 7. **Shipping**: when the executors' Python is not this interpreter, the
-   checker travels with the job (:mod:`cowstate_spec.shipping`).
+   checker travels with the job (:mod:`cowstate_spec.shipping`); the
+   top-level packages of the spec's ``package.module:factory``
+   implementations always do (``ship_modules``), and each executor starts
+   its own child of a ``process:COMMAND`` implementation
+   (:mod:`cowstate_spec.process_impl`).
 8. **Timing**: ``elapsed_seconds`` is the wall time of the job of rule 2
    alone, after a warm-up job started one Python worker per core and
    imported the checker there (workers are reused); ``ops_per_second_per_core``
@@ -269,12 +273,17 @@ def _run_on_spark(
         if not context.getConf().contains("spark.sql.shuffle.partitions"):
             # the aggregations of rules 3 and 4 shuffle a few rows per task, not 200 partitions
             spark.conf.set("spark.sql.shuffle.partitions", str(max(cores * 2, 2)))
-        archive = None
+        archive = modules = None
         if not (is_local(real_master) and python == sys.executable):
             from cowstate_spec.shipping import ship
 
             archive = ship(context)  # rule 7
-        run = functools.partial(_on_executors, archive=archive)
+        user_modules = _user_modules(spec)
+        if user_modules:  # rule 7: the user's own implementations, always
+            from cowstate_spec.shipping import ship_modules
+
+            modules = ship_modules(context, user_modules)
+        run = functools.partial(_on_executors, archive=archive, modules=modules)
         partitions = partitions or min(spec.workloads, max(cores * 4, 1))
         records_uri = (out_dir / "records.parquet").resolve().as_uri()
         spec_json = spec.model_dump_json()
@@ -325,12 +334,28 @@ def _progress_server(host: str, shown: Any) -> ProgressServer | None:
         return None
 
 
-def _on_executors(target: str, arguments: dict[str, Any], archive: Any) -> Any:
+def _on_executors(target: str, arguments: dict[str, Any], archive: Any, modules: Any = None) -> Any:
     """The function a job runs on the executors: :func:`shipping.executor_entry`
     bound to ``target`` (rule 7); module-level, so it pickles by reference."""
     from cowstate_spec.shipping import executor_entry
 
-    return functools.partial(executor_entry, target=target, archive=archive, arguments=arguments)
+    return functools.partial(
+        executor_entry, target=target, archive=archive, arguments=arguments, modules=modules
+    )
+
+
+def _user_modules(spec: WorkloadSpec) -> list[str]:
+    """The top-level modules of the spec's ``package.module:factory``
+    implementations (rule 7 ships them)."""
+    from cowstate_spec.conformance import is_factory_name
+
+    return sorted(
+        {
+            name.partition(":")[0].partition(".")[0]
+            for name in spec.implementations
+            if is_factory_name(name)
+        }
+    )
 
 
 def _spark_totals(records: Any) -> dict[str, Any]:
@@ -675,7 +700,16 @@ def _summary(
             for name in spec.implementations
         },
         "divergences": [],
+        "skipped_checks": _skipped_checks(spec),
     }
+
+
+def _skipped_checks(spec: WorkloadSpec) -> dict[str, list[str]]:
+    """What each implementation lacks, by the checks that skips
+    (:func:`cowstate_spec.conformance.skipped_checks`)."""
+    from cowstate_spec.conformance import skipped_checks
+
+    return {name: skipped_checks(by_name(name)) for name in spec.implementations}
 
 
 def record_arrow_schema() -> Any:

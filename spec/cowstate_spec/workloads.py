@@ -83,7 +83,13 @@ OPERATIONS = (
 )
 #: The keyed operations ``interrupt_iteration`` applies in the middle of an iteration.
 INTERRUPTIONS = ("put", "remove", "get")
-TRANSFORM_FUNCTIONS = ("add_or_append", "replace_with_value", "raise_error", "return_none")
+TransformFunction = Literal["add_or_append", "replace_with_value", "raise_error", "return_none"]
+TRANSFORM_FUNCTIONS: tuple[TransformFunction, ...] = (
+    "add_or_append",
+    "replace_with_value",
+    "raise_error",
+    "return_none",
+)
 
 StateKind = Literal["int", "str", "list", "dict"]
 DEFAULT_STATE_KINDS: tuple[StateKind, ...] = ("int", "list", "dict")
@@ -141,6 +147,12 @@ class WorkloadSpec(BaseModel):
     )
     implementations: list[str] = Field(
         default_factory=lambda: _default_implementations(), min_length=1
+    )
+    transform_functions: list[TransformFunction] = Field(
+        default_factory=lambda: list(TRANSFORM_FUNCTIONS),
+        min_length=1,
+        description="the functions transforms apply (leaving out the failing ones checks "
+        "an implementation past a known difference)",
     )
 
     @field_validator("mix")
@@ -245,10 +257,11 @@ def _parse(path: Path, text: str) -> Any:
 
 
 def _default_implementations() -> list[str]:
-    """Both maps: the pure one, and the C one where it is built."""
-    from cowstate.maps import c_map_class
+    """Both maps: the pure one, and the C one where it is built and checkable
+    (its probe built with it)."""
+    from cowstate_spec.cmap_view import C_MAP_CLASS
 
-    return ["cow-map"] if c_map_class() is None else ["cow-map", "c-map"]
+    return ["cow-map"] if C_MAP_CLASS is None else ["cow-map", "c-map"]
 
 
 def _table_implementations() -> list[str]:
@@ -393,7 +406,7 @@ def operations(spec: WorkloadSpec, index: int) -> list[Operation]:
                 ops.append((name, key, namespace, rng.randrange(100)))
             elif name == "transform":
                 ops.append(
-                    (name, key, namespace, rng.randrange(10), rng.choice(TRANSFORM_FUNCTIONS))
+                    (name, key, namespace, rng.randrange(10), rng.choice(spec.transform_functions))
                 )
             else:
                 ops.append((name, key, namespace))

@@ -29,6 +29,10 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    ignored by the backends; an aborted checkpoint's record is dropped.
 4. Aborting or failing a checkpoint deletes only its own uploads (the
    location's record of what it wrote), never a file a completed checkpoint uses.
+   A failed savepoint likewise deletes its files and marker, and its
+   directory only if it created it -- at its real path, so never a link
+   nor a directory the user made -- and a deletion that fails too leaves
+   the intent for recovery; the caller sees the savepoint's own error.
 5. Subsuming a checkpoint deletes its exclusive files and exactly the shared
    files no retained checkpoint uses (:class:`~cowstate.checkpoint.registry.SharedStateRegistry`)
    and no pending checkpoint may use. A pending checkpoint may reuse any
@@ -68,6 +72,21 @@ The rules, each with a test (``tests/test_checkpoint_rules.py``):
    ``refused_deletions``.
 9. Nothing is deleted before what replaces it is verified: recovery restores
    first, then subsumes and collects garbage.
+10. A subtask holding no key group (an empty key-group range: an operator
+    its split left none) holds no keyed state, so its backend is never asked
+    to snapshot or restore. Its handle in every checkpoint and savepoint is
+    the empty one -- no state, no file; the backend, format and key
+    serializer of the others (M4, M9 of :mod:`~cowstate.checkpoint.verify`)
+    -- and a restore or recovery leaves it as it is while the others
+    restore. The constructor, ``restore`` and ``recover`` take such subtasks
+    beside those holding every key group between them.
+
+Arguments. Every path, name, id and number a caller gives is checked before
+anything is read or written (P5 of :mod:`~cowstate.checkpoint.paths` for
+paths and names): a bad one is an :class:`InvalidArgumentError` saying what
+was expected and what came. A directory the job records to find again --
+a savepoint's, the snapshot it is restored from -- is recorded by its
+absolute real path (P6), never by a name relative to the working directory.
 
 Recovery (:meth:`CheckpointCoordinator.recover`, steps R1-R5 in
 :mod:`~cowstate.checkpoint.recovery`) rebuilds a coordinator after a crash
@@ -89,10 +108,12 @@ The coordinator runs on one thread; the backends write on their own.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
+import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Literal
@@ -106,6 +127,7 @@ from cowstate.checkpoint.handles import (
     SnapshotOptions,
 )
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
+from cowstate.checkpoint.paths import check_argument
 from cowstate.checkpoint.protocol import CheckpointingBackend, PreparedRestore, overlapping
 from cowstate.checkpoint.recovery import Recovery, RecoveryReport, Skipped
 from cowstate.checkpoint.registry import SharedStateRegistry
@@ -147,10 +169,13 @@ class PendingCheckpoint:
     checkpoint_id: int
     location: SnapshotLocation
     options: SnapshotOptions
+    #: One per subtask that holds key groups (rule 10), in the order of ``indices``.
     futures: list[Future[KeyedStateHandle]]
     acknowledged: dict[int, KeyedStateHandle] = field(default_factory=dict)
     #: The shared paths retained when it was triggered: all it may reuse (rule 5).
     reusable: frozenset[str] = frozenset()
+    #: The index among the job's subtasks of each future's subtask.
+    indices: list[int] = field(default_factory=list)
 
     @property
     def is_acknowledged(self) -> bool:
@@ -216,6 +241,7 @@ class CheckpointCoordinator:
             )
         if type(num_retained) is not int or num_retained < 1:
             raise InvalidArgumentError(f"expected num_retained >= 1, got {num_retained!r}")
+        _check_timeout(timeout, "a timeout in seconds > 0", positive=True)
         _check_backends(backends)
         self.storage = storage
         self.backends = list(backends)
@@ -263,8 +289,10 @@ class CheckpointCoordinator:
         )
         self._pending[checkpoint_id] = pending
         try:
-            for backend in self.backends:
-                pending.futures.append(backend.snapshot_to(checkpoint_id, location, options))
+            for index, backend in enumerate(self.backends):
+                if len(backend.key_group_range):  # rule 10: one that holds none is not asked
+                    pending.futures.append(backend.snapshot_to(checkpoint_id, location, options))
+                    pending.indices.append(index)
         except Exception as exc:
             self.abort_checkpoint(checkpoint_id)
             raise CheckpointError(
@@ -280,6 +308,7 @@ class CheckpointCoordinator:
         deleted) and :class:`CheckpointError` raised with the cause.
         """
         pending = self._pending_checkpoint(checkpoint_id)
+        _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         done, not_done = wait(pending.futures, timeout=self.timeout if timeout is None else timeout)
         failure: BaseException | None = None
         if not_done:
@@ -287,7 +316,7 @@ class CheckpointCoordinator:
         for index, future in enumerate(pending.futures):
             if future in done and failure is None:
                 if future.cancelled():
-                    failure = CheckpointError(f"subtask {index} was cancelled")
+                    failure = CheckpointError(f"subtask {pending.indices[index]} was cancelled")
                 elif future.exception() is not None:
                     failure = future.exception()
                 else:
@@ -305,9 +334,12 @@ class CheckpointCoordinator:
     ) -> CompletedCheckpoint:
         """Acknowledge, write ``_metadata``, register, subsume, confirm (module doc)."""
         pending = self._pending_checkpoint(checkpoint_id)
+        _check_timeout(timeout, "a timeout in seconds >= 0 or None")
         if not pending.is_acknowledged:
             self.acknowledge(checkpoint_id, timeout)
-        subtasks = tuple(pending.acknowledged[i] for i in range(len(self.backends)))
+        subtasks = _every_subtask(
+            self.backends, [pending.acknowledged[i] for i in range(len(pending.futures))]
+        )
         source = SnapshotSource(self.storage.filesystem, pending.location.directory)
         try:
             disowned = sorted(
@@ -381,37 +413,43 @@ class CheckpointCoordinator:
         """Take a savepoint into ``directory`` and wait for it (rules 2 and 6).
 
         ``directory`` must be new (absent or empty) and outside what the job
-        owns (``CheckpointStorage.savepoint_location``). Its id comes from the
-        same counter as checkpoints; every file is exclusive and relative, it
-        is not registered and not in the store. While it is written, the job
-        directory's ``_savepoint`` intent and the directory's marker file
-        carry one token, so recovery can remove an interrupted savepoint and
-        nothing else. On failure everything written is deleted and
-        :class:`CheckpointError` raised.
+        owns (``CheckpointStorage.savepoint_location``). It is written at its
+        real path (links resolved once, before anything is written). Its id
+        comes from the same counter as checkpoints; every file is exclusive
+        and relative, it is not registered and not in the store. While it is
+        written, the job directory's ``_savepoint`` intent (that real path,
+        P6) and the directory's marker file carry one token, so recovery can
+        remove an interrupted savepoint and nothing else (R1). On failure
+        what it wrote is deleted -- its files and marker, and the directory
+        only if the savepoint created it -- and :class:`CheckpointError`
+        raised with the cause (a deletion that fails too is named in it, and
+        the intent is kept for recovery to finish).
         """
         if savepoint_format not in ("canonical", "native"):
             raise InvalidArgumentError(
                 f"expected a savepoint format 'canonical' or 'native', got {savepoint_format!r}"
             )
-        location = self.storage.savepoint_location(directory)
+        _check_timeout(timeout, "a timeout in seconds >= 0 or None")
+        given = self.storage.savepoint_location(directory)  # a name, not the job's, new
+        recorded = self.storage.recorded_directory(given.directory, "a savepoint directory")
         filesystem = self.storage.filesystem
+        location = SnapshotLocation(filesystem, recorded, None)  # where the intent says
+        created = not filesystem.exists(recorded)  # else the user's: it stays (rule 4)
         options = SnapshotOptions(kind="savepoint", format=savepoint_format)
         futures: list[Future[KeyedStateHandle]] = []
         token = uuid.uuid4().hex
-        marker = filesystem.join(location.directory, SAVEPOINT_MARKER + token)
+        marker = filesystem.join(recorded, SAVEPOINT_MARKER + token)
         checkpoint_id = self._last_id + 1
         try:
             checkpoint_id = self._next_id()
-            self.storage.write_savepoint_intent(
-                SavepointIntent(directory=location.directory, token=token)
-            )
-            filesystem.write_bytes(marker, b"")
+            self.storage.write_savepoint_intent(SavepointIntent(directory=recorded, token=token))
+            filesystem.create_empty(marker)  # no temporary name: R1 looks for this name only
             for backend in self.backends:
-                futures.append(backend.snapshot_to(checkpoint_id, location, options))
+                if len(backend.key_group_range):  # rule 10
+                    futures.append(backend.snapshot_to(checkpoint_id, location, options))
             _done, not_done = wait(futures, timeout=self.timeout if timeout is None else timeout)
             if not_done:
                 raise TimeoutError(f"{len(not_done)} subtasks did not finish in time")
-            handles = tuple(future.result() for future in futures)
             metadata = CheckpointMetadata(
                 job_id=self.storage.job_id,
                 checkpoint_id=checkpoint_id,
@@ -419,20 +457,23 @@ class CheckpointCoordinator:
                 savepoint_format=savepoint_format,
                 max_parallelism=self.max_parallelism,
                 timestamp=time.time(),
-                subtasks=handles,
+                subtasks=_every_subtask(self.backends, [future.result() for future in futures]),
             )
-            write_metadata(filesystem, location.directory, metadata)
+            write_metadata(filesystem, recorded, metadata)
         except Exception as exc:
             for future in futures:
                 future.cancel()
             wait(futures, timeout=self.timeout)
-            location.discard()
-            filesystem.delete(marker)
-            _remove_if_empty(self.storage, location.directory)
-            filesystem.delete(self.storage.savepoint_intent_path)
+            left = _discard_savepoint(self.storage, location, marker, created=created)
             raise CheckpointError(
                 f"expected savepoint {checkpoint_id} in {directory!r}, got "
-                f"{type(exc).__name__}: {exc}; what it wrote was deleted"
+                f"{type(exc).__name__}: {exc}; "
+                + (
+                    "what it wrote was deleted"
+                    if not left
+                    else f"what it wrote was deleted but for {'; '.join(left)} (its intent is "
+                    "kept: recovery removes the savepoint if its marker is left)"
+                )
             ) from exc
         filesystem.delete(marker)
         filesystem.delete(self.storage.savepoint_intent_path)
@@ -443,6 +484,9 @@ class CheckpointCoordinator:
     def delete_savepoint(self, directory: str) -> None:
         """Delete a savepoint directory (the user's call: the job never needs it),
         once its ``_metadata`` verifies as a savepoint outside what the job owns."""
+        if not isinstance(directory, str) or not directory.strip("/"):
+            raise InvalidArgumentError(f"expected a savepoint directory, got {directory!r}")
+        check_argument(directory, "a savepoint directory")  # P5
         filesystem = self.storage.filesystem
         metadata = read_metadata(filesystem, directory)
         if metadata.kind != "savepoint":
@@ -450,7 +494,7 @@ class CheckpointCoordinator:
                 f"expected a savepoint directory, {directory!r} holds checkpoint "
                 f"{metadata.checkpoint_id}"
             )
-        if any(c.directory == directory.rstrip("/") for c in self._completed):
+        if any(self.storage.is_same_directory(c.directory, directory) for c in self._completed):
             raise InvalidArgumentError(
                 f"expected a savepoint the job does not own, {directory!r} was restored in "
                 "CLAIM mode and is retained as a checkpoint"
@@ -513,13 +557,22 @@ class CheckpointCoordinator:
         never touches the snapshot; LEGACY lets later checkpoints build on its
         files and never deletes them. A checkpoint under another storage root
         is never built on (its shared paths resolve against its own root).
+        ``directory`` is read, claimed and recorded in ``_restore`` at its
+        real path (P6: links resolved once, here), so recovery from any
+        working directory finds the same snapshot.
         """
+        if not isinstance(directory, str) or not directory:
+            raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
+        check_argument(directory, "a snapshot directory")  # P5
         if not isinstance(mode, RestoreMode):
             raise InvalidArgumentError(
                 f"expected a RestoreMode (CLAIM, NO_CLAIM, LEGACY), got {mode!r}"
             )
         # The constructor checks storage, backends and num_retained, and writes nothing.
         coordinator = cls(storage, backends, num_retained=num_retained, timeout=timeout)
+        # P6: read and record the snapshot at its real path, never one relative to
+        # the working directory of whoever recovers the job later
+        directory = storage.recorded_directory(directory, "a snapshot directory")
         metadata = read_metadata(storage.filesystem, directory)
         if storage.checkpoint_ids_on_disk() or storage.read_restore_record() is not None:
             raise InvalidArgumentError(
@@ -527,7 +580,7 @@ class CheckpointCoordinator:
                 "holds checkpoints of a job: recover() it, or use another job id"
             )
         record = RestoreRecord(
-            directory=directory.rstrip("/"),
+            directory=directory,
             mode=mode,
             checkpoint_id=metadata.checkpoint_id,
             kind=metadata.kind,
@@ -640,6 +693,11 @@ class CheckpointCoordinator:
         return self._last_id
 
     def _pending_checkpoint(self, checkpoint_id: int) -> PendingCheckpoint:
+        if type(checkpoint_id) is not int:
+            raise InvalidArgumentError(
+                f"expected a checkpoint id (an int), got {type(checkpoint_id).__name__} "
+                f"{checkpoint_id!r}"
+            )
         pending = self._pending.get(checkpoint_id)
         if pending is None:
             raise UnknownCheckpointError(
@@ -716,7 +774,26 @@ class CheckpointCoordinator:
         )
 
 
+def _check_timeout(timeout: object, expected: str, *, positive: bool = False) -> None:
+    """Refuse a timeout that is not ``expected``: None (unless ``positive``: the
+    coordinator's own), else a finite number of seconds, >= 0 or > 0."""
+    if timeout is None and not positive:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not math.isfinite(timeout)
+        or timeout < 0
+        or (positive and timeout == 0)
+    ):
+        raise InvalidArgumentError(f"expected {expected}, got {timeout!r}")
+
+
 def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
+    if isinstance(backends, str | bytes) or not isinstance(backends, Sequence):
+        raise InvalidArgumentError(
+            f"expected a sequence of backends (one per subtask), got {type(backends).__name__}"
+        )
     if not backends:
         raise InvalidArgumentError("expected at least one backend (subtask), got none")
     for backend in backends:
@@ -730,17 +807,22 @@ def _check_backends(backends: Sequence[CheckpointingBackend]) -> None:
             f"expected one max parallelism for every subtask, got {sorted(max_parallelism)}"
         )
     ranges = sorted((b.key_group_range for b in backends), key=lambda r: r.start_key_group)
-    for left, right in itertools.pairwise(ranges):
+    # Which key groups, not how many: the ranges that hold key groups, in order,
+    # are disjoint and follow one another from 0 to max_p - 1. An empty range
+    # holds none and sorts anywhere: compared as a neighbour, it parted two
+    # overlapping ranges, whose sizes then made up for key groups nobody held.
+    owned = [r for r in ranges if len(r)]
+    for left, right in itertools.pairwise(owned):
         if len(left.intersection(right)):
             raise InvalidArgumentError(
                 f"expected disjoint key-group ranges, got {left!r} and {right!r}"
             )
-    covered = sum(len(r) for r in ranges)
     (max_p,) = max_parallelism
-    if covered != max_p:
+    bounds = [0, *(r.end_key_group + 1 for r in owned)]
+    if [r.start_key_group for r in owned] != bounds[:-1] or bounds[-1] != max_p:
         raise InvalidArgumentError(
             f"expected the subtasks' key-group ranges to cover all {max_p} key groups (a job's "
-            f"subtasks own every key group), got {covered}: {ranges!r}"
+            f"subtasks own every key group), got {sum(len(r) for r in ranges)}: {ranges!r}"
         )
 
 
@@ -759,6 +841,8 @@ def _restore_backends(
     prepared: list[PreparedRestore] = []
     try:
         for backend in backends:
+            if not len(backend.key_group_range):  # rule 10: nothing to restore, or to change
+                continue
             mine = overlapping(metadata.subtasks, backend.key_group_range)
             same_range = (
                 len(mine) == 1
@@ -776,6 +860,67 @@ def _restore_backends(
         raise
     for staged in prepared:  # cheap, in memory, on verified data
         staged.commit()
+
+
+def _every_subtask(
+    backends: Sequence[CheckpointingBackend], handles: Sequence[KeyedStateHandle]
+) -> tuple[KeyedStateHandle, ...]:
+    """The handle of every subtask, in order (rule 10): ``handles`` are those of
+    the subtasks holding key groups; one holding none has the empty handle --
+    no state, no file -- of the same backend, format and key serializer (M9)."""
+    written = iter(handles)
+    like = handles[0]  # some subtask holds key groups (the constructor's check)
+    every = []
+    for backend in backends:
+        key_groups = backend.key_group_range
+        if len(key_groups):
+            every.append(next(written))
+            continue
+        every.append(
+            KeyedStateHandle(
+                backend=like.backend,
+                format=like.format,
+                key_group_range=(key_groups.start_key_group, key_groups.end_key_group),
+                max_parallelism=like.max_parallelism,
+                checkpoint_id=like.checkpoint_id,
+                key_serializer=like.key_serializer,
+                states=(),
+                files=(),
+                checkpointed_size=0,
+                full_size=0,
+            )
+        )
+    return tuple(every)
+
+
+def _discard_savepoint(
+    storage: CheckpointStorage, location: SnapshotLocation, marker: str, *, created: bool
+) -> list[str]:
+    """Delete what a failed savepoint wrote: every file its ``location`` recorded,
+    its ``marker``, and its directory if the savepoint ``created`` it and no
+    file is left there (by its real path: never a link, nor a directory the
+    user made); then its intent, unless something stays. Raises nothing:
+    returns what stays, each with the error that kept it."""
+    filesystem = storage.filesystem
+    left: list[str] = []
+
+    def attempt(what: str, delete: Callable[[], None]) -> None:
+        try:
+            delete()
+        except Exception as exc:  # the savepoint's own error is the one to raise
+            left.append(f"{what} ({type(exc).__name__}: {exc})")
+
+    for path in location.written:
+        attempt(repr(path), functools.partial(filesystem.delete, path))
+    attempt(repr(marker), functools.partial(filesystem.delete, marker))
+    if created:
+        attempt(
+            repr(location.directory),
+            functools.partial(_remove_if_empty, storage, location.directory),
+        )
+    if not left:
+        attempt("its intent", functools.partial(filesystem.delete, storage.savepoint_intent_path))
+    return left
 
 
 def _remove_if_empty(storage: CheckpointStorage, directory: str) -> None:

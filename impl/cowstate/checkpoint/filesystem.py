@@ -223,6 +223,17 @@ class FileSystem:
             raise
         return stream.close_and_get_handle()
 
+    def create_empty(self, path: str) -> None:
+        """Create the empty file ``path`` directly, without a temporary name (a
+        marker): an empty file is whole once it exists, so a crash leaves it
+        or nothing under its own name. Durable on a local disk (its directory
+        fsynced); an existing file is left as it is."""
+        self._write_hook(path, b"")
+        self.makedirs(self.parent(path))
+        fs, p = self._fs(path)
+        fs.touch(p, truncate=False)
+        self.fsync_dir(self.parent(path))
+
     def upload(self, local_path: str | os.PathLike[str], path: str) -> WrittenFile:
         """Copy a local file to ``path`` atomically."""
         stream = self.create(path)

@@ -18,7 +18,7 @@ from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import CheckpointMetadata, FileHandle
 from cowstate.checkpoint.location import SnapshotSource
 from cowstate.checkpoint.storage import read_metadata
-from cowstate.errors import CheckpointNotFoundError, CorruptCheckpointError
+from cowstate.errors import CheckpointNotFoundError, CorruptCheckpointError, InvalidArgumentError
 
 __all__ = ["FileReport", "SnapshotReport", "format_report", "inspect_snapshot"]
 
@@ -51,9 +51,16 @@ def inspect_snapshot(
     directory: str, filesystem: FileSystem | None = None, *, verify: bool = False
 ) -> SnapshotReport:
     """Read the snapshot in ``directory`` and check its files (``verify``: their
-    CRC32 too). Raises only :mod:`cowstate.errors` exceptions."""
+    CRC32 too). Raises only :mod:`cowstate.errors` exceptions: a bad argument
+    is an :class:`~cowstate.errors.InvalidArgumentError` before anything is read."""
+    if filesystem is not None and not isinstance(filesystem, FileSystem):
+        raise InvalidArgumentError(
+            f"expected a FileSystem or None, got {type(filesystem).__name__}"
+        )
+    if not isinstance(verify, bool):
+        raise InvalidArgumentError(f"expected verify to be True or False, got {verify!r}")
     filesystem = filesystem or FileSystem()
-    metadata = read_metadata(filesystem, directory)
+    metadata = read_metadata(filesystem, directory)  # the directory checked first (P5)
     source = SnapshotSource(filesystem, directory)
     files = []
     for handle in metadata.subtasks:

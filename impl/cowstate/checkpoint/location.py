@@ -15,7 +15,7 @@ aborted or failed snapshot can delete exactly its own uploads
 (:meth:`SnapshotLocation.discard`) and never a file another snapshot uses.
 Backends call it from their writer threads; it is thread-safe.
 
-A source resolves a handle's path only inside its roots (P1-P4 of
+A source resolves a handle's path only inside its roots (P1-P5 of
 :mod:`~cowstate.checkpoint.paths`) and checks every file it reads against
 the handle's size and CRC32.
 """
@@ -169,7 +169,7 @@ class LocationStream:
 class SnapshotSource:
     """Reads the files of one completed snapshot, given the directory of its
     ``_metadata``: exclusive paths resolve against it, shared ones against the
-    storage root two levels up (``<root>/<job>/chk-<id>``), confined (P1-P4)."""
+    storage root two levels up (``<root>/<job>/chk-<id>``), confined (P1-P5)."""
 
     def __init__(self, filesystem: FileSystem, directory: str) -> None:
         self.filesystem = filesystem

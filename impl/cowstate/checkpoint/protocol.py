@@ -19,7 +19,8 @@ them or none (the coordinator's ``_restore_backends``):
    live state, without changing the backend. Any problem raises a
    :mod:`cowstate.errors` exception and leaves nothing behind. No handles at
    all is refused (:class:`~cowstate.errors.InvalidArgumentError`); key
-   groups no handle holds restore empty.
+   groups no handle holds restore empty. (The coordinator never asks a
+   backend holding no key group to snapshot or restore: its rule 10.)
 2. :meth:`PreparedRestore.commit` swaps the staged state in. It does only
    cheap in-memory steps on data already checked (heap: install the tables
    built in step 1; RocksDB: switch to the database built in step 1), so it

@@ -3,18 +3,35 @@
 A :class:`Recovery` works on a fresh coordinator over the job's storage, in
 five steps (cited as R1-R5):
 
-R1. An interrupted savepoint: if ``_savepoint`` names a directory outside what
-    the job owns that has no ``_metadata`` and holds the marker with the
-    intent's token (or nothing at all), that directory goes; if the savepoint
-    completed, only its marker does. A directory without the marker is never
-    touched.
+R1. An interrupted savepoint. ``_savepoint`` names the directory a savepoint
+    was being written to (as its real path) and a token; it is checked
+    before anything else is done with it (P5, P6 of
+    :mod:`~cowstate.checkpoint.paths`: no relative path, which would be
+    resolved against the working directory). Recovery follows it only to a
+    directory outside what the job owns, named by its own real path (no
+    symbolic link at any level), and there it looks for one name only: the
+    marker ``.cowstate-savepoint-<token>`` the savepoint created before it
+    wrote anything else. Holding the marker, the directory is that
+    savepoint's (absent or empty when it began): without ``_metadata`` (and
+    no snapshot below) it goes; if the savepoint completed, only its marker
+    does. Without the marker nothing there is listed, read or deleted -- an
+    empty directory neither (a crash before the marker was made leaves at
+    most that empty directory). An intent not followed (a file system that
+    cannot be reached too: recovery goes on) and a directory left are
+    reported; the intent is deleted.
 R2. The candidates, newest first: the job's checkpoints whose ``_metadata``
     verifies, then the snapshot the job was restored from -- as the newest of
     those checkpoints records it (``restored_from``): a ``_restore`` it does
     not confirm is reported and never read (a forged one cannot point
     recovery at another snapshot, or at another protocol's server), a lost
     one is replaced by the checkpoint's record; only a job without a
-    checkpoint of its own believes ``_restore`` as it is. The first that
+    checkpoint of its own believes ``_restore`` as it is. Either way the
+    snapshot is followed only to a directory named absolute and normal (P6:
+    ``_restore`` is checked as it is read, a checkpoint's ``restored_from``
+    here), outside what the job owns, by its own real path -- a restore
+    records it so; a relative one (an earlier version recorded the name as
+    given), one with ``..`` or one through a symbolic link is reported and
+    never followed (no snapshot the job started from, then). The first that
     restores into every backend (all subtasks or none) wins; each one passed
     over is reported with its reason. Corruption (``CorruptCheckpointError``,
     ``CheckpointNotFoundError``, ``SnapshotFormatError``) passes over a
@@ -37,12 +54,20 @@ R5. Only now, deletion (rules 5, 8, 9 of the coordinator): subsumption beyond
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata
 from cowstate.checkpoint.location import SnapshotSource
-from cowstate.checkpoint.storage import SAVEPOINT_MARKER, OnDisk, RestoreRecord, read_metadata
+from cowstate.checkpoint.paths import check_directory
+from cowstate.checkpoint.storage import (
+    SAVEPOINT_MARKER,
+    OnDisk,
+    RestoreRecord,
+    SavepointIntent,
+    read_metadata,
+)
 from cowstate.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -111,11 +136,7 @@ class Recovery:
         restored_metadata: CheckpointMetadata | None = None
         if record is not None:
             try:
-                if storage.relation(record.directory) not in ("outside", "foreign"):
-                    raise UnsafePathError(
-                        f"expected _restore to name a snapshot outside what the job owns, got "
-                        f"{record.directory!r}"
-                    )
+                self._check_followed(record.directory)  # R2, P6
                 restored_metadata = read_metadata(storage.filesystem, record.directory)
             except CheckpointNotFoundError as exc:
                 # subsumed (CLAIM) or deleted by its owner: harmless once the job has a
@@ -197,6 +218,25 @@ class Recovery:
             )
         return lineage
 
+    def _check_followed(self, directory: str) -> None:
+        """R2: :class:`UnsafePathError` unless recovery may follow the snapshot
+        the job was restored from to ``directory``: absolute and normal (P6:
+        a ``_restore`` is checked as it is read, a checkpoint's
+        ``restored_from`` here -- one written before P6 may be relative), outside
+        what the job owns, and named by its own real path."""
+        storage = self.job.storage
+        check_directory(directory, "the directory the job was restored from")
+        if storage.relation(directory) not in ("outside", "foreign"):
+            raise UnsafePathError(
+                f"expected _restore to name a snapshot outside what the job owns, got {directory!r}"
+            )
+        local = storage.filesystem.local_path(directory)
+        if local is not None and os.path.realpath(local) != local:
+            raise UnsafePathError(
+                f"expected _restore to name a snapshot by its real path, {directory!r} leads "
+                f"through a symbolic link to {os.path.realpath(local)!r}: not followed"
+            )
+
     def _try_restore(
         self, directory: str, metadata: CheckpointMetadata, report: RecoveryReport
     ) -> bool:
@@ -214,48 +254,74 @@ class Recovery:
         return True
 
     def _finish_interrupted_savepoint(self, report: RecoveryReport) -> str | None:
-        """A savepoint a crash interrupted: if its directory has no ``_metadata``
-        and holds the marker with the intent's token (or is empty), remove the
-        directory -- it was new when the savepoint began, so all it holds is
-        the savepoint's; if the savepoint completed, only its marker goes.
-        Returns the directory removed, if any."""
-        filesystem = self.job.storage.filesystem
+        """R1: a savepoint a crash interrupted; returns the directory removed, if any."""
+        storage = self.job.storage
         try:
-            intent = self.job.storage.read_savepoint_intent()
+            intent = storage.read_savepoint_intent()  # P5, P6
         except CowStateError as exc:
-            report.skipped.append(Skipped(self.job.storage.savepoint_intent_path, str(exc)))
-            filesystem.delete(self.job.storage.savepoint_intent_path)
+            report.skipped.append(Skipped(storage.savepoint_intent_path, str(exc)))
+            storage.filesystem.delete(storage.savepoint_intent_path)
             return None
         if intent is None:
             return None
         removed = None
-        directory = intent.directory
-        if self.job.storage.relation(directory) in ("outside", "foreign") and filesystem.is_dir(
-            directory
-        ):
-            entries = filesystem.list_dir(directory)
-            markers = [
-                e
-                for e in entries
-                if filesystem.name(e)
-                .lstrip(".")
-                .startswith(SAVEPOINT_MARKER.lstrip(".") + intent.token)
-            ]
-            holds_a_snapshot = any(
-                filesystem.name(p) == METADATA_FILE for p in filesystem.list_files(directory)
-            )
-            if filesystem.exists(filesystem.join(directory, METADATA_FILE)):
-                for marker in markers:
-                    filesystem.delete(marker)
-            elif holds_a_snapshot:  # a completed snapshot below: never ours to remove
-                report.skipped.append(
-                    Skipped(directory, "the savepoint intent names a directory holding a snapshot")
-                )
-            elif markers or not entries:
-                filesystem.delete_dir(directory)
-                removed = directory
-        filesystem.delete(self.job.storage.savepoint_intent_path)
+        try:
+            refusal = self._unfollowed(intent)
+            if refusal is None:
+                removed = self._remove_unfinished(intent, report)
+        except CowStateError as exc:  # a file system that cannot be reached, or is unknown
+            refusal = f"{exc}: not followed"
+        if refusal is not None:
+            report.skipped.append(Skipped(storage.savepoint_intent_path, refusal))
+        storage.filesystem.delete(storage.savepoint_intent_path)
         return removed
+
+    def _unfollowed(self, intent: SavepointIntent) -> str | None:
+        """Why R1 does not follow ``intent`` to its directory, or None: it must
+        lie outside what the job owns and be named by its own real path."""
+        storage = self.job.storage
+        directory = intent.directory
+        where = storage.relation(directory)
+        if where not in ("outside", "foreign"):
+            return (
+                f"expected the savepoint intent to name a directory outside what job "
+                f"{storage.job_id!r} owns, it names {directory!r} ({where}): not followed"
+            )
+        local = storage.filesystem.local_path(directory)
+        if local is not None and os.path.realpath(local) != local:
+            return (
+                f"expected the savepoint intent to name a directory by its real path, "
+                f"{directory!r} leads through a symbolic link to {os.path.realpath(local)!r}: "
+                "not followed"
+            )
+        return None
+
+    def _remove_unfinished(self, intent: SavepointIntent, report: RecoveryReport) -> str | None:
+        """R1 in the directory of a followed ``intent``: nothing unless it holds
+        the marker; then the marker (a completed savepoint) or the directory."""
+        filesystem = self.job.storage.filesystem
+        directory = intent.directory
+        name = SAVEPOINT_MARKER + intent.token
+        if not filesystem.exists(filesystem.join(directory, name)):
+            if filesystem.exists(directory):
+                report.skipped.append(
+                    Skipped(
+                        directory,
+                        f"expected the directory of the savepoint intent to hold its marker "
+                        f"{name!r}, it holds none: not touched",
+                    )
+                )
+            return None
+        if filesystem.exists(filesystem.join(directory, METADATA_FILE)):  # it completed
+            filesystem.delete(filesystem.join(directory, name))
+            return None
+        if any(filesystem.name(p) == METADATA_FILE for p in filesystem.list_files(directory)):
+            report.skipped.append(  # a completed snapshot below: never ours to remove
+                Skipped(directory, "the savepoint intent names a directory holding a snapshot")
+            )
+            return None
+        filesystem.delete_dir(directory)
+        return directory
 
     def _delete_garbage(
         self, record: RestoreRecord | None, restored: CheckpointMetadata | None

@@ -10,7 +10,8 @@ directory::
             keyed-state-..   exclusive files (heap snapshot files, RocksDB MANIFEST, ...)
         shared/              shared files (RocksDB SSTs), each under a fresh name
         _counter             the last checkpoint or savepoint id handed out
-        _restore             what the job was started from, and in which mode (sealed)
+        _restore             what the job was started from (its real path), and in
+                             which mode (sealed)
         _savepoint           the savepoint being written: its directory and a token
                              (sealed; see ``CheckpointCoordinator.trigger_savepoint``)
         anything else        not the job's: never deleted (a savepoint directory
@@ -37,7 +38,7 @@ import re
 from dataclasses import dataclass
 
 import fsspec
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from cowstate.checkpoint.filesystem import FileSystem, is_temporary
 from cowstate.checkpoint.handles import (
@@ -46,6 +47,12 @@ from cowstate.checkpoint.handles import (
     RestoreRecord,
 )
 from cowstate.checkpoint.location import SnapshotLocation
+from cowstate.checkpoint.paths import (
+    MAX_NAME_BYTES,
+    check_argument,
+    check_directory,
+    shown,
+)
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
 from cowstate.checkpoint.verify import parse_metadata, render_metadata
 from cowstate.errors import (
@@ -76,8 +83,11 @@ SAVEPOINT_MARKER = ".cowstate-savepoint-"
 #: The name (plus the record's token) of the marker a CLAIM restore writes into
 #: the claimed snapshot's directory (coordinator rule 8).
 CLAIM_MARKER = ".cowstate-claimed-"
-_CHECKPOINT_DIR = re.compile(r"chk-(\d+)$")
-_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*$")
+#: A checkpoint directory the job writes: ``chk-<id>``, the id in canonical ASCII
+#: decimal (P5). A listed ``chk-007``, ``chk-1`` with a newline after it, or ``chk-``
+#: with other Unicode digits is not one: not the job's, never read or deleted.
+_CHECKPOINT_DIR = re.compile(r"chk-(0|[1-9][0-9]*)\Z")
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
 
 
 class SavepointIntent(BaseModel):
@@ -86,8 +96,10 @@ class SavepointIntent(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    #: Absolute and normal, a local one its real path (P6).
     directory: str
-    token: str
+    #: The marker's: ``<directory>/.cowstate-savepoint-<token>`` (P6).
+    token: str = Field(pattern=r"^[0-9a-f]{32}$")
 
 
 @dataclass(frozen=True)
@@ -107,14 +119,24 @@ class CheckpointStorage:
     def __init__(self, root: str, job_id: str, filesystem: FileSystem | None = None) -> None:
         if not isinstance(root, str) or not root:
             raise InvalidArgumentError(f"expected a root path or URL, got {root!r}")
-        if not isinstance(job_id, str) or not _JOB_ID.match(job_id):
+        check_argument(root, "a root path or URL")  # P5
+        if not isinstance(job_id, str):
+            raise InvalidArgumentError(f"expected a job id (a string), got {job_id!r}")
+        if not _JOB_ID.match(job_id) or len(job_id) > MAX_NAME_BYTES:
             raise InvalidArgumentError(
-                f"expected a job id of letters, digits, '.', '_' and '-', got {job_id!r}"
+                f"expected a job id of 1 to {MAX_NAME_BYTES} letters, digits, '.', '_' and '-' "
+                f"(the first a letter or digit), got {shown(job_id)}"
+            )
+        if filesystem is not None and not isinstance(filesystem, FileSystem):
+            raise InvalidArgumentError(
+                f"expected a FileSystem or None, got {type(filesystem).__name__}"
             )
         self.filesystem = filesystem if filesystem is not None else FileSystem()
         self.root = root.rstrip("/") or "/"
         self.job_id = job_id
-        self.job_dir = self.filesystem.join(self.root, job_id)
+        self.job_dir = check_argument(  # P5: the root and the id together
+            self.filesystem.join(self.root, job_id), "the job directory (storage root/job id)"
+        )
         self.shared_dir = self.filesystem.join(self.job_dir, "shared")
 
     # ----------------------------------------------------------------- paths
@@ -137,7 +159,7 @@ class CheckpointStorage:
         """
         if not isinstance(directory, str) or not directory.strip("/"):
             raise InvalidArgumentError(f"expected a savepoint directory, got {directory!r}")
-        directory = directory.rstrip("/")
+        directory = check_argument(directory, "a savepoint directory").rstrip("/")  # P5
         where = self.relation(directory)
         if where != "outside" and where != "foreign":
             raise UnsafePathError(
@@ -175,6 +197,11 @@ class CheckpointStorage:
             return "owned"
         return "outside"
 
+    def is_same_directory(self, path: str, other: str) -> bool:
+        """True if ``path`` and ``other`` name one directory (links followed on
+        local disks)."""
+        return self._normalized(path) == self._normalized(other)
+
     def is_storage_root(self, path: str) -> bool:
         """True if ``path`` is this storage's root (links followed on local disks)."""
         return self._normalized(path) == self._normalized(self.root)
@@ -209,7 +236,9 @@ class CheckpointStorage:
         if not self.filesystem.exists(path):
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
-        return unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
+        record = unseal_model(data, "restore", 1, RestoreRecord, "a restore record", repr(path))
+        check_directory(record.directory, f"the directory in {path!r}")  # P5, P6
+        return record
 
     def write_restore_record(self, record: RestoreRecord) -> None:
         self.filesystem.write_bytes(
@@ -218,6 +247,21 @@ class CheckpointStorage:
         )
 
     # ------------------------------------------------------------ savepoints
+
+    def recorded_directory(self, directory: str, what: str) -> str:
+        """``directory`` (``what``: a savepoint's, as :meth:`savepoint_location`
+        took it, or the snapshot a job is restored from) as the job records it
+        in its ``_savepoint`` intent or ``_restore`` record (P6): a local one as
+        its real path -- absolute, links resolved, so recovery never resolves
+        it against another working directory -- another file system's URL as
+        it is. :class:`InvalidArgumentError` if that is not absolute and
+        normal: the job never records a directory its recovery would refuse."""
+        local = self.filesystem.local_path(check_argument(directory, what))
+        recorded = directory if local is None else os.path.realpath(local)
+        try:
+            return check_directory(recorded, what)
+        except UnsafePathError as exc:
+            raise InvalidArgumentError(str(exc)) from None
 
     @property
     def savepoint_intent_path(self) -> str:
@@ -228,7 +272,11 @@ class CheckpointStorage:
         if not self.filesystem.exists(path):
             return None
         data = self.filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE)
-        return unseal_model(data, "savepoint", 1, SavepointIntent, "a savepoint intent", repr(path))
+        intent = unseal_model(
+            data, "savepoint", 1, SavepointIntent, "a savepoint intent", repr(path)
+        )
+        check_directory(intent.directory, f"the directory in {path!r}")  # P5, P6
+        return intent
 
     def write_savepoint_intent(self, intent: SavepointIntent) -> None:
         self.filesystem.write_bytes(
@@ -305,8 +353,11 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
     :class:`CorruptCheckpointError` subclass when it fails its seal, its
     schema or its consistency checks (M1-M9 of :mod:`~cowstate.checkpoint.verify`).
     """
+    if not isinstance(filesystem, FileSystem):
+        raise InvalidArgumentError(f"expected a FileSystem, got {type(filesystem).__name__}")
     if not isinstance(directory, str) or not directory:
         raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
+    check_argument(directory, "a snapshot directory")  # P5
     path = filesystem.join(directory, METADATA_FILE)
     if not filesystem.is_dir(directory) or not filesystem.exists(path):  # errors name `directory`
         if not filesystem.exists(directory):

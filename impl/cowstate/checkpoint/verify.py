@@ -18,8 +18,10 @@ M5. Handles: every subtask's ``checkpoint_id`` is the document's, its state ids
     and names are distinct, a subtask that lists states lists files,
     ``full_size`` is the sum of its file sizes and ``checkpointed_size`` at
     most that.
-M6. Paths: every file path is relative and confined
-    (:mod:`~cowstate.checkpoint.paths`, P1-P2); a savepoint has no shared file.
+M6. Paths and names: every file path is relative and confined
+    (:mod:`~cowstate.checkpoint.paths`, P1-P2), every file's local name one
+    plain name and the directory ``restored_from`` names a name a file
+    system may be given (P5); a savepoint has no shared file.
 M7. No file is listed twice (in one subtask or across subtasks).
 M8. ``disowned`` names only shared files the document lists.
 M9. One job, one schema: every subtask names the same key serializer, and a
@@ -37,7 +39,12 @@ from __future__ import annotations
 import re
 
 from cowstate.checkpoint.handles import METADATA_VERSION, CheckpointMetadata
-from cowstate.checkpoint.paths import check_exclusive_path, check_shared_path
+from cowstate.checkpoint.paths import (
+    check_exclusive_path,
+    check_file_name,
+    check_name,
+    check_shared_path,
+)
 from cowstate.checkpoint.sealed import seal, unseal_model
 from cowstate.errors import InconsistentMetadataError
 
@@ -111,12 +118,18 @@ def verify_metadata(metadata: CheckpointMetadata, where: str) -> None:
                 shared.add(f.path)
             else:
                 check_exclusive_path(f.path)
+            if f.local_name is not None:  # M6, P5: a RocksDB restore downloads it under it
+                check_file_name(
+                    f.local_name, f"the local name of {f.scope} file {f.path!r} in {where}"
+                )
             if (f.scope, f.path) in seen:  # M7
                 raise InconsistentMetadataError(
                     f"expected every file once in {where}, {f.scope} file {f.path!r} is "
                     f"listed twice (again in subtask {index})"
                 )
             seen.add((f.scope, f.path))
+    if metadata.restored_from is not None:  # M6, P5: recovery may look there
+        check_name(metadata.restored_from.directory, f"the directory of restored_from in {where}")
     _check_schema(metadata, where)  # M9
     stray = sorted(set(metadata.disowned) - shared)  # M8
     if stray:

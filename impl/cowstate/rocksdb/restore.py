@@ -47,6 +47,7 @@ from rocksdict import Rdict, ReadOptions
 
 from cowstate.checkpoint.handles import KeyedStateHandle
 from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.paths import check_file_name
 from cowstate.errors import (
     CorruptCheckpointError,
     CorruptStorageError,
@@ -451,9 +452,7 @@ def _by_key_group(
 def download(handle: KeyedStateHandle, source: SnapshotSource, directory: Path) -> None:
     """Every file of ``handle`` into ``directory`` under its local name (checked)."""
     for file in handle.files:
-        name = file.local_name
-        if not name or "/" in name or name in (".", ".."):
-            raise CorruptCheckpointError(
-                f"expected a RocksDB file name as the local name of {file.path!r}, got {name!r}"
-            )
-        source.download(file, directory / name)
+        name = check_file_name(
+            file.local_name, f"the local name of {file.scope} file {file.path!r}"
+        )
+        source.download(file, directory / name)  # P5 (also checked in _metadata, M6)

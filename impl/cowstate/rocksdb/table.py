@@ -63,8 +63,9 @@ from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
 )
+from cowstate.map_contract import StateEntry, apply_transform
 from cowstate.serializers import StateSerializer
-from cowstate.state_meta import StateEntry, StateMetaInfo, apply_transform
+from cowstate.state_meta import StateMetaInfo
 from cowstate.table_base import TableBase
 from cowstate.type_vars import K, N, S, V
 

@@ -16,10 +16,11 @@ E3. its key's key group, recomputed as
 E4. no ``(key, namespace)`` appears twice in S (the second would silently
     replace the first; two files never share a key group, so a duplicate can
     only be inside one block);
-E5. its state is what S's kind holds: a ``list`` for a list state, a ``dict``
-    for a map state (a list state's handle appends to its state; an ``int``
-    there, decoded by an edited serializer id, would fail at the first
-    ``add`` instead of at restore).
+E5. its state is what S's kind holds (the *holds* column of
+    :mod:`cowstate.kinds`): a ``list`` for a list state, a ``dict`` for a map
+    state (a list state's handle appends to its state; an ``int`` there,
+    decoded by an edited serializer id, would fail at the first ``add``
+    instead of at restore).
 E6. its key is of the restore's one key type, and no NaN or ``-0.0`` (K1, K3
     of :mod:`cowstate.key_types`): the backend's type if its first key fixed
     one, else the first restored key's (:func:`check_key_types`).
@@ -77,6 +78,7 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import assign_to_key_group
 from cowstate.key_types import KeyTypes
+from cowstate.kinds import KINDS
 from cowstate.serializers import StateSerializer
 
 try:
@@ -195,8 +197,10 @@ def decode_rows(
 
 
 def state_type_of(kind: str) -> type | None:
-    """E5: the type of every state of a state of ``kind`` (None: any)."""
-    return _STATE_TYPES.get(kind)
+    """E5: the type of every state of a state of ``kind`` (None: any): its
+    ``holds`` in :data:`cowstate.kinds.KINDS`."""
+    row = KINDS.get(kind)
+    return None if row is None else row.holds
 
 
 def check_state_types(decoder: EntryDecoder, key_group: int, states: Sequence[Any]) -> None:
@@ -250,10 +254,6 @@ def check_key_groups(
         index += 1
         if accelerated is not None:
             index = accelerated.first_not_in(keys, key_group, max_parallelism, long_keys, index)
-
-
-#: E5: what the states of a kind are (kinds not named hold any value).
-_STATE_TYPES: dict[str, type] = {"list": list, "map": dict}
 
 
 def check_key_types(name: str, key_group: int, keys: Sequence[Any], key_types: KeyTypes) -> None:

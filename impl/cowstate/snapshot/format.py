@@ -65,6 +65,7 @@ __all__ = [
     "FORMAT_VERSION",
     "MAGIC",
     "BinaryWriter",
+    "EncodedEntries",
     "RawEntry",
     "SnapshotFileInfo",
     "SnapshotMetadata",
@@ -82,6 +83,16 @@ _INDEX_ENTRY = struct.Struct(">iQ")
 _FOOTER = struct.Struct(">Q8s")
 #: One entry as bytes: (namespace, key, state).
 RawEntry = tuple[bytes, bytes, bytes]
+
+
+@dataclass(frozen=True)
+class EncodedEntries:
+    """The entries of one state in one block, already framed: ``count`` entries
+    as ``data`` = (4 length + namespace bytes, 4 length + key bytes, 4 length +
+    state bytes) each -- what the C codec's ``encode_section`` returns."""
+
+    count: int
+    data: bytes
 
 
 class BinaryWriter(Protocol):

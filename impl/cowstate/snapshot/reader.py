@@ -4,6 +4,12 @@ bytes (:meth:`SnapshotReader.read_key_group`), or parsed and decoded in one
 pass by the deserializers it is given (:meth:`SnapshotReader.decode_key_group`,
 the heap restore's hot loop; which serializers to trust is decided in
 :mod:`cowstate.snapshot.restore`).
+
+The decoding loop runs in C when the C codec is built
+(:mod:`cowstate.snapshot.ccodec`): built-in deserializers in C, the others
+called from it; it hands an entry it cannot finish (a field past the end, bytes
+its C decoder does not take, a ``None``) back to the Python loop, which goes on
+from that entry and raises the errors below itself.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from cowstate.errors import (
     TruncatedSnapshotError,
     UnsupportedVersionError,
 )
+from cowstate.snapshot import ccodec
 from cowstate.snapshot.checks import DecodedBlock, EntryDecoder, none_error, undecodable_error
 from cowstate.snapshot.format import (
     _BLOCK,
@@ -333,7 +340,23 @@ def _decoded_section(
     window's entries) skip the namespace's parse: when the bytes at the
     position are the previous entry's namespace frame (length and bytes), it
     is the same namespace object.
+
+    With the C codec, its ``decode_section`` decodes the entries first and
+    returns where it stopped; this loop does the rest (usually nothing).
     """
+    codec = ccodec.CODEC
+    if codec is not None and type(payload) is bytes:
+        position, done = codec.decode_section(
+            payload,
+            position,
+            entries,
+            ccodec.decoder_kind(decoder.key),
+            ccodec.decoder_kind(decoder.state),
+            decoder,
+            key_group,
+            block,
+        )
+        entries -= done
     unpack = _U32.unpack_from
     # list.append called as a method of a local list: the interpreter's fast path
     keys, namespace_column, states = block.keys, block.namespaces, block.states

@@ -1,6 +1,12 @@
 """Writing snapshot files: :class:`SnapshotWriter` (raw bytes, key group by key
 group, the layout of :mod:`cowstate.snapshot.format`) and :func:`write_snapshot`
 (table snapshots, serialized and released key group by key group).
+
+:func:`write_snapshot` encodes each state's entries of a key group in one call
+of the C codec when it is built (:mod:`cowstate.snapshot.ccodec`): built-in
+serializers in C, any other serializer (and any value the C codec hands
+back) through its Python method, once per value in the same order -- the
+file is byte for byte the Python loop's, which runs when the codec is absent.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from cowstate.errors import (
     SnapshotCancelledError,
 )
 from cowstate.serializers import serializer_identifier
+from cowstate.snapshot import ccodec
 from cowstate.snapshot.format import (
     _BLOCK,
     _FOOTER,
@@ -26,6 +33,7 @@ from cowstate.snapshot.format import (
     FORMAT_VERSION,
     MAGIC,
     BinaryWriter,
+    EncodedEntries,
     RawEntry,
     SnapshotFileInfo,
     SnapshotMetadata,
@@ -35,6 +43,9 @@ from cowstate.state_table import StateTableSnapshot
 
 __all__ = ["SnapshotWriter", "write_snapshot"]
 
+#: One state's entries of a block: raw rows, or framed by the C codec.
+Entries = Sequence[RawEntry] | EncodedEntries
+
 
 class SnapshotWriter:
     """Writes one snapshot file from raw bytes, key group by key group.
@@ -42,6 +53,8 @@ class SnapshotWriter:
     ``write_key_group(kg, per_state)`` must be called in ascending key-group
     order for key groups of the metadata's range; key groups it skips get an
     empty block, so the file has one block for every key group of its range.
+    A state's entries are raw ``(namespace, key, state)`` rows, or
+    :class:`~cowstate.snapshot.format.EncodedEntries` framed already.
     ``finish()`` writes the index and footer and returns the
     :class:`SnapshotFileInfo`.
     """
@@ -58,7 +71,7 @@ class SnapshotWriter:
         head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta)) + meta
         self._write(head + _U32.pack(zlib.crc32(head)))
 
-    def write_key_group(self, key_group: int, per_state: Mapping[int, Sequence[RawEntry]]) -> None:
+    def write_key_group(self, key_group: int, per_state: Mapping[int, Entries]) -> None:
         """Write the block of ``key_group``: ``per_state[state_id]`` = its entries."""
         if key_group not in self._range or key_group <= self._last:
             raise InvalidArgumentError(
@@ -69,12 +82,17 @@ class SnapshotWriter:
             self._write_block(skipped, {})
         self._write_block(key_group, per_state)
 
-    def _write_block(self, key_group: int, per_state: Mapping[int, Sequence[RawEntry]]) -> None:
+    def _write_block(self, key_group: int, per_state: Mapping[int, Entries]) -> None:
         parts: list[bytes] = []
         count = 0
         pack_u32 = _U32.pack
         for state_id in sorted(per_state):
             entries = per_state[state_id]
+            if isinstance(entries, EncodedEntries):
+                if entries.count:
+                    parts += (_STATE.pack(state_id, entries.count), entries.data)
+                    count += entries.count
+                continue
             if not entries:
                 continue
             parts.append(_STATE.pack(state_id, len(entries)))
@@ -145,17 +163,40 @@ def write_snapshot(
             )
             for snap in tables
         ]
+        codec = ccodec.CODEC
+        kinds = [
+            (ccodec.encoder_kind(key), ccodec.encoder_kind(ns), ccodec.encoder_kind(state))
+            for key, ns, state in serializers
+        ]
         for key_group in metadata.range:
             if cancel is not None and cancel.is_set():
                 raise SnapshotCancelledError(
                     f"snapshot cancelled before key group {key_group} was written"
                 )
-            per_state: dict[int, list[RawEntry]] = {}
+            per_state: dict[int, Entries] = {}
             for state_id, snap in enumerate(tables):
                 key_bytes, namespace_bytes, state_bytes = serializers[state_id]
+                items = snap.key_group_items(key_group)
+                if codec is not None:
+                    key_kind, namespace_kind, state_kind = kinds[state_id]
+                    encoded = codec.encode_section(
+                        items,
+                        key_kind,
+                        key_bytes,
+                        namespace_kind,
+                        namespace_bytes,
+                        state_kind,
+                        state_bytes,
+                    )
+                    if isinstance(encoded, bytes):
+                        per_state[state_id] = EncodedEntries(len(items), encoded)
+                        continue
+                    if encoded is not None:  # rows: a serializer returned other than bytes
+                        per_state[state_id] = encoded
+                        continue
                 per_state[state_id] = [
                     (namespace_bytes(namespace), key_bytes(key), state_bytes(state))
-                    for key, namespace, state in snap.key_group_items(key_group)
+                    for key, namespace, state in items
                 ]
             writer.write_key_group(key_group, per_state)
             for snap in tables:

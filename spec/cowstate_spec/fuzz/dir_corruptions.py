@@ -39,6 +39,7 @@ from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER
 from cowstate.checkpoint.handles import METADATA_FILE, METADATA_VERSION
 from cowstate.checkpoint.sealed import seal
 from cowstate.checkpoint.verify import METADATA_KIND
+from cowstate.state_meta import STATE_KINDS
 from cowstate_spec.fuzz.jobs import MAX_PARALLELISM, Original
 
 __all__ = ["DIR_CLASSES", "ENTRIES", "DirCase", "DirClass", "SnapshotInfo"]
@@ -570,7 +571,7 @@ def _reseal_serializer(case: DirCase) -> str:
         state = case.rng.choice(subtask["states"])
         field = ("state_serializer", "namespace_serializer", "kind")[choice - 1]
         if field == "kind":
-            value = case.rng.choice(("value", "list", "map", "reducing", "aggregating"))
+            value = case.rng.choice(STATE_KINDS)
         state[field] = value
         what = f"{field} of {state['name']!r} {value!r}"
     case.reseal(document)

@@ -51,7 +51,7 @@ from cowstate.errors import CowStateError
 from cowstate.key_groups import KeyGroupRange
 from cowstate.serializers import serializer_for
 from cowstate.snapshot import SnapshotMetadata
-from cowstate.state_meta import SnapshotFormat
+from cowstate.state_meta import STATE_KINDS, SnapshotFormat
 from cowstate_spec.fuzz.jobs import (
     MAX_PARALLELISM,
     STATES,
@@ -593,7 +593,7 @@ def _meta_edit(field: str) -> Corruption:
                 state[field.replace("-", "_")] = value
             what = f"{field} {value!r}"
         elif field == "kind":
-            value = rng.choice(("value", "list", "map", "reducing", "aggregating", "weird", *_JUNK))
+            value = rng.choice((*STATE_KINDS, "weird", *_JUNK))
             state["kind"] = value
             what = f"kind of {state['name']!r} {value!r}"
         elif field == "state-id":

@@ -20,6 +20,7 @@ from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_spec.backends import DESCRIPTORS
 from cowstate_spec.fuzz.outcomes import View, canon
+from cowstate_spec.kinds import KINDS
 
 __all__ = [
     "EXTRA",
@@ -37,7 +38,7 @@ __all__ = [
 ]
 
 MAX_PARALLELISM = 16
-#: One state of each kind (value, list, map, reducing, aggregating).
+#: One state of each kind (``cowstate_spec.kinds``).
 STATES: tuple[StateDescriptor, ...] = tuple(DESCRIPTORS.values())
 #: A state a backend that "already holds state" has besides the snapshot's.
 EXTRA: ValueStateDescriptor[Any] = ValueStateDescriptor("extra")
@@ -78,16 +79,8 @@ def fill(backends: Sequence[Any], round_: int, keys: Sequence[Any] = KEYS) -> No
         backend.set_current_key(key)
         for namespace in NAMESPACES[: 1 + i % 2]:
             backend.set_current_namespace(namespace)
-            if i % 5 != 1:
-                states["value"].update([round_, i, str(key)])
-            if i % 3 != 2:
-                states["list"].add((round_, i))
-            if i % 4 != 3:
-                states["map"].put(f"u{i % 3}", {round_: i})
-            if i % 2 == 0:
-                states["reducing"].add(round_ * 100 + i)
-            if i % 3 == 0:
-                states["aggregating"].add(i)
+            for name, kind in KINDS.items():  # each kind's fill (cowstate_spec.kinds)
+                kind.fill(states[name], round_, i, key)
 
 
 def prefill(backend: Any) -> None:

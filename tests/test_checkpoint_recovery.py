@@ -1,14 +1,28 @@
-"""Tests that kill mutants of the ``checkpoint`` mutation scope (``make mutate
-SCOPE=checkpoint``) in ``cowstate.checkpoint.recovery`` (steps R1-R5 of
-:meth:`CheckpointCoordinator.recover`) that the scope's other killer tests let
-through.
+"""Recovery (``cowstate.checkpoint.recovery``, steps R1-R5 of
+:meth:`CheckpointCoordinator.recover`): rebuilding a coordinator after a crash
+from what is on disk.
 
-Each test is named after what it pins; the mutants it was written for are
-named in its comment. They recover real coordinators from real storage in
-``tmp_path`` (heap subtasks of :mod:`restore_support`, RocksDB where shared
-files matter, one subtask owning every key group; ``memory://`` for another
-file system), crash them through the file system's test hooks, and are part
-of the normal suite.
+- R2, R3: the restore record -- torn, naming what the job owns, naming a
+  snapshot the checkpoints do not confirm, on another file system, taken over
+  by another job's claim -- is followed only as far as the checkpoints say,
+  and every record or checkpoint passed over is reported with its reason;
+  with no checkpoint that verifies, recovery stops naming the five newest;
+- R5: what recovery keeps -- never a file the snapshot it started from uses,
+  the counter past every id handed out (a crash while it is rewritten leaves
+  the old one);
+- R1: an interrupted savepoint -- its torn intent reported and deleted, its
+  directory removed only when it carries the savepoint's own marker and holds
+  no snapshot below;
+- regressions: a job whose only snapshot is gone is not recovered empty.
+
+They recover real coordinators from real storage in ``tmp_path`` (heap
+subtasks of :mod:`restore_support`, RocksDB where shared files matter, one
+subtask owning every key group; ``memory://`` for another file system), and
+crash them through the file system's test hooks. The recovery rules seen
+through whole jobs (falling back past torn metadata, savepoints that are
+safe) are in ``test_restore_trust.py``. The tests are marked ``kills``: they
+were written to kill mutants of the module (``make mutate SCOPE=checkpoint``),
+named in their comments.
 """
 
 from __future__ import annotations
@@ -44,11 +58,8 @@ def crash_on(operation: str, matches: Callable[[str, Any], bool]) -> Hook:
 
 @pytest.fixture
 def jobs(tmp_path: Path) -> Iterator[Jobs]:
-    made = Jobs(tmp_path, restore_root="root")
-    try:
+    with Jobs(tmp_path, restore_root="root") as made:
         yield made
-    finally:
-        made.close()
 
 
 def checkpoint(coordinator: CheckpointCoordinator) -> int:
@@ -101,6 +112,7 @@ def nothing_restored(job_id: str, reasons: list[str]) -> str:
 # (`job_dir - "/_restore"`), __mutmut_14/15 (another file's name), __mutmut_16
 # (`str(None)`), __mutmut_17 (`record, source_broken = None`), __mutmut_18
 # (a torn _restore not counted as a broken source: recovery started empty).
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_torn_restore_record_stops_recovery_naming_the_file(jobs: Jobs, tmp_path: Path) -> None:
     directory = str(tmp_path / "sp")
     contents = savepoint(jobs, directory)
@@ -119,6 +131,7 @@ def test_a_torn_restore_record_stops_recovery_naming_the_file(jobs: Jobs, tmp_pa
 
 # run__mutmut_8..16: with a checkpoint of its own the job recovers from it and
 # reports the torn _restore it could not read.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_torn_restore_record_beside_a_checkpoint_is_reported_and_passed_over(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -135,6 +148,7 @@ def test_a_torn_restore_record_beside_a_checkpoint_is_reported_and_passed_over(
 
 # run__mutmut_50 (the UnsafePathError's message None), __mutmut_58 (the skipped
 # entry's directory None): a _restore naming a snapshot inside what the job owns.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_restore_record_naming_what_the_job_owns_stops_recovery_naming_it(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -155,6 +169,7 @@ def test_a_restore_record_naming_what_the_job_owns_stops_recovery_naming_it(
 
 # run__mutmut_48 ("XXforeignXX"), __mutmut_49 ("FOREIGN"): a snapshot on another
 # file system was taken for one inside the job, and recovery refused it.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_job_restored_from_another_file_system_recovers_from_it(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -174,6 +189,7 @@ def test_a_job_restored_from_another_file_system_recovers_from_it(
 
 # _confirmed__mutmut_7 (`repr(lineage.directory)` of no lineage), __mutmut_9
 # ("XXnothingXX"), __mutmut_10 ("NOTHING").
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_restore_record_a_fresh_job_never_had_is_reported_and_not_followed(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -204,6 +220,7 @@ def test_a_restore_record_a_fresh_job_never_had_is_reported_and_not_followed(
 # (`record is not None or restored_metadata is not None`: adopted a snapshot
 # gone), _delete_garbage__mutmut_13 (`or`), __mutmut_15 (`restored is None`):
 # each crashed on the metadata of a CLAIMed snapshot the job had subsumed.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_job_recovers_after_subsuming_the_snapshot_it_claimed(jobs: Jobs, tmp_path: Path) -> None:
     directory = str(tmp_path / "sp")
     savepoint(jobs, directory)
@@ -224,6 +241,7 @@ def test_a_job_recovers_after_subsuming_the_snapshot_it_claimed(jobs: Jobs, tmp_
 
 # run__mutmut_126 (`has_own_checkpoints=None`), __mutmut_130 (`chosen is None`):
 # whether the first checkpoint after a NO_CLAIM restore must be full.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_recovery_forces_a_full_checkpoint_only_until_the_job_has_one_of_its_own(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -243,6 +261,7 @@ def test_recovery_forces_a_full_checkpoint_only_until_the_job_has_one_of_its_own
 
 # run__mutmut_133 (the entry's directory None), __mutmut_137/138/140/141 (its
 # reason changed): a CLAIM another job took over since.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_claim_taken_over_by_another_job_is_reported_as_not_owned(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -267,6 +286,7 @@ def test_a_claim_taken_over_by_another_job_is_reported_as_not_owned(
 
 # _try_restore__mutmut_6 (the entry None), __mutmut_7 (its directory None),
 # __mutmut_8 (its reason None), __mutmut_11 (`type(None).__name__`).
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_checkpoint_whose_file_is_corrupt_is_passed_over_naming_the_error(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -290,6 +310,7 @@ def test_a_checkpoint_whose_file_is_corrupt_is_passed_over_naming_the_error(
 
 # run__mutmut_118 (the reasons joined with "XX; XX"), __mutmut_119 (six reasons
 # instead of five): six torn checkpoints, newest first.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_no_checkpoint_that_verifies_stops_recovery_naming_the_five_newest(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -315,6 +336,7 @@ def test_no_checkpoint_that_verifies_stops_recovery_naming_the_five_newest(
 # _delete_garbage__mutmut_14 (`record is None and ...`): the snapshot the job
 # was restored from was not kept, so recovery deleted the shared files it
 # uses that lie in the job's own shared/ (a checkpoint moved out of chk-1/).
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_recovery_never_deletes_a_file_the_snapshot_it_started_from_uses(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -338,6 +360,7 @@ def test_recovery_never_deletes_a_file_the_snapshot_it_started_from_uses(
 
 # run__mutmut_158 (`write_counter(None)`): the counter became "None", and the
 # next recovery handed out a savepoint's id again.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_recovery_keeps_the_counter_past_a_savepoint_id(jobs: Jobs, tmp_path: Path) -> None:
     job = jobs.new()
     checkpoint(job)
@@ -349,6 +372,7 @@ def test_recovery_keeps_the_counter_past_a_savepoint_id(jobs: Jobs, tmp_path: Pa
 
 # _delete_garbage__mutmut_8 ("XX_counterXX"), __mutmut_9 ("_COUNTER"): recovery
 # deleted _counter before rewriting it, so a crash in between lost it.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_crash_while_recovery_rewrites_the_counter_leaves_the_old_one(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -368,6 +392,7 @@ def test_a_crash_while_recovery_rewrites_the_counter_leaves_the_old_one(
 # _finish_interrupted_savepoint__mutmut_3 (the entry None), __mutmut_4 (its
 # directory None), __mutmut_5 (its reason None), __mutmut_6/7 (one argument),
 # __mutmut_8 (`str(None)`), __mutmut_9 (`delete(None)`).
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_torn_savepoint_intent_is_reported_and_deleted(jobs: Jobs, tmp_path: Path) -> None:
     backend = jobs.heap()
     fill(backend, range(20))
@@ -387,6 +412,7 @@ def test_a_torn_savepoint_intent_is_reported_and_deleted(jobs: Jobs, tmp_path: P
 # _finish_interrupted_savepoint__mutmut_11 (`removed = ""`), __mutmut_13
 # (`relation(...) in (...) or is_dir(...)`: a directory never made was reported
 # removed).
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_savepoint_interrupted_before_its_directory_was_made_removes_nothing(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -401,16 +427,23 @@ def test_a_savepoint_interrupted_before_its_directory_was_made_removes_nothing(
 
 
 # _finish_interrupted_savepoint__mutmut_13 (`or`): an intent naming what the job
-# owns is never acted on, whatever that directory holds.
+# owns is never acted on, whatever that directory holds; it is reported.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_savepoint_intent_naming_the_job_directory_is_ignored(jobs: Jobs, tmp_path: Path) -> None:
     backend = jobs.heap()
     fill(backend, range(20))
     checkpoint(jobs.new(backend))
     storage = jobs.storage()
-    storage.write_savepoint_intent(SavepointIntent(directory=storage.job_dir, token="00"))
+    storage.write_savepoint_intent(SavepointIntent(directory=storage.job_dir, token="0" * 32))
     recovered = jobs.recover()
+    reason = (
+        f"expected the savepoint intent to name a directory outside what job 'job' owns, it "
+        f"names {storage.job_dir!r} (job directory): not followed"
+    )
     assert report_of(recovered) == RecoveryReport(
-        restored_from=f"{storage.job_dir}/chk-1", skipped=[], removed_savepoint=None
+        restored_from=f"{storage.job_dir}/chk-1",
+        skipped=[Skipped(storage.savepoint_intent_path, reason)],
+        removed_savepoint=None,
     )
     assert not Path(storage.savepoint_intent_path).exists()
     assert contents_of(recovered) == dump(backend)
@@ -419,6 +452,7 @@ def test_a_savepoint_intent_naming_the_job_directory_is_ignored(jobs: Jobs, tmp_
 # _finish_interrupted_savepoint__mutmut_41 (`join(METADATA_FILE)`: a completed
 # savepoint taken for one holding a snapshot below), __mutmut_43
 # (`delete(None)`): the savepoint completed, the crash came before its marker went.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_completed_savepoint_loses_only_its_marker(jobs: Jobs, tmp_path: Path) -> None:
     backend = jobs.heap()
     fill(backend, range(20))
@@ -438,6 +472,7 @@ def test_a_completed_savepoint_loses_only_its_marker(jobs: Jobs, tmp_path: Path)
 
 # _finish_interrupted_savepoint__mutmut_18 ("XXforeignXX"), __mutmut_19
 # ("FOREIGN"): an interrupted savepoint on another file system was left behind.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_savepoint_interrupted_on_another_file_system_is_removed(jobs: Jobs) -> None:
     root = f"memory://cowstate-recovery-{uuid.uuid4().hex}"
     directory = f"{root}/savepoints/sp"
@@ -464,6 +499,7 @@ def test_a_savepoint_interrupted_on_another_file_system_is_removed(jobs: Jobs) -
 # directory was removed with the snapshot below it), __mutmut_44 (the entry
 # None), __mutmut_45 (its directory None), __mutmut_46 (its reason None),
 # __mutmut_49/50 (its reason changed).
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_an_interrupted_savepoint_holding_a_snapshot_below_is_kept_and_reported(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -491,7 +527,8 @@ def test_an_interrupted_savepoint_holding_a_snapshot_below_is_kept_and_reported(
 
 
 # _finish_interrupted_savepoint__mutmut_28 (`lstrip("XX.XX")`): only the marker
-# (or its temporary file) counts, not a file whose name merely ends like it.
+# counts, not a file whose name merely ends like it; the directory is reported.
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_directory_without_the_marker_itself_is_never_removed(jobs: Jobs, tmp_path: Path) -> None:
     storage = jobs.storage()
     token = uuid.uuid4().hex
@@ -500,7 +537,11 @@ def test_a_directory_without_the_marker_itself_is_never_removed(jobs: Jobs, tmp_
     (directory / f"X{SAVEPOINT_MARKER}{token}").write_bytes(b"not the marker")
     storage.write_savepoint_intent(SavepointIntent(directory=str(directory), token=token))
     recovered = jobs.recover()
-    assert report_of(recovered) == RecoveryReport()
+    reason = (
+        f"expected the directory of the savepoint intent to hold its marker "
+        f"'{SAVEPOINT_MARKER}{token}', it holds none: not touched"
+    )
+    assert report_of(recovered) == RecoveryReport(skipped=[Skipped(str(directory), reason)])
     assert [p.name for p in directory.iterdir()] == [f"X{SAVEPOINT_MARKER}{token}"]
     assert not Path(storage.savepoint_intent_path).exists()
 
@@ -508,6 +549,7 @@ def test_a_directory_without_the_marker_itself_is_never_removed(jobs: Jobs, tmp_
 # ------------------------------------------------------- regressions (R2, R3)
 
 
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_job_whose_only_snapshot_is_gone_is_not_recovered_empty(
     jobs: Jobs, tmp_path: Path
 ) -> None:
@@ -531,6 +573,7 @@ def test_a_job_whose_only_snapshot_is_gone_is_not_recovered_empty(
     assert sorted(p for p in (tmp_path / "root").rglob("*")) == job_files
 
 
+@pytest.mark.kills(module="cowstate.checkpoint.recovery")
 def test_a_job_with_a_checkpoint_of_its_own_recovers_without_its_deleted_savepoint(
     jobs: Jobs, tmp_path: Path
 ) -> None:

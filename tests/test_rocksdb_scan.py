@@ -1,13 +1,20 @@
-"""RocksDB reads check the iterator's status (issue 15): a RocksDB iterator that
-meets a corrupt block just becomes invalid, as at the end of its range, so a
-loop on ``valid()`` alone ends early and returns fewer entries. Every read goes
-through ``cowstate.rocksdb.table.scan``, which checks ``RdictIter.status()``:
-corruption is a ``CorruptStorageError`` (a ``CorruptCheckpointError`` in a
-restore, a failed snapshot in a canonical savepoint), never a shorter result.
+"""The RocksDB scan (``cowstate.rocksdb.table.scan``): every read of the
+RocksDB backend goes through it, in chunks between a lower and an upper bound.
 
-The corruption is real: bytes flipped in the middle of a real SST file. Each
-test also runs the broken variant (the status check switched off) and shows
-the silent loss the check prevents.
+- what a stopped scan says: RocksDB reads check the iterator's status (issue
+  15). A RocksDB iterator that meets a corrupt block just becomes invalid, as
+  at the end of its range, so a loop on ``valid()`` alone ends early and
+  returns fewer entries; ``scan`` checks ``RdictIter.status()``: corruption is
+  a ``CorruptStorageError`` (a ``CorruptCheckpointError`` in a restore, a
+  failed snapshot in a canonical savepoint) naming its bound and the last key
+  read, never a shorter result. The corruption is real: bytes flipped in the
+  middle of a real SST file. Each test also runs the broken variant (the
+  status check switched off) and shows the silent loss the check prevents.
+- bounds and chunks: the upper bound is given to RocksDB and checked again
+  where a binding ignores it; each native iterator reads one chunk.
+
+The tests marked ``kills`` were written to kill mutants of the module
+(``make mutate SCOPE=checkpoint``); their comments name the mutants.
 """
 
 from __future__ import annotations
@@ -19,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from restore_support import corrupt_database, dump, flip, group_of, rocks
-from rocksdict import Rdict
+from restore_support import corrupt_database, corrupt_key, dump, flip, group_of, raw_database, rocks
+from rocksdict import Rdict, ReadOptions
 
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
@@ -29,7 +36,7 @@ from cowstate.errors import CorruptCheckpointError, CorruptStorageError, Snapsho
 from cowstate.key_groups import KeyGroupRange
 from cowstate.rocksdb import table as rocks_table
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
-from cowstate.rocksdb.table import scan
+from cowstate.rocksdb.table import check_status, scan
 
 ENTRIES = 20_000
 LOW, HIGH, MIDDLE = KeyGroupRange(0, 7), KeyGroupRange(8, 15), KeyGroupRange(4, 11)
@@ -60,6 +67,41 @@ def test_without_the_status_check_the_scan_is_silently_short(
     without_status_check(monkeypatch)
     read = list(scan(corrupt_db, b"", b"\xff\xff"))
     assert 0 < len(read) < ENTRIES  # no error: entries just missing
+
+
+# ---------------------------------------------------- what a stopped scan says
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.table")
+def test_a_scan_stopped_by_corruption_names_its_bound_and_last_key(corrupt_db: Rdict) -> None:
+    # table.scan 23 (the bound the message names dropped), 28 (the start of
+    # the chunk named instead of the last key read), 32 (the last value named).
+    keys = {corrupt_key(i) for i in range(ENTRIES)}
+    with pytest.raises(CorruptStorageError) as excinfo:
+        list(scan(corrupt_db, b"", b"\xff\xff", chunk=100_000))
+    message = str(excinfo.value)
+    prefix = "expected RocksDB to read every entry up to ffff, it stopped after "
+    assert message.startswith(prefix)
+    last = bytes.fromhex(message.removeprefix(prefix).split(":", 1)[0])
+    assert last in keys  # a key read before the corrupt block, not its value
+
+
+class _FailingIterator:
+    def status(self) -> None:
+        raise RuntimeError("Corruption: block checksum mismatch")
+
+
+# table.check_status 1-6 (the bound the message names: "the end" without an
+# upper bound, the bound's bytes with one).
+@pytest.mark.kills(module="cowstate.rocksdb.table")
+def test_an_iterator_that_stopped_on_an_error_names_where_and_why() -> None:
+    for upper, bound in ((None, "the end"), (b"\x00\x07", "0007")):
+        with pytest.raises(CorruptStorageError) as excinfo:
+            check_status(_FailingIterator(), b"\x00\x01", upper)  # type: ignore[arg-type]
+        assert str(excinfo.value) == (
+            f"expected RocksDB to read every entry up to {bound}, it stopped after 0001: "
+            "Corruption: block checksum mismatch"
+        )
 
 
 # ---------------------------------------------------------------- restores
@@ -178,3 +220,99 @@ def test_without_the_status_check_a_canonical_savepoint_is_short(
     assert 0 < restored.num_state_entries() < ENTRIES  # ... and short
     restored.close()
     backend.close()
+
+
+# ----------------------------------------------------------- bounds and chunks
+
+
+class _Recording:
+    """A column family whose iterators record the keys they hand out, one list
+    per native iterator; ``honour_bounds=False`` drops the read options, as a
+    binding that ignored the upper bound would."""
+
+    def __init__(self, cf: Rdict, honour_bounds: bool = True) -> None:
+        self.cf = cf
+        self.honour_bounds = honour_bounds
+        self.read: list[list[bytes]] = []
+
+    def iter(self, read_options: ReadOptions) -> _RecordingIterator:
+        keys: list[bytes] = []
+        self.read.append(keys)
+        inner = self.cf.iter(read_options if self.honour_bounds else ReadOptions())
+        return _RecordingIterator(inner, keys)
+
+
+class _RecordingIterator:
+    def __init__(self, inner: Any, keys: list[bytes]) -> None:
+        self.inner, self.keys = inner, keys
+
+    def seek(self, key: bytes) -> None:
+        self.inner.seek(key)
+
+    def valid(self) -> bool:
+        return bool(self.inner.valid())
+
+    def key(self) -> bytes:
+        key: bytes = self.inner.key()
+        self.keys.append(key)
+        return key
+
+    def value(self) -> bytes:
+        value: bytes = self.inner.value()
+        return value
+
+    def next(self) -> None:
+        self.inner.next()
+
+    def status(self) -> None:
+        self.inner.status()
+
+
+def scan_through(
+    recording: _Recording, lower: bytes, upper: bytes | None, chunk: int
+) -> list[tuple[bytes, bytes]]:
+    """Everything ``scan`` reads through ``recording`` (a column family getter)."""
+    return list(scan(lambda: recording, lower, upper, chunk))  # type: ignore[arg-type, return-value]
+
+
+SCANNED = [b"a", b"a\x00", b"aB", b"b", b"c", b"c\x01", b"d", b"e"]
+
+
+@pytest.fixture
+def scanned(tmp_path: Path) -> Iterator[Rdict]:
+    """A raw-mode database holding the keys :data:`SCANNED` (value: the key upper-cased)."""
+    database = raw_database(tmp_path / "db")
+    for key in SCANNED:
+        database.put(key, key.upper())
+    yield database
+    database.close()
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.table")
+def test_a_scan_stops_at_its_upper_bound_inside_rocksdb_chunk_by_chunk(scanned: Rdict) -> None:
+    # table.scan 4, 5, 10 (the upper bound not given to RocksDB: the iterator
+    # reads the first key past it), 14 (a native iterator reading chunk + 1
+    # entries), 39 (the next chunk seeking past keys that extend the last one).
+    recording = _Recording(scanned)
+    read = scan_through(recording, b"a", b"d", chunk=2)
+    assert read == [(k, k.upper()) for k in SCANNED if b"a" <= k < b"d"]
+    assert [len(keys) for keys in recording.read] == [2, 2, 2, 0]
+    assert all(key < b"d" for keys in recording.read for key in keys)
+    to_the_end = _Recording(scanned)
+    assert [k for k, _ in scan_through(to_the_end, b"c", None, chunk=1)] == [
+        b"c",
+        b"c\x01",
+        b"d",
+        b"e",
+    ]
+    assert [len(keys) for keys in to_the_end.read] == [1, 1, 1, 1, 0]
+
+
+@pytest.mark.kills(module="cowstate.rocksdb.table")
+def test_a_scan_stops_at_its_upper_bound_where_rocksdb_does_not(scanned: Rdict) -> None:
+    # table.scan 18 (the key equal to the upper bound taken), 19 (the chunk
+    # dropped when a key past the bound ends it).
+    for chunk in (2, 100):
+        ignoring = _Recording(scanned, honour_bounds=False)
+        read = scan_through(ignoring, b"a\x00", b"c\x01", chunk=chunk)
+        assert [k for k, _ in read] == [b"a\x00", b"aB", b"b", b"c"]

@@ -1,0 +1,368 @@
+"""Benchmark: the snapshot writer and reader through the C codec (``cowstate._codec``)
+against the same writer and reader in Python, and against ``pickle`` of a dict of
+the same mappings.
+
+Run::
+
+    .venv/bin/python bench/bench_snapshot_codec.py              # 1,000,000 entries (~5 min)
+    .venv/bin/python bench/bench_snapshot_codec.py --quick      # 100,000 entries, 3 rounds
+    .venv/bin/python bench/bench_snapshot_codec.py --shapes int --repeats 3 --no-gc
+
+Competitors (columns)
+=====================
+``c``       ``write_snapshot`` / ``restore`` with the C codec
+            (``cowstate.snapshot.ccodec.CODEC``, the default when built).
+``python``  the same with ``ccodec.CODEC = None``: the Python loops, calling the
+            serializers per value (what cowstate did before the codec).
+``pickle``  ``pickle.dumps`` / ``pickle.loads`` (highest protocol) of a dict
+            ``{(key, VOID_NAMESPACE): state}`` holding the same mappings: the
+            reference of issue 28.
+
+Data
+====
+Per shape, one ``HeapKeyedStateBackend`` over key groups ``[0, 127]`` of max
+parallelism 128, default serializers (the value codec for key, namespace and
+state), one ``ValueState`` with ``N`` entries (``--entries``, default
+1,000,000): int keys ``0..N-1``, namespace ``VOID_NAMESPACE``, state ``i *
+7919`` (``int``) or ``f"user-{i}-clicked-home"`` (``str``), filled through the
+handle, untimed. The C and Python files are checked to be identical, byte for
+byte, before the rounds.
+
+Method
+======
+``_harness.measure_interleaved``: 1 warm-up round, then ``--repeats`` rounds
+(default 3), each running the three competitors once; a full ``gc.collect()``
+before each run (untimed). The garbage collector stays on during the runs as a
+user has it (``--no-gc`` disables it for the timed sections: with
+``VOID_NAMESPACE`` a GC-tracked object, every map entry counts as a container
+and the collections the writer's allocations trigger walk the whole map --
+issue 28's separate GC item). Rows, in M entries/s:
+
+1. ``write``: ``c`` and ``python`` time ``backend.snapshot(id, io.BytesIO)
+   .result()`` from the call's return (the asynchronous part: reading the
+   snapshot's entries, encoding, framing, CRC32, index); ``pickle`` times
+   ``pickle.dumps(mappings)``.
+2. ``restore``: a fresh backend with the descriptor registered (untimed), then
+   ``backend.restore([data])``; ``pickle`` times ``pickle.loads``.
+
+Targets (issue 28; the ratio is the median of the per-round ratios): the
+write rate with the C codec >= pickle's, the restore rate >= 0.5x pickle's
+(within 2x). The JSON goes to ``bench/results/snapshot_codec.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import gc
+import io
+import itertools
+import pickle
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _harness import (
+    Competitor,
+    Result,
+    Sample,
+    Target,
+    check_targets,
+    format_table,
+    format_targets,
+    machine_info,
+    measure_interleaved,
+    write_json,
+)
+
+from cowstate import VOID_NAMESPACE, HeapKeyedStateBackend, KeyGroupRange, ValueStateDescriptor
+from cowstate.snapshot import ccodec
+
+RESULTS_PATH = Path(__file__).parent / "results" / "snapshot_codec.json"
+C, PYTHON, PICKLE = "c", "python", "pickle"
+COMPETITORS = (
+    Competitor(C, "C codec"),
+    Competitor(PYTHON, "Python loops"),
+    Competitor(PICKLE, "pickle dict"),
+)
+SHAPES: dict[str, Callable[[int], Any]] = {
+    "int": lambda i: i * 7919,
+    "str": lambda i: f"user-{i}-clicked-home",
+}
+MAX_PARALLELISM = 128
+clock = time.perf_counter_ns
+
+
+@dataclass(frozen=True)
+class Config:
+    entries: int
+    repeats: int
+    warmup: int
+    shapes: tuple[str, ...]
+    gc_enabled: bool
+    quick: bool
+    output: str
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def new_backend() -> HeapKeyedStateBackend:
+    return HeapKeyedStateBackend(KeyGroupRange(0, MAX_PARALLELISM - 1), MAX_PARALLELISM)
+
+
+def descriptor() -> ValueStateDescriptor[Any]:
+    return ValueStateDescriptor("bench_value")
+
+
+def build(shape: str, n: int) -> HeapKeyedStateBackend:
+    backend = new_backend()
+    state = backend.get_state(descriptor())
+    value_of = SHAPES[shape]
+    set_key, update = backend.set_current_key, state.update
+    for i in range(n):
+        set_key(i)
+        update(value_of(i))
+    return backend
+
+
+def with_codec(codec: Any, run: Callable[[], int]) -> Callable[[], int]:
+    def timed() -> int:
+        saved = ccodec.CODEC
+        ccodec.CODEC = codec
+        try:
+            return run()
+        finally:
+            ccodec.CODEC = saved
+
+    return timed
+
+
+def run_write(backend: HeapKeyedStateBackend, ids: Iterator[int], n: int) -> int:
+    future = backend.snapshot(next(ids), io.BytesIO)
+    t0 = clock()
+    result = future.result()
+    elapsed = clock() - t0
+    if result.info is None or result.info.entries != n:
+        raise AssertionError(f"snapshot wrote {result.info}")
+    return elapsed
+
+
+def run_restore(data: bytes, n: int, check: tuple[int, Any]) -> int:
+    with new_backend() as backend:
+        backend.get_state(descriptor())
+        t0 = clock()
+        backend.restore([data])
+        elapsed = clock() - t0
+        if backend.num_state_entries() != n:
+            raise AssertionError(f"restored {backend.num_state_entries()} entries")
+        key, value = check
+        backend.set_current_key(key)
+        if backend.get_state(descriptor()).value() != value:
+            raise AssertionError(f"restored the wrong state for {key}")
+    return elapsed
+
+
+def run_dumps(mappings: dict[Any, Any]) -> int:
+    t0 = clock()
+    pickle.dumps(mappings, protocol=pickle.HIGHEST_PROTOCOL)
+    return clock() - t0
+
+
+def run_loads(data: bytes, n: int) -> int:
+    t0 = clock()
+    back = pickle.loads(data)
+    elapsed = clock() - t0
+    if len(back) != n:
+        raise AssertionError(f"unpickled {len(back)} mappings")
+    return elapsed
+
+
+def rate(times_ns: Sample, n: int) -> Sample:
+    """M entries/s per round."""
+    return Sample(tuple(n / (t / 1e9) / 1e6 for t in times_ns.values))
+
+
+def phase(shape: str, cfg: Config, notes: dict[str, Any]) -> list[Result]:
+    n = cfg.entries
+    codec = ccodec.CODEC
+    if codec is None:
+        raise SystemExit("the C codec is not built (or COWSTATE_PURE_PYTHON is set)")
+    write = Result(f"write_{shape}", f"{shape}: write", "M entries/s", paired=True)
+    restore = Result(f"restore_{shape}", f"{shape}: restore", "M entries/s", paired=True)
+    log(f"{shape}: building {n:,} entries")
+    backend = build(shape, n)
+    mappings = {(i, VOID_NAMESPACE): SHAPES[shape](i) for i in range(n)}
+    ids = itertools.count(1)
+    data_c = _written(backend, ids, codec)
+    data_python = _written(backend, ids, None)
+    if data_c != data_python:
+        raise AssertionError("the C codec's file differs from the Python loops' file")
+    pickled = pickle.dumps(mappings, protocol=pickle.HIGHEST_PROTOCOL)
+    notes.setdefault("bytes", {})[shape] = {"file": len(data_c), "pickle": len(pickled)}
+    check = (n // 2, SHAPES[shape](n // 2))
+    log(f"{shape}: write rounds")
+    times = measure_interleaved(
+        {
+            C: with_codec(codec, lambda: run_write(backend, ids, n)),
+            PYTHON: with_codec(None, lambda: run_write(backend, ids, n)),
+            PICKLE: lambda: run_dumps(mappings),
+        },
+        warmup=cfg.warmup,
+        repeats=cfg.repeats,
+        gc_enabled=cfg.gc_enabled,
+    )
+    for key, sample in times.items():
+        write.set(key, rate(sample, n))
+    log(f"{shape}: restore rounds")
+    times = measure_interleaved(
+        {
+            C: with_codec(codec, lambda: run_restore(data_c, n, check)),
+            PYTHON: with_codec(None, lambda: run_restore(data_c, n, check)),
+            PICKLE: lambda: run_loads(pickled, n),
+        },
+        warmup=cfg.warmup,
+        repeats=cfg.repeats,
+        gc_enabled=cfg.gc_enabled,
+    )
+    for key, sample in times.items():
+        restore.set(key, rate(sample, n))
+    backend.close()
+    return [write, restore]
+
+
+def _written(backend: HeapKeyedStateBackend, ids: Iterator[int], codec: Any) -> bytes:
+    saved = ccodec.CODEC
+    ccodec.CODEC = codec
+    try:
+        data = backend.snapshot(next(ids), io.BytesIO).result().handle.getvalue()
+    finally:
+        ccodec.CODEC = saved
+    assert isinstance(data, bytes)
+    return data
+
+
+def targets(shapes: tuple[str, ...]) -> list[Target]:
+    out = []
+    for shape in shapes:
+        out.append(
+            Target(
+                f"{shape} write with the C codec >= pickle.dumps",
+                f"write_{shape}",
+                C,
+                PICKLE,
+                ">=",
+                1.0,
+                "issue 28: the asynchronous part at least as fast as pickling the mappings",
+            )
+        )
+        out.append(
+            Target(
+                f"{shape} restore with the C codec >= 0.5x pickle.loads",
+                f"restore_{shape}",
+                C,
+                PICKLE,
+                ">=",
+                0.5,
+                "issue 28: restore within 2x of unpickling the mappings",
+            )
+        )
+    return out
+
+
+def run(cfg: Config) -> dict[str, Any]:
+    started = time.perf_counter()
+    notes: dict[str, Any] = {}
+    results: list[Result] = []
+    for shape in cfg.shapes:
+        results += phase(shape, cfg, notes)
+        gc.collect()
+    outcomes = check_targets(targets(cfg.shapes), results)
+    wall = time.perf_counter() - started
+    print()
+    print(
+        f"Snapshot codec benchmark: heap backend, {cfg.entries:,} ValueState entries per "
+        f"shape, int keys, VOID_NAMESPACE, key groups 0-127; median of {cfg.repeats} rounds "
+        f"after {cfg.warmup} warm-up; garbage collector "
+        f"{'on' if cfg.gc_enabled else 'off'} while timed; Python {sys.version.split()[0]}"
+    )
+    print(
+        "bytes (file / pickle): "
+        + ", ".join(f"{s} {b['file']:,} / {b['pickle']:,}" for s, b in notes["bytes"].items())
+    )
+    print()
+    print(format_table(results, COMPETITORS))
+    print()
+    print("C codec / Python loops (median of per-round ratios):")
+    for result in results:
+        ratios = [
+            c / p
+            for c, p in zip(result.samples[C].values, result.samples[PYTHON].values, strict=True)
+        ]
+        print(f"  {result.label}: {sorted(ratios)[len(ratios) // 2]:.1f}x")
+    print()
+    print("TARGETS (C codec / pickle, median of per-round ratios)")
+    print(format_targets(outcomes, values=True, labels={c.key: c.label for c in COMPETITORS}))
+    print()
+    print(f"wall time {wall:.1f}s")
+    return {
+        "benchmark": "snapshot_codec",
+        "finished_at": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "wall_time_s": wall,
+        "config": asdict(cfg),
+        "machine": machine_info(),
+        "notes": notes,
+        "results": [r.to_json() for r in results],
+        "targets": [o.to_json() for o in outcomes],
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    p = argparse.ArgumentParser(
+        description="Benchmark the snapshot writer and reader with the C codec, in Python, "
+        "and pickle of the same mappings."
+    )
+    p.add_argument("--entries", type=int, default=1_000_000, help="entries per shape")
+    p.add_argument("--quick", action="store_true", help="smoke test: 100,000 entries")
+    p.add_argument("--repeats", type=int, default=3, help="rounds (default 3)")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated: int,str")
+    p.add_argument(
+        "--no-gc", dest="gc_enabled", action="store_false", help="collector off while timed"
+    )
+    p.add_argument("--output", type=Path, default=None, help="JSON file")
+    a = p.parse_args(argv)
+    shapes = tuple(s.strip() for s in a.shapes.split(",") if s.strip())
+    unknown = [s for s in shapes if s not in SHAPES]
+    if unknown:
+        p.error(f"unknown shapes {unknown}; choose from {', '.join(SHAPES)}")
+    path = a.output or RESULTS_PATH.with_name(
+        "snapshot_codec_quick.json" if a.quick else RESULTS_PATH.name
+    )
+    return Config(
+        entries=100_000 if a.quick else a.entries,
+        repeats=a.repeats,
+        warmup=a.warmup,
+        shapes=shapes,
+        gc_enabled=a.gc_enabled,
+        quick=a.quick,
+        output=str(path),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    report = run(cfg)
+    write_json(Path(cfg.output), report)
+    print(f"wrote {cfg.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+/*
+ * _cmap.h -- the memory layout of the C map, shared by the code that reads it
+ * ===========================================================================
+ *
+ * cowstate/_cmap.c is the map (its header comment is the design: rules E, S
+ * and C, retirement by version, invariants 1-12). This header holds only what
+ * another C module needs to READ a map or a snapshot: the structs, the two
+ * slot accessors, and the layout record the map module publishes. Its readers:
+ *
+ *   - cowstate_spec/_cmap_probe.c, the test-only probe (structure export,
+ *     the invariant checker in C, corruption hooks), built beside _cmap;
+ *   - any future reader of a snapshot's chunks (a snapshot writer).
+ *
+ * The published layout
+ * --------------------
+ * The map module has a capsule `_LAYOUT` (named COWSTATE_LAYOUT_CAPSULE) that
+ * points to a CmapLayout: COWSTATE_LAYOUT_VERSION, the sizes of the structs,
+ * and the map's and the snapshot's type objects as that module built them. A
+ * reader compiled from this header must, before it touches a struct of an
+ * object:
+ *
+ *   1. take the layout from the capsule and require `version` and every size
+ *      to equal its own (a module built from another revision of this header
+ *      is refused, not misread);
+ *   2. require the object's type to be exactly `map_type` (or `snap_type`):
+ *      not a subclass, not a look-alike of the same name.
+ *
+ * Change any struct below, or what a field means, and raise
+ * COWSTATE_LAYOUT_VERSION.
+ *
+ * Reading rules
+ * -------------
+ * - Every field is the map's: a reader never writes one (the probe's
+ *   corruption hooks are the one deliberate exception, test-only).
+ * - An entry an OPEN snapshot reaches (through its directory copies, its
+ *   chunks and the `next` links) stays valid, fields and objects, until that
+ *   snapshot is released: live entries the map may not change in place
+ *   (rules C and E), retired ones wait in a batch (invariant 11). A pinned
+ *   snapshot (`readers` > 0) is not released under its reader.
+ * - `key`, `ns` and `state` are strong references the entry owns; a reader
+ *   borrows them. Without the GIL a reader may follow pointers and copy
+ *   bytes, but make no Python API call and change no reference count.
+ * - A retired entry's `next` may point to freed memory: only entries reached
+ *   from a directory (live or a snapshot's) are followed.
+ */
+
+#ifndef COWSTATE_CMAP_H
+#define COWSTATE_CMAP_H
+
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Raise with any change of a struct below or of what a field means. */
+#define COWSTATE_LAYOUT_VERSION 1
+#define COWSTATE_LAYOUT_CAPSULE "cowstate._cmap._LAYOUT"
+
+#define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
+
+/* ------------------------------------------------------------------ types */
+
+typedef struct Entry {
+    struct Entry *next;
+    PyObject *key;
+    PyObject *ns;
+    PyObject *state;
+    uint64_t hash;
+    int32_t entry_version;
+    int32_t state_version;
+} Entry;
+
+/* Entries retired at one version, freed when no open snapshot is that old. */
+typedef struct Batch {
+    struct Batch *next;         /* older batches first */
+    int32_t version;
+    Py_ssize_t size;
+    Py_ssize_t capacity;
+    Entry **entries;
+} Batch;
+
+typedef struct Chunk {
+    Py_ssize_t refs;
+    Entry *slots[];
+} Chunk;
+
+typedef struct Table {
+    Chunk **dir;            /* NULL: no table (the rehash table when not rehashing) */
+    Py_ssize_t capacity;    /* buckets */
+    Py_ssize_t ndir;        /* chunks */
+    int bits;               /* log2 of buckets per chunk */
+} Table;
+
+typedef struct MapObject {
+    PyObject_HEAD
+    Table primary;
+    Table rehash;
+    Py_ssize_t rehash_index;
+    Py_ssize_t primary_size;
+    Py_ssize_t rehash_size;
+    Py_ssize_t threshold;
+    int32_t version;
+    int32_t highest;            /* H */
+    int32_t *open;              /* open snapshot versions, ascending */
+    Py_ssize_t nopen;
+    Py_ssize_t open_cap;
+    uint64_t mod_count;         /* mappings added or removed */
+    uint64_t structure_count;   /* rehash steps */
+    uint64_t stamp;             /* every structural write (re-entrancy check) */
+    Py_ssize_t gc_entries;      /* live entries holding an object of a GC type (inv. 12) */
+    Batch *retired;             /* oldest first; the newest is at `retired_tail` */
+    Batch *retired_tail;
+    PyObject *serializer;
+    PyObject *weakreflist;
+} MapObject;
+
+typedef struct SnapObject {
+    PyObject_HEAD
+    MapObject *owner;
+    Table primary;              /* copies of the directories, holding their chunks */
+    Table rehash;
+    Py_ssize_t r;               /* rehash index when taken */
+    Py_ssize_t size;
+    int32_t version;
+    int released;
+    int readers;                /* C calls reading the directories right now */
+    int release_pending;        /* released while read: finish when readers == 0 */
+} SnapObject;
+
+/* What the map module publishes in its `_LAYOUT` capsule (see the top). */
+typedef struct CmapLayout {
+    int version;                /* COWSTATE_LAYOUT_VERSION */
+    size_t entry_size, batch_size, chunk_size, table_size, map_size, snap_size;
+    PyTypeObject *map_type;
+    PyTypeObject *snap_type;
+} CmapLayout;
+
+/* ------------------------------------------------------------- accessors */
+
+static inline Py_ssize_t chunk_slots(const Table *t) { return (Py_ssize_t)1 << t->bits; }
+
+static inline Entry *slot_get(const Table *t, Py_ssize_t bucket)
+{
+    Chunk *c = t->dir[bucket >> t->bits];
+    return c == NULL ? NULL : c->slots[bucket & (chunk_slots(t) - 1)];
+}
+
+#endif /* COWSTATE_CMAP_H */

@@ -1,0 +1,95 @@
+"""Builds of the C codec beside the real one: with a planted defect the
+specification must catch, or with the table-driven CRC32 instead of zlib's.
+
+``impl/cowstate/_codec.c`` plants one defect under ``-DCOWSTATE_CODEC_BUG=n``
+(as ``_cmap.c`` under ``COWSTATE_BUG``, :mod:`cowstate_spec.bad_cmaps`). Each
+variant is compiled once per source version into ``build/bad_codecs/`` as its
+own module (``-DCOWSTATE_CODEC_MODULE=<name>``: ``_codec_bug<n>``, or
+``_codec_tablecrc`` for the codec as it is; neither defines
+``COWSTATE_CODEC_ZLIB``, so both have the table-driven CRC32) and loaded
+beside ``cowstate._codec``, so the tests drive it with the same functions.
+
+``build_codec(...)`` needs a C compiler and the Python headers (as ``pip
+install -e .`` does); it raises ``RuntimeError`` with the compiler's output
+when the build fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["CODEC_BUGS", "CodecBug", "build_codec"]
+
+SOURCES = Path(__file__).resolve().parents[2] / "impl" / "cowstate"
+BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_codecs"
+_FILES = ("_codecmodule.c", "_codec.c", "_codec.h")
+
+
+@dataclass(frozen=True)
+class CodecBug:
+    """One planted defect: its ``COWSTATE_CODEC_BUG`` number and what it breaks."""
+
+    name: str
+    number: int
+    breaks: str
+
+
+#: The defects of the C codec the spec must each catch (numbers as in _codec.c).
+CODEC_BUGS = [
+    CodecBug(
+        "codec-non-ascii-length-off-by-one",
+        1,
+        "the value codec: a length prefix off by one for non-ASCII strings",
+    ),
+]
+
+_LOADED: dict[str, ModuleType] = {}
+
+
+def build_codec(bug: CodecBug | None = None) -> ModuleType:
+    """Compile (once per source version) and import the codec with ``bug``
+    planted, or, without one, the codec as it is. Neither links zlib: their
+    CRC32 is the table-driven one (what a build without zlib.h gets)."""
+    if bug is not None:
+        name, defines = f"_codec_bug{bug.number}", [f"-DCOWSTATE_CODEC_BUG={bug.number}"]
+    else:
+        name, defines = "_codec_tablecrc", []
+    if name in _LOADED:
+        return _LOADED[name]
+    digest = hashlib.sha256(b"".join((SOURCES / f).read_bytes() for f in _FILES)).hexdigest()
+    suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
+    target = BUILD / digest[:12] / f"{name}{suffix}"
+    if not target.exists():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        command = [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-O1",
+            "-std=c11",
+            f"-I{sysconfig.get_paths()['include']}",
+            *defines,
+            f"-DCOWSTATE_CODEC_MODULE={name}",
+            str(SOURCES / "_codecmodule.c"),
+            str(SOURCES / "_codec.c"),
+            "-o",
+            str(target),
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"building {name} failed: {' '.join(command)}\n{done.stderr}")
+    spec = importlib.util.spec_from_file_location(f"cowstate.{name}", target)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    _LOADED[name] = module
+    return module
