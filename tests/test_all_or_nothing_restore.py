@@ -341,7 +341,7 @@ def test_an_empty_backends_snapshot_restores_to_empty_states(make: Make, tmp_pat
         if isinstance(empty, HeapKeyedStateBackend)
         else RocksDBKeyedStateBackend(FULL, MAX_P, local_dir=tmp_path / "bare", **serializers)
     )
-    handle = bare.snapshot_to(1, location, SnapshotOptions()).result(30)  # type: ignore[attr-defined]
+    handle = bare.snapshot_to(1, location, SnapshotOptions()).result(30)
     assert handle.states == ()
     backend = make()
     fill(backend, range(30))
@@ -432,7 +432,7 @@ def canonical_value_savepoint(tmp_path: Path) -> tuple[KeyedStateHandle, Snapsho
         value.update(f"v{k}")
     location = SnapshotLocation(FileSystem(), str(tmp_path / "sp"), str(tmp_path / "shared"))
     options = SnapshotOptions(kind="savepoint", format="canonical")
-    handle = writer.snapshot_to(1, location, options).result(30)  # type: ignore[attr-defined]
+    handle = writer.snapshot_to(1, location, options).result(30)
     writer.close()
     assert isinstance(handle, KeyedStateHandle)
     return handle, SnapshotSource(FileSystem(), str(tmp_path / "sp"))

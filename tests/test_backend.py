@@ -16,13 +16,14 @@ handles' paths absolute under ``restore_support.ABSOLUTE``)."""
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import io
 import random
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures._base import _Waiter
 from pathlib import Path
@@ -105,8 +106,8 @@ from cowstate.serializers import (
     StringSerializer,
     serializer_identifier,
 )
-from cowstate.snapshot import SnapshotReader, SnapshotWriter, read_snapshot
-from cowstate.state_meta import SnapshotFormat, StateMetaInfo
+from cowstate.snapshot import SnapshotReader, SnapshotWriter, compat, read_snapshot
+from cowstate.state_meta import SnapshotFormat, StateKind, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, add_ints
@@ -1775,6 +1776,126 @@ def test_a_file_of_other_states_than_its_handle_is_refused_by_path(tmp_path: Pat
     )
     assert restore_support.dump(backend) == before
     backend.close()
+
+
+_LIST, _VALUE = StateKind.LIST, StateKind.VALUE
+#: Each rule of cowstate.snapshot.compat: the call with equal values, the
+#: values that differ, the error, its message (expected first, then what came).
+_COMPAT_RULES: list[tuple[Callable[..., None], tuple[Any, ...], tuple[Any, ...], type, str]] = [
+    (
+        compat.check_max_parallelism,
+        (8, 8),
+        (8, 16),
+        MaxParallelismMismatchError,
+        "expected a snapshot of max parallelism 8, got one of 16: the number of key groups "
+        "cannot change on restore",
+    ),
+    (
+        compat.check_key_serializer,
+        ("a", "a", "file"),
+        ("a", "b", "file"),
+        SerializerMismatchError,
+        "expected the key serializer 'a', the file was written with 'b'",
+    ),
+    (
+        compat.check_namespace_serializer,
+        ("s", "a", "a", "snapshot"),
+        ("s", "a", "b", "snapshot"),
+        SerializerMismatchError,
+        "expected state 's' with the backend's namespace serializer 'a', the snapshot uses 'b'",
+    ),
+    (
+        compat.check_kind,
+        ("s", _LIST, _LIST, "file"),
+        ("s", _LIST, _VALUE, "file"),
+        SerializerMismatchError,
+        "expected state 's' of kind 'list', the file holds kind 'value'",
+    ),
+    (
+        compat.check_serializer,
+        ("the key serializer", "a", "a", "file"),
+        ("the key serializer", "a", "b", "file"),
+        SerializerMismatchError,
+        "expected the key serializer to be 'a', the file was written with 'b'",
+    ),
+    (
+        compat.check_same_max_parallelism,
+        (8, 8),
+        (8, 16),
+        MaxParallelismMismatchError,
+        "expected every file to have max parallelism 8, got 16",
+    ),
+    (
+        compat.check_same_key_serializer,
+        ("a", "a"),
+        ("a", "b"),
+        SerializerMismatchError,
+        "expected every file to use key serializer 'a', got 'b'",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("rule", "same", "other", "error", "message"),
+    _COMPAT_RULES,
+    ids=[rule[0].__name__ for rule in _COMPAT_RULES],
+)
+def test_a_compatibility_rule_passes_equal_values_and_refuses_another(
+    rule: Callable[..., None],
+    same: tuple[Any, ...],
+    other: tuple[Any, ...],
+    error: type,
+    message: str,
+) -> None:
+    # The C rules both backends, read_snapshot and the coordinator call: the
+    # same value passes, another is refused naming both (the paths that call
+    # them pin the same messages above and in test_snapshot_io.py).
+    rule(*same)
+    with pytest.raises(error) as excinfo:
+        rule(*other)
+    assert type(excinfo.value) is error and str(excinfo.value) == message
+
+
+def test_the_coordinators_max_parallelism_rule_speaks_of_the_job() -> None:
+    # C1 for a job's _metadata (CheckpointCoordinator.restore, recover): the
+    # same rule, its message without "on restore" (test_checkpoint_rules.py).
+    compat.check_max_parallelism(8, 8, of_job=True)
+    with pytest.raises(MaxParallelismMismatchError) as excinfo:
+        compat.check_max_parallelism(8, 16, of_job=True)
+    assert str(excinfo.value) == (
+        "expected a snapshot of max parallelism 8, got one of 16: the number of key groups "
+        "cannot change"
+    )
+
+
+def test_the_format_rules_take_their_own_formats_and_canonical_only() -> None:
+    # C6: a backend's own native handles and canonical ones; one format per
+    # restore; heap files heap or canonical; a canonical savepoint's files canonical.
+    heap_rule = functools.partial(
+        compat.check_handle_format, backend_name="heap", native_format=SnapshotFormat.HEAP
+    )
+    heap_rule(SnapshotFormat.HEAP, "heap")
+    heap_rule(SnapshotFormat.CANONICAL, "rocksdb")
+    for refused, backend in [
+        (SnapshotFormat.ROCKSDB_NATIVE, "rocksdb"),
+        (SnapshotFormat.HEAP, "rocksdb"),  # the heap's format claimed by another backend
+    ]:
+        with pytest.raises(IncompatibleSnapshotError, match="take a canonical savepoint"):
+            heap_rule(refused, backend)
+    compat.check_one_format([SnapshotFormat.CANONICAL])
+    with pytest.raises(IncompatibleSnapshotError, match="one format"):
+        compat.check_one_format([SnapshotFormat.CANONICAL, SnapshotFormat.ROCKSDB_NATIVE])
+    compat.check_heap_file_format(SnapshotFormat.HEAP)
+    compat.check_heap_file_format(SnapshotFormat.CANONICAL)
+    with pytest.raises(IncompatibleSnapshotError, match="heap or canonical"):
+        compat.check_heap_file_format(SnapshotFormat.ROCKSDB_NATIVE)
+    compat.check_canonical_file_format(SnapshotFormat.CANONICAL, "f")
+    with pytest.raises(IncompatibleSnapshotError) as excinfo:
+        compat.check_canonical_file_format(SnapshotFormat.HEAP, "f")
+    assert str(excinfo.value) == (
+        f"expected a canonical snapshot file, got format {SnapshotFormat.HEAP!r} in 'f': "
+        "restore a canonical savepoint"
+    )
 
 
 # --------------------- restore: the items and files restore() takes or refuses

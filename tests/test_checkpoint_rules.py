@@ -20,13 +20,16 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import re
 import shutil
+import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import redirect_stdout
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import jobs_support
@@ -36,6 +39,7 @@ from jobs_support import Jobs
 from restore_support import FULL, MAX_P, SER, dump, fill, group_of
 from rocksdict import Options
 
+import cowstate.checkpoint.coordinator
 from cowstate.checkpoint.coordinator import (
     SAVEPOINT_MARKER,
     CheckpointCoordinator,
@@ -208,6 +212,79 @@ def restored_contents(factory: Factory, directory: str) -> dict[str, dict[Any, A
         return {name: {k: s for k, _, s in backend.entries(name)} for name in ("value", "list")}
     finally:
         backend.close()
+
+
+# ------------------------------------------------------------- the flow
+
+
+def _documented_walk() -> tuple[list[tuple[int, bool, str, str]], int, int]:
+    """The numbered walk of the coordinator's docstring: (hop, on the writer
+    thread, file, function) from the caller's line on, and the hops and files
+    its sentence counts."""
+    doc = cowstate.checkpoint.coordinator.__doc__ or ""
+    walk = [
+        (0 if number == "caller" else int(number), writer == "w", file, function)
+        for number, writer, file, function in re.findall(
+            r"^ +(caller|\d+) +(w)? +(\w+\.py) +([\w.]+)$", doc, flags=re.M
+        )
+    ]
+    counted = re.search(r"^(\d+) hops in (\d+) files", doc, flags=re.M)
+    assert counted is not None, "the docstring counts the walk's hops and files"
+    return walk, int(counted[1]), int(counted[2])
+
+
+def _in_order(wanted: list[tuple[str, str]], seen: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """What of ``wanted`` is not found in ``seen`` in that order (a subsequence)."""
+    position = 0
+    for hop in wanted:
+        try:
+            position = seen.index(hop, position) + 1
+        except ValueError:
+            return wanted[wanted.index(hop) :]
+    return []
+
+
+def test_the_documented_checkpoint_walk_is_the_path_a_checkpoint_takes(tmp_path: Path) -> None:
+    """The coordinator's docstring numbers the calls from ``trigger_checkpoint``
+    to the sealed ``_metadata``: a trace of one heap checkpoint makes each of
+    them, in that order, on the thread it names; the counts it says are its own."""
+    walk, hops, files = _documented_walk()
+    assert [hop for hop, *_ in walk] == list(range(hops + 1))
+    assert len({file for _, _, file, _ in walk}) == files
+    impl = str(Path(cowstate.checkpoint.coordinator.__file__).parents[1]) + "/"
+    backend = HeapKeyedStateBackend(KeyGroupRange(0, MAXP - 1), MAXP)
+    backend.set_current_key(1)
+    backend.get_state(VALUE).update(3)
+    coordinator = CheckpointCoordinator(CheckpointStorage(str(tmp_path), "job"), [backend])
+    calls: dict[bool, list[tuple[str, str]]] = {False: [], True: []}
+    caller = threading.current_thread()
+
+    def profile(frame: FrameType, event: str, arg: object) -> None:
+        code = frame.f_code
+        if event == "call" and code.co_filename.startswith(impl):
+            on_writer = threading.current_thread() is not caller
+            calls[on_writer].append((Path(code.co_filename).name, code.co_qualname))
+
+    threading.setprofile(profile)
+    sys.setprofile(profile)
+    try:
+        coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
+    finally:
+        sys.setprofile(None)
+        threading.setprofile(None)
+        coordinator.close()
+        backend.close()
+    for on_writer in (False, True):
+        wanted = [(file, function) for _, w, file, function in walk if w is on_writer]
+        assert wanted, "the walk has hops on both threads"
+        assert _in_order(wanted, calls[on_writer]) == [], f"writer thread: {on_writer}"
+
+
+def test_a_walk_out_of_order_or_with_a_call_never_made_is_refused() -> None:
+    seen = [("a.py", "f"), ("b.py", "g"), ("a.py", "h")]
+    assert _in_order([("a.py", "f"), ("a.py", "h")], seen) == []
+    assert _in_order([("a.py", "h"), ("b.py", "g")], seen) == [("b.py", "g")]
+    assert _in_order([("a.py", "f"), ("c.py", "k")], seen) == [("c.py", "k")]
 
 
 # ------------------------------------------------------------------ storage

@@ -88,8 +88,11 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "snapshot",
         (
+            "cowstate._codec",
+            "cowstate.snapshot.ccodec",
             "cowstate.snapshot.format",
             "cowstate.snapshot.checks",
+            "cowstate.snapshot.compat",
             "cowstate.snapshot.reader",
             "cowstate.snapshot.writer",
             "cowstate.snapshot.restore",
@@ -124,6 +127,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "cowstate.checkpoint.registry",
             "cowstate.checkpoint.verify",
+            "cowstate.checkpoint.metadata",
             "cowstate.checkpoint.storage",
             "cowstate.checkpoint.coordinator",
             "cowstate.checkpoint.recovery",

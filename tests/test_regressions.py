@@ -20,11 +20,11 @@ from cowstate import ConcurrentModificationError, CopyOnWriteStateMap
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation
-from cowstate.checkpoint.protocol import map_future
 from cowstate.errors import TruncatedSnapshotError, UnhashableKeyError
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.introspection import describe
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group
+from cowstate.keyed_backend import SnapshotFuture
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot import SnapshotReader
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
@@ -184,29 +184,35 @@ def test_an_unhashable_key_outside_a_sub_range_is_refused_as_unhashable(
     assert len(table) == 0
 
 
-def test_a_cancelled_mapped_future_is_done_for_wait_and_as_completed() -> None:
-    # map_future's future was cancelled but never notified (no executor runs
-    # it), and concurrent.futures.wait() / as_completed() count a cancelled
-    # future as done only once notified: they waited out their whole timeout.
-    inner: Future[int] = Future()
-    outer = map_future(inner, str)
-    assert outer.cancel() and outer.cancelled() and inner.cancelled()
-    done, not_done = wait([outer], timeout=0)
-    assert (done, not_done) == ({outer}, set())
-    assert list(as_completed([outer], timeout=0)) == [outer]
-    assert outer.cancel()  # again: still cancelled, notified once
-    # cancelled from the inner side (the writer's), the same
-    inner = Future()
-    outer = map_future(inner, str)
-    assert inner.cancel()
-    assert outer.cancelled()
-    assert wait([outer], timeout=0).done == {outer}
+def test_a_snapshot_future_cancelled_before_its_writer_starts_is_done_for_wait() -> None:
+    # A backend's SnapshotFuture (RocksDB's snapshot_to, the heap's snapshot)
+    # cancelled before the writer thread reached it was not notified -- no
+    # executor runs it -- and concurrent.futures.wait() / as_completed() count
+    # a cancelled future as done only once notified: they waited for the
+    # writer thread, or out their timeout.
+    released: list[int] = []
+    future: SnapshotFuture[int] = SnapshotFuture(1, lambda: released.append(1))
+    assert future.cancel() and future.cancelled()
+    done, not_done = wait([future], timeout=0)
+    assert (done, not_done) == ({future}, set())
+    assert list(as_completed([future], timeout=0)) == [future]
+    assert future.cancel()  # again: still cancelled, notified and released once
+    assert released == [1]
+    assert not future.start()  # the writer thread reaching it does not run it
+    running: SnapshotFuture[int] = SnapshotFuture(2, lambda: released.append(2))
+    assert running.start()
+    assert running.cancel() and not running.cancelled()  # requested: the writer stops
+    assert running.cancel_requested.is_set() and released == [1]
 
 
-def test_a_queued_heap_snapshot_cancelled_by_its_owner_is_done_for_wait(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api", ["snapshot_to", "snapshot"])
+def test_a_queued_heap_snapshot_cancelled_by_its_owner_is_done_for_wait(
+    tmp_path: Path, api: str
+) -> None:
     # What a coordinator's abort (and close) of a just-triggered checkpoint
     # does: cancel the heap backend's future of snapshot_to while its writer
-    # is still queued, then wait for it -- which blocked until the timeout.
+    # is still queued, then wait for it -- which blocked until the timeout
+    # (and the stream API's future until the writer thread reached it).
     release = threading.Event()
     with ThreadPoolExecutor(max_workers=1) as executor:
         executor.submit(release.wait, 30)  # the one writer thread is busy
@@ -221,7 +227,11 @@ def test_a_queued_heap_snapshot_cancelled_by_its_owner_is_done_for_wait(tmp_path
             backend.get_state(restore_support.VALUE)
             restore_support.fill(backend, range(10))
             location = SnapshotLocation(FileSystem(), str(tmp_path / "chk-1"), None)
-            future = backend.snapshot_to(1, location, SnapshotOptions())
+            future: Future[Any] = (
+                backend.snapshot_to(1, location, SnapshotOptions())
+                if api == "snapshot_to"
+                else backend.snapshot(1, io.BytesIO)
+            )
             assert future.cancel() and future.cancelled()
             assert wait([future], timeout=0).done == {future}
         finally:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from restore_support import Targets
@@ -57,9 +58,14 @@ from test_restore_trust import (
 )
 
 from cowstate.errors import CowStateError
+from cowstate.snapshot import ccodec
 from cowstate_spec.bad_checks import CHECK_BUGS, CheckBug, control, planted, rocksdb_check_bugs
+from cowstate_spec.bad_codecs import CODEC_BUGS, CodecBug, build_codec
 
 BUGS = CHECK_BUGS + rocksdb_check_bugs()
+#: The C codec's planted reader bugs (its encoder's: tests/test_c_codec.py).
+READER_BUGS = [bug for bug in CODEC_BUGS if bug.part == "reader"]
+E1_PYTHON_LOOP = next(b for b in BUGS if b.name == "e1-decoding-loop-checks-the-first-entry-only")
 SAME_COUNT = ("same count",)
 
 
@@ -208,7 +214,16 @@ def failing_positions(
     """The positions of ``positions`` at which the test of ``check_bug``'s check
     fails on it."""
     oracle = ORACLES[check_bug.name.removeprefix("identity-")]
-    code = planted(check_bug)
+    # (a check of the Python loop the C codec replaces runs on that loop)
+    codec = None if check_bug.python_path else ccodec.CODEC
+    with mock.patch.object(ccodec, "CODEC", codec):
+        return positions_failing(oracle, positions, tmp, planted(check_bug), fx)
+
+
+def positions_failing(
+    oracle: Oracle, positions: tuple[str, ...] | frozenset[str], tmp: Path, code: Any, fx: Fixtures
+) -> set[str]:
+    """The positions of ``positions`` at which ``oracle`` fails on ``code``."""
     failed = set()
     for position in positions:
         try:
@@ -230,6 +245,28 @@ def test_a_sampled_or_counted_check_fails_its_test_where_it_misses(
 ) -> None:
     positions = ORACLES[check_bug.name].positions
     assert failing_positions(check_bug, positions, tmp_path, fixtures) == check_bug.escapes
+
+
+@pytest.mark.skipif(ccodec.BUILT is None, reason="cowstate._codec is not built")
+@pytest.mark.parametrize("bug", READER_BUGS, ids=lambda bug: bug.name)
+def test_the_c_readers_e1_check_fails_its_test_where_it_misses(
+    bug: CodecBug, tmp_path: Path, fixtures: Fixtures
+) -> None:
+    """E1 in the C codec's section loop: the same test as the Python loop's,
+    with the planted C copy (after the first entry of a block, nothing
+    escapes the real one) and the codec as it is built the same way."""
+    oracle = ORACLES["e1-decoding-loop-checks-the-first-entry-only"]
+    for codec, escapes in (
+        (build_codec(bug), {"middle", "last", "last-block"}),
+        (build_codec(), set()),
+    ):
+        assert codec.BUG in (bug.number, 0)
+        with mock.patch.object(ccodec, "CODEC", codec):
+            code = planted(control(E1_PYTHON_LOOP))  # the real loops, callers rebound
+            assert (
+                positions_failing(oracle, POSITIONS, tmp_path / str(codec.BUG), code, fixtures)
+                == escapes
+            )
 
 
 #: The planted checks that fail their test at every position: where a defect

@@ -39,9 +39,10 @@
  * cowstate.snapshot.reader._decoded_section in C, appending to the
  * DecodedBlock `block`'s columns. It stops before an entry it cannot finish
  * as the Python loop would -- a field past the block's end, a value the C
- * decoder hands back, a key or state decoded to None -- and returns where:
- * the Python loop goes on from that entry and raises the Python errors
- * itself (built-in decoders run first, being pure, so no deserializer of
+ * decoder hands back -- and returns where: the Python loop goes on from
+ * that entry and raises the Python errors itself; a key or state decoded
+ * to None it refuses itself with E1's error, for every entry (the Python
+ * loop's check, in C) (built-in decoders run first, being pure, so no deserializer of
  * the user's is called twice). A user deserializer's Exception becomes
  * checks.undecodable_error(...) chained from it (`raise ... from exc`), a
  * BaseException passes, and namespaces go through the decoder's cache and
@@ -51,6 +52,10 @@
  * value of the list `values` `rounds` times with the GIL released (the path
  * the C snapshot writer takes for immutable values), and returns per value
  * its bytes, "fallback" or "needs-gil".
+ *
+ * Test knob: -DCOWSTATE_CODEC_BUG=2 plants "E1 checked for the first entry
+ * of a block only" in decode_section (1 is _codec.c's);
+ * cowstate_spec.bad_codecs builds it, and E1's test must catch it.
  *
  * Reference counts: every object taken from a tuple, list or dict here is
  * borrowed while its container is held (items is copied into a private list
@@ -67,6 +72,8 @@
 #ifndef COWSTATE_CODEC_BUG
 #define COWSTATE_CODEC_BUG 0
 #endif
+/* The planted bug of this module (1, in _codec.c: a non-ASCII length). */
+#define CODEC_BUG_E1_FIRST_ENTRY_ONLY 2
 #define STR_(x) #x
 #define STR(x) STR_(x)
 #define CAT_(a, b) a##b
@@ -613,7 +620,13 @@ static PyObject *m_decode_section(PyObject *self, PyObject *const *args, Py_ssiz
             frame_at = ns_at - 4;
             frame_len = ns_len + 4;
         }
-        if (key == Py_None || state == Py_None) {
+#if COWSTATE_CODEC_BUG == CODEC_BUG_E1_FIRST_ENTRY_ONLY
+        /* planted: E1 checked while the block holds no entry yet, so only
+         * the first of each block is checked (cowstate_spec.bad_codecs) */
+        if ((key == Py_None || state == Py_None) && PyList_GET_SIZE(keys) == 0) {
+#else
+        if (key == Py_None || state == Py_None) { /* E1, for every entry */
+#endif
             raise_none(name, key_group, key == Py_None ? "key" : "state");
             Py_DECREF(key);
             Py_DECREF(state);

@@ -7,37 +7,47 @@ table from ``table_factory``: :class:`~cowstate.state_table.CopyOnWriteStateTabl
 by default, :class:`~cowstate.state_table.NestedMapsStateTable` for synchronous
 snapshots.
 
-A checkpoint has two parts::
+A checkpoint (``snapshot_to(id, location, options)``, what the checkpoint
+coordinator calls) has two parts::
 
     owner thread                          writer thread (one per backend)
     ------------                          -------------------------------
-    snapshot(id, stream_factory)
+    snapshot_to(id, location, options)
       sync: table.snapshot() for every
-      state, in registration order  --->  stream = stream_factory()
-      returns a SnapshotFuture            for kg in range (ascending):
-    keeps processing: puts, gets,           if cancelled: stop
-    mutations in place ...                  write kg of every state
-    (copy-on-write keeps the                release kg's map snapshots
-     snapshot's view intact)              write the index; close_and_get_handle()
+      state, in registration order  --->  _write_to:
+      returns a SnapshotFuture              stream = location.exclusive_stream(name)
+    keeps processing: puts, gets,           for kg in range (ascending):
+    mutations in place ...                    if cancelled: stop
+    (copy-on-write keeps the                  write kg of every state
+     snapshot's view intact)                  release kg's map snapshots
+                                            write the index; close_and_get_handle()
+                                            the future's result: a KeyedStateHandle
                                           release everything left, in all cases
 
 Everything the writer needs (table snapshots with duplicated serializers,
-state ids, meta info) is captured in the synchronous part (FLINK-9269,
-FLINK-6207), so registering states or changing serializers afterwards does
-not reach a running writer. Every map snapshot is released when its key group
-is written, and all that remain when the write succeeds, fails or is
-cancelled (FLINK-13469): the copy-on-write maps stop copying.
+state ids, meta info, the file's name) is captured in the synchronous part
+(FLINK-9269, FLINK-6207), so registering states or changing serializers
+afterwards does not reach a running writer. Every map snapshot is released
+when its key group is written, and all that remain when the write succeeds,
+fails or is cancelled (FLINK-13469): the copy-on-write maps stop copying.
 
-``restore(snapshot_streams)`` rebuilds every state for this backend's
-key-group range from snapshot files, possibly written by backends with other
-ranges (rescaling); ``prepare_restore(handles, source)`` does the same from
-the handles of a checkpoint or savepoint and returns a
-:class:`HeapPreparedRestore` (``restore_from`` commits it at once). Both go
-the same way, and a bad file leaves the backend exactly as it was:
+``snapshot(id, stream_factory)`` is the same snapshot into a stream of the
+caller's (``io.BytesIO`` for one in memory): the same synchronous part, the
+same file written by ``_write``, a :class:`KeyedStateSnapshotResult` instead
+of a handle.
+
+``prepare_restore(handles, source)`` rebuilds every state for this backend's
+key-group range from the snapshot files of a checkpoint or savepoint,
+possibly written by backends with other ranges (rescaling), and returns a
+:class:`HeapPreparedRestore` (``restore_from`` commits it at once);
+``restore(snapshot_streams)`` does the same from files the caller holds
+(bytes, streams, snapshot results) and commits. Both go the same way, and a
+bad file leaves the backend exactly as it was:
 
 1. every file's metadata is checked first (format, max parallelism, key and
-   namespace serializers; with handles, each file against its handle), so
-   no byte is decoded from a file the backend would refuse;
+   namespace serializers: C6, C1-C3 of :mod:`cowstate.snapshot.compat`; with
+   handles, each file against its handle), so no byte is decoded from a file
+   the backend would refuse;
 2. every file is parsed and decoded in one pass per key group
    (:meth:`~cowstate.snapshot.reader.SnapshotReader.decode_key_group`; a
    namespace is decoded once per distinct bytes), every entry checked
@@ -59,14 +69,12 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from cowstate.arithmetic import DEFAULT_CAPACITY, clamp_capacity
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
-from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
-from cowstate.checkpoint.protocol import map_future
+from cowstate.checkpoint.location import LocationStream, SnapshotLocation, SnapshotSource
 from cowstate.errors import (
-    IncompatibleSnapshotError,
     InvalidArgumentError,
 )
 from cowstate.key_groups import KeyGroupRange
@@ -82,7 +90,8 @@ from cowstate.snapshot import (
     write_snapshot,
 )
 from cowstate.snapshot.checks import DecodedBlock, check_key_types, duplicate_error
-from cowstate.state_meta import SnapshotFormat, StateMetaInfo
+from cowstate.snapshot.compat import check_heap_file_format
+from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
     StateTable,
@@ -107,6 +116,7 @@ RESTORABLE_FORMATS = frozenset({SnapshotFormat.HEAP, SnapshotFormat.CANONICAL})
 #: If the stream has ``close_and_get_handle()``, its result becomes the
 #: snapshot's handle; if it has ``discard()``, a failed write calls it.
 StreamFactory = Callable[[], BinaryWriter]
+R = TypeVar("R")
 
 
 @dataclass(frozen=True)
@@ -157,90 +167,37 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             )
         self._table_factory = table_factory
 
-    # -------------------------------------------------------------- snapshots
-
-    def snapshot(
-        self,
-        checkpoint_id: int,
-        stream_factory: StreamFactory,
-        *,
-        snapshot_format: SnapshotFormat = HEAP_FORMAT,
-    ) -> SnapshotFuture[KeyedStateSnapshotResult]:
-        """Take the synchronous part now; the returned future writes the rest.
-
-        ``stream_factory()`` is called on the writer thread. The result's
-        ``handle`` is ``stream.close_and_get_handle()`` when the stream has
-        it, else the stream (rewound ``BytesIO`` callers can read).
-        ``snapshot_format`` is recorded in the file: ``"heap"`` (the heap's native
-        format) or ``"canonical"`` (a canonical savepoint, any backend restores it).
-        """
-        self._check_open()
-        if snapshot_format not in RESTORABLE_FORMATS:
-            raise InvalidArgumentError(
-                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got "
-                f"{snapshot_format!r}"
-            )
-        if type(checkpoint_id) is not int or checkpoint_id < 0:
-            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
-        if not callable(stream_factory):
-            raise InvalidArgumentError(
-                f"expected a callable stream factory, got {type(stream_factory).__name__}"
-            )
-        taken: list[StateTableSnapshot[Any, Any, Any]] = []
-        try:
-            for holder in self._holders.values():
-                taken.append(holder.table.snapshot())
-        except BaseException:
-            for snap in taken:
-                snap.release()
-            raise
-
-        def release() -> None:
-            for snap in taken:
-                snap.release()
-
-        if not taken:  # an empty backend writes nothing
-            future: SnapshotFuture[KeyedStateSnapshotResult] = SnapshotFuture(
-                checkpoint_id, release
-            )
-            future.set_running_or_notify_cancel()
-            future.set_result(
-                KeyedStateSnapshotResult(checkpoint_id, self.key_group_range, None, None)
-            )
-            return future
-        return self._start_async(
-            checkpoint_id,
-            functools.partial(self._write, taken, stream_factory, snapshot_format),
-            cleanup=release,
-            failure="its resources were released",
-        )
-
     # ------------------------------------------------ checkpoints and savepoints
 
     def snapshot_to(
         self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
     ) -> Future[KeyedStateHandle]:
-        """A snapshot file in ``location`` (always full: the heap shares nothing
-        between checkpoints); canonical for a canonical savepoint, else heap."""
+        """Take the synchronous part now; the future writes one snapshot file into
+        ``location`` and gives its handle (always full: the heap shares nothing
+        between checkpoints). The file is canonical for a canonical savepoint,
+        else heap."""
+        self._check_snapshot_to(checkpoint_id, location, options)
         snapshot_format = (
             SnapshotFormat.CANONICAL
             if options.is_savepoint and options.format == "canonical"
             else HEAP_FORMAT
         )
+        snapshots = self._snapshot_tables()
+        if not snapshots:  # an empty backend writes nothing
+            return _done(checkpoint_id, self._handle_of(checkpoint_id, snapshot_format, (), ()))
         r = self.key_group_range
-        name = f"keyed-state-{r.start_key_group}-{r.end_key_group}"
-        inner = self.snapshot(
+        return self._start_async(
             checkpoint_id,
-            functools.partial(location.exclusive_stream, name),
-            snapshot_format=snapshot_format,
+            functools.partial(
+                self._write_to,
+                snapshots,
+                location,
+                f"keyed-state-{r.start_key_group}-{r.end_key_group}",
+                snapshot_format,
+            ),
+            cleanup=functools.partial(_release, snapshots),
+            failure="its resources were released",
         )
-        return map_future(inner, functools.partial(self._handle_of, snapshot_format))
-
-    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        """Nothing to do: heap snapshots never build on earlier ones."""
-
-    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        """Nothing to do: heap snapshots never build on earlier ones."""
 
     def prepare_restore(
         self,
@@ -267,28 +224,51 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 readers.append(reader)
         return self._prepare(readers)
 
-    def _handle_of(
-        self, snapshot_format: SnapshotFormat, result: KeyedStateSnapshotResult
-    ) -> KeyedStateHandle:
-        r = self.key_group_range
-        files: tuple[FileHandle, ...] = () if result.handle is None else (result.handle,)
-        size = sum(f.size for f in files)
-        states = () if result.info is None else result.info.metadata.states
-        return KeyedStateHandle(
-            backend="heap",
-            format=snapshot_format,
-            key_group_range=(r.start_key_group, r.end_key_group),
-            max_parallelism=self.max_parallelism,
-            checkpoint_id=result.checkpoint_id,
-            key_serializer=serializer_identifier(self._key_serializer),
-            states=states,
-            files=files,
-            checkpointed_size=size,
-            full_size=size,
+    # ------------------------------------------- snapshots in the caller's streams
+
+    def snapshot(
+        self,
+        checkpoint_id: int,
+        stream_factory: StreamFactory,
+        *,
+        snapshot_format: SnapshotFormat = HEAP_FORMAT,
+    ) -> SnapshotFuture[KeyedStateSnapshotResult]:
+        """:meth:`snapshot_to`'s snapshot file written into ``stream_factory()``
+        (called on the writer thread) instead of a checkpoint location.
+
+        The result's ``handle`` is ``stream.close_and_get_handle()`` when the
+        stream has it, else the stream (rewound ``BytesIO`` callers can read);
+        :meth:`restore` takes the result. ``snapshot_format`` is recorded in
+        the file: ``"heap"`` (the heap's native format) or ``"canonical"`` (a
+        canonical savepoint, any backend restores it).
+        """
+        self._check_open()
+        if snapshot_format not in RESTORABLE_FORMATS:
+            raise InvalidArgumentError(
+                f"expected a snapshot format in {sorted(RESTORABLE_FORMATS)}, got "
+                f"{snapshot_format!r}"
+            )
+        self._check_checkpoint_id(checkpoint_id)
+        if not callable(stream_factory):
+            raise InvalidArgumentError(
+                f"expected a callable stream factory, got {type(stream_factory).__name__}"
+            )
+        snapshots = self._snapshot_tables()
+        if not snapshots:  # an empty backend writes nothing
+            return _done(
+                checkpoint_id,
+                KeyedStateSnapshotResult(checkpoint_id, self.key_group_range, None, None),
+            )
+        return self._start_async(
+            checkpoint_id,
+            functools.partial(self._write, snapshots, stream_factory, snapshot_format),
+            cleanup=functools.partial(_release, snapshots),
+            failure="its resources were released",
         )
 
     def restore(self, snapshot_streams: Iterable[Any]) -> None:
-        """Rebuild every state for this backend's key groups from snapshot files.
+        """Rebuild every state for this backend's key groups from snapshot files
+        the caller holds: :meth:`prepare_restore` and ``commit()`` in one.
 
         Each item is the bytes of a file, a binary stream, a
         :class:`KeyedStateSnapshotResult` (that of a backend without states
@@ -296,7 +276,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         ``open()``. States in the files replace the tables of the same name;
         registered states absent from the files become empty. Everything is
         read, checked (max parallelism, formats, key and namespace serializers,
-        kinds and serializers of registered states, the contents:
+        kinds and serializers of registered states: C1-C7 of
+        :mod:`cowstate.snapshot.compat`; the contents: E1-E6 of
         :mod:`cowstate.snapshot.checks`) and decoded into new tables before any
         table changes: on any error the backend is exactly as it was.
 
@@ -328,6 +309,40 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
 
     # -------------------------------------------------------- private helpers
 
+    def _snapshot_tables(self) -> list[StateTableSnapshot[Any, Any, Any]]:
+        """The synchronous part of a snapshot: every state's table snapshot, in
+        registration order (the state ids); all of them, or none released."""
+        taken: list[StateTableSnapshot[Any, Any, Any]] = []
+        try:
+            for holder in self._holders.values():
+                taken.append(holder.table.snapshot())
+        except BaseException:
+            _release(taken)
+            raise
+        return taken
+
+    def _write_to(
+        self,
+        snapshots: list[StateTableSnapshot[Any, Any, Any]],
+        location: SnapshotLocation,
+        name: str,
+        snapshot_format: SnapshotFormat,
+        future: SnapshotFuture[KeyedStateHandle],
+    ) -> KeyedStateHandle:
+        """The asynchronous part of :meth:`snapshot_to` (writer thread; see
+        ``_start_async``): the file ``name`` in ``location``, and its handle."""
+        stream: LocationStream | None = None
+        try:
+            stream = location.exclusive_stream(name)
+            info = write_snapshot(
+                snapshots, stream, snapshot_format=snapshot_format, cancel=future.cancel_requested
+            )
+            file = stream.close_and_get_handle()
+        except BaseException:
+            _discard(stream)
+            raise
+        return self._handle_of(future.checkpoint_id, snapshot_format, info.metadata.states, (file,))
+
     def _write(
         self,
         snapshots: list[StateTableSnapshot[Any, Any, Any]],
@@ -335,7 +350,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         snapshot_format: SnapshotFormat,
         future: SnapshotFuture[KeyedStateSnapshotResult],
     ) -> KeyedStateSnapshotResult:
-        """The asynchronous part (writer thread; see ``_start_async``)."""
+        """The asynchronous part of :meth:`snapshot` (writer thread; see
+        ``_start_async``): the file in ``stream_factory()``."""
         stream: BinaryWriter | None = None
         try:
             stream = stream_factory()
@@ -353,6 +369,30 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             _discard(stream)
             raise
 
+    def _handle_of(
+        self,
+        checkpoint_id: int,
+        snapshot_format: SnapshotFormat,
+        states: tuple[StateMetadata, ...],
+        files: tuple[FileHandle, ...],
+    ) -> KeyedStateHandle:
+        """The handle of a heap snapshot: ``files`` (none, or its one file) holding
+        ``states``."""
+        r = self.key_group_range
+        size = sum(f.size for f in files)
+        return KeyedStateHandle(
+            backend="heap",
+            format=snapshot_format,
+            key_group_range=(r.start_key_group, r.end_key_group),
+            max_parallelism=self.max_parallelism,
+            checkpoint_id=checkpoint_id,
+            key_serializer=serializer_identifier(self._key_serializer),
+            states=states,
+            files=files,
+            checkpointed_size=size,
+            full_size=size,
+        )
+
     def _prepare(
         self, snapshots: Sequence[SnapshotReader | IO[bytes] | bytes]
     ) -> HeapPreparedRestore:
@@ -362,11 +402,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         try:
             for reader in readers:  # every file's metadata before any byte is decoded
                 header = reader.metadata
-                if header.format not in RESTORABLE_FORMATS:
-                    raise IncompatibleSnapshotError(
-                        f"expected a heap or canonical snapshot, got format {header.format!r}: "
-                        "a native snapshot of another backend; restore from a canonical savepoint"
-                    )
+                check_heap_file_format(header.format)  # C6
+                # C1, C2, and C3 for every state
                 self._check_snapshot(header.max_parallelism, header.key_serializer, "file")
                 for state in header.states:
                     self._check_namespace_serializer(state.name, state.namespace_serializer, "file")
@@ -453,13 +490,14 @@ def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes
         return item.getvalue()
     opener = getattr(item, "open", None)
     if callable(opener):
-        stream = opener()
+        stream: IO[bytes] = opener()
         close = getattr(stream, "close", None)
         if callable(close):
             opened.callback(close)
-        return stream  # type: ignore[no-any-return]
+        return stream
     if hasattr(item, "read"):
-        return item  # type: ignore[no-any-return]
+        readable: IO[bytes] = item
+        return readable
     raise InvalidArgumentError(
         f"expected snapshot bytes, a binary stream, a snapshot result or a handle with "
         f"open(), got {type(item).__name__}"
@@ -500,3 +538,16 @@ def _discard(stream: BinaryWriter | None) -> None:
     if discard is not None:
         with contextlib.suppress(Exception):  # the write's own error is the one to report
             discard()
+
+
+def _done(checkpoint_id: int, result: R) -> SnapshotFuture[R]:
+    """The future of a snapshot with nothing to write: done already."""
+    future: SnapshotFuture[R] = SnapshotFuture(checkpoint_id, lambda: None)
+    future.start()
+    future.set_result(result)
+    return future
+
+
+def _release(snapshots: list[StateTableSnapshot[Any, Any, Any]]) -> None:
+    for snap in snapshots:
+        snap.release()

@@ -275,7 +275,8 @@ def java_hash(key: Any, key_serializer: StateSerializer | None = None) -> int:
     kind = type(key)
     if kind is int:
         if _INT_MIN <= key <= _INT_MAX and not _is_long(key_serializer):
-            return key  # type: ignore[no-any-return]
+            hashed: int = key  # an int32 is its own hash
+            return hashed
         if _LONG_MIN <= key <= _LONG_MAX:
             return _long_hash(key)
     elif kind is str:

@@ -13,7 +13,9 @@ Restores are two-phase (:mod:`cowstate.checkpoint.protocol`): a subclass's
 ``prepare_restore`` verifies and stages everything and returns a
 :class:`StagedRestore` whose ``commit()`` swaps it in; ``restore_from`` is
 both. The checks every backend makes on the handles it is given live here:
-each key group in one handle only
+the compatibility rules (C1-C6 of :mod:`cowstate.snapshot.compat`: max
+parallelism, key and namespace serializers, kinds and state serializers of
+known states, formats), each key group in one handle only
 (:meth:`AbstractKeyedStateBackend._handles_to_read`), and each snapshot file
 holding what its handle says (:meth:`AbstractKeyedStateBackend._check_file_of`).
 
@@ -33,17 +35,14 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
-from cowstate.checkpoint.handles import BackendName, KeyedStateHandle
-from cowstate.checkpoint.location import SnapshotSource
+from cowstate.checkpoint.handles import BackendName, KeyedStateHandle, SnapshotOptions
+from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.checkpoint.protocol import overlapping
 from cowstate.descriptors import Describes, StateDescriptor
 from cowstate.errors import (
     BackendClosedError,
-    IncompatibleSnapshotError,
     InvalidArgumentError,
     KeyGroupMismatchError,
-    MaxParallelismMismatchError,
-    SerializerMismatchError,
     SnapshotCancelledError,
     SnapshotFormatError,
     SnapshotWriteError,
@@ -61,6 +60,14 @@ from cowstate.serializers import (
     StateSerializer,
     serializer_for,
     serializer_identifier,
+)
+from cowstate.snapshot.compat import (
+    check_handle_format,
+    check_key_serializer,
+    check_kind,
+    check_max_parallelism,
+    check_namespace_serializer,
+    check_serializer,
 )
 from cowstate.snapshot.format import SnapshotMetadata
 from cowstate.state_meta import SnapshotFormat, StateKind, StateMetadata, StateMetaInfo
@@ -83,6 +90,12 @@ class SnapshotFuture(Future[T]):
     the writer stops at its next step (key group, file) and ``result()``
     raises :class:`~cowstate.errors.SnapshotCancelledError` (a
     ``CancelledError``). Either way the snapshot's resources are released.
+
+    No executor runs this future (the writer thread runs the backend's
+    ``_run_async``, which calls :meth:`start`), so a cancel notifies its
+    waiters itself: ``concurrent.futures.wait()`` and ``as_completed()``
+    count a cancelled future as done only once notified, and would otherwise
+    wait for the writer thread to reach it -- or out their whole timeout.
     """
 
     def __init__(self, checkpoint_id: int, release: Callable[[], None]) -> None:
@@ -90,13 +103,27 @@ class SnapshotFuture(Future[T]):
         self.checkpoint_id = checkpoint_id
         self.cancel_requested = threading.Event()
         self._release_resources = release
+        #: Makes cancel-and-notify and start one step each, never both
+        #: (reentrant: a done-callback run by ``cancel`` may cancel again).
+        self._starting = threading.RLock()
 
     def cancel(self) -> bool:
         self.cancel_requested.set()
-        if super().cancel():
+        with self._starting:
+            if self.cancelled():  # cancelled and notified before
+                return True
+            cancelled = super().cancel()
+            if cancelled:
+                self.set_running_or_notify_cancel()
+        if cancelled:
             self._release_resources()
             return True
         return not self.done()
+
+    def start(self) -> bool:
+        """The writer begins (True), unless the future was cancelled first (False)."""
+        with self._starting:
+            return not self.cancelled() and self.set_running_or_notify_cancel()
 
 
 class StagedRestore(ABC):
@@ -325,7 +352,23 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
             f"states {self.state_names}>"
         )
 
-    # --------------------------------------------------------------- restores
+    # ------------------------------------------------ checkpoints and restores
+
+    @abstractmethod
+    def snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        """Take the synchronous part of a snapshot now; the future writes the rest
+        into ``location`` on the writer thread and gives its handle (see
+        :mod:`cowstate.checkpoint.protocol`)."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is confirmed; nothing to do for a backend
+        whose snapshots never build on earlier ones (the heap's)."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete; nothing to do for a
+        backend whose snapshots never build on earlier ones (the heap's)."""
 
     @abstractmethod
     def prepare_restore(
@@ -351,6 +394,24 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         self.prepare_restore(handles, source, incremental_base=incremental_base).commit()
 
     # -------------------------------------------------------- for subclasses
+
+    def _check_snapshot_to(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> None:
+        """The arguments of ``snapshot_to``, on an open backend, or a refusal."""
+        self._check_open()
+        self._check_checkpoint_id(checkpoint_id)
+        if not isinstance(location, SnapshotLocation):
+            raise InvalidArgumentError(
+                f"expected a SnapshotLocation, got {type(location).__name__}"
+            )
+        if not isinstance(options, SnapshotOptions):
+            raise InvalidArgumentError(f"expected SnapshotOptions, got {type(options).__name__}")
+
+    @staticmethod
+    def _check_checkpoint_id(checkpoint_id: int) -> None:
+        if type(checkpoint_id) is not int or checkpoint_id < 0:
+            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
 
     # ------------------------------------------------- restore compatibility
 
@@ -433,15 +494,12 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
                 raise InvalidArgumentError(
                     f"expected KeyedStateHandles, got {type(handle).__name__}"
                 )
-            if handle.format is SnapshotFormat.CANONICAL:
-                continue
-            if handle.format != self.native_format or handle.backend != self.backend_name:
-                raise IncompatibleSnapshotError(
-                    f"expected a {self.backend_name} snapshot or a canonical savepoint, got a "
-                    f"{handle.format} snapshot of the {handle.backend} backend: the "
-                    f"{self.backend_name} backend cannot read the {handle.backend} backend's "
-                    "own format; take a canonical savepoint of it to change backends"
-                )
+            check_handle_format(  # C6
+                handle.format,
+                handle.backend,
+                backend_name=self.backend_name,
+                native_format=self.native_format,
+            )
 
     def _check_handles(self, handles: Sequence[KeyedStateHandle]) -> dict[str, StateMetaInfo]:
         """The meta info of every state of ``handles``, checked against this backend."""
@@ -461,26 +519,16 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
     def _check_snapshot(self, max_parallelism: int, key_serializer: str, what: str) -> None:
         """A snapshot (``what``: "snapshot" or "file") of this backend's max
         parallelism and key serializer, or a refusal."""
-        if max_parallelism != self.max_parallelism:
-            raise MaxParallelismMismatchError(
-                f"expected a snapshot of max parallelism {self.max_parallelism}, got one "
-                f"of {max_parallelism}: the number of key groups cannot change on restore"
-            )
-        key_id = serializer_identifier(self._key_serializer)
-        if key_serializer != key_id:
-            raise SerializerMismatchError(
-                f"expected the key serializer {key_id!r}, the {what} was written with "
-                f"{key_serializer!r}"
-            )
+        check_max_parallelism(self.max_parallelism, max_parallelism)  # C1
+        check_key_serializer(  # C2
+            serializer_identifier(self._key_serializer), key_serializer, what
+        )
 
     def _check_namespace_serializer(self, name: str, identifier: str, what: str) -> None:
         """State ``name`` restored with this backend's namespace serializer, or a refusal."""
-        namespace = serializer_identifier(self._namespace_serializer)
-        if identifier != namespace:
-            raise SerializerMismatchError(
-                f"expected state {name!r} with the backend's namespace serializer "
-                f"{namespace!r}, the {what} uses {identifier!r}"
-            )
+        check_namespace_serializer(  # C3
+            name, serializer_identifier(self._namespace_serializer), identifier, what
+        )
 
     def _restored_meta(
         self, state: StateMetadata, metas: dict[str, StateMetaInfo]
@@ -495,17 +543,13 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         if known is None and holder is not None and holder.descriptor is not None:
             known = self._meta_for(holder.descriptor)
         if known is not None:
-            if known.kind != kind:
-                raise SerializerMismatchError(
-                    f"expected state {name!r} of kind {known.kind!r}, the snapshot holds kind "
-                    f"{kind!r}"
-                )
-            ours = serializer_identifier(known.state_serializer)
-            if ours != state_id:
-                raise SerializerMismatchError(
-                    f"expected the state serializer of {name!r} to be {ours!r}, the snapshot "
-                    f"was written with {state_id!r}"
-                )
+            check_kind(name, known.kind, kind, "snapshot")  # C4
+            check_serializer(  # C5
+                f"the state serializer of {name!r}",
+                serializer_identifier(known.state_serializer),
+                state_id,
+                "snapshot",
+            )
         else:
             known = StateMetaInfo(name, kind, self._namespace_serializer, serializer_for(state_id))
         metas.setdefault(name, known)
@@ -552,7 +596,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         commit: Callable[[R], None] | None,
     ) -> None:
         """The writer thread's side of :meth:`_start_async`."""
-        if not future.set_running_or_notify_cancel():
+        if not future.start():
             return  # cancelled before it started
         outcome: R | BaseException
         try:

@@ -50,6 +50,7 @@ from __future__ import annotations
 import copy as _copy
 import pickle
 import struct
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from cowstate import value_codec
@@ -104,8 +105,9 @@ def is_known_immutable(state: object) -> bool:
     kind = type(state)
     if kind in _IMMUTABLE_SCALARS:
         return True
-    if kind is tuple or kind is frozenset:
-        return all(is_known_immutable(item) for item in state)  # type: ignore[attr-defined]
+    # exact types; isinstance only tells the type checker they iterate
+    if (kind is tuple or kind is frozenset) and isinstance(state, tuple | frozenset):
+        return all(is_known_immutable(item) for item in state)
     return False
 
 
@@ -247,7 +249,8 @@ class StringSerializer(_FixedSerializer):
 
     def serialize(self, state: Any) -> bytes:
         self._check(state)
-        return state.encode("utf-8", "surrogatepass")  # type: ignore[no-any-return]
+        data: bytes = state.encode("utf-8", "surrogatepass")
+        return data
 
     def deserialize(self, data: bytes) -> Any:
         return data.decode("utf-8", "surrogatepass")
@@ -262,13 +265,14 @@ class BytesSerializer(_FixedSerializer):
 
     def serialize(self, state: Any) -> bytes:
         self._check(state)
-        return state  # type: ignore[no-any-return]
+        data: bytes = state
+        return data
 
     def deserialize(self, data: bytes) -> Any:
         return bytes(data)
 
 
-_BY_IDENTIFIER: dict[str, type[Any]] = {
+_BY_IDENTIFIER: dict[str, Callable[[], StateSerializer]] = {
     cls.identifier: cls
     for cls in (
         DefaultSerializer,
@@ -311,7 +315,7 @@ def serializer_for(identifier: str) -> StateSerializer:
             f"{remedy} before restoring"
         )
     try:
-        return _BY_IDENTIFIER[identifier]()  # type: ignore[no-any-return]
+        return _BY_IDENTIFIER[identifier]()
     except KeyError:
         raise SerializerMismatchError(
             f"expected a built-in serializer identifier ({', '.join(sorted(_BY_IDENTIFIER))})"
@@ -325,4 +329,5 @@ def duplicate_serializer(serializer: StateSerializer) -> StateSerializer:
     duplicate = getattr(serializer, "duplicate", None)
     if duplicate is None:
         return serializer
-    return duplicate()  # type: ignore[no-any-return]
+    duplicated: StateSerializer = duplicate()
+    return duplicated

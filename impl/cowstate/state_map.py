@@ -343,7 +343,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             return None
         if e.state_version < self._highest_required:  # rule S
             return self._copy_state_for_caller(tab, index, e, key, namespace)
-        return e.state  # type: ignore[no-any-return]  # _Entry.state is Any: no cast in the hot path
+        state: S = e.state  # _Entry.state is Any: an annotated local, no cast call
+        return state
 
     def contains_key(self, key: K, namespace: N) -> bool:
         """True if ``(key, namespace)`` is mapped."""

@@ -35,11 +35,15 @@ _FILES = ("_codecmodule.c", "_codec.c", "_codec.h")
 
 @dataclass(frozen=True)
 class CodecBug:
-    """One planted defect: its ``COWSTATE_CODEC_BUG`` number and what it breaks."""
+    """One planted defect: its ``COWSTATE_CODEC_BUG`` number, what it breaks,
+    and which part of the codec holds it (``part``: "encoder", caught by the
+    value codec's differential tests, or "reader", caught by the test of the
+    restore check it breaks, tests/test_spec_catches_bad_checks.py)."""
 
     name: str
     number: int
     breaks: str
+    part: str = "encoder"
 
 
 #: The defects of the C codec the spec must each catch (numbers as in _codec.c).
@@ -48,6 +52,13 @@ CODEC_BUGS = [
         "codec-non-ascii-length-off-by-one",
         1,
         "the value codec: a length prefix off by one for non-ASCII strings",
+    ),
+    CodecBug(
+        "codec-e1-checks-the-first-entry-only",
+        2,
+        "the reader's section loop: E1 (no key or state decodes to None) checked "
+        "for the first entry of a block only",
+        part="reader",
     ),
 ]
 

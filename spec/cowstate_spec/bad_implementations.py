@@ -131,8 +131,8 @@ BUGS: list[Bug] = [
     Bug(
         "get-skips-state-copy",
         "_copy_state_for_caller",
-        "state = self._serializer.copy(e.state)",
-        "state = e.state",
+        "state: S = self._serializer.copy(e.state)",
+        "state: S = e.state",
         "rule S: a caller mutates a state an open snapshot still holds",
     ),
     Bug(
@@ -341,8 +341,8 @@ USER_CODE_BUGS: list[Bug] = [
     Bug(
         "remove-and-get-old-copies-after-unmapping",
         "remove_and_get_old",
-        "old = e.state",
-        "old = e.state; self._remove_entry(h, key, namespace)",
+        "old: S | None = e.state",
+        "old: S | None = e.state; self._remove_entry(h, key, namespace)",
         "rule U: a copy that raises after the mapping was removed loses the old state",
     ),
     Bug(

@@ -227,9 +227,10 @@ BACKEND_LAYER_BUGS: list[LayerBug] = [
 
 
 def _heap_class_with(**helpers: Any) -> type[Any]:
-    """A heap backend whose writer and restore use ``helpers`` (broken callees)."""
+    """A heap backend whose writers (``snapshot``'s and ``snapshot_to``'s) and
+    restore use ``helpers`` (broken callees)."""
     cls: type[Any] = HeapKeyedStateBackend
-    for method in ("_write", "_prepare"):
+    for method in ("_write", "_write_to", "_prepare"):
         head = f"def {method}("
         identity_bug = Bug(f"rebound-{method}", method, head, head, "rebound", cls)
         cls = broken_class(identity_bug, **helpers)

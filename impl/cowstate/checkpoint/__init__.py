@@ -4,7 +4,8 @@
   pending / completed checkpoints, retention, savepoints, restore modes,
   recovery) and the rules it keeps, in its docstring;
 - :mod:`~cowstate.checkpoint.recovery`: what ``recover()`` does after a crash (R1-R5);
-- :mod:`~cowstate.checkpoint.storage`: a job's directory layout, what the job owns, ``_metadata``;
+- :mod:`~cowstate.checkpoint.storage`: a job's layout, what the job owns, reading ``_metadata``;
+- :mod:`~cowstate.checkpoint.metadata`: writing ``_metadata`` (verified, sealed, atomic);
 - :mod:`~cowstate.checkpoint.registry`: which retained checkpoints use each shared file;
 - :mod:`~cowstate.checkpoint.handles`: file and keyed-state handles, the ``_metadata`` model;
 - :mod:`~cowstate.checkpoint.sealed`: the checksum seal of ``_metadata`` and the job's documents;

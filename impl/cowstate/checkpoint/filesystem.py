@@ -129,7 +129,8 @@ class FileSystem:
         """Open ``path`` for reading (:class:`CheckpointNotFoundError` if missing)."""
         fs, p = self._fs(path)
         with _read_errors(path):
-            return fs.open(p, "rb")  # type: ignore[no-any-return]
+            stream: IO[bytes] = fs.open(p, "rb")
+        return stream
 
     def read_bytes(self, path: str, limit: int | None = None) -> bytes:
         """The bytes of ``path``; with ``limit``, at most ``limit + 1`` of them

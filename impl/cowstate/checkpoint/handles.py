@@ -3,7 +3,8 @@
 
 Every model is pydantic and serializes to JSON; ``_metadata`` is a
 :class:`CheckpointMetadata`, sealed with a checksum
-(:mod:`~cowstate.checkpoint.sealed`) and verified before use
+(:mod:`~cowstate.checkpoint.sealed`), written by
+:mod:`~cowstate.checkpoint.metadata` and verified before use
 (:mod:`~cowstate.checkpoint.verify`). A file handle's path is always
 relative (:mod:`~cowstate.checkpoint.paths`). Scopes follow Flink:
 
@@ -29,6 +30,7 @@ from cowstate.state_meta import SnapshotFormat, StateMetadata
 
 __all__ = [
     "METADATA_FILE",
+    "METADATA_KIND",
     "METADATA_VERSION",
     "CheckpointMetadata",
     "FileHandle",
@@ -42,6 +44,8 @@ __all__ = [
 METADATA_FILE = "_metadata"
 #: The version of the ``_metadata`` document, in its body and its seal.
 METADATA_VERSION = 2
+#: The kind its seal names (:mod:`~cowstate.checkpoint.sealed`).
+METADATA_KIND = "metadata"
 
 BackendName = Literal["heap", "rocksdb"]
 

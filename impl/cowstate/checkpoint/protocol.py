@@ -1,21 +1,33 @@
-"""What the checkpoint coordinator needs from a keyed state backend.
+"""What the checkpoint coordinator needs from a keyed state backend: the one
+checkpoint surface every backend offers (declared by
+:class:`~cowstate.keyed_backend.AbstractKeyedStateBackend`, checked here as
+the :class:`CheckpointingBackend` protocol).
 
 A backend takes a snapshot into a :class:`~cowstate.checkpoint.location.SnapshotLocation`
-(``snapshot_to``): the synchronous part at once, the rest on its own writer
-thread, the result a :class:`~cowstate.checkpoint.handles.KeyedStateHandle`.
-It hears which checkpoints completed or were aborted (an incremental backend
-reuses files of the last *confirmed* checkpoint only), and restores from the
-handles of a completed snapshot, reading through a
-:class:`~cowstate.checkpoint.location.SnapshotSource`.
+(``snapshot_to(checkpoint_id, location, options)``): the synchronous part at
+once, the rest on its own writer thread, which makes the
+:class:`~cowstate.checkpoint.handles.KeyedStateHandle` the returned future
+gives (a :class:`~cowstate.keyed_backend.SnapshotFuture`: ``cancel()``
+stops the writer at its next step). It hears which checkpoints completed or
+were aborted (an incremental backend reuses files of the last *confirmed*
+checkpoint only), and restores from the handles of a completed snapshot,
+reading through a :class:`~cowstate.checkpoint.location.SnapshotSource`.
+
+Besides, for callers without a checkpoint directory: the heap backend writes
+the same snapshot file into a stream of the caller's
+(``snapshot(checkpoint_id, stream_factory)``), and each backend's
+``restore`` is ``prepare_restore`` and ``commit`` in one call (the heap's
+from files the caller holds, RocksDB's from handles and a source).
 
 Restores are two-phase, so that a job of several subtasks restores all of
 them or none (the coordinator's ``_restore_backends``):
 
 1. ``prepare_restore(handles, source)`` reads and verifies everything -- the
-   files' sizes and CRC32s, formats, max parallelism, serializer ids,
-   key-group ranges (each key group in one handle only, each file holding
-   its handle's range and states) and the contents
-   (:mod:`cowstate.snapshot.checks`) -- and decodes or stages it beside the
+   files' sizes and CRC32s, formats, max parallelism, serializer ids and
+   kinds (C1-C7 of :mod:`cowstate.snapshot.compat`), key-group ranges (each
+   key group in one handle only, each file holding its handle's range and
+   states) and the contents (E1-E6 of :mod:`cowstate.snapshot.checks`) --
+   and decodes or stages it beside the
    live state, without changing the backend. Any problem raises a
    :mod:`cowstate.errors` exception and leaves nothing behind. No handles at
    all is refused (:class:`~cowstate.errors.InvalidArgumentError`); key
@@ -35,19 +47,15 @@ backend between ``prepare_restore`` and ``commit``. ``restore_from`` is
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import Future
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.key_groups import KeyGroupRange
 
-__all__ = ["CheckpointingBackend", "PreparedRestore", "map_future", "overlapping"]
-
-T = TypeVar("T")
-R = TypeVar("R")
+__all__ = ["CheckpointingBackend", "PreparedRestore", "overlapping"]
 
 
 @runtime_checkable
@@ -125,47 +133,3 @@ def overlapping(
         for h in handles
         if len(key_group_range.intersection(KeyGroupRange.of(*h.key_group_range)))
     ]
-
-
-def map_future(inner: Future[T], fn: Callable[[T], R]) -> Future[R]:
-    """A future of ``fn(inner.result())``; cancelling it cancels ``inner``."""
-    outer: _Mapped[R] = _Mapped(inner)
-
-    def done(finished: Future[T]) -> None:
-        if outer.cancelled():
-            return
-        if finished.cancelled():
-            outer.cancel()
-            return
-        error = finished.exception()
-        if error is not None:
-            outer.set_exception(error)
-            return
-        try:
-            outer.set_result(fn(finished.result()))
-        except Exception as exc:
-            outer.set_exception(exc)
-
-    inner.add_done_callback(done)
-    return outer
-
-
-class _Mapped(Future[R]):
-    """The future :func:`map_future` returns. No executor runs it, so when it is
-    cancelled it notifies its own waiters (``set_running_or_notify_cancel``, an
-    executor's job otherwise): ``concurrent.futures.wait()`` and
-    ``as_completed()`` count a cancelled future as done only once notified, and
-    would wait out their whole timeout for it."""
-
-    def __init__(self, inner: Future[Any]) -> None:
-        super().__init__()
-        self._inner = inner
-        self._cancelling = threading.Lock()
-
-    def cancel(self) -> bool:
-        cancelled = self._inner.cancel()
-        if self._inner.cancelled():
-            with self._cancelling:  # once, by the owner's cancel or the inner's callback
-                if not self.cancelled() and super().cancel():
-                    self.set_running_or_notify_cancel()
-        return cancelled

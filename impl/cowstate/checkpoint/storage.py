@@ -1,5 +1,5 @@
-"""Checkpoint storage: the directory layout of a job, and reading and writing
-``_metadata``.
+"""Checkpoint storage: the directory layout of a job, its bookkeeping files, and
+reading ``_metadata`` (written by :mod:`~cowstate.checkpoint.metadata`).
 
 A storage is rooted at a local path or any fsspec URL; each job has its own
 directory::
@@ -54,7 +54,7 @@ from cowstate.checkpoint.paths import (
     shown,
 )
 from cowstate.checkpoint.sealed import MAX_DOCUMENT_SIZE, seal, unseal_model
-from cowstate.checkpoint.verify import parse_metadata, render_metadata
+from cowstate.checkpoint.verify import parse_metadata
 from cowstate.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
@@ -71,7 +71,6 @@ __all__ = [
     "RestoreRecord",
     "SavepointIntent",
     "read_metadata",
-    "write_metadata",
 ]
 
 #: The prefix of the file a savepoint in progress keeps in its directory,
@@ -374,11 +373,3 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
             f"expected a completed checkpoint or savepoint in {directory!r}, but {where}"
         )
     return parse_metadata(filesystem.read_bytes(path, limit=MAX_DOCUMENT_SIZE), repr(path))
-
-
-def write_metadata(filesystem: FileSystem, directory: str, metadata: CheckpointMetadata) -> str:
-    """Write ``_metadata`` atomically and durably; the snapshot becomes visible.
-    Returns its path."""
-    path = filesystem.join(directory, METADATA_FILE)
-    filesystem.write_bytes(path, render_metadata(metadata))
-    return path

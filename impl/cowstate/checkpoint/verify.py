@@ -38,28 +38,19 @@ from __future__ import annotations
 
 import re
 
-from cowstate.checkpoint.handles import METADATA_VERSION, CheckpointMetadata
+from cowstate.checkpoint.handles import METADATA_KIND, METADATA_VERSION, CheckpointMetadata
 from cowstate.checkpoint.paths import (
     check_exclusive_path,
     check_file_name,
     check_name,
     check_shared_path,
 )
-from cowstate.checkpoint.sealed import seal, unseal_model
+from cowstate.checkpoint.sealed import unseal_model
 from cowstate.errors import InconsistentMetadataError
 
-__all__ = ["METADATA_KIND", "parse_metadata", "render_metadata", "verify_metadata"]
+__all__ = ["METADATA_KIND", "parse_metadata", "verify_metadata"]
 
-METADATA_KIND = "metadata"
 _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*\Z")
-
-
-def render_metadata(metadata: CheckpointMetadata) -> bytes:
-    """The sealed bytes of ``metadata`` (checked by M3-M9 first: the writer never
-    writes what a reader would refuse)."""
-    verify_metadata(metadata, "the _metadata to write")
-    body = metadata.model_dump_json(indent=1).encode("utf-8")
-    return seal(METADATA_KIND, METADATA_VERSION, body)
 
 
 def parse_metadata(data: bytes, where: str) -> CheckpointMetadata:
@@ -77,7 +68,9 @@ def parse_metadata(data: bytes, where: str) -> CheckpointMetadata:
 
 
 def verify_metadata(metadata: CheckpointMetadata, where: str) -> None:
-    """M3-M9 over a parsed document."""
+    """M3-M9 over a parsed document, or one about to be written
+    (:mod:`~cowstate.checkpoint.metadata`: the writer never writes what a
+    reader would refuse)."""
     _check_identity(metadata, where)
     _check_key_groups(metadata, where)
     seen: set[tuple[str, str]] = set()

@@ -101,7 +101,8 @@ Restores (``prepare_restore``, then ``commit()``)
    key groups meet this backend's (``overlapping``), each key group in one
    handle only.
 2. Check every handle against this backend: max parallelism, key serializer,
-   namespace serializer, and kind and state serializer of registered states.
+   namespace serializer, and kind and state serializer of registered states
+   (C1-C5 of :mod:`cowstate.snapshot.compat`; formats are C6).
 3. Build the new database in a fresh directory, never touching the live one:
 
    - canonical: read each file (size and CRC32 checked), validate its
@@ -167,7 +168,6 @@ from rocksdict import Checkpoint, Options
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.errors import (
-    IncompatibleSnapshotError,
     InvalidArgumentError,
     SnapshotWriteError,
 )
@@ -189,6 +189,7 @@ from cowstate.rocksdb.table import (
 )
 from cowstate.serializers import StateSerializer, serializer_identifier
 from cowstate.snapshot import SnapshotMetadata
+from cowstate.snapshot.compat import check_one_format
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 
 __all__ = [
@@ -330,15 +331,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
     ) -> Future[KeyedStateHandle]:
         """Take the synchronous part now; the future uploads and gives the handle
         (see the module doc for what each kind of snapshot writes)."""
-        self._check_open()
-        if type(checkpoint_id) is not int or checkpoint_id < 0:
-            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
-        if not isinstance(location, SnapshotLocation):
-            raise InvalidArgumentError(
-                f"expected a SnapshotLocation, got {type(location).__name__}"
-            )
-        if not isinstance(options, SnapshotOptions):
-            raise InvalidArgumentError(f"expected SnapshotOptions, got {type(options).__name__}")
+        self._check_snapshot_to(checkpoint_id, location, options)
         if not options.is_savepoint and location.shared_directory is None:
             raise InvalidArgumentError(
                 "expected a checkpoint location with a shared directory for the SST files, "
@@ -420,10 +413,7 @@ class RocksDBKeyedStateBackend(AbstractKeyedStateBackend[RocksDBStateTable[Any, 
         ``commit()`` switches to it (see the module doc)."""
         mine = self._handles_to_read(handles, source)
         formats = sorted({h.format for h in handles})
-        if len(formats) > 1:
-            raise IncompatibleSnapshotError(
-                f"expected the handles of one snapshot (one format), got formats {formats}"
-            )
+        check_one_format(formats)  # C6
         metas = self._check_handles(mine)
         same_range = (
             len(mine) == 1 and KeyGroupRange.of(*mine[0].key_group_range) == self.key_group_range

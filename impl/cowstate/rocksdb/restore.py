@@ -52,7 +52,6 @@ from cowstate.errors import (
     CorruptCheckpointError,
     CorruptStorageError,
     CowStateError,
-    IncompatibleSnapshotError,
     KeyGroupMismatchError,
 )
 from cowstate.key_groups import KeyGroupRange
@@ -87,7 +86,8 @@ from cowstate.snapshot.checks import (
     state_type_of,
     undecodable_error,
 )
-from cowstate.state_meta import SnapshotFormat, StateMetaInfo
+from cowstate.snapshot.compat import check_canonical_file_format
+from cowstate.state_meta import StateMetaInfo
 
 __all__ = ["Restorer", "check_native", "download"]
 
@@ -135,11 +135,7 @@ class Restorer:
                     path = source.path(file)
                     reader = SnapshotReader(source.read(file))
                     meta = reader.metadata
-                    if meta.format != SnapshotFormat.CANONICAL:
-                        raise IncompatibleSnapshotError(
-                            f"expected a canonical snapshot file, got format {meta.format!r} "
-                            f"in {path!r}: restore a canonical savepoint"
-                        )
+                    check_canonical_file_format(meta.format, path)  # C6
                     check_file(handle, path, meta, metas)
                     names = {}
                     decoders = self._decoders(

@@ -9,9 +9,12 @@ Modules:
 - :mod:`cowstate.snapshot.reader`: :class:`SnapshotReader`, the checked
   reader of headers, index and key-group blocks (raw, or decoded in one pass);
 - :mod:`cowstate.snapshot.checks`: what a restore refuses in the contents of
-  a file whose checksums are valid (E1-E5: ``None`` parts, unhashable keys,
+  a file whose checksums are valid (E1-E6: ``None`` parts, unhashable keys,
   keys in another key group's block, mappings given twice, a list or map
-  state whose state is not a list or dict);
+  state whose state is not a list or dict, keys of another type);
+- :mod:`cowstate.snapshot.compat`: what a snapshot must agree on with whoever
+  restores it (C1-C7: max parallelism, serializers, kinds, formats), for
+  both backends, ``read_snapshot`` and the checkpoint coordinator;
 - :mod:`cowstate.snapshot.restore`: :func:`read_snapshot` (decode files into
   a :class:`RestoredSnapshot`) and :func:`restore_table`.
 

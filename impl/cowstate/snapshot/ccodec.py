@@ -40,7 +40,7 @@ BUILD_ERROR: str | None
 try:
     from cowstate import _codec
 except ImportError as exc:  # no compiler at install time: the Python loops
-    _codec = None  # type: ignore[assignment]
+    _codec = None  # type: ignore[assignment]  # not built: the module name stays, bound to None
     BUILD_ERROR = f"{type(exc).__name__}: {exc}"
 else:
     BUILD_ERROR = None

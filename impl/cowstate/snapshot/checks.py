@@ -84,7 +84,7 @@ from cowstate.serializers import StateSerializer
 try:
     from cowstate import _keygroups
 except ImportError:  # no compiler at install time: every key in Python
-    _keygroups = None  # type: ignore[assignment]
+    _keygroups = None  # type: ignore[assignment]  # not built: the module name stays, bound to None
 
 __all__ = [
     "NAMESPACE_CACHE_LIMIT",

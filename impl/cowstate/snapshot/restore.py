@@ -1,6 +1,7 @@
 """Restoring from snapshot files: :func:`read_snapshot` decodes the key groups of
 a range from one or more files into a :class:`RestoredSnapshot`, checking max
-parallelism, serializers, kinds and key-group overlaps first, and every entry
+parallelism, serializers and kinds (C1, C4, C5, C7 of
+:mod:`cowstate.snapshot.compat`) and key-group overlaps first, and every entry
 as it is decoded (E1-E3 of :mod:`cowstate.snapshot.checks`);
 :func:`restore_table` fills one table (E4 checked first). A file is decoded
 completely before anything is merged, so a bad file restores nothing.
@@ -15,8 +16,6 @@ from typing import IO, Any
 from cowstate.errors import (
     InvalidArgumentError,
     KeyGroupMismatchError,
-    MaxParallelismMismatchError,
-    SerializerMismatchError,
     UnknownStateError,
 )
 from cowstate.key_groups import KeyGroupRange
@@ -30,6 +29,13 @@ from cowstate.snapshot.checks import (
     duplicate_error,
     find_duplicate,
     state_type_of,
+)
+from cowstate.snapshot.compat import (
+    check_kind,
+    check_max_parallelism,
+    check_same_key_serializer,
+    check_same_max_parallelism,
+    check_serializer,
 )
 from cowstate.snapshot.reader import SnapshotReader
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
@@ -194,23 +200,12 @@ def _decode(
     namespace_serializer: StateSerializer | None = None,
 ) -> RestoredSnapshot:
     meta = reader.metadata
-    if max_parallelism is not None and meta.max_parallelism != max_parallelism:
-        raise MaxParallelismMismatchError(
-            f"expected a snapshot of max parallelism {max_parallelism}, got one of "
-            f"{meta.max_parallelism}: the number of key groups cannot change on restore"
-        )
+    if max_parallelism is not None:
+        check_max_parallelism(max_parallelism, meta.max_parallelism)  # C1
     result = RestoredSnapshot(key_group_range, meta.max_parallelism) if into is None else into
-    if result.max_parallelism != meta.max_parallelism:
-        raise MaxParallelismMismatchError(
-            f"expected every file to have max parallelism {result.max_parallelism}, got "
-            f"{meta.max_parallelism}"
-        )
-    key_ser = _resolve(key_serializer, meta.key_serializer, "the key serializer")
-    if result.key_serializer and result.key_serializer != meta.key_serializer:
-        raise SerializerMismatchError(
-            f"expected every file to use key serializer {result.key_serializer!r}, got "
-            f"{meta.key_serializer!r}"
-        )
+    check_same_max_parallelism(result.max_parallelism, meta.max_parallelism)  # C7
+    key_ser = _resolve(key_serializer, meta.key_serializer, "the key serializer")  # C5
+    check_same_key_serializer(result.key_serializer, meta.key_serializer)  # C7
     overlap = result.key_groups & set(key_group_range.intersection(meta.range))
     if overlap:
         raise KeyGroupMismatchError(
@@ -226,17 +221,14 @@ def _decode(
             continue
         given = metas.get(state.name)
         known = result.metas.get(state.name) or given
-        if known is not None and known.kind != state.kind:
-            raise SerializerMismatchError(
-                f"expected state {state.name!r} of kind {known.kind!r}, the file holds kind "
-                f"{state.kind!r}"
-            )
-        namespace_ser = _resolve(
+        if known is not None:
+            check_kind(state.name, known.kind, state.kind, "file")  # C4
+        namespace_ser = _resolve(  # C5
             given.namespace_serializer if given else namespace_serializer,
             state.namespace_serializer,
             f"the namespace serializer of {state.name!r}",
         )
-        state_ser = _resolve(
+        state_ser = _resolve(  # C5
             given.state_serializer if given else None,
             state.state_serializer,
             f"the state serializer of {state.name!r}",
@@ -279,12 +271,9 @@ def _decode(
 
 
 def _resolve(given: StateSerializer | None, identifier: str, role: str) -> StateSerializer:
-    """The serializer to decode with: ``given`` if its identifier matches."""
+    """The serializer to decode with: ``given`` if its identifier matches (C5),
+    else the built-in one ``identifier`` names."""
     if given is None:
         return serializer_for(identifier)
-    if serializer_identifier(given) != identifier:
-        raise SerializerMismatchError(
-            f"expected {role} to be {serializer_identifier(given)!r}, the file was written "
-            f"with {identifier!r}"
-        )
+    check_serializer(role, serializer_identifier(given), identifier, "file")  # C5
     return given
