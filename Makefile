@@ -62,7 +62,8 @@ pytest: $(CMAP)
 ## (cowstate_spec.profiles.strength; times in CONTRIBUTING.md):
 ## - reduced, in make test (so CI runs it): every bug hunted with its full budget,
 ##   each identity control as far as its bug's hunt went, CrossHair with smaller
-##   limits (still several times what each refutation needs);
+##   limits (still twice what each refutation needs, 5/3 for the layout), the
+##   hostile machines over every implementation with half the full form's examples;
 ## - full, make strength: the controls' whole budgets, CrossHair's generous limits,
 ##   the hostile machines under the dev profile.
 STRENGTH_TESTS = tests/test_spec_catches_every_class.py tests/test_user_code_errors.py \

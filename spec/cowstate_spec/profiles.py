@@ -23,9 +23,12 @@ what they must:
   rebuilt around the bug's text replaced by itself) runs as many examples as
   the hunt took to catch its bug (:func:`hunt` counts them), at most the full
   form's; CrossHair refutes every planted arithmetic bug with smaller limits
-  (each still several times what the refutation needs).
+  (each still twice what the refutation needs, 5/3 for the snapshot layout);
+  the hostile machines run over every implementation with half the full
+  form's examples.
 - ``full`` (``make strength``): the controls with their whole budgets, CrossHair
-  with the generous limits.
+  with the generous limits, the hostile machines with a quarter of the plain
+  machines' examples.
 """
 
 from __future__ import annotations
