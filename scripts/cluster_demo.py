@@ -1,64 +1,54 @@
-"""``make cluster-demo``: cowstate check on a Spark standalone cluster on loopback.
+"""``make cluster-demo``: the README's cluster commands, exactly, on free ports.
 
-Builds the executors' Python (``build/executor-python``: pyarrow only, no
-cowstate), starts a master and two workers from the installed pyspark
-(:class:`cowstate_spec.local_cluster.LocalCluster`, with that Python as
-``spark.pyspark.python`` in the cluster's ``spark-defaults.conf``), runs the
-README's two commands against it -- ``cowstate check`` and ``spark-submit
-scripts/cowstate_check.py`` -- printing their reports, and stops the master
-and the workers by their process ids.
+Reads the commands of the README's "On a cluster" section
+(:func:`cowstate_spec.local_cluster.readme_cluster_commands`) and runs them as
+one bash script in the checkout, echoing each line as it runs (``bash -v``),
+with only the ports replaced by free ones
+(:func:`~cowstate_spec.local_cluster.readme_cluster_script`): build the
+executors' Python (``build/executor-python``, the driver's Python version and
+pyarrow, no cowstate) and the cluster's configuration, start a master and two
+workers from the installed pyspark, run ``cowstate check`` and the same through
+``spark-submit scripts/cowstate_check.py``, stop the master and the workers.
+Whatever the script leaves running (it stopped early) is stopped with it: it
+runs in a process group of its own.
 
-    python scripts/cluster_demo.py [--preset NAME] [--workloads N] [--out DIR]
+    python scripts/cluster_demo.py
 """
 
 from __future__ import annotations
 
-import argparse
+import os
+import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from cowstate_spec.local_cluster import LocalCluster, executor_python
+from cowstate_spec.local_cluster import (
+    README_PORTS,
+    free_port,
+    readme_cluster_commands,
+    readme_cluster_script,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="tiny")
-    parser.add_argument("--workloads", type=int)
-    parser.add_argument("--out", type=Path, default=ROOT / "out" / "cluster")
-    args = parser.parse_args()
     started = time.perf_counter()
-    python = executor_python(ROOT / "build" / "executor-python")
-    print(f"executors' Python: {python} (pyarrow only)", flush=True)
-    venv = Path(sys.executable).parent
-    check = ["check", "--preset", args.preset]
-    if args.workloads:
-        check += ["--workloads", str(args.workloads)]
-    with LocalCluster(workers=2, defaults={"spark.pyspark.python": str(python)}) as cluster:
-        pids = [process.pid for process in cluster.processes]
-        print(f"cluster: {cluster.master}, 2 workers x 1 core (pids {pids})")
-        commands = {
-            "cowstate check": [str(venv / "cowstate"), *check, "--master", cluster.master],
-            "spark-submit": [
-                str(venv / "spark-submit"),
-                "--master",
-                cluster.master,
-                "--conf",
-                f"spark.pyspark.driver.python={sys.executable}",
-                str(ROOT / "scripts" / "cowstate_check.py"),
-                *check,
-            ],
-        }
-        status = 0
-        for name, command in commands.items():
-            out = args.out / name.replace(" ", "-")
-            print(f"\n$ {' '.join(command)} --out {out}", flush=True)
-            env = {**cluster.environment(), "PYSPARK_DRIVER_PYTHON": sys.executable}
-            result = subprocess.run([*command, "--out", str(out)], env=env, cwd=ROOT, check=False)
-            status = max(status, result.returncode)
+    commands = readme_cluster_commands((ROOT / "README.md").read_text())
+    ports = {port: free_port() for port in README_PORTS}
+    print(f"the README's cluster commands, ports {ports} (README: its own)\n", flush=True)
+    script = readme_cluster_script(commands, ports)
+    process = subprocess.Popen(["bash", "-v", "-c", script], cwd=ROOT, start_new_session=True)
+    try:
+        status = process.wait()
+    finally:
+        for stop in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(process.pid, stop)  # whatever of the cluster is left
+            except ProcessLookupError:
+                break
+            time.sleep(5)
     print(f"\ncluster stopped; {time.perf_counter() - started:.0f} s in all")
     return status
 

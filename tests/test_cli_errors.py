@@ -3,16 +3,20 @@ documented exit status (2 bad input or usage, 3 environment), and nothing
 lost (files the command was pointed at stay as they were).
 
 Most cases run ``cowstate.cli.main`` in this process; the ones about the
-environment (no Java, no Spark extra, a closed pipe) run ``python -m
-cowstate`` in a subprocess with that environment.
+environment (no Java, no Spark extra, a closed pipe) and Ctrl-C run
+``python -m cowstate`` in a subprocess with that environment.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -345,8 +349,24 @@ sys.meta_path.insert(0, _NoSparkExtra())
 """
 
 
-def test_without_the_spark_extra_spark_masters_say_what_to_install(tmp_path: Path) -> None:
-    result = run_cowstate(check(tmp_path, "--master", "local[1]"), prelude=WITHOUT_SPARK_EXTRA)
+#: As in an install without the extra, where the spec's own finder answers last.
+WITHOUT_SPARK_EXTRA_NAMED = """
+from cowstate_spec import MissingExtraFinder
+class _NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        return MissingExtraFinder().find_spec(name, path, target)
+sys.meta_path.insert(0, _NotInstalled())
+"""
+
+
+@pytest.mark.parametrize(
+    "prelude", [WITHOUT_SPARK_EXTRA, WITHOUT_SPARK_EXTRA_NAMED], ids=["bare", "extra-named"]
+)
+def test_without_the_spark_extra_spark_masters_say_what_to_install_once(
+    tmp_path: Path, prelude: str
+) -> None:
+    # extra-named: the import error's own hint came too, and the line said it twice
+    result = run_cowstate(check(tmp_path, "--master", "local[1]"), prelude=prelude)
     line = assert_one_line(result, EXIT_ENVIRONMENT)
     assert line == (
         "cowstate check: Spark is not installed here (No module named 'pyspark'); install it "
@@ -490,3 +510,195 @@ def test_the_report_shows_the_minimized_trace_not_the_expected_state(
     for op in divergence["minimized_trace"]:
         assert f"        {op[0]}(" in report
     assert divergence["expected"] not in report or len(divergence["expected"]) < 160
+
+
+# ------------------------------------------------------------------ Ctrl-C
+
+
+def processes_of(marker: str) -> list[str]:
+    """The command lines of the live processes whose environment holds
+    ``COWSTATE_TEST_RUN=marker``: a run's Python, its JVM and the JVM's
+    Python workers (each inherits the environment)."""
+    needle = f"COWSTATE_TEST_RUN={marker}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and needle in (entry / "environ").read_bytes().split(b"\0"):
+                found.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:  # gone, or another user's
+            continue
+    return found
+
+
+def sigint_caught(pid: int) -> bool:
+    """The process has a handler for SIGINT (its ``SigCgt`` mask)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(next(line for line in status.splitlines() if line.startswith("SigCgt:"))[7:], 16)
+    return bool(caught & (1 << (signal.SIGINT - 1)))
+
+
+def wait_until(what: str, done: Callable[[], bool], process: subprocess.Popen[str]) -> None:
+    """Poll ``done`` until it holds; fail if the run ends first (or in 10 minutes)."""
+    deadline = time.monotonic() + 600
+    while not done():
+        assert process.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"expected {what} within 10 minutes"
+        time.sleep(0.02)
+
+
+def spark_submit_started(marker: str) -> bool:
+    return any("org.apache.spark.deploy.SparkSubmit" in cmd for cmd in processes_of(marker))
+
+
+#: When Ctrl-C comes: each moment is what the test waits for before sending it.
+MOMENTS: dict[str, Callable[[subprocess.Popen[str], str, Path], bool]] = {
+    # the command's handler is installed: imports, options, the Java check
+    "before Spark is up": lambda process, marker, out: sigint_caught(process.pid),
+    # the driver JVM exists and is starting (PySpark's launch_gateway waits for it)
+    "while the JVM starts": lambda process, marker, out: spark_submit_started(marker),
+    # the check job runs: its output committer set up records.parquet/_temporary
+    "mid-run": lambda process, marker, out: (out / "records.parquet" / "_temporary").exists(),
+}
+
+
+@pytest.mark.spark
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc")
+@pytest.mark.parametrize("moment", list(MOMENTS))
+def test_ctrl_c_whenever_it_comes_is_one_line_status_130_and_stops_spark(
+    tmp_path: Path, moment: str
+) -> None:
+    """Ctrl-C (SIGINT to the run's process group, as a terminal sends it) at
+    three moments of a run on local[1]: one line, status 130, and no process
+    of the run left -- its Python, its driver JVM, the JVM's Python workers.
+    The run starts with SIGINT ignored, as a shell without job control starts
+    a background command (``cowstate_spec.interrupt``, rule 1); mid-run the
+    line replaces py4j's tracebacks (rule 3)."""
+    marker = uuid.uuid4().hex
+    out = tmp_path / "out"
+    arguments = check(
+        tmp_path,
+        "--master",
+        "local[1]",
+        "--ops",
+        "2000",  # a job long enough to be interrupted, were the test to wait less long
+        "--conf",
+        "spark.driver.extraJavaOptions=-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "--no-progress",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cowstate", *arguments],
+        env={**os.environ, "COWSTATE_TEST_RUN": marker},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, which the test interrupts
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        wait_until(moment, lambda: MOMENTS[moment](process, marker, out), process)
+        if moment == "mid-run":
+            running = processes_of(marker)
+            assert any("SparkSubmit" in cmd for cmd in running), running
+            assert any("pyspark.daemon" in cmd for cmd in running), running
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+    assert (process.returncode, stderr) == (130, "cowstate check: interrupted\n"), stderr[-3000:]
+    assert stdout == ""
+    assert processes_of(marker) == []
+
+
+def test_ctrl_c_while_the_check_loads_is_one_line_status_130(tmp_path: Path) -> None:
+    """Before ``cowstate_spec.cli`` takes SIGINT, ``cowstate.cli`` loads it:
+    an interrupt there is the same line (here: raised by the import)."""
+    prelude = (
+        "class _Interrupted:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'cowstate_spec.cli':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, _Interrupted())\n"
+    )
+    result = run_cowstate(check(tmp_path, "--master", "in-process"), prelude=prelude)
+    assert (result.returncode, result.stderr) == (130, "cowstate check: interrupted\n")
+
+
+def in_process_report(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> tuple[list[str], dict[str, Any]]:
+    """The console report and the summary of a small in-process run."""
+    arguments = ["--master", "in-process", "--workloads", "2", "--ops", "300", "--no-progress"]
+    assert main(check(tmp_path, *arguments)) == EXIT_OK
+    summary: dict[str, Any] = json.loads((tmp_path / "out" / "summary.json").read_text())
+    return capsys.readouterr().out.splitlines(), summary
+
+
+def test_the_report_says_1_core_and_2_cores(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cowstate_spec.cli import format_summary
+
+    report, summary = in_process_report(tmp_path, capsys)
+    assert report[0] == "cowstate check: spec tiny on in-process (1 core)"
+    assert format_summary({**summary, "cores": 2}, tmp_path).splitlines()[0].endswith("(2 cores)")
+
+
+def test_the_report_shows_the_checked_operations_per_cpu_second(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, summary = in_process_report(tmp_path, capsys)
+    assert summary["ops_per_cpu_second"] > 0
+    assert (
+        f"  ops/CPU-second     : {summary['ops_per_cpu_second']:,.0f} "
+        f"({summary['cpu_seconds']:,.1f} CPU s checking)"
+    ) in report
+
+
+# ------------------------------------------------------------------ savepoint inspect
+
+
+def inspect_line(capsys: pytest.CaptureFixture[str], target: str) -> str:
+    return one_line(capsys, main(["savepoint", "inspect", target]), EXIT_USAGE)
+
+
+def test_inspect_of_a_file_says_it_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ckpt")
+    (tmp_path / "notes").write_text("mine")
+    assert inspect_line(capsys, str(tmp_path / "notes")) == (
+        "cowstate savepoint inspect: expected a completed checkpoint or savepoint in "
+        f"{str(tmp_path / 'notes')!r}, but it is a file, not a directory"
+    )
+    metadata = f"{checkpoint}/_metadata"  # the file inside: its directory is meant
+    assert inspect_line(capsys, metadata) == (
+        "cowstate savepoint inspect: expected a completed checkpoint or savepoint in "
+        f"{metadata!r}, but it is a file, not a directory (give the directory that holds it)"
+    )
+    assert (tmp_path / "notes").read_text() == "mine"
+
+
+def test_inspect_of_an_unknown_scheme_names_the_path_as_given(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert inspect_line(capsys, "nosuch://bucket/sp-1") == (
+        "cowstate savepoint inspect: expected a path or URL of a known file system, got "
+        "'nosuch://bucket/sp-1': Protocol not known: nosuch"
+    )
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_inspect_of_a_binary_metadata_shows_no_bytes_only_its_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    # 300 bytes with one byte outside printable ASCII: at the start, in the middle, at the end
+    garbage = bytearray(b"x" * 300)
+    garbage[{"first": 0, "middle": 150, "last": 299}[where]] = 0xFE
+    (tmp_path / "_metadata").write_bytes(bytes(garbage))
+    assert inspect_line(capsys, str(tmp_path)) == (
+        f"cowstate savepoint inspect: expected {str(tmp_path / '_metadata')!r} to end with "
+        "its seal line '#cowstate metadata v2 sha256=...', got binary data (300 bytes): the "
+        "file is torn, truncated or not a cowstate document"
+    )

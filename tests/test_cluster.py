@@ -1,24 +1,29 @@
-"""``cowstate check`` on a real Spark standalone cluster on loopback.
+"""``cowstate check`` on a real Spark standalone cluster on loopback, started
+by the README's own commands.
 
-A master and two workers (one core each) started from the installed pyspark,
-executors on a Python that has only pyarrow (no cowstate, no pydantic), so
-every run that succeeds proves the checker was shipped with the job. The
-executors' Python is set the way a cluster sets it: ``spark.pyspark.python``
-in the cluster's ``spark-defaults.conf`` (``SPARK_CONF_DIR``). The commands
-are the README's, copied from its "On a cluster" section; only the port, the
-output directory and the checkout's venv are substituted.
+The commands of the README's "On a cluster" section run as one bash script in
+the checkout (``cowstate_spec.local_cluster.readme_cluster_script``, what
+``make cluster-demo`` runs), with free ports instead of the README's, the
+outputs in a temporary directory and nothing on ``PATH`` of the checkout's
+venv. They build the executors' Python (pyarrow only: no cowstate, no
+pydantic, so every run that succeeds proves the checker was shipped with the
+job), set it as ``spark.pyspark.python`` in the cluster's
+``spark-defaults.conf``, start a master and two workers (one core each) from
+the installed pyspark, run the check two ways and stop the cluster:
 
 - the README's ``spark-submit`` command: 0 divergences, the master
   spark-submit gave (not ``local[*]``), the operations counted, the
-  executors' Python, the archive shipped;
+  executors' Python, the archive shipped, no Spark log line on the console;
 - the README's ``cowstate check`` command with a planted bug added: the bug
   is caught and minimized on the cluster, the real map agrees;
-- the README's ``cowstate check`` command as it stands (the full form; ``make
-  cluster-demo`` runs the same command by hand): like spark-submit's. It
-  starts one more driver and two more executors, so it runs only with
-  ``COWSTATE_CLUSTER_FULL=1``.
+- the full form (``COWSTATE_CLUSTER_FULL=1``): the commands as they stand,
+  the ``cowstate check`` one like spark-submit's. It starts the cluster and
+  two drivers once more.
 
-The master and the workers are stopped by their process ids at the end.
+The script runs in a process group of its own, stopped at the end whatever
+it left running. The JVMs run with the client compiler and the serial
+collector (``SPARK_DAEMON_JAVA_OPTS``, ``SPARK_SUBMIT_OPTS``): the machine
+has two cores.
 """
 
 from __future__ import annotations
@@ -26,17 +31,26 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cowstate_spec.local_cluster import LocalCluster, clean_environment, executor_python
+from cowstate_spec.local_cluster import (
+    QUICK_JVM,
+    README_PORTS,
+    clean_environment,
+    free_port,
+    readme_cluster_commands,
+    readme_cluster_script,
+)
 from cowstate_spec.workloads import preset
 
 pytestmark = [
@@ -47,132 +61,123 @@ pytestmark = [
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = Path(sys.executable).parent.parent
+EXECUTOR_PYTHON = ROOT / "build" / "executor-python" / "bin" / "python"
+PLANTED = [
+    "--workloads",
+    "6",
+    "--implementation",
+    "c-map",
+    "--implementation",
+    "bad-get-skips-state-copy",
+]
+#: The lines spark-submit prints before it starts the driver's Python.
+SUBMIT_START = ("WARNING: Using incubator modules", "Using Spark's default log4j profile")
 
 
-def readme_command(prefix: str) -> str:
-    """The README's cluster command that starts with ``prefix``."""
-    section = (ROOT / "README.md").read_text().split("### On a cluster", 1)[1]
-    for line in section.splitlines():
-        if line.strip().startswith(prefix):
-            return line.strip()
-    raise AssertionError(f"the README has no cluster command starting with {prefix!r}")
+@dataclass
+class ReadmeRun:
+    """The README's cluster commands, run once: their output, the master they
+    ran against, and the ``--out`` of the check and of spark-submit."""
+
+    result: subprocess.CompletedProcess[str]
+    master: str
+    check_out: Path
+    submit_out: Path
 
 
-def run_readme_command(
-    prefix: str, cluster: LocalCluster, out: Path, extra: Sequence[str] = ()
-) -> subprocess.CompletedProcess[str]:
-    """Run the README's command in the checkout, against ``cluster``, with
-    ``extra`` arguments appended, in the environment the README exports."""
-    command = readme_command(prefix)
-    command = command.replace("spark://127.0.0.1:7077", cluster.master)
-    command = command.replace("--out out/cluster", f"--out {shlex.quote(str(out))}")
-    command = re.sub(r"(\$PWD/)?\.venv/", f"{VENV}/", command)
-    command += "".join(f" {shlex.quote(argument)}" for argument in extra)
-    return subprocess.run(
-        ["bash", "-c", command],
+def cluster_test_script(
+    ports: dict[int, int], outs: Sequence[Path], check_arguments: Sequence[str] = ()
+) -> str:
+    """The README's cluster commands as this test runs them: one script with
+    the README's ports replaced by ``ports``, its two ``--out`` by ``outs``,
+    ``check_arguments`` added to ``cowstate check`` and the checkout's venv
+    named by this interpreter's (the same one in a checkout) -- nothing else
+    changed (``tests/test_readme.py`` holds it to that)."""
+    commands = [
+        re.sub(r"(\$PWD/)?\.venv/", f"{VENV}/", line)
+        for line in readme_cluster_commands((ROOT / "README.md").read_text())
+    ]
+    return readme_cluster_script(commands, ports, [str(out) for out in outs], check_arguments)
+
+
+def run_readme_commands(directory: Path, check_arguments: Sequence[str] = ()) -> ReadmeRun:
+    """The README's cluster commands as one script (free ports, outputs in
+    ``directory``, ``check_arguments`` added to ``cowstate check``)."""
+    ports = {port: free_port() for port in README_PORTS}
+    outs = [directory / "check", directory / "submit"]
+    script = cluster_test_script(ports, outs, check_arguments)
+    environment = {
+        **clean_environment(),
+        # as copied into a shell: the venv's bin is not on PATH (it found no Spark so)
+        "PATH": os.pathsep.join(
+            entry
+            for entry in os.environ.get("PATH", os.defpath).split(os.pathsep)
+            if Path(entry).resolve() != (VENV / "bin").resolve()
+        ),
+        "SPARK_DAEMON_JAVA_OPTS": QUICK_JVM,
+        "SPARK_SUBMIT_OPTS": QUICK_JVM,
+    }
+    process = subprocess.Popen(
+        ["bash", "-c", script],
         cwd=ROOT,
-        env=cluster.environment(),
-        capture_output=True,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=900,
-        check=False,
+        start_new_session=True,
     )
+    try:
+        stdout, stderr = process.communicate(timeout=1200)
+    finally:
+        for stop in (signal.SIGTERM, signal.SIGKILL):  # whatever the script left running
+            try:
+                os.killpg(process.pid, stop)
+            except ProcessLookupError:
+                break
+            time.sleep(5)
+        if process.poll() is None:
+            process.communicate()
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    return ReadmeRun(result, f"spark://127.0.0.1:{ports[7077]}", *outs)
 
 
 @pytest.fixture(scope="module")
-def bare_python() -> Path:
-    """The executors' Python: build/executor-python, with pyarrow only."""
-    python = executor_python(ROOT / "build" / "executor-python")
+def planted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ReadmeRun]:
+    directory = tmp_path_factory.mktemp("cluster")
+    yield run_readme_commands(
+        directory, [*PLANTED, "--regressions-dir", str(directory / "regressions")]
+    )
+
+
+def test_the_executors_python_has_no_cowstate(planted_run: ReadmeRun) -> None:
     modules = ("cowstate", "cowstate_spec", "pydantic", "yaml")
     probe = f"import importlib.util as u; print([m for m in {modules!r} if u.find_spec(m)])"
     found = subprocess.run(
-        [str(python), "-c", probe],
+        [str(EXECUTOR_PYTHON), "-c", probe],
         capture_output=True,
         text=True,
         check=True,
         env=clean_environment(),
     )
     assert found.stdout.strip() == "[]", "the executors' Python must not have cowstate"
-    return python
 
 
-@pytest.fixture(scope="module")
-def cluster(bare_python: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    directory = tmp_path_factory.mktemp("cluster")
-    cluster = LocalCluster(
-        workers=2, defaults={"spark.pyspark.python": str(bare_python)}, directory=directory
-    )
-    cluster.start()
-    try:
-        yield cluster
-    finally:
-        processes = list(cluster.processes)
-        cluster.stop()
-        assert all(p.poll() is not None for p in processes)
-
-
-def summary_of(out: Path, result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert (out / "summary.json").is_file(), result.stderr[-3000:]
-    return dict(json.loads((out / "summary.json").read_text()))
-
-
-def assert_clean_run(summary: dict[str, Any], cluster: LocalCluster, python: Path) -> None:
-    tiny = preset("tiny")
-    assert summary["master"] == cluster.master
-    assert summary["cores"] == 2
-    assert summary["divergences"] == []
-    assert set(summary["divergent_workloads"].values()) == {0}
-    assert summary["workloads"] == tiny.workloads
-    expected = tiny.workloads * tiny.operations_per_workload * len(summary["implementations"])
-    assert summary["operations_checked"] == expected
-    assert sum(summary["operation_counts"].values()) == expected
-    assert summary["executor_python"] == str(python)
-    assert re.fullmatch(r"cowstate-executor-[0-9a-f]{16}\.zip", summary["shipped_archive"])
-
-
-def test_the_readme_spark_submit_command_runs_on_the_cluster(
-    cluster: LocalCluster, bare_python: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "out"
-    result = run_readme_command("PYSPARK_DRIVER_PYTHON=", cluster, out)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_clean_run(summary_of(out, result), cluster, bare_python)
+def test_the_readme_spark_submit_command_runs_on_the_cluster(planted_run: ReadmeRun) -> None:
+    result = planted_run.result
+    assert_clean_run(summary_of(planted_run.submit_out, result), planted_run.master)
     assert "divergences        : 0" in result.stdout
-
-
-@pytest.mark.skipif(
-    os.environ.get("COWSTATE_CLUSTER_FULL") != "1",
-    reason="the full form: set COWSTATE_CLUSTER_FULL=1",
-)
-def test_the_readme_check_command_runs_on_the_cluster(
-    cluster: LocalCluster, bare_python: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "out"
-    result = run_readme_command(".venv/bin/cowstate check", cluster, out)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert_clean_run(summary_of(out, result), cluster, bare_python)
+    # the driver's log4j is quiet as cowstate check's: only what spark-submit printed
+    # before the driver's Python started (52 INFO lines around the report before);
+    # nothing of the master or the workers either (their logs are files)
+    spark_lines = [line for line in result.stderr.splitlines() if re.search(r" (INFO|WARN) ", line)]
+    assert spark_lines == [], spark_lines[:5]
     assert_quiet(result.stderr)
 
 
-def test_a_planted_bug_is_caught_and_minimized_on_the_cluster(
-    cluster: LocalCluster, bare_python: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "out"
-    planted = [
-        "--workloads",
-        "6",
-        "--implementation",
-        "c-map",
-        "--implementation",
-        "bad-get-skips-state-copy",
-        "--regressions-dir",
-        str(tmp_path / "regressions"),
-    ]
-    result = run_readme_command(".venv/bin/cowstate check", cluster, out, planted)
-    assert result.returncode == 1, result.stderr[-3000:]
-    summary = summary_of(out, result)
-    assert summary["master"] == cluster.master
-    assert summary["executor_python"] == str(bare_python)
+def test_a_planted_bug_is_caught_and_minimized_on_the_cluster(planted_run: ReadmeRun) -> None:
+    summary = summary_of(planted_run.check_out, planted_run.result)
+    assert summary["master"] == planted_run.master
+    assert summary["executor_python"] == str(EXECUTOR_PYTHON)
     assert summary["divergent_workloads"] == {"c-map": 0, "bad-get-skips-state-copy": 6}
     divergences = summary["divergences"]
     assert len(divergences) == 6
@@ -185,13 +190,44 @@ def test_a_planted_bug_is_caught_and_minimized_on_the_cluster(
         assert Path(d["regression_test"]).is_file()
     import pyarrow.parquet as pq
 
-    minimized = pq.read_table(out / "divergences.parquet").to_pylist()
+    minimized = pq.read_table(planted_run.check_out / "divergences.parquet").to_pylist()
     assert sorted(r["workload"] for r in minimized) == list(range(6))
-    assert "bad-get-skips-state-copy workload 0" in result.stdout
-    assert_quiet(result.stderr)
+    assert "bad-get-skips-state-copy workload 0" in planted_run.result.stdout
+
+
+@pytest.mark.skipif(
+    os.environ.get("COWSTATE_CLUSTER_FULL") != "1",
+    reason="the full form: set COWSTATE_CLUSTER_FULL=1",
+)
+def test_the_readme_commands_as_they_stand_run_on_the_cluster(tmp_path: Path) -> None:
+    run = run_readme_commands(tmp_path)
+    assert_clean_run(summary_of(run.check_out, run.result), run.master)
+    assert_clean_run(summary_of(run.submit_out, run.result), run.master)
+    assert_quiet(run.result.stderr)
+
+
+def summary_of(out: Path, result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert (out / "summary.json").is_file(), (result.stdout[-2000:], result.stderr[-3000:])
+    return dict(json.loads((out / "summary.json").read_text()))
+
+
+def assert_clean_run(summary: dict[str, Any], master: str) -> None:
+    tiny = preset("tiny")
+    assert summary["master"] == master
+    assert summary["cores"] == 2
+    assert summary["divergences"] == []
+    assert set(summary["divergent_workloads"].values()) == {0}
+    assert summary["workloads"] == tiny.workloads
+    expected = tiny.workloads * tiny.operations_per_workload * len(summary["implementations"])
+    assert summary["operations_checked"] == expected
+    assert sum(summary["operation_counts"].values()) == expected
+    assert summary["executor_python"] == str(EXECUTOR_PYTHON)
+    assert re.fullmatch(r"cowstate-executor-[0-9a-f]{16}\.zip", summary["shipped_archive"])
 
 
 def assert_quiet(stderr: str) -> None:
-    """The driver JVM's start-up lines did not reach the console."""
+    """The driver JVMs' start-up lines did not reach the console (spark-submit's
+    own, printed before its driver's Python started, aside)."""
+    lines = [line for line in stderr.splitlines() if not line.startswith(SUBMIT_START)]
     for noise in ("log4j profile", "NativeCodeLoader", "incubator modules", "default log level"):
-        assert noise not in stderr
+        assert not [line for line in lines if noise in line], noise

@@ -57,7 +57,7 @@ from cowstate_spec.hostile import (
 from cowstate_spec.implementations import IMPLEMENTATIONS, Implementation
 from cowstate_spec.invariants import check_map, fingerprint
 from cowstate_spec.machine import machine_for
-from cowstate_spec.profiles import hunt_settings
+from cowstate_spec.profiles import control_examples, hunt, hunt_settings, strength
 
 MAP_NAMES = list(MAPS)
 
@@ -77,6 +77,12 @@ HANDING_OUT = ["get", "put_and_get_old", "remove_and_get_old", "transform"]
 # ------------------------------------------------------------ the state machine
 
 
+#: The hostile machines run 1/SHARE of the plain machines' examples: make
+#: strength a quarter, make test (COWSTATE_STRENGTH=reduced) an eighth; the
+#: planted user-code bugs below are hunted with the same budget in both.
+SHARE = 4 if strength() == "full" else 8
+
+
 @pytest.mark.parametrize(
     "implementation",
     [i for i in IMPLEMENTATIONS if i.name != "reference-model"],
@@ -85,10 +91,11 @@ HANDING_OUT = ["get", "put_and_get_old", "remove_and_get_old", "transform"]
 def test_the_machine_with_hostile_user_code_agrees_with_the_model(
     implementation: Implementation,
 ) -> None:
-    # A quarter of the plain machine's examples: the rule of hostile user code
-    # is one of its rules, the others run as in tests/test_state_machine.py.
+    # A quarter of the plain machine's examples (an eighth in make test's
+    # reduced form): the rule of hostile user code is one of its rules, the
+    # others run as in tests/test_state_machine.py.
     current = settings()
-    examples = max(8, round(current.max_examples * implementation.example_share / 4))
+    examples = max(4, round(current.max_examples * implementation.example_share / SHARE))
     run_state_machine_as_test(
         machine_for(implementation, hostile=True),
         settings=settings(current, max_examples=examples),
@@ -100,13 +107,13 @@ def test_the_backend_machine_with_hostile_user_code_agrees_with_the_model(
     implementation: BackendImplementation, forced_interleavings: None
 ) -> None:
     # As tests/test_backend_machine.py (every key group, twice the steps), with
-    # a quarter of its examples.
+    # a quarter of its examples (an eighth in make test's reduced form).
     current = settings()
     run_state_machine_as_test(
         backend_machine_for(implementation, KeyGroupRange(0, MAX_PARALLELISM - 1), hostile=True),
         settings=settings(
             current,
-            max_examples=max(8, current.max_examples // 4),
+            max_examples=max(4, current.max_examples // SHARE),
             stateful_step_count=2 * current.stateful_step_count,
         ),
     )
@@ -117,16 +124,28 @@ HUNT = hunt_settings(max_examples=400, stateful_step_count=50)
 
 @pytest.mark.parametrize("bug", USER_CODE_BUGS, ids=lambda bug: bug.name)
 def test_the_hostile_machine_catches(bug: Bug) -> None:
-    machine = machine_for(bad_implementation(bug), hostile=True)
-    with pytest.raises((AssertionError, Flaky)):
-        run_state_machine_as_test(machine, settings=HUNT)
+    caught_after(bug)
 
 
 @pytest.mark.parametrize("bug", USER_CODE_BUGS, ids=lambda bug: bug.name)
 def test_the_identity_rewrite_of_each_bug_passes(bug: Bug) -> None:
+    # make test (COWSTATE_STRENGTH=reduced): as many examples as the hunt took
     control = Bug(f"identity-{bug.name}", bug.method, bug.old, bug.old, "control", bug.cls)
     machine = machine_for(bad_implementation(control), hostile=True)
-    run_state_machine_as_test(machine, settings=settings(HUNT, max_examples=40))
+    examples = control_examples(caught_after(bug), 40)
+    run_state_machine_as_test(machine, settings=settings(HUNT, max_examples=examples))
+
+
+def caught_after(bug: Bug) -> int:
+    """The examples the hostile machine's hunt took to catch ``bug`` (once per
+    process: the catch test and its control share it)."""
+    if bug.name not in CAUGHT_AFTER:
+        machine = machine_for(bad_implementation(bug), hostile=True)
+        CAUGHT_AFTER[bug.name] = hunt(machine, HUNT, (AssertionError, Flaky))
+    return CAUGHT_AFTER[bug.name]
+
+
+CAUGHT_AFTER: dict[str, int] = {}
 
 
 # ----------------------------------------------------------------- the maps

@@ -158,7 +158,7 @@ def inspect_command(directory: str) -> int:
 
     try:
         report = inspect_snapshot(directory)
-    except CheckpointError as exc:
+    except (CheckpointError, InvalidArgumentError) as exc:  # the latter: an unknown scheme
         return fail("cowstate savepoint inspect", str(exc), EXIT_USAGE)
     print_output(format_report(report))
     return EXIT_DIVERGENCE if report.problems else EXIT_OK
@@ -206,6 +206,8 @@ def _run_plug_in(args: list[str], entries: list[EntryPoint]) -> int:
         command = entries[0].load()
     except ImportError as exc:
         return fail(prog, f"{what} could not be loaded ({exc}); {hint}", EXIT_ENVIRONMENT)
+    except KeyboardInterrupt:  # while it loads; from then on, the command takes Ctrl-C
+        return fail(prog, "interrupted", EXIT_INTERRUPTED)
     if not callable(command):
         return fail(
             prog,

@@ -38,10 +38,12 @@ The differential run (``cowstate check``; Spark needs the ``spark`` extra):
   model, minimized divergences;
 - :mod:`cowstate_spec.spark_job`: the run on Spark (or in process);
 - :mod:`cowstate_spec.spark_env`: starting Spark (master URLs, Java, a quiet
-  driver JVM, the executors' Python);
+  driver JVM, the executors' Python) and stopping it;
+- :mod:`cowstate_spec.interrupt`: Ctrl-C, whenever it comes: one line, status
+  130, Spark stopped;
 - :mod:`cowstate_spec.shipping`: the archive that ships the checker to executors;
 - :mod:`cowstate_spec.progress`: progress per finished workload;
-- :mod:`cowstate_spec.local_cluster`: a standalone cluster on loopback (tests, demo);
+- :mod:`cowstate_spec.local_cluster`: the README's cluster commands as a script (tests, demo);
 - :mod:`cowstate_spec.cli`: the ``check`` command (registered for ``cowstate.cli``
   under the entry point group ``cowstate.commands``).
 

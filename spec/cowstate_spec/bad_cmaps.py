@@ -185,9 +185,13 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest / f"{name}{suffix}"
     if not target.exists():
+        # Several processes may build the same variant at once (pytest-xdist
+        # workers): each writes files of its own and renames the module into
+        # place, so nobody loads a half-written one.
         target.parent.mkdir(parents=True, exist_ok=True)
+        building = target.with_name(f"{name}.{os.getpid()}.building{suffix}")
         if isinstance(bug, CRewrite):
-            source = target.with_name(f"{name}.c")
+            source = target.with_name(f"{name}.{os.getpid()}.c")
             source.write_text(text.replace(bug.old, bug.new))
         include = sysconfig.get_paths()["include"]
         command = [
@@ -202,7 +206,7 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
             f"-DCOWSTATE_MODULE={name}",
             str(source),
             "-o",
-            str(target),
+            str(building),
         ]
         # The compiler runs without the sanitizer runtimes make sanitize preloads
         # into this process (LeakSanitizer would fail cc for its own leaks).
@@ -210,6 +214,9 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
         done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:
             raise RuntimeError(f"building {bug.name} failed: {' '.join(command)}\n{done.stderr}")
+        os.replace(building, target)
+        if isinstance(bug, CRewrite):
+            os.replace(source, target.with_name(f"{name}.c"))  # kept beside it, to read
     spec = importlib.util.spec_from_file_location(f"cowstate.{name}", target)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

@@ -9,7 +9,9 @@ minimized traces into ``--out``, and prints a short report.
 Every problem is one line on standard error, ``cowstate check: <what is
 wrong>; <what to do>``, never a traceback, with the exit status of
 :mod:`cowstate.cli` (0 agreement, 1 divergence, 2 bad input or usage,
-3 environment). The command checks everything it can before Spark starts:
+3 environment; 130 interrupted: Ctrl-C, whenever it comes, stops Spark and
+its executors and prints one line, see :mod:`cowstate_spec.interrupt`). The
+command checks everything it can before Spark starts:
 the spec file (syntax and fields, named as in the file), the options (named
 as typed: ``--ops``, not ``operations_per_workload``), the implementation
 names, the master URL, and ``--out``.
@@ -29,8 +31,10 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import signal
 import sys
 import textwrap
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -47,7 +51,13 @@ from cowstate.cli import (
 )
 from cowstate.cli import main as cowstate_main
 from cowstate.errors import InvalidArgumentError
-from cowstate_spec.spark_env import IN_PROCESS, CheckEnvironmentError, validate_master
+from cowstate_spec import interrupt
+from cowstate_spec.spark_env import (
+    IN_PROCESS,
+    CheckEnvironmentError,
+    stop_session,
+    validate_master,
+)
 from cowstate_spec.workloads import PRESETS, SpecFileError, WorkloadSpec, preset
 
 __all__ = [
@@ -75,7 +85,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cowstate_main(args)
     if args[:1] == ["check"]:
         args = args[1:]
-    return guarded(PROG, lambda: _check(args), environment=(CheckEnvironmentError,))
+    previous = signal.getsignal(signal.SIGINT)
+    interrupt.reset()
+    interrupt.install()  # Ctrl-C whenever it comes: cowstate_spec.interrupt
+    try:
+        return guarded(PROG, lambda: _interruptible(args), environment=(CheckEnvironmentError,))
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, previous)
 
 
 def check_parser() -> OneLineParser:
@@ -175,6 +192,23 @@ def describe_validation_error(exc: ValidationError, where: str) -> str:
 
 
 # ------------------------------------------------------------------ the command
+
+
+def _interruptible(argv: list[str]) -> int:
+    """:func:`_check`; interrupted, it stops Spark before the one line is
+    printed. What fails while an interrupt is pending (a cancelled job, a
+    call to an ended JVM) is the interrupt (cowstate_spec.interrupt, rule 4)."""
+    try:
+        return _check(argv)
+    except KeyboardInterrupt:
+        stop_session()
+        raise
+    except Exception:
+        if not interrupt.pending():
+            raise
+        stopped = interrupt.take()  # before stopping: nothing interrupts the stop
+        stop_session()
+        raise stopped from None
 
 
 def _check(argv: list[str]) -> int:
@@ -362,14 +396,18 @@ def _epilog() -> str:
 def format_summary(summary: dict[str, Any], out: Path) -> str:
     """The console report: the run's figures, then each minimized divergence
     as its trace (never the full expected state)."""
+    cores = summary["cores"]
     lines = [
-        f"{PROG}: spec {summary['spec']} on {summary['master']} ({summary['cores']} cores)",
+        f"{PROG}: spec {summary['spec']} on {summary['master']} "
+        f"({cores} {'core' if cores == 1 else 'cores'})",
         f"  implementations    : {', '.join(summary['implementations'])}",
         f"  workloads          : {summary['workloads']:,}",
         f"  operations checked : {summary['operations_checked']:,} "
         f"in {summary['elapsed_seconds']:.1f} s",
         f"  ops/s              : {summary['ops_per_second']:,.0f} "
         f"({summary['ops_per_second_per_core']:,.0f} per core)",
+        f"  ops/CPU-second     : {summary['ops_per_cpu_second']:,.0f} "
+        f"({summary['cpu_seconds']:,.1f} CPU s checking)",
         "  most frequent ops  : "
         + ", ".join(f"{k} {v:,}" for k, v in list(summary["operation_counts"].items())[:6]),
     ]

@@ -12,15 +12,36 @@ otherwise load its own built-in ``ci`` profile.
   killer suite of ``make mutate`` (a mutant is killed or not, reproducibly).
 - ``crosshair``: the ``hypothesis-crosshair`` backend (CrossHair chooses the
   inputs symbolically instead of at random) on small bounds, for ``make verify``.
+
+``COWSTATE_STRENGTH`` (:func:`strength`) says how much the spec-strength suites
+run -- ``tests/test_spec_catches_every_class.py``, ``tests/test_user_code_errors.py``
+and ``tests/test_symbolic.py``, the proof that the machines and CrossHair catch
+what they must:
+
+- ``reduced`` (the default, ``make test``): every planted bug is hunted with
+  its full budget, as in the full form; each identity control (the machine
+  rebuilt around the bug's text replaced by itself) runs as many examples as
+  the hunt took to catch its bug (:func:`hunt` counts them), at most the full
+  form's; CrossHair refutes every planted arithmetic bug with smaller limits
+  (each still twice what the refutation needs, 5/3 for the snapshot layout);
+  the hostile machines run over every implementation with half the full
+  form's examples.
+- ``full`` (``make strength``): the controls with their whole budgets, CrossHair
+  with the generous limits, the hostile machines with a quarter of the plain
+  machines' examples.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, settings
+from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
 PROFILES = ("ci", "dev", "deep", "mutation", "crosshair")
+STRENGTHS = ("reduced", "full")
 
 
 def register_profiles() -> None:
@@ -100,3 +121,47 @@ def hunt_settings(max_examples: int, stateful_step_count: int) -> settings:
         report_multiple_bugs=False,
         suppress_health_check=[HealthCheck.too_slow],
     )
+
+
+def strength() -> str:
+    """``COWSTATE_STRENGTH``: ``reduced`` (default) or ``full`` (see the module doc)."""
+    name = os.environ.get("COWSTATE_STRENGTH", "reduced")
+    if name not in STRENGTHS:
+        raise ValueError(f"expected COWSTATE_STRENGTH in {STRENGTHS}, got {name!r}")
+    return name
+
+
+def hunt(
+    machine: type[RuleBasedStateMachine],
+    hunting: settings,
+    caught: tuple[type[BaseException], ...],
+    check: Callable[[BaseException], Any] = lambda exc: None,
+) -> int:
+    """Run ``machine`` under ``hunting`` (:func:`hunt_settings`); it must fail with
+    one of ``caught`` (``check`` may look closer). Returns how many examples it
+    started until then (the failing one is replayed once to report it, so one
+    more than it took): a derandomized control of the same machine without the
+    bug meets the same first examples (the bug changes nothing before it shows)."""
+    started = [0]
+
+    def counting_init(self: RuleBasedStateMachine) -> None:
+        started[0] += 1
+        machine.__init__(self)
+
+    counted = type(machine.__name__, (machine,), {"__init__": counting_init})
+    try:
+        run_state_machine_as_test(counted, settings=hunting)
+    except caught as exc:
+        check(exc)
+        return started[0]
+    raise AssertionError(
+        f"expected {machine.__name__} to fail with {' or '.join(c.__name__ for c in caught)} "
+        f"within {hunting.max_examples} examples x {hunting.stateful_step_count} steps, "
+        f"it passed {started[0]}"
+    )
+
+
+def control_examples(caught_after: int, full: int) -> int:
+    """Examples of an identity control: ``full`` in the full form, else as many
+    as its hunt took (:func:`hunt`), at most ``full``."""
+    return full if strength() == "full" else min(caught_after, full)

@@ -29,17 +29,29 @@ status 3).
    process, so a cluster's setting used to be overridden silently.
 5. Under ``spark-submit`` the session, its master and its configuration are
    spark-submit's; ``--master`` and ``--conf`` of the command are not used.
-   Spark logs at ``ERROR`` from the moment the session is ours unless
-   ``spark.log.level`` is configured (spark-submit's own start-up lines are
-   printed before that).
+   The driver JVM logs at ``ERROR`` before the session is made, unless
+   ``spark.log.level`` is configured: its start-up lines printed before
+   this Python started (Java's incubator module warning, the log4j profile)
+   are spark-submit's, the context's INFO lines no longer come.
+6. **Ctrl-C** (:mod:`cowstate_spec.interrupt`): the driver JVM starts in a
+   process group of its own; an interrupt while it starts kills that group
+   (PySpark's ``launch_gateway`` then fails at once) and is taken when the
+   launch returns. The handler PySpark's context installs is replaced by
+   ours, which cancels jobs over a connection of its own.
+   :func:`stop_session` stops the context and ends the JVM this module
+   started (its stdin closed: Spark's gateway exits on EOF; else SIGTERM,
+   else SIGKILL to its group), and with the JVM its executors and Python
+   workers, before the command exits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -48,9 +60,11 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 from cowstate.errors import CowStateError, InvalidArgumentError
+from cowstate_spec import interrupt
 
 __all__ = [
     "IN_PROCESS",
@@ -63,6 +77,7 @@ __all__ = [
     "is_local",
     "is_loopback",
     "start_session",
+    "stop_session",
     "under_spark_submit",
     "validate_master",
     "wait_for_executors",
@@ -284,30 +299,37 @@ def start_session(
     driver JVM quietly (rule 3), with the UI off, its output to ``log``.
     A session this module started is reused by a later call in the same
     process with the same master and settings (``spark.pyspark.python``
-    aside: it is the Python side's, applied per call), else stopped and
-    started anew. Under spark-submit: spark-submit's session.
+    aside: it is the Python side's, applied per call), else stopped with
+    its JVM (:func:`stop_session`) and started anew. Under spark-submit:
+    spark-submit's session.
     """
     try:
         from pyspark import SparkConf, SparkContext
         from pyspark.sql import SparkSession
-    except ImportError as exc:
+    except ImportError as exc:  # its text may hold the hint already (MissingExtraFinder)
         raise CheckEnvironmentError(
-            f"Spark is not installed here ({exc}); install it with: pip install "
-            "'cowstate[spark]', or run without Spark: --master in-process"
+            f"Spark is not installed here (No module named {exc.name or 'pyspark'!r}); install "
+            "it with: pip install 'cowstate[spark]', or run without Spark: --master in-process"
         ) from None
     if under_spark_submit():
+        SparkContext._ensure_initialized()  # spark-submit's JVM, to read its settings
+        quiet = not SparkConf().contains("spark.log.level")
+        if quiet:  # spark-submit logs at INFO: quiet before the context logs its start
+            _quiet_driver_log(SparkContext._jvm)
         spark = SparkSession.builder.appName(app_name).getOrCreate()
-        if not spark.sparkContext.getConf().contains("spark.log.level"):
-            spark.sparkContext.setLogLevel("ERROR")  # spark-submit's default is INFO
+        if quiet:
+            spark.sparkContext.setLogLevel("ERROR")
+        _take_interrupts(spark.sparkContext)
         return spark, _set_executor_python(spark.sparkContext, {})
     active = SparkContext._active_spark_context
     wanted = (master, _without_python(conf))
     if active is not None and _STARTED.get("key") == wanted:
         if _OUTPUT:
             _OUTPUT[-1].log_to(log)
+        _take_interrupts(active)
         return SparkSession(active), _set_executor_python(active, conf)
-    if active is not None:
-        active.stop()
+    if active is not None or SparkContext._gateway is not None:
+        stop_session()  # a new context on the old JVM would ignore the new JVM's settings
     find_java()
     check_reachable(master)
     if is_loopback(master):
@@ -329,6 +351,36 @@ def start_session(
     context = _start_context(spark_conf, log)
     _STARTED["key"] = wanted
     return SparkSession(context), _set_executor_python(context, conf)
+
+
+def stop_session(timeout: float = 30.0) -> None:
+    """Stop the active SparkContext and end the driver JVM this module
+    started, waiting for it at most ``timeout`` seconds, then SIGTERM and
+    SIGKILL (rule 6). It runs on the way out of an interrupted or failed
+    command, so it raises nothing of Spark's, and a Ctrl-C that comes while
+    it runs only once it is done. Under spark-submit the JVM is
+    spark-submit's and outlives this call; a process that never imported
+    pyspark has nothing to stop."""
+    if "pyspark" not in sys.modules:
+        return
+    from pyspark import SparkContext
+
+    with interrupt.held():
+        interrupt.session(None, None)
+        context = SparkContext._active_spark_context
+        gateway = SparkContext._gateway
+        _quiet_accumulator_server()
+        if context is not None:
+            with contextlib.suppress(Exception):
+                context.stop()
+        process = getattr(gateway, "proc", None)
+        if process is not None:
+            with contextlib.suppress(Exception):
+                gateway.close()  # type: ignore[union-attr]
+            _end(process, timeout)
+            SparkContext._gateway = None
+            SparkContext._jvm = None
+        _STARTED.clear()
 
 
 def wait_for_executors(spark: Any, master: str, timeout: float) -> None:
@@ -390,20 +442,104 @@ def _start_context(spark_conf: Any, log: Path | None) -> Any:
 
     output = JvmOutput()
     output.log_to(log)
+    _OUTPUT[:] = [output]
     try:
-        gateway = launch_gateway(  # type: ignore[no-untyped-call]
-            spark_conf, popen_kwargs={"stderr": output.sink}
-        )
+        with interrupt.held(abort=_abort_launch):  # rule 6
+            gateway = launch_gateway(  # type: ignore[no-untyped-call]
+                # its own process group: the JVM, and what spark-submit runs before it
+                spark_conf,
+                popen_kwargs={"stderr": output.sink, "process_group": 0},
+            )
+            # where stop_session finds it (SparkContext would put it there)
+            SparkContext._gateway, SparkContext._jvm = gateway, gateway.jvm
+        interrupt.session(None, functools.partial(_end_from_interrupt, gateway.proc))
         context = SparkContext(conf=spark_conf, gateway=gateway)
-    except Exception as exc:
+        _take_interrupts(context)
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt) or interrupt.pending()
+        if interrupted:
+            interrupt.take()  # before stopping: nothing interrupts the stop
+        stop_session()
+        if interrupted:
+            raise KeyboardInterrupt from None
+        if not isinstance(exc, Exception):
+            raise
         reason = output.first_problem() or _first_line(exc)
         raise CheckEnvironmentError(
             f"Spark could not start ({reason}); check JAVA_HOME and the --master and --conf "
             "settings, or run without Spark: --master in-process"
         ) from None
     output.started()
-    _OUTPUT[:] = [output]
     return context
+
+
+def _abort_launch(frame: FrameType | None) -> None:
+    """Rule 6, Ctrl-C while the JVM starts: kill the process group of the
+    ``spark-submit`` that ``launch_gateway`` (an interrupted frame) is
+    waiting for, so that it fails at once instead of starting a JVM first."""
+    while frame is not None:
+        for value in list(frame.f_locals.values()):
+            if isinstance(value, subprocess.Popen) and "spark-submit" in str(value.args):
+                with contextlib.suppress(OSError):
+                    os.killpg(value.pid, signal.SIGKILL)
+                return
+        frame = frame.f_back
+
+
+def _take_interrupts(context: Any) -> None:
+    """Rule 6: our SIGINT handler over the one PySpark's context installed,
+    cancelling ``context``'s jobs over a connection of its own and, if that
+    is not enough, ending the JVM this module started."""
+    interrupt.install()
+    process = getattr(context._gateway, "proc", None)  # None under spark-submit
+    interrupt.session(
+        context.cancelAllJobs,
+        None if process is None else functools.partial(_end_from_interrupt, process),
+    )
+
+
+def _quiet_driver_log(jvm: Any) -> None:
+    """Rule 5: spark-submit leaves Spark's logging uninitialized for the
+    application, and the context's first log line would initialize it at
+    INFO: initialize it now, then set ERROR (best effort: Spark's internals)."""
+    with contextlib.suppress(Exception):
+        utils = getattr(getattr(jvm.org.apache.spark.util, "Utils$"), "MODULE$")
+        utils.initializeLogIfNecessary(False)
+        jvm.org.apache.spark.util.Utils.setLogLevelIfNeeded("ERROR")
+
+
+def _end_from_interrupt(process: Any) -> None:
+    """End the JVM from the interrupt's thread (cowstate_spec.interrupt, rule 3)."""
+    _quiet_accumulator_server()
+    _end(process, 5.0)
+
+
+def _quiet_accumulator_server() -> None:
+    """The driver's accumulator server (a socketserver thread of PySpark's)
+    prints a traceback for a connection the JVM drops while it stops; while
+    this module stops the JVM, that is expected, not an error."""
+    from pyspark import SparkContext
+
+    server = getattr(SparkContext._active_spark_context, "_accumulatorServer", None)
+    if server is not None:
+        server.handle_error = lambda request, address: None
+
+
+def _end(process: Any, timeout: float) -> None:
+    """End the driver JVM ``process``: its stdin closed (Spark's gateway exits
+    on EOF), else SIGTERM, else SIGKILL to its process group."""
+    with contextlib.suppress(OSError, ValueError):
+        if process.stdin is not None:
+            process.stdin.close()
+    for stop in (None, signal.SIGTERM, signal.SIGKILL):
+        if stop is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, stop)
+        try:
+            process.wait(timeout=timeout if stop is None else 10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 #: What the session this module started was started with: (master, settings).

@@ -41,6 +41,9 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 #: Larger documents are refused before they are hashed or parsed.
 MAX_DOCUMENT_SIZE = 64 << 20
 _SEAL = re.compile(rb"#cowstate ([a-z_]+) v(\d{1,6}) sha256=([0-9a-f]{64})\n\Z")
+#: A last line an error message shows (its first 80 bytes, escaped); any other is
+#: "binary data".
+_PRINTABLE = re.compile(rb"[\x20-\x7e\t\r\n]*")
 
 
 def seal(kind: str, version: int, body: bytes) -> bytes:
@@ -66,9 +69,10 @@ def unseal(data: bytes, kind: str, version: int, where: str) -> bytes:
     match = _SEAL.match(data, cut)
     if match is None:
         shown = data[cut:][:80]
+        got = repr(shown) if _PRINTABLE.fullmatch(data, cut) else "binary data"
         raise MetadataChecksumError(
             f"expected {where} to end with its seal line '#cowstate {kind} v{version} "
-            f"sha256=...', got {shown!r} ({len(data)} bytes): the file is torn, truncated or "
+            f"sha256=...', got {got} ({len(data)} bytes): the file is torn, truncated or "
             "not a cowstate document"
         )
     found_kind, found_version, digest = match.groups()

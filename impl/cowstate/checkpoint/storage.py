@@ -358,12 +358,17 @@ def read_metadata(filesystem: FileSystem, directory: str) -> CheckpointMetadata:
         raise InvalidArgumentError(f"expected a snapshot directory, got {directory!r}")
     check_argument(directory, "a snapshot directory")  # P5
     path = filesystem.join(directory, METADATA_FILE)
-    if not filesystem.exists(path):
-        where = (
-            "the directory does not exist"
-            if not filesystem.exists(directory)
-            else "it holds no _metadata (unfinished, or not a snapshot)"
-        )
+    if not filesystem.is_dir(directory) or not filesystem.exists(path):  # errors name `directory`
+        if not filesystem.exists(directory):
+            where = "the directory does not exist"
+        elif not filesystem.is_dir(directory):
+            where = "it is a file, not a directory" + (
+                " (give the directory that holds it)"
+                if filesystem.name(directory) == METADATA_FILE
+                else ""
+            )
+        else:
+            where = "it holds no _metadata (unfinished, or not a snapshot)"
         raise CheckpointNotFoundError(
             f"expected a completed checkpoint or savepoint in {directory!r}, but {where}"
         )
