@@ -159,7 +159,7 @@ def c_identity(bug: CRewrite) -> CRewrite:
 
 
 _LOADED: dict[int | str, ModuleType] = {}
-_SANITIZER_VARIABLES = frozenset(
+SANITIZER_VARIABLES = frozenset(
     {"LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "PYTHONMALLOC"}
 )
 
@@ -210,7 +210,7 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
         ]
         # The compiler runs without the sanitizer runtimes make sanitize preloads
         # into this process (LeakSanitizer would fail cc for its own leaks).
-        clean = {k: v for k, v in os.environ.items() if k not in _SANITIZER_VARIABLES}
+        clean = {k: v for k, v in os.environ.items() if k not in SANITIZER_VARIABLES}
         done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:
             raise RuntimeError(f"building {bug.name} failed: {' '.join(command)}\n{done.stderr}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
 import subprocess
 import sys
 import sysconfig
@@ -26,9 +27,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import cowstate
+from cowstate_spec.bad_cmaps import SANITIZER_VARIABLES
+
 __all__ = ["CODEC_BUGS", "CodecBug", "build_codec"]
 
-SOURCES = Path(__file__).resolve().parents[2] / "impl" / "cowstate"
+#: The C sources beside the cowstate package imported (make sanitize imports a
+#: copy of the package, sources and all, from build/sanitize).
+SOURCES = Path(cowstate.__file__).resolve().parent
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_codecs"
 _FILES = ("_codecmodule.c", "_codec.c", "_codec.h")
 
@@ -79,7 +85,10 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest[:12] / f"{name}{suffix}"
     if not target.exists():
+        # Built as bad_cmaps builds: a file of this process's renamed into place
+        # (pytest-xdist workers), the compiler without make sanitize's runtimes.
         target.parent.mkdir(parents=True, exist_ok=True)
+        building = target.with_name(f"{name}.{os.getpid()}.building{suffix}")
         command = [
             "cc",
             "-shared",
@@ -92,11 +101,13 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
             str(SOURCES / "_codecmodule.c"),
             str(SOURCES / "_codec.c"),
             "-o",
-            str(target),
+            str(building),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        clean = {k: v for k, v in os.environ.items() if k not in SANITIZER_VARIABLES}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:
             raise RuntimeError(f"building {name} failed: {' '.join(command)}\n{done.stderr}")
+        os.replace(building, target)
     spec = importlib.util.spec_from_file_location(f"cowstate.{name}", target)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
