@@ -48,6 +48,7 @@ from restore_support import (
 )
 from restore_support import STATE_META as META
 
+from cowstate import keyed_state
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
@@ -63,6 +64,8 @@ from cowstate.descriptors import (
 )
 from cowstate.errors import (
     BackendClosedError,
+    ConcurrentModificationError,
+    CowStateError,
     DuplicateMappingError,
     IncompatibleSnapshotError,
     InvalidArgumentError,
@@ -95,7 +98,7 @@ from cowstate.key_groups import (
 )
 from cowstate.key_types import KeyTypes
 from cowstate.keyed_state import VOID_NAMESPACE, KeyContext, StateHolder
-from cowstate.maps import c_map_class
+from cowstate.maps import FORCED_PURE, c_map_class
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
     DefaultSerializer,
@@ -107,11 +110,17 @@ from cowstate.serializers import (
     serializer_identifier,
 )
 from cowstate.snapshot import SnapshotReader, SnapshotWriter, compat, read_snapshot
+from cowstate.state_map import CopyOnWriteStateMap as PurePythonMap
 from cowstate.state_meta import SnapshotFormat, StateKind, StateMetaInfo
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_model.backend import ReferenceKeyedStateBackend
 from cowstate_spec.backends import BACKENDS, BackendImplementation, SumCount, add_ints
 from cowstate_spec.cmap_view import MAP_CLASSES, MapView
+
+try:
+    from cowstate import _keygroups
+except ImportError:  # not built: the checked path only
+    _keygroups = None  # type: ignore[assignment]
 
 FULL = KeyGroupRange(0, 127)
 VALUE: ValueStateDescriptor[list[int]] = ValueStateDescriptor("value", default=[])
@@ -460,6 +469,289 @@ def test_handles_route_by_the_contexts_key_group() -> None:
     assert items.get() == ["a", "b"]
     table.put(-1, "ns", ["c"], key_group=80)  # where the table itself would route -1
     assert items.get() == ["a", "b"]
+
+
+# ---------------------------------- the direct route (D1-D3 of cowstate.keyed_state)
+
+
+def python_frames_before_the_map(maps: Sequence[Any], call: Any, *args: Any) -> int | None:
+    """How many Python frames, ``call``'s own included, are on the stack when
+    ``call(*args)`` first calls a method of one of ``maps`` (a C method, or a
+    pure map's Python method); ``None`` if it never does."""
+    ids = {id(m) for m in maps}
+    depth = 0
+    reached: list[int] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        nonlocal depth
+        if event == "call":
+            if id(frame.f_locals.get("self")) in ids:
+                reached.append(depth)
+            depth += 1
+        elif event == "return":
+            depth -= 1
+        elif event == "c_call" and id(getattr(arg, "__self__", None)) in ids:
+            reached.append(depth)
+
+    sys.setprofile(profile)
+    try:
+        call(*args)
+    finally:
+        sys.setprofile(None)
+    return reached[0] if reached else None
+
+
+def python_calls(call: Any, *args: Any) -> list[tuple[str, str]]:
+    """``(file name, function name)`` of every Python function ``call(*args)``
+    runs below its own frame, and ``("C", name)`` of every C function."""
+    calls: list[tuple[str, str]] = []
+
+    def profile(frame: Any, event: str, arg: Any) -> None:
+        if event == "call":
+            calls.append((Path(frame.f_code.co_filename).name, frame.f_code.co_name))
+        elif event == "c_call":
+            calls.append(("C", getattr(arg, "__name__", "?")))
+
+    sys.setprofile(profile)
+    try:
+        call(*args)
+    finally:
+        sys.setprofile(None)
+    return [c for c in calls[1:] if c != ("C", "setprofile")]
+
+
+def test_the_direct_route_routes_by_the_contexts_key_group_too() -> None:
+    # D2, D3: the same as test_handles_route_by_the_contexts_key_group, with the
+    # holder of a backend (its context given, the table on the context's key
+    # types): the handles call the map of key group 94 directly.
+    context = KeyContext(FULL, 128, LongSerializer())
+    table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(
+        FULL, 128, meta=StateMetaInfo(name="v"), key_serializer=IntSerializer()
+    )
+    table.key_types = context.key_types
+    value = ValueState(context, StateHolder(ValueStateDescriptor("v"), table, context))
+    items = ListState(context, StateHolder(ListStateDescriptor("v"), table, context))
+    context.set_key(-1)
+    context.set_namespace("ns")
+    assert python_frames_before_the_map([table.state_map(94)], value.update, "x") == 1
+    assert list(table.entries_in_key_group(94)) == [(-1, "ns", "x")]
+    assert list(table.entries_in_key_group(80)) == []
+    assert value.value() == "x"
+    value.clear()
+    assert list(table.entries_in_key_group(94)) == []
+    items.add("a")
+    items.add("b")
+    assert list(table.entries_in_key_group(94)) == [(-1, "ns", ["a", "b"])]
+    table.put(-1, "ns", ["c"], key_group=80)  # where the table itself would route -1
+    assert items.get() == ["a", "b"]
+    own: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(
+        FULL, 128, meta=StateMetaInfo(name="w")
+    )  # its own key types
+    assert StateHolder(None, own, context).routes == [None] * 129
+
+
+#: Issue 28's keyed operations: (descriptor, the call on its handle).
+KEYED_OPERATIONS: dict[str, tuple[Any, Any]] = {
+    "ValueState.value": (VALUE, lambda s: (s.value,)),
+    "ValueState.update": (VALUE, lambda s: (s.update, [2])),
+    "ListState.add": (LIST, lambda s: (s.add, 2)),
+    "ListState.get": (LIST, lambda s: (s.get,)),
+    "MapState.get": (MAP, lambda s: (s.get, "u")),
+    "MapState.put": (MAP, lambda s: (s.put, "u", 2)),
+}
+
+
+@pytest.mark.parametrize("maps", ["c", "python"])
+@pytest.mark.parametrize("operation", list(KEYED_OPERATIONS))
+@pytest.mark.parametrize("fresh", [False, True], ids=["existing", "new mapping"])
+def test_each_keyed_operation_reaches_the_map_within_two_python_frames(
+    operation: str, maps: str, fresh: bool
+) -> None:
+    # Issue 28: ValueState.value/update, ListState.add/get, MapState.get/put
+    # crossed three Python frames (handle, _get/_put/_transform, table) before
+    # the map, plus the table's _route and key type checks on the way.
+    map_class = c_map_class() if maps == "c" else PurePythonMap
+    if map_class is None:
+        pytest.skip("the C map is not built")
+    factory = type("Table", (CopyOnWriteStateTable,), {"map_class": map_class})
+    with HeapKeyedStateBackend(FULL, 128, factory) as b:
+        descriptor, call = KEYED_OPERATIONS[operation]
+        state = b.get_state(descriptor)
+        b.set_current_key(1)
+        if descriptor is MAP:
+            state.put("u", 1)
+        else:
+            state.update([1])
+        b.set_current_key(2 if fresh else 1)
+        table = b.table(descriptor.name)
+        depth = python_frames_before_the_map([table.state_map(kg) for kg in FULL], *call(state))
+        assert depth is not None and depth <= 2, (operation, depth)
+
+
+def test_a_keyed_update_checks_the_key_type_once_and_hashes_in_c() -> None:
+    # D1: after the first key fixed int, set_current_key takes the key in one
+    # check (no KeyTypes call at all) and hashes it in C; value() and update()
+    # check nothing again. Before issue 28: KeyTypes.admit in set_key, check in
+    # the table's _route for value(), check and admit for update(), and the
+    # key group hashed in Python.
+    with HeapKeyedStateBackend(FULL, 128) as b:
+        state = b.get_state(ValueStateDescriptor("v", default=0))
+        first_calls = python_calls(b.set_current_key, 1)  # the first key: the checked path
+        assert ("key_types.py", "admit") in first_calls
+        key = 12345
+        b.set_current_key(key)
+        state.update(1)
+        setting = python_calls(b.set_current_key, key)
+        reading = python_calls(state.value)
+        writing = python_calls(state.update, 2)
+        c_hashes = keyed_state.key_group_of is getattr(_keygroups, "key_group", None)
+        assert c_hashes is not (FORCED_PURE or _keygroups is None)
+        # COWSTATE_PURE_PYTHON=1 or no C: every key takes the checked path, one admit
+        checks = [c for c in setting if c[0] == "key_types.py"]
+        assert checks == ([] if c_hashes else [("key_types.py", "admit")]), setting
+        for calls in (reading, writing):
+            assert not [c for c in calls if c[0] in ("key_types.py", "state_table.py")], calls
+        if c_hashes:
+            assert setting == [("C", "key_group")]
+        assert (b.current_key, b.current_key_group) == (key, assign_to_key_group(key, 128))
+        assert state.value() == 2
+
+
+#: Keys a backend whose key type is int refuses (a key of another type, one it
+#: cannot hash or map, one outside its key groups 0-63), each as
+#: ``KeyContext.set_key`` (the checked path) refuses it.
+REFUSED_KEYS: dict[str, Any] = {
+    "bool after int": True,
+    "float after int": 1.0,
+    "str after int": "1",
+    "None": None,
+    "unhashable": [1],
+    "nan": float("nan"),
+    "tuple after int": (1,),
+    "int outside the range": next(k for k in range(100) if assign_to_key_group(k, 128) > 63),
+}
+
+
+@pytest.mark.parametrize("position", [0, 2, 4], ids=["first", "middle", "last"])
+@pytest.mark.parametrize("refused", list(REFUSED_KEYS))
+def test_set_current_key_refuses_a_bad_key_as_the_checked_path_wherever_it_comes(
+    refused: str, position: int
+) -> None:
+    half = KeyGroupRange(0, 63)
+    good = [k for k in range(100) if assign_to_key_group(k, 128) <= 63][:5]
+    reference = KeyContext(half, 128, DefaultSerializer())
+    reference.set_key(good[0])
+    with pytest.raises(CowStateError) as expected:
+        reference.set_key(REFUSED_KEYS[refused])
+    keys: list[Any] = list(good)
+    keys[position] = REFUSED_KEYS[refused]
+    with HeapKeyedStateBackend(half, 128) as b:
+        state = b.get_state(ValueStateDescriptor("v"))
+        b.set_current_key(good[-1])  # the key type is int before the first key below
+        state.update("first")
+        for i, key in enumerate(keys):
+            if i != position:
+                b.set_current_key(key)
+                state.update(i)
+                continue
+            before = (b.current_key, b.current_key_group, dump(b))
+            with pytest.raises(CowStateError) as caught:
+                b.set_current_key(key)
+            assert type(caught.value) is type(expected.value)
+            assert str(caught.value) == str(expected.value)
+            assert (b.current_key, b.current_key_group, dump(b)) == before
+            assert state.value() == ("first" if i == 0 else i - 1)
+
+
+def test_a_key_c_does_not_hash_takes_the_checked_path_and_the_direct_route() -> None:
+    # D1: an int beyond int64 (hashed through the serializer's bytes), a tuple
+    # and a float are made current by KeyContext.set_key; their handles then
+    # route directly, to the key group Python computes.
+    for key in (2**70, (1, "a"), 1.5):
+        with HeapKeyedStateBackend(FULL, 128) as b:
+            state = b.get_state(ValueStateDescriptor("v"))
+            b.set_current_key(key)
+            kg = assign_to_key_group(key, 128)
+            assert b.current_key_group == kg and b._context.index == kg
+            b.set_current_key(key)  # the second time too (admitted, not plain)
+            state.update("x")
+            assert list(b.table("v").entries_in_key_group(kg)) == [(key, VOID_NAMESPACE, "x")]
+            assert python_frames_before_the_map([b.table("v").state_map(kg)], state.value) == 1
+
+
+def test_the_direct_route_follows_a_restore_to_the_new_table() -> None:
+    # D2: a restore swaps the table; the handle taken before it reads the new
+    # table's maps (routes are rebuilt when the holder's table is set).
+    with HeapKeyedStateBackend(FULL, 128) as b:
+        state = b.get_state(ValueStateDescriptor("v"))
+        b.set_current_key(7)
+        state.update("snapshotted")
+        result = b.snapshot(1, io.BytesIO).result(30)
+        state.update("after")
+        old_table = b.table("v")
+        b.restore([result])
+        assert b.table("v") is not old_table
+        assert state.value() == "snapshotted"
+        state.update("new")
+        assert b.table("v").get(7, VOID_NAMESPACE) == "new"
+        assert old_table.get(7, VOID_NAMESPACE) == "after"
+
+
+#: A write through each handle that adds a mapping (at key 99) or removes one
+#: (``clear`` at key 1): (descriptor, the write).
+WRITES: dict[str, tuple[Any, Any]] = {
+    "ValueState.update": (VALUE, lambda s: s.update([1])),
+    "ListState.add": (LIST, lambda s: s.add(1)),
+    "MapState.put": (MAP, lambda s: s.put("u", 1)),
+    "ValueState.clear": (VALUE, lambda s: s.clear()),
+}
+
+
+@pytest.mark.parametrize("write", list(WRITES))
+def test_a_mapping_added_or_removed_by_the_direct_route_fails_the_tables_iterators(
+    write: str,
+) -> None:
+    # D3: the handle tells the table (count_modification), as the table's own
+    # put, transform and remove do; without it the iterator would go on.
+    descriptor, change = WRITES[write]
+    with HeapKeyedStateBackend(FULL, 128) as b:
+        state = b.get_state(descriptor)
+        for key in range(3):
+            b.set_current_key(key)
+            if descriptor is MAP:
+                state.put("u", key)
+            else:
+                state.update([key])
+        entries = b.entries(descriptor.name)
+        next(entries)
+        b.set_current_key(1 if write.endswith("clear") else 99)
+        change(state)
+        with pytest.raises(ConcurrentModificationError):
+            list(entries)
+
+
+class _CountingPuts(CopyOnWriteStateTable[Any, Any, Any]):
+    """A table with its own put: no direct route, its put runs."""
+
+    puts = 0
+
+    def put(self, key: Any, namespace: Any, state: Any, *, key_group: int | None = None) -> bool:
+        type(self).puts += 1
+        return super().put(key, namespace, state, key_group=key_group)
+
+
+def test_a_table_that_overrides_a_keyed_operation_gets_no_direct_route() -> None:
+    # D2: direct_route is None for such a class, so its own operation runs.
+    _CountingPuts.puts = 0
+    with HeapKeyedStateBackend(FULL, 128, _CountingPuts) as b:
+        state = b.get_state(ValueStateDescriptor("v"))
+        b.set_current_key(3)
+        state.update("x")
+        assert _CountingPuts.puts == 1
+        assert b.table("v").direct_route() is None
+    with HeapKeyedStateBackend(FULL, 128) as plain:
+        plain.get_state(VALUE)
+        assert plain.table("value").direct_route() is not None
 
 
 @pytest.mark.kills(module="cowstate.keyed_state")

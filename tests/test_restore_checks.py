@@ -465,6 +465,8 @@ def test_the_c_key_groups_are_assign_to_key_group(keys: list[Any], max_paralleli
     for serializer in (None, LongSerializer(), IntSerializer()):
         long_keys = serializer is not None and serializer.identifier == "int64"
         got = _keygroups.key_groups(keys, max_parallelism, long_keys)
+        # one key at a time (the key context's set_current_key) as in a list
+        assert [_keygroups.key_group(key, max_parallelism, long_keys) for key in keys] == got
         for key, group in zip(keys, got, strict=True):
             try:
                 expected = assign_to_key_group(key, max_parallelism, serializer)
@@ -495,6 +497,7 @@ def test_the_c_key_groups_match_the_java_vectors() -> None:
             long_keys = vector["type"] == "long" and -(2**31) <= key < 2**31
             got = _keygroups.key_groups([key], int(max_parallelism), long_keys)
             assert got == [expected], (vector, max_parallelism)
+            assert _keygroups.key_group(key, int(max_parallelism), long_keys) == expected
             checked += 1
     assert checked > 100
 
@@ -505,6 +508,10 @@ def test_the_c_key_groups_refuse_bad_arguments() -> None:
         _keygroups.key_groups([1], 0, False)
     with pytest.raises(TypeError):
         _keygroups.key_groups(5, 128, False)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"expected max_parallelism in 1\.\.32768, got 0"):
+        _keygroups.key_group(1, 0, False)
+    with pytest.raises(TypeError, match="takes key, max_parallelism and long_keys, got 2"):
+        _keygroups.key_group(1, 128)  # type: ignore[call-arg]
 
 
 # ------------------------------------------------------------- hierarchy

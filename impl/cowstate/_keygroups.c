@@ -1,5 +1,8 @@
-/* cowstate._keygroups: the key groups of many keys in one call.
+/* cowstate._keygroups: the key groups of one key or of many keys in one call.
  *
+ * key_group(key, max_parallelism, long_keys) is one key's: the key context's
+ * set_key (cowstate.keyed_state) routes the current key with it, -1 sending it
+ * down the Python path.
  * key_groups(keys, max_parallelism, long_keys) returns, for every key of the
  * sequence ``keys``, cowstate.key_groups.assign_to_key_group(key,
  * max_parallelism, serializer) -- murmur_hash(java_hash(key)) % max_parallelism
@@ -213,6 +216,28 @@ key_groups(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return out;
 }
 
+/* key_group(key, max_parallelism, long_keys): one key's, for the key context's
+ * set_key (cowstate.keyed_state) -- what key_groups() gives for [key], without
+ * the list. */
+static PyObject *
+key_group(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError,
+                     "key_group() takes key, max_parallelism and long_keys, got %zd arguments",
+                     nargs);
+        return NULL;
+    }
+    long max_parallelism;
+    int long_keys;
+    if (parse_hashing(args[1], args[2], &max_parallelism, &long_keys) < 0)
+        return NULL;
+    uint32_t code;
+    return PyLong_FromLong(java_hash(args[0], long_keys, 0, &code)
+                               ? key_group_of(code, max_parallelism)
+                               : -1);
+}
+
 static PyObject *
 first_not_in(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -254,6 +279,9 @@ static PyMethodDef keygroups_methods[] = {
      "first_not_in(keys, key_group, max_parallelism, long_keys, start, /) -> int\n\n"
      "The index of the first key from start on that is not confirmed to be in\n"
      "key_group (another key group, or a key hashed only in Python), or len(keys)."},
+    {"key_group", (PyCFunction)(void (*)(void))key_group, METH_FASTCALL,
+     "key_group(key, max_parallelism, long_keys, /) -> int\n\n"
+     "The key group of one key (-1 for a key hashed only in Python)."},
     {"key_groups", (PyCFunction)(void (*)(void))key_groups, METH_FASTCALL,
      "key_groups(keys, max_parallelism, long_keys, /) -> list[int]\n\n"
      "The key group of every key (-1 for a key hashed only in Python)."},

@@ -24,7 +24,11 @@ Handles
 =======
 A handle holds no data: it reads and writes the table of its name at the
 backend's current key and namespace (:class:`~cowstate.keyed_state.KeyedState`,
-the base of every handle, and the key context in :mod:`cowstate.keyed_state`).
+the base of every handle, and the key context in :mod:`cowstate.keyed_state`). The
+hottest operations (``ValueState.value``/``update``, ``ListState.get``/``add``,
+``MapState.get``/``put``) call the current key group's map from their own
+frame when the backend gives them a direct route (D3 there), and the
+table otherwise.
 
 Handles change stored lists, dicts and accumulators through the table's
 ``transform`` (one lookup to read, one to store), so the same handles work on
@@ -146,7 +150,9 @@ class ValueState(KeyedState):
 
     def value(self) -> Any:
         """The value, or (a copy of) the descriptor's default when absent."""
-        state = self._get()
+        c = self._context
+        m = self._holder.routes[c.index]  # the direct route (D3 of cowstate.keyed_state)
+        state = self._get() if m is None else m.get(c.raw_key, c.namespace)
         if state is None:
             descriptor = self._holder.descriptor
             assert isinstance(descriptor, ValueStateDescriptor)
@@ -158,8 +164,13 @@ class ValueState(KeyedState):
         """Set the value; ``None`` clears it."""
         if value is None:
             self.clear()
-        else:
+            return
+        c = self._context
+        m = self._holder.routes[c.index]  # D3
+        if m is None:
             self._put(value)
+        elif m.put(c.raw_key, c.namespace, value):
+            self._holder.count_modification()
 
 
 @dataclass(frozen=True)
@@ -181,7 +192,9 @@ class ListState(KeyedState):
 
     def get(self) -> list[Any]:
         """The stored list (mutable until the next snapshot), or a new empty list."""
-        state = self._get()
+        c = self._context
+        m = self._holder.routes[c.index]  # D3
+        state = self._get() if m is None else m.get(c.raw_key, c.namespace)
         return [] if state is None else state
 
     def add(self, value: Any) -> None:
@@ -190,7 +203,15 @@ class ListState(KeyedState):
             raise NoneStateError(
                 f"expected an element to add to list state {self.name!r}, got None"
             )
-        self._transform([value], _extend)
+        c = self._context
+        m = self._holder.routes[c.index]  # D3
+        if m is None:
+            self._transform([value], _extend)
+            return
+        size = len(m)
+        m.transform(c.raw_key, c.namespace, [value], _extend)
+        if len(m) != size:
+            self._holder.count_modification()
 
     def add_all(self, values: Iterable[Any]) -> None:
         """Append every element of ``values`` (none may be ``None``)."""
@@ -233,13 +254,29 @@ class MapState(KeyedState):
     __slots__ = ()
 
     def get(self, user_key: Hashable) -> Any:
-        _check_user_key(user_key)
-        stored = self._get()
+        try:
+            hash(user_key)
+        except TypeError as exc:  # as _check_user_key, without its frame
+            raise _unhashable_user_key(user_key) from exc
+        c = self._context
+        m = self._holder.routes[c.index]  # D3
+        stored = self._get() if m is None else m.get(c.raw_key, c.namespace)
         return None if stored is None else stored.get(user_key)
 
     def put(self, user_key: Hashable, value: Any) -> None:
-        _check_user_key(user_key)
-        self._transform({user_key: value}, _update)
+        try:
+            hash(user_key)
+        except TypeError as exc:  # as _check_user_key, without its frame
+            raise _unhashable_user_key(user_key) from exc
+        c = self._context
+        m = self._holder.routes[c.index]  # D3
+        if m is None:
+            self._transform({user_key: value}, _update)
+            return
+        size = len(m)
+        m.transform(c.raw_key, c.namespace, {user_key: value}, _update)
+        if len(m) != size:
+            self._holder.count_modification()
 
     def put_all(self, mapping: Mapping[Any, Any]) -> None:
         if not isinstance(mapping, Mapping):  # a mapping's keys are hashable already
@@ -403,6 +440,10 @@ def _check_user_key(user_key: object) -> None:
     try:
         hash(user_key)
     except TypeError as exc:  # chained: the user's TypeError, or CPython's "unhashable type"
-        raise UnhashableKeyError(
-            f"expected a hashable user key, got {type(user_key).__name__} {user_key!r}"
-        ) from exc
+        raise _unhashable_user_key(user_key) from exc
+
+
+def _unhashable_user_key(user_key: object) -> UnhashableKeyError:
+    return UnhashableKeyError(
+        f"expected a hashable user key, got {type(user_key).__name__} {user_key!r}"
+    )

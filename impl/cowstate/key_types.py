@@ -90,12 +90,16 @@ class KeyTypes:
     (``per_domain=True``: one type per domain, K4) admitted; none before the
     first key."""
 
-    __slots__ = ("_fast", "_last", "_signatures", "per_domain")
+    __slots__ = ("_last", "_signatures", "per_domain", "plain")
 
     def __init__(self, *, per_domain: bool = False) -> None:
         self.per_domain = per_domain
         self._signatures: dict[str, str] = {}  # domain (or "" for one type) -> signature
-        self._fast: set[type] = set()  # plain types admitted: no walk, no lookup
+        #: The plain types admitted (``int``, ``str``, ``bytes``, ``bool``): a key of
+        #: one of them passes with no walk and no lookup (the key context's fast
+        #: path reads it, :mod:`cowstate.keyed_state`). Replaced, never shared,
+        #: by :meth:`adopt`: read it through the :class:`KeyTypes`.
+        self.plain: set[type] = set()
         # The last key found admitted (held, so its id cannot be reused): a
         # backend's current key reaches its tables' checks as the same object.
         self._last: Any = _NONE
@@ -110,7 +114,7 @@ class KeyTypes:
 
     def check(self, key: Any) -> None:
         """Refuse ``key`` if it may not be a key here (K1, K3, K4); fixes nothing."""
-        if key is self._last or type(key) in self._fast:
+        if key is self._last or type(key) in self.plain:
             return
         domain, signature = self._admissible(key)
         if self._signatures.get(domain) == signature:
@@ -118,13 +122,13 @@ class KeyTypes:
 
     def admit(self, key: Any) -> None:
         """:meth:`check` ``key``, then admit its type (its domain's, per domain)."""
-        if key is self._last or type(key) in self._fast:
+        if key is self._last or type(key) in self.plain:
             return
         domain, signature = self._admissible(key)
         if domain not in self._signatures:
             self._signatures[domain] = signature
             if _PLAIN.get(type(key)) == signature:
-                self._fast.add(type(key))
+                self.plain.add(type(key))
         self._last = key
 
     def copy(self) -> KeyTypes:
@@ -136,7 +140,7 @@ class KeyTypes:
     def adopt(self, other: KeyTypes) -> None:
         """Take ``other``'s types (a restore commits what it staged)."""
         self._signatures = dict(other._signatures)
-        self._fast = set(other._fast)
+        self.plain = set(other.plain)
         self._last = _NONE
 
     def __repr__(self) -> str:

@@ -51,7 +51,7 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import KeyGroupRange, check_key_group_range
 from cowstate.key_types import KeyTypes
-from cowstate.keyed_state import KeyContext, KeyedState, StateHolder
+from cowstate.keyed_state import KeyContext, KeyedState, StateHolder, key_group_of
 from cowstate.kinds import KINDS
 from cowstate.map_contract import StateEntry
 from cowstate.protocols import KeyedTable
@@ -248,8 +248,21 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         return self._namespace_serializer
 
     def set_current_key(self, key: Any) -> None:
-        """Make ``key`` current (its key group must be in this backend's range)."""
-        self._context.set_key(key)
+        """Make ``key`` current (its key group must be in this backend's range).
+
+        D1 of :mod:`cowstate.keyed_state`: a key of the backend's plain key type
+        is hashed in C and checked once; every other key takes the context's
+        checked path (``KeyContext.set_key``)."""
+        c = self._context
+        if type(key) in c.key_types.plain:
+            key_group = key_group_of(key, c.max_parallelism, c.long_keys)
+            index = key_group - c.first_key_group
+            if 0 <= index < c.key_group_count:  # C's -1 (hashed in Python) is below too
+                c.raw_key = key
+                c.key_group = key_group
+                c.index = index
+                return
+        c.set_key(key)
 
     @property
     def current_key(self) -> Any:
@@ -285,7 +298,11 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
         holder = self._holders.get(descriptor.name)
         if holder is None:
             meta = self._meta_for(descriptor)
-            holder = StateHolder(descriptor, self._share_key_types(self._new_table(meta)))
+            holder = StateHolder(
+                descriptor,
+                self._share_key_types(self._new_table(meta)),
+                self._context,
+            )
             self._holders[descriptor.name] = holder
         else:
             self._check_same_state(holder, descriptor)
@@ -641,7 +658,7 @@ class AbstractKeyedStateBackend(ABC, Generic[TableT]):
                 new.set_meta_info(self._meta_for(holder.descriptor))
             holder.table = self._share_key_types(new)
         for name, table in tables.items():
-            self._holders[name] = StateHolder(None, self._share_key_types(table))
+            self._holders[name] = StateHolder(None, self._share_key_types(table), self._context)
 
     def _share_key_types(self, table: TableT) -> TableT:
         """``table`` holding the backend's key type (K1 of :mod:`cowstate.key_types`):

@@ -12,9 +12,12 @@ group, or by ``key_group=`` when the caller already knows it (a backend
 computes the current key's group once; a restore trusts the file). Every key
 must be of the table's key types (K1 in a backend, K4 on its own, of
 :mod:`cowstate.key_types`): equal keys of other types are refused, never
-mapped together. A key
-group outside the range raises :class:`~cowstate.errors.KeyGroupOutOfRangeError`
-(never a wrapped list index).
+mapped together. A key group outside the range raises
+:class:`~cowstate.errors.KeyGroupOutOfRangeError` (never a wrapped list
+index). A backend's handles route by themselves
+(:meth:`StateTable.direct_route`, D1-D3 of :mod:`cowstate.keyed_state`):
+their key context checked the key and computed its key group, so they call
+the key group's map directly.
 
 Two tables share this API (:class:`~cowstate.protocols.KeyedTable`, as does
 :class:`~cowstate.rocksdb.table.RocksDBStateTable`):
@@ -116,6 +119,25 @@ class StateTable(TableBase[K, N, S]):
     def state_map(self, key_group: int) -> StateMap[K, N, S]:
         """The map holding ``key_group`` (Flink's ``getMapForKeyGroup``)."""
         return self._maps[self._range.index_of(key_group)]
+
+    def direct_route(self) -> tuple[Sequence[StateMap[K, N, S]], int] | None:
+        """The maps by key group and the first key group (``maps[kg - first]`` holds
+        ``kg``), for a caller that routes by itself: a backend's handles
+        (:mod:`cowstate.keyed_state`, D1-D3). Such a caller has checked the key
+        against this table's ``key_types`` and computed its key group in this
+        table's range, which is all ``_route`` does, and calls
+        :meth:`count_modification` after a write that added or removed a
+        mapping, as the keyed operations do. ``None`` for a class that overrides
+        a keyed operation: its own must run."""
+        cls = type(self)
+        if any(getattr(cls, name) is not getattr(StateTable, name) for name in _ROUTED):
+            return None
+        return self._maps, self._start
+
+    def count_modification(self) -> None:
+        """A mapping was added or removed by a caller of :meth:`direct_route`:
+        iterators of the table fail fast from now on."""
+        self._mod_count += 1
 
     # ---------------------------------------------------------------- reads
 
@@ -273,6 +295,11 @@ class StateTable(TableBase[K, N, S]):
     def _next_snapshot_number(self) -> int:
         self._snapshot_count += 1
         return self._snapshot_count
+
+
+#: What a caller of :meth:`StateTable.direct_route` does in place of the table:
+#: a class that overrides any of these gets no direct route.
+_ROUTED = ("get", "put", "remove", "transform", "_route", "_stored_key")
 
 
 class MapFactory(Protocol):
