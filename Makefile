@@ -58,7 +58,8 @@ pytest: $(CMAP)
 ## The spec-strength suites: every named defect class caught by its machine within
 ## the ci budget (tests/test_spec_catches_every_class.py), the machines with hostile
 ## user code over every implementation (tests/test_user_code_errors.py), CrossHair
-## refuting every planted arithmetic bug (tests/test_symbolic.py). Two tiers
+## refuting every planted arithmetic bug (tests/test_symbolic.py), the planted C map
+## bugs and the bad backends with the controls of their hunts. Two tiers
 ## (cowstate_spec.profiles.strength; times in CONTRIBUTING.md):
 ## - reduced, in make test (so CI runs it): every bug hunted with its full budget,
 ##   each identity control as far as its bug's hunt went, CrossHair with smaller
@@ -67,7 +68,7 @@ pytest: $(CMAP)
 ## - full, make strength: the controls' whole budgets, CrossHair's generous limits,
 ##   the hostile machines under the dev profile.
 STRENGTH_TESTS = tests/test_spec_catches_every_class.py tests/test_user_code_errors.py \
-	tests/test_symbolic.py
+	tests/test_symbolic.py tests/test_spec_catches_bad_cmaps.py tests/test_spec_catches_bad_backends.py
 strength: $(CMAP)
 	COWSTATE_STRENGTH=full PYTHONHASHSEED=0 $(PY) -m pytest $(STRENGTH_TESTS)
 

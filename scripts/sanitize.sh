@@ -81,6 +81,8 @@ export ASAN_OPTIONS=detect_leaks=1:malloc_context_size=2:verify_asan_link_order=
 export LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHONMALLOC=malloc PYTHONHASHSEED=0
+# Hypothesis: the sanitize profile (ci's examples halved: ASan makes each cost 2-3x)
+export COWSTATE_PROFILE=${COWSTATE_PROFILE:-sanitize}
 $PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k, cowstate._void as v, cowstate._codec as d, cowstate_spec._cmap_probe as p; assert cowstate.IMPLEMENTATION == "c" and type(cowstate.VOID_NAMESPACE) is v.VoidNamespace; print("sanitized:", c.__file__, k.__file__, v.__file__, d.__file__, p.__file__)'
 
 # LeakSanitizer self-check: a map that removes 1,000 mappings, on each build.

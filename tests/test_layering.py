@@ -438,12 +438,11 @@ def test_the_value_codecs_old_late_import_of_void_namespace_is_caught() -> None:
     edges = _running(
         _with("cowstate.value_codec", "def _void():\n    from cowstate.keyed_state import X\n")
     )
-    assert [
-        "cowstate.key_groups",
-        "cowstate.keyed_state",
-        "cowstate.serializers",
-        "cowstate.value_codec",
-    ] in cycles(MODULES, edges)
+    # (keyed_state imports more since the direct route: the cycle is longer)
+    assert any(
+        {"cowstate.keyed_state", "cowstate.value_codec"} <= set(cycle)
+        for cycle in cycles(MODULES, edges)
+    )
     assert [u.split(": ", 1)[1] for u in upward(edges, LAYER_OF, LAYER_NAMES)] == [
         "cowstate.value_codec (values) imports cowstate.keyed_state (state)"
     ]

@@ -250,11 +250,13 @@ def test_a_sampled_or_counted_check_fails_its_test_where_it_misses(
 @pytest.mark.skipif(ccodec.BUILT is None, reason="cowstate._codec is not built")
 @pytest.mark.parametrize("bug", READER_BUGS, ids=lambda bug: bug.name)
 def test_the_c_readers_e1_check_fails_its_test_where_it_misses(
-    bug: CodecBug, tmp_path: Path, fixtures: Fixtures
+    bug: CodecBug, tmp_path_factory: pytest.TempPathFactory, fixtures: Fixtures
 ) -> None:
     """E1 in the C codec's section loop: the same test as the Python loop's,
     with the planted C copy (after the first entry of a block, nothing
-    escapes the real one) and the codec as it is built the same way."""
+    escapes the real one) and the codec as it is built the same way. (Each
+    codec's positions in a directory of its own no deeper than tmp_path: the
+    snapshot paths have at most 8 components.)"""
     oracle = ORACLES["e1-decoding-loop-checks-the-first-entry-only"]
     for codec, escapes in (
         (build_codec(bug), {"middle", "last", "last-block"}),
@@ -264,7 +266,9 @@ def test_the_c_readers_e1_check_fails_its_test_where_it_misses(
         with mock.patch.object(ccodec, "CODEC", codec):
             code = planted(control(E1_PYTHON_LOOP))  # the real loops, callers rebound
             assert (
-                positions_failing(oracle, POSITIONS, tmp_path / str(codec.BUG), code, fixtures)
+                positions_failing(
+                    oracle, POSITIONS, tmp_path_factory.mktemp(f"codec{codec.BUG}"), code, fixtures
+                )
                 == escapes
             )
 

@@ -74,10 +74,18 @@ from cowstate.maps import FORCED_PURE
 from cowstate.serializers import StateSerializer
 from cowstate.void_namespace import VOID_NAMESPACE, PythonVoidNamespace, VoidNamespace
 
-try:
-    from cowstate._keygroups import key_group as _c_key_group
-except ImportError:  # no compiler at install time
-    _c_key_group = None  # type: ignore[assignment]
+
+def _c_key_group_or_none() -> Callable[[Any, int, bool], int] | None:
+    """``cowstate._keygroups.key_group``, or None where it was not built (no
+    compiler at install time)."""
+    try:
+        from cowstate._keygroups import key_group
+    except ImportError:
+        return None
+    return key_group
+
+
+_c_key_group = _c_key_group_or_none()
 
 if TYPE_CHECKING:  # for the annotations only: both import this module
     from cowstate.descriptors import StateDescriptor

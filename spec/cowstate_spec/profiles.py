@@ -10,6 +10,9 @@ otherwise load its own built-in ``ci`` profile.
 - ``deep``: many more and longer runs, by hand (``make deep``).
 - ``mutation``: fixed seeds, no shrinking, no database, fewer examples: the
   killer suite of ``make mutate`` (a mutant is killed or not, reproducibly).
+- ``sanitize``: ``ci`` with half its examples, for ``make sanitize`` (the C
+  code under ASan/UBSan, where every step costs two to three times as much;
+  every path the ``ci`` runs reach is still reached many times over).
 - ``crosshair``: the ``hypothesis-crosshair`` backend (CrossHair chooses the
   inputs symbolically instead of at random) on small bounds, for ``make verify``.
 
@@ -40,7 +43,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, settings
 from hypothesis.stateful import RuleBasedStateMachine, run_state_machine_as_test
 
-PROFILES = ("ci", "dev", "deep", "mutation", "crosshair")
+PROFILES = ("ci", "dev", "deep", "mutation", "crosshair", "sanitize")
 STRENGTHS = ("reduced", "full")
 
 
@@ -50,6 +53,9 @@ def register_profiles() -> None:
         "ci", common, max_examples=120, stateful_step_count=40, derandomize=True, database=None
     )
     settings.register_profile("dev", common, max_examples=200, stateful_step_count=50)
+    settings.register_profile(  # ci's runs, half as many: every step costs 2-3x under ASan
+        "sanitize", common, max_examples=60, stateful_step_count=40, derandomize=True, database=None
+    )
     settings.register_profile(
         "deep", common, max_examples=4000, stateful_step_count=120, verbosity=Verbosity.normal
     )
