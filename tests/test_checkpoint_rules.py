@@ -70,13 +70,16 @@ from cowstate.errors import (
     UnsafePathError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
+from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+from cowstate.snapshot import read_snapshot
 from cowstate_spec.cli import main as cowstate_main
+from cowstate_spec.implementations import PureMapsTable
 
 MAXP = 16
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
@@ -90,6 +93,18 @@ def heap(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
 
 def rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
     return RocksDBKeyedStateBackend(key_groups, max_parallelism)
+
+
+def heap_incremental(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+    """A heap subtask with incremental checkpoints over maps that track changes
+    (the pure maps: the C map's subtasks write full checkpoints)."""
+    return HeapKeyedStateBackend(key_groups, max_parallelism, PureMapsTable, incremental=True)
+
+
+#: The backends whose checkpoints share files (rules 1, 2 and 5).
+SHARING = pytest.mark.parametrize(
+    "factory", [rocksdb, heap_incremental], ids=["rocksdb", "heap-incremental"]
+)
 
 
 def rocksdb_without_compaction(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
@@ -1380,10 +1395,11 @@ def test_subtasks_holding_no_key_group_restore_from_nothing(factory: Factory, jo
 # -------------------------------------------------------------------- rules
 
 
+@SHARING
 def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(
-    jobs: Any, tmp_path: Path
+    jobs: Any, tmp_path: Path, factory: Factory
 ) -> None:
-    job = jobs("job", rocksdb, parallelism=1)
+    job = jobs("job", factory, parallelism=1)
     job.put(range(200), "a")
     first = job.checkpoint()
     job.put(range(10), "b")
@@ -1415,19 +1431,20 @@ def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(
     earlier = shared(first) | shared(third) | pending_uploads | aborted_uploads
     assert shared(fourth) & earlier <= shared(third)
     assert (
-        restored_contents(rocksdb, job.storage.checkpoint_dir(fourth.checkpoint_id))
+        restored_contents(factory, job.storage.checkpoint_dir(fourth.checkpoint_id))
         == job.contents()
     )
 
 
+@SHARING
 @pytest.mark.parametrize("savepoint_format", ["native", "canonical"])
 def test_rule_2_a_savepoint_never_changes_the_incremental_base(
-    jobs: Any, tmp_path: Path, savepoint_format: str
+    jobs: Any, tmp_path: Path, savepoint_format: str, factory: Factory
 ) -> None:
     """RocksIncrementalSnapshotStrategyTest: checkpoint 1 confirmed, a savepoint,
     checkpoint 3 is still incremental and reuses what it would have without it."""
-    with_savepoint = jobs("a", rocksdb, parallelism=1)
-    without = jobs("b", rocksdb, parallelism=1)
+    with_savepoint = jobs("a", factory, parallelism=1)
+    without = jobs("b", factory, parallelism=1)
     for job in (with_savepoint, without):
         job.put(range(300), "x")
         job.checkpoint()
@@ -1513,10 +1530,11 @@ def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any, tmp_
     }
 
 
+@SHARING
 def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(
-    jobs: Any, tmp_path: Path
+    jobs: Any, tmp_path: Path, factory: Factory
 ) -> None:
-    job = jobs("job", rocksdb, parallelism=1, num_retained=2)
+    job = jobs("job", factory, parallelism=1, num_retained=2)
     metadata = []
     for round_ in range(5):
         job.put(range(round_ * 40, round_ * 40 + 200), round_)
@@ -1538,6 +1556,123 @@ def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(
             assert before - after == expected_deleted
             assert after - before == new - before
             assert all((root / p).exists() for m in retained for p in shared(m))
+
+
+# ------------------------------------- heap incremental checkpoints (issue 29)
+
+
+def chain_names(metadata: CheckpointMetadata) -> list[list[str | None]]:
+    """Each subtask's chain, by the files' local names."""
+    return [[f.local_name for f in handle.files] for handle in metadata.subtasks]
+
+
+def heap_bounded(max_deltas: int) -> Factory:
+    def factory(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+        options = IncrementalOptions(max_deltas=max_deltas)
+        return HeapKeyedStateBackend(
+            key_groups, max_parallelism, PureMapsTable, incremental=options
+        )
+
+    return factory
+
+
+def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(jobs: Any) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    job.put(range(1000), "a")
+    first = job.checkpoint()
+    assert chain_names(first) == [["keyed-state-0-15"]]
+    job.put(range(10), "b")
+    [backend] = job.backends
+    for key in range(20, 25):
+        backend.set_current_key(key)
+        backend.get_state(VALUE).clear()
+    second = job.checkpoint()
+    assert chain_names(second) == [["keyed-state-0-15", "heap-delta-0-15", "heap-removals-0-15"]]
+    handle = second.subtasks[0]
+    assert handle.files[0] == first.subtasks[0].files[0]  # the base, reused as it is
+    assert handle.checkpointed_size == sum(f.size for f in handle.files[1:])
+    assert handle.checkpointed_size < handle.files[0].size // 10
+    directory = job.storage.checkpoint_dir(second.checkpoint_id)
+    source = SnapshotSource(FileSystem(), directory)
+    changes = read_snapshot(source.read(handle.files[1]), KeyGroupRange(0, MAXP - 1))
+    assert {k for _, k, _, _ in changes.entries("value")} == set(range(10))
+    assert {k for _, k, _, _ in changes.entries("list")} == set(range(10))
+    assert restored_contents(heap_incremental, directory) == job.contents()
+
+
+def test_a_heap_chain_at_its_limit_is_followed_by_a_full_checkpoint(
+    jobs: Any, tmp_path: Path
+) -> None:
+    job = jobs("job", heap_bounded(2), parallelism=1)
+    job.put(range(100), "a")
+    chains = []
+    for round_ in range(4):
+        job.put(range(round_ * 3, round_ * 3 + 3), round_)
+        chains.append(job.checkpoint())
+    assert [len(handle.files) for m in chains for handle in m.subtasks] == [1, 3, 5, 1]
+    # one retained: the full fourth leaves nothing of the old chain behind
+    shared_dir = tmp_path / "root" / "job" / "shared"
+    assert {p.name.split("-", 1)[1] for p in shared_dir.iterdir()} == {"keyed-state-0-15"}
+    directory = job.storage.checkpoint_dir(chains[-1].checkpoint_id)
+    assert restored_contents(heap_incremental, directory) == job.contents()
+
+
+def test_a_heap_chain_whose_deltas_outweigh_its_base_is_followed_by_a_full_checkpoint(
+    jobs: Any,
+) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    sizes = []
+    for round_ in range(4):
+        job.put(range(100), round_)  # every mapping changes: a delta as large as a base
+        sizes.append(len(job.checkpoint().subtasks[0].files))
+    # max_delta_ratio 1.0: a delta of every mapping (and its removals file)
+    # outweighs the base, so the checkpoint after it is full
+    assert sizes == [1, 3, 1, 3]
+
+
+@pytest.mark.parametrize("mode", [RestoreMode.NO_CLAIM, RestoreMode.CLAIM, RestoreMode.LEGACY])
+def test_the_first_heap_checkpoint_after_any_restore_is_full(
+    jobs: Any, tmp_path: Path, mode: RestoreMode
+) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    job.put(range(100), "a")
+    job.checkpoint()
+    job.put(range(5), "b")
+    directory = job.storage.checkpoint_dir(job.checkpoint().checkpoint_id)
+    restored = jobs("restored", heap_incremental, parallelism=1, restore=(directory, mode))
+    assert restored.contents() == job.contents()
+    restored.put(range(3), "c")
+    first = restored.checkpoint()
+    assert chain_names(first) == [["keyed-state-0-15"]]
+    assert all(f.path.startswith("restored/shared/") for f in first.files)
+    restored.put(range(3, 6), "d")
+    assert len(restored.checkpoint().subtasks[0].files) == 3
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_a_heap_chain_restores_into_other_key_group_ranges(
+    jobs: Any, tmp_path: Path, parallelism: int
+) -> None:
+    job = jobs("job", heap_incremental, parallelism=2)
+    job.put(range(200), "a")
+    job.checkpoint()
+    job.put(range(0, 200, 7), "b")
+    for key in range(1, 200, 11):
+        backend = next(
+            b for b in job.backends if assign_to_key_group(key, MAXP) in b.key_group_range
+        )
+        backend.set_current_key(key)
+        backend.get_state(LIST).clear()
+    checkpoint = job.checkpoint()
+    assert all(len(handle.files) == 3 for handle in checkpoint.subtasks)
+    directory = job.storage.checkpoint_dir(checkpoint.checkpoint_id)
+    rescaled = jobs(
+        "rescaled",
+        heap_incremental,
+        parallelism=parallelism,
+        restore=(directory, RestoreMode.NO_CLAIM),
+    )
+    assert rescaled.contents() == job.contents()
 
 
 # ----------------------- rule 5: a pending checkpoint keeps only what it names

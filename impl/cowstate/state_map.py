@@ -235,6 +235,7 @@ from typing import Any, Generic
 
 from cowstate.arithmetic import (
     DEFAULT_CAPACITY,
+    DEFAULT_REMOVAL_LIMIT,
     HASH_MASK,
     HASH_MIX,
     MAX_VERSION,
@@ -294,11 +295,6 @@ __all__ = [
     "composite_hash",
 ]
 
-
-#: The removal log's default bound (rule D): records per map, i.e. per key
-#: group and state in a table. 4096 records are about 0.5 MB with small keys;
-#: a key group that removes more between two checkpoints gets a full one.
-DEFAULT_REMOVAL_LIMIT = 4096
 
 # --------------------------------------------------------------------------
 # The map

@@ -28,6 +28,7 @@ from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.descriptors import StateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
+from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import KeyGroupRange
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot import read_snapshot
@@ -157,6 +158,28 @@ class BackendImplementation:
 
     def __repr__(self) -> str:
         return self.name
+
+
+#: The bounds of the storage machine's heap incremental checkpoints: small, so
+#: chains are cut by their length (3 deltas) and removal logs overflow (4
+#: records per key group and state) within a run.
+MACHINE_INCREMENTAL = IncrementalOptions(max_deltas=3, removal_limit=4)
+
+
+def heap_incremental_backend(
+    key_groups: KeyGroupRange,
+    max_parallelism: int,
+    backend_class: type[HeapKeyedStateBackend] = HeapKeyedStateBackend,
+) -> HeapKeyedStateBackend:
+    """A heap backend with incremental checkpoints over pure maps (they track
+    changes) of 4 buckets per key group, bounded by :data:`MACHINE_INCREMENTAL`
+    (``backend_class``: a broken one the storage machine must catch)."""
+    return backend_class(
+        key_groups,
+        max_parallelism,
+        functools.partial(PureMapsTable, initial_capacity=4),
+        incremental=MACHINE_INCREMENTAL,
+    )
 
 
 def heap_backend(

@@ -64,6 +64,8 @@ a leaked reference (issue 26)          c-put-leaks-replaced-state           C ma
 a change the tracking misses           get-mutation-not-recorded,           map
                                        remove-not-logged,
                                        release-guard-ignores-tracking
+a heap delta that is not what changed  delta-misses-a-removal,              storage
+since its confirmed base               delta-against-the-wrong-base
 =====================================  ===================================  ========
 
 A leaked reference has no pure-map form (Python counts the pure map's
@@ -96,6 +98,7 @@ from typing import Any
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
@@ -452,6 +455,10 @@ DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
         ("map", "remove-not-logged"),
         ("map", "release-guard-ignores-tracking"),
     ),
+    "a heap delta that is not what changed since its confirmed base": (
+        ("storage", "delta-misses-a-removal"),
+        ("storage", "delta-against-the-wrong-base"),
+    ),
 }
 #: The classes the ``mutation`` profile's settings must find too (no shrinking).
 MUTATION_CLASSES = (
@@ -636,9 +643,30 @@ STORAGE_BUGS += [
         "rule 7: the first checkpoint after a NO_CLAIM restore must be full",
         CheckpointCoordinator,
     ),
+    Bug(
+        "delta-misses-a-removal",
+        "_delta_plan",
+        "groups[key_group] = pairs",
+        "groups[key_group] = pairs[1:]",
+        "I5 of cowstate.heap_incremental: a delta without the first removal of a key "
+        "group keeps the removed key in every checkpoint built on it",
+        HeapKeyedStateBackend,
+    ),
+    Bug(
+        "delta-against-the-wrong-base",
+        "_delta_plan",
+        "base_versions = base.versions.get(snap.meta.name)",
+        "base_versions = max([base, *self._written.values()], "
+        "key=lambda c: c.checkpoint_id).versions.get(snap.meta.name)",
+        "I1 of cowstate.heap_incremental: the changes are taken since the newest written "
+        "checkpoint, not since the confirmed base whose files the chain names",
+        HeapKeyedStateBackend,
+    ),
 ]
 #: Which backend shows each storage bug, and how many checkpoints the job keeps.
 STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
+    "delta-misses-a-removal": "heap-incremental",
+    "delta-against-the-wrong-base": "heap-incremental",
     "registry-deletes-disowned-files": "rocksdb",
     "registry-deletes-files-still-used": "rocksdb",
     "no-claim-does-not-force-full": "rocksdb",

@@ -59,6 +59,7 @@ from cowstate_spec.backends import (
     BackendImplementation,
     backend_named,
     compact_level_zero,
+    heap_incremental_backend,
     rocksdb_backend,
 )
 
@@ -137,6 +138,8 @@ def _crashed(exc: BaseException) -> bool:
 #: example differ, FlakyStrategyDefinition).
 STORAGE_BACKENDS: dict[str, BackendImplementation] = {
     "heap": backend_named("heap-cow"),
+    # incremental checkpoints: chains of a base and deltas (cowstate.heap_incremental)
+    "heap-incremental": BackendImplementation("heap-incremental", heap_incremental_backend),
     "rocksdb": replace(
         backend_named("rocksdb"),
         factory=functools.partial(rocksdb_backend, auto_compactions=False),
