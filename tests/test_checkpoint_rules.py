@@ -2486,6 +2486,38 @@ def test_inspect_command_prints_what_a_snapshot_holds(jobs: Any, tmp_path: Path)
     assert cowstate_main(["savepoint", "inspect", str(tmp_path / "nothing")]) == 2
 
 
+def test_inspect_shows_a_heap_checkpoints_chain(jobs: Any) -> None:
+    job = jobs("job", heap_incremental, parallelism=1, num_retained=3)
+    job.put(range(300), "a")
+    first = job.checkpoint()
+    job.put(range(3), "b")
+    job.checkpoint()
+    job.put(range(3, 6), "c")
+    third = job.checkpoint()
+    handle = third.subtasks[0]
+    report = format_report(inspect_snapshot(job.storage.checkpoint_dir(third.checkpoint_id)))
+    sizes = [f.size for f in handle.files]
+    assert handle.files[0] == first.subtasks[0].files[0]
+    lines = report.splitlines()
+    chain = next(line.strip() for line in lines if "chain:" in line)
+    deltas = sum(sizes[1:])
+    assert chain == f"chain: base {_kib(sizes[0])}, 2 delta(s) {_kib(deltas)}"
+    roles = [line.rsplit("(", 1)[1].rstrip(")") for line in lines if "/shared/" in line]
+    assert roles == [
+        "base",
+        "delta 1 changes",
+        "delta 1 removals",
+        "delta 2 changes",
+        "delta 2 removals",
+    ]
+    plain = format_report(inspect_snapshot(job.storage.checkpoint_dir(first.checkpoint_id)))
+    assert "chain:" not in plain and "(base)" not in plain  # a full one is one file
+
+
+def _kib(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB"
+
+
 @BOTH
 def test_recovery_finishes_subsuming_a_claimed_snapshot(tmp_path: Path, factory: Factory) -> None:
     """A crash after the first own checkpoint's _metadata, while the CLAIMed
