@@ -79,7 +79,7 @@ from cowstate.key_groups import (
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.snapshot import read_snapshot
 from cowstate_spec.cli import main as cowstate_main
-from cowstate_spec.implementations import PureMapsTable
+from cowstate_spec.implementations import C_MAP, CMapsTable, PureMapsTable
 
 MAXP = 16
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
@@ -1628,6 +1628,27 @@ def test_a_heap_chain_whose_deltas_outweigh_its_base_is_followed_by_a_full_check
     # max_delta_ratio 1.0: a delta of every mapping (and its removals file)
     # outweighs the base, so the checkpoint after it is full
     assert sizes == [1, 3, 1, 3]
+
+
+@pytest.mark.skipif(
+    C_MAP is None,
+    reason="the C map is not built: test_the_c_map_is_built_and_chosen fails for that",
+)
+def test_a_heap_backend_over_c_maps_writes_every_checkpoint_full(jobs: Any) -> None:
+    """The C map does not track changes (I2): incremental=True over it still
+    writes one full file per checkpoint, which restores."""
+
+    def over_c_maps(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+        return HeapKeyedStateBackend(key_groups, max_parallelism, CMapsTable, incremental=True)
+
+    job = jobs("job", over_c_maps, parallelism=1)
+    for round_ in range(3):
+        job.put(range(round_, 100), round_)
+        metadata = job.checkpoint()
+        assert chain_names(metadata) == [["keyed-state-0-15"]]
+        assert metadata.subtasks[0].files[0].scope == "shared"
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    assert restored_contents(heap, directory) == job.contents()
 
 
 @pytest.mark.parametrize("mode", [RestoreMode.NO_CLAIM, RestoreMode.CLAIM, RestoreMode.LEGACY])

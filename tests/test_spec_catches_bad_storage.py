@@ -103,6 +103,17 @@ REPLAYS: dict[str, list[Step]] = {
         ("change_state", {"operation": "clear", "key": 3, "value": 0}),
         ("trigger_checkpoint", {"complete_now": True}),  # a delta: must remove key 3
     ],
+    "restore-applies-removals-to-the-wrong-key-group": [
+        *load(range(8), 1),
+        ("trigger_checkpoint", {"complete_now": True}),  # the base
+        ("change_state", {"operation": "clear", "key": 3, "value": 0}),
+        ("change_state", {"operation": "clear", "key": 6, "value": 0}),
+        ("trigger_checkpoint", {"complete_now": True}),  # a delta removing keys 3 and 6
+        (
+            "restore",
+            {"source": "the latest checkpoint", "index": 0, "mode": "no-claim", "parallelism": 3},
+        ),
+    ],
     "delta-against-the-wrong-base": [
         *load(range(8), 1),
         ("trigger_checkpoint", {"complete_now": True}),  # the base
