@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import functools
 import io
+import re
 import shutil
 import threading
 import uuid
@@ -1574,6 +1575,28 @@ def heap_bounded(max_deltas: int) -> Factory:
         )
 
     return factory
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_deltas": -1}, "expected max_deltas >= 0, got -1"),
+        ({"max_deltas": 2.0}, "expected max_deltas >= 0, got 2.0"),
+        ({"max_delta_ratio": float("nan")}, "expected max_delta_ratio >= 0, got nan"),
+        ({"max_delta_ratio": "1"}, "expected max_delta_ratio >= 0, got '1'"),
+        ({"removal_limit": 0}, "expected a removal limit >= 1, got 0"),
+    ],
+)
+def test_incremental_options_refuse_bad_bounds_naming_what_came(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        IncrementalOptions(**options)
+
+
+def test_a_heap_backend_refuses_incremental_that_is_not_a_bool_or_options() -> None:
+    with pytest.raises(InvalidArgumentError, match="expected incremental=True, False or"):
+        HeapKeyedStateBackend(KeyGroupRange(0, MAXP - 1), MAXP, incremental="yes")  # type: ignore[arg-type]
 
 
 def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(jobs: Any) -> None:
