@@ -18,6 +18,7 @@ SCOPE=checkpoint``), named in their comments.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import io
 import re
@@ -78,6 +79,7 @@ from cowstate.key_groups import (
     compute_key_group_range_for_operator_index,
 )
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+from cowstate.serializers import ImmutableSerializer
 from cowstate.snapshot import read_snapshot
 from cowstate_spec.cli import main as cowstate_main
 from cowstate_spec.implementations import C_MAP, CMapsTable, PureMapsTable
@@ -1567,9 +1569,9 @@ def chain_names(metadata: CheckpointMetadata) -> list[list[str | None]]:
     return [[f.local_name for f in handle.files] for handle in metadata.subtasks]
 
 
-def heap_bounded(max_deltas: int) -> Factory:
+def heap_bounded(max_deltas: int, removal_limit: int = 4096) -> Factory:
     def factory(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
-        options = IncrementalOptions(max_deltas=max_deltas)
+        options = IncrementalOptions(max_deltas=max_deltas, removal_limit=removal_limit)
         return HeapKeyedStateBackend(
             key_groups, max_parallelism, PureMapsTable, incremental=options
         )
@@ -1621,6 +1623,48 @@ def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(jobs: An
     assert {k for _, k, _, _ in changes.entries("value")} == set(range(10))
     assert {k for _, k, _, _ in changes.entries("list")} == set(range(10))
     assert restored_contents(heap_incremental, directory) == job.contents()
+
+
+def _with_transformer(backend: HeapKeyedStateBackend) -> None:
+    table = backend.table("value")
+    table.set_meta_info(dataclasses.replace(table.meta, snapshot_transformer=lambda s: s))
+
+
+def _with_another_serializer(backend: HeapKeyedStateBackend) -> None:
+    table = backend.table("value")
+    table.set_meta_info(dataclasses.replace(table.meta, state_serializer=ImmutableSerializer()))
+
+
+def _overflowing_a_removal_log(backend: HeapKeyedStateBackend) -> None:
+    """Three removals in one key group: one more than the log of 2 holds."""
+    keys = [k for k in range(100) if assign_to_key_group(k, MAXP) == 5][:3]
+    for key in keys:
+        backend.set_current_key(key)
+        backend.get_state(VALUE).clear()
+
+
+#: I2 of cowstate.heap_incremental: what makes the next checkpoint full.
+FULL_WHEN = {
+    "a state has a snapshot transformer": _with_transformer,
+    "a state of the base changed its serializer": _with_another_serializer,
+    "a removal log overflowed": _overflowing_a_removal_log,
+}
+
+
+@pytest.mark.parametrize("case", sorted(FULL_WHEN))
+def test_a_heap_checkpoint_is_full_when(jobs: Any, case: str) -> None:
+    job = jobs("job", heap_bounded(10, removal_limit=2), parallelism=1)
+    job.put(range(100), "a")
+    job.checkpoint()
+    job.put(range(2), "b")
+    assert len(job.checkpoint().subtasks[0].files) == 3  # a delta: nothing in the way
+    job.put(range(2, 4), "c")
+    FULL_WHEN[case](job.backends[0])
+    metadata = job.checkpoint()
+    assert chain_names(metadata) == [["keyed-state-0-15"]]
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    restored = restored_contents(heap_bounded(10), directory)
+    assert restored["value"] == job.contents()["value"]
 
 
 def test_a_heap_chain_at_its_limit_is_followed_by_a_full_checkpoint(
