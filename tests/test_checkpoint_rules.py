@@ -1667,6 +1667,33 @@ def test_a_heap_checkpoint_is_full_when(jobs: Any, case: str) -> None:
     assert restored["value"] == job.contents()["value"]
 
 
+def test_a_state_registered_after_the_base_is_written_whole_into_the_delta(jobs: Any) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    job.put(range(100), "a")
+    job.checkpoint()
+    [backend] = job.backends
+    late: ValueStateDescriptor[Any] = ValueStateDescriptor("late")
+    for key in range(7):
+        backend.set_current_key(key)
+        backend.get_state(late).update(key)
+    job.put(range(2), "b")
+    metadata = job.checkpoint()
+    handle = metadata.subtasks[0]
+    assert len(handle.files) == 3 and [s.name for s in handle.states] == ["value", "list", "late"]
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    source = SnapshotSource(FileSystem(), directory)
+    changes = read_snapshot(source.read(handle.files[1]), KeyGroupRange(0, MAXP - 1))
+    assert {k for _, k, _, _ in changes.entries("late")} == set(range(7))
+    assert {k for _, k, _, _ in changes.entries("value")} == {0, 1}
+    fresh = heap_incremental(KeyGroupRange(0, MAXP - 1), MAXP)
+    try:
+        fresh.restore_from(metadata.subtasks, source)
+        assert {k: s for k, _, s in fresh.entries("late")} == {k: k for k in range(7)}
+        assert {k: s for k, _, s in fresh.entries("value")} == job.contents()["value"]
+    finally:
+        fresh.close()
+
+
 def test_a_heap_chain_at_its_limit_is_followed_by_a_full_checkpoint(
     jobs: Any, tmp_path: Path
 ) -> None:
