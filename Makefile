@@ -112,6 +112,7 @@ bench: $(CMAP)
 	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
+	$(PY) bench/bench_heap_incremental.py
 	$(PY) bench/bench_backend_gc.py
 	$(PY) bench/bench_keyed_path.py
 	$(PY) bench/bench_serializers.py

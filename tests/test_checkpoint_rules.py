@@ -18,6 +18,7 @@ SCOPE=checkpoint``), named in their comments.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import io
 import re
@@ -74,13 +75,17 @@ from cowstate.errors import (
     UnsafePathError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
+from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
+from cowstate.serializers import ImmutableSerializer
+from cowstate.snapshot import read_snapshot
 from cowstate_spec.cli import main as cowstate_main
+from cowstate_spec.implementations import C_MAP, CMapsTable, PureMapsTable
 
 MAXP = 16
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
@@ -94,6 +99,18 @@ def heap(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
 
 def rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
     return RocksDBKeyedStateBackend(key_groups, max_parallelism)
+
+
+def heap_incremental(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+    """A heap subtask with incremental checkpoints over maps that track changes
+    (the pure maps: the C map's subtasks write full checkpoints)."""
+    return HeapKeyedStateBackend(key_groups, max_parallelism, PureMapsTable, incremental=True)
+
+
+#: The backends whose checkpoints share files (rules 1, 2 and 5).
+SHARING = pytest.mark.parametrize(
+    "factory", [rocksdb, heap_incremental], ids=["rocksdb", "heap-incremental"]
+)
 
 
 def rocksdb_without_compaction(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
@@ -1457,10 +1474,11 @@ def test_subtasks_holding_no_key_group_restore_from_nothing(factory: Factory, jo
 # -------------------------------------------------------------------- rules
 
 
+@SHARING
 def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(
-    jobs: Any, tmp_path: Path
+    jobs: Any, tmp_path: Path, factory: Factory
 ) -> None:
-    job = jobs("job", rocksdb, parallelism=1)
+    job = jobs("job", factory, parallelism=1)
     job.put(range(200), "a")
     first = job.checkpoint()
     job.put(range(10), "b")
@@ -1492,19 +1510,20 @@ def test_rule_1_checkpoint_references_only_the_last_confirmed_checkpoint(
     earlier = shared(first) | shared(third) | pending_uploads | aborted_uploads
     assert shared(fourth) & earlier <= shared(third)
     assert (
-        restored_contents(rocksdb, job.storage.checkpoint_dir(fourth.checkpoint_id))
+        restored_contents(factory, job.storage.checkpoint_dir(fourth.checkpoint_id))
         == job.contents()
     )
 
 
+@SHARING
 @pytest.mark.parametrize("savepoint_format", ["native", "canonical"])
 def test_rule_2_a_savepoint_never_changes_the_incremental_base(
-    jobs: Any, tmp_path: Path, savepoint_format: str
+    jobs: Any, tmp_path: Path, savepoint_format: str, factory: Factory
 ) -> None:
     """RocksIncrementalSnapshotStrategyTest: checkpoint 1 confirmed, a savepoint,
     checkpoint 3 is still incremental and reuses what it would have without it."""
-    with_savepoint = jobs("a", rocksdb, parallelism=1)
-    without = jobs("b", rocksdb, parallelism=1)
+    with_savepoint = jobs("a", factory, parallelism=1)
+    without = jobs("b", factory, parallelism=1)
     for job in (with_savepoint, without):
         job.put(range(300), "x")
         job.checkpoint()
@@ -1590,10 +1609,11 @@ def test_rule_4_aborting_or_failing_deletes_only_its_own_uploads(jobs: Any, tmp_
     }
 
 
+@SHARING
 def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(
-    jobs: Any, tmp_path: Path
+    jobs: Any, tmp_path: Path, factory: Factory
 ) -> None:
-    job = jobs("job", rocksdb, parallelism=1, num_retained=2)
+    job = jobs("job", factory, parallelism=1, num_retained=2)
     metadata = []
     for round_ in range(5):
         job.put(range(round_ * 40, round_ * 40 + 200), round_)
@@ -1615,6 +1635,235 @@ def test_rule_5_subsuming_deletes_exactly_the_unused_shared_files(
             assert before - after == expected_deleted
             assert after - before == new - before
             assert all((root / p).exists() for m in retained for p in shared(m))
+
+
+# ------------------------------------- heap incremental checkpoints (issue 29)
+
+
+def chain_names(metadata: CheckpointMetadata) -> list[list[str | None]]:
+    """Each subtask's chain, by the files' local names."""
+    return [[f.local_name for f in handle.files] for handle in metadata.subtasks]
+
+
+def heap_bounded(max_deltas: int, removal_limit: int = 4096) -> Factory:
+    def factory(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+        options = IncrementalOptions(max_deltas=max_deltas, removal_limit=removal_limit)
+        return HeapKeyedStateBackend(
+            key_groups, max_parallelism, PureMapsTable, incremental=options
+        )
+
+    return factory
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"max_deltas": -1}, "expected max_deltas >= 0, got -1"),
+        ({"max_deltas": 2.0}, "expected max_deltas >= 0, got 2.0"),
+        ({"max_delta_ratio": float("nan")}, "expected max_delta_ratio >= 0, got nan"),
+        ({"max_delta_ratio": "1"}, "expected max_delta_ratio >= 0, got '1'"),
+        ({"removal_limit": 0}, "expected a removal limit >= 1, got 0"),
+    ],
+)
+def test_incremental_options_refuse_bad_bounds_naming_what_came(
+    options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(InvalidArgumentError, match=re.escape(message)):
+        IncrementalOptions(**options)
+
+
+def test_a_heap_backend_refuses_incremental_that_is_not_a_bool_or_options() -> None:
+    with pytest.raises(InvalidArgumentError, match="expected incremental=True, False or"):
+        HeapKeyedStateBackend(KeyGroupRange(0, MAXP - 1), MAXP, incremental="yes")  # type: ignore[arg-type]
+
+
+def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(jobs: Any) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    job.put(range(1000), "a")
+    first = job.checkpoint()
+    assert chain_names(first) == [["keyed-state-0-15"]]
+    job.put(range(10), "b")
+    [backend] = job.backends
+    for key in range(20, 25):
+        backend.set_current_key(key)
+        backend.get_state(VALUE).clear()
+    second = job.checkpoint()
+    assert chain_names(second) == [["keyed-state-0-15", "heap-delta-0-15", "heap-removals-0-15"]]
+    handle = second.subtasks[0]
+    assert handle.files[0] == first.subtasks[0].files[0]  # the base, reused as it is
+    assert handle.checkpointed_size == sum(f.size for f in handle.files[1:])
+    assert handle.checkpointed_size < handle.files[0].size // 10
+    directory = job.storage.checkpoint_dir(second.checkpoint_id)
+    source = SnapshotSource(FileSystem(), directory)
+    changes = read_snapshot(source.read(handle.files[1]), KeyGroupRange(0, MAXP - 1))
+    assert {k for _, k, _, _ in changes.entries("value")} == set(range(10))
+    assert {k for _, k, _, _ in changes.entries("list")} == set(range(10))
+    assert restored_contents(heap_incremental, directory) == job.contents()
+
+
+def _with_transformer(backend: HeapKeyedStateBackend) -> None:
+    table = backend.table("value")
+    table.set_meta_info(dataclasses.replace(table.meta, snapshot_transformer=lambda s: s))
+
+
+def _with_another_serializer(backend: HeapKeyedStateBackend) -> None:
+    table = backend.table("value")
+    table.set_meta_info(dataclasses.replace(table.meta, state_serializer=ImmutableSerializer()))
+
+
+def _overflowing_a_removal_log(backend: HeapKeyedStateBackend) -> None:
+    """Three removals in one key group: one more than the log of 2 holds."""
+    keys = [k for k in range(100) if assign_to_key_group(k, MAXP) == 5][:3]
+    for key in keys:
+        backend.set_current_key(key)
+        backend.get_state(VALUE).clear()
+
+
+#: I2 of cowstate.heap_incremental: what makes the next checkpoint full.
+FULL_WHEN = {
+    "a state has a snapshot transformer": _with_transformer,
+    "a state of the base changed its serializer": _with_another_serializer,
+    "a removal log overflowed": _overflowing_a_removal_log,
+}
+
+
+@pytest.mark.parametrize("case", sorted(FULL_WHEN))
+def test_a_heap_checkpoint_is_full_when(jobs: Any, case: str) -> None:
+    job = jobs("job", heap_bounded(10, removal_limit=2), parallelism=1)
+    job.put(range(100), "a")
+    job.checkpoint()
+    job.put(range(2), "b")
+    assert len(job.checkpoint().subtasks[0].files) == 3  # a delta: nothing in the way
+    job.put(range(2, 4), "c")
+    FULL_WHEN[case](job.backends[0])
+    metadata = job.checkpoint()
+    assert chain_names(metadata) == [["keyed-state-0-15"]]
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    restored = restored_contents(heap_bounded(10), directory)
+    assert restored["value"] == job.contents()["value"]
+
+
+def test_a_state_registered_after_the_base_is_written_whole_into_the_delta(jobs: Any) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    job.put(range(100), "a")
+    job.checkpoint()
+    [backend] = job.backends
+    late: ValueStateDescriptor[Any] = ValueStateDescriptor("late")
+    for key in range(7):
+        backend.set_current_key(key)
+        backend.get_state(late).update(key)
+    job.put(range(2), "b")
+    metadata = job.checkpoint()
+    handle = metadata.subtasks[0]
+    assert len(handle.files) == 3 and [s.name for s in handle.states] == ["value", "list", "late"]
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    source = SnapshotSource(FileSystem(), directory)
+    changes = read_snapshot(source.read(handle.files[1]), KeyGroupRange(0, MAXP - 1))
+    assert {k for _, k, _, _ in changes.entries("late")} == set(range(7))
+    assert {k for _, k, _, _ in changes.entries("value")} == {0, 1}
+    fresh = heap_incremental(KeyGroupRange(0, MAXP - 1), MAXP)
+    try:
+        fresh.restore_from(metadata.subtasks, source)
+        assert {k: s for k, _, s in fresh.entries("late")} == {k: k for k in range(7)}
+        assert {k: s for k, _, s in fresh.entries("value")} == job.contents()["value"]
+    finally:
+        fresh.close()
+
+
+def test_a_heap_chain_at_its_limit_is_followed_by_a_full_checkpoint(
+    jobs: Any, tmp_path: Path
+) -> None:
+    job = jobs("job", heap_bounded(2), parallelism=1)
+    job.put(range(100), "a")
+    chains = []
+    for round_ in range(4):
+        job.put(range(round_ * 3, round_ * 3 + 3), round_)
+        chains.append(job.checkpoint())
+    assert [len(handle.files) for m in chains for handle in m.subtasks] == [1, 3, 5, 1]
+    # one retained: the full fourth leaves nothing of the old chain behind
+    shared_dir = tmp_path / "root" / "job" / "shared"
+    assert {p.name.split("-", 1)[1] for p in shared_dir.iterdir()} == {"keyed-state-0-15"}
+    directory = job.storage.checkpoint_dir(chains[-1].checkpoint_id)
+    assert restored_contents(heap_incremental, directory) == job.contents()
+
+
+def test_a_heap_chain_whose_deltas_outweigh_its_base_is_followed_by_a_full_checkpoint(
+    jobs: Any,
+) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    sizes = []
+    for round_ in range(4):
+        job.put(range(100), round_)  # every mapping changes: a delta as large as a base
+        sizes.append(len(job.checkpoint().subtasks[0].files))
+    # max_delta_ratio 1.0: a delta of every mapping (and its removals file)
+    # outweighs the base, so the checkpoint after it is full
+    assert sizes == [1, 3, 1, 3]
+
+
+@pytest.mark.skipif(
+    C_MAP is None,
+    reason="the C map is not built: test_the_c_map_is_built_and_chosen fails for that",
+)
+def test_a_heap_backend_over_c_maps_writes_every_checkpoint_full(jobs: Any) -> None:
+    """The C map does not track changes (I2): incremental=True over it still
+    writes one full file per checkpoint, which restores."""
+
+    def over_c_maps(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+        return HeapKeyedStateBackend(key_groups, max_parallelism, CMapsTable, incremental=True)
+
+    job = jobs("job", over_c_maps, parallelism=1)
+    for round_ in range(3):
+        job.put(range(round_, 100), round_)
+        metadata = job.checkpoint()
+        assert chain_names(metadata) == [["keyed-state-0-15"]]
+        assert metadata.subtasks[0].files[0].scope == "shared"
+    directory = job.storage.checkpoint_dir(metadata.checkpoint_id)
+    assert restored_contents(heap, directory) == job.contents()
+
+
+@pytest.mark.parametrize("mode", [RestoreMode.NO_CLAIM, RestoreMode.CLAIM, RestoreMode.LEGACY])
+def test_the_first_heap_checkpoint_after_any_restore_is_full(
+    jobs: Any, tmp_path: Path, mode: RestoreMode
+) -> None:
+    job = jobs("job", heap_incremental, parallelism=1)
+    job.put(range(100), "a")
+    job.checkpoint()
+    job.put(range(5), "b")
+    directory = job.storage.checkpoint_dir(job.checkpoint().checkpoint_id)
+    restored = jobs("restored", heap_incremental, parallelism=1, restore=(directory, mode))
+    assert restored.contents() == job.contents()
+    restored.put(range(3), "c")
+    first = restored.checkpoint()
+    assert chain_names(first) == [["keyed-state-0-15"]]
+    assert all(f.path.startswith("restored/shared/") for f in first.files)
+    restored.put(range(3, 6), "d")
+    assert len(restored.checkpoint().subtasks[0].files) == 3
+
+
+@pytest.mark.parametrize("parallelism", [1, 3])
+def test_a_heap_chain_restores_into_other_key_group_ranges(
+    jobs: Any, tmp_path: Path, parallelism: int
+) -> None:
+    job = jobs("job", heap_incremental, parallelism=2)
+    job.put(range(200), "a")
+    job.checkpoint()
+    job.put(range(0, 200, 7), "b")
+    for key in range(1, 200, 11):
+        backend = next(
+            b for b in job.backends if assign_to_key_group(key, MAXP) in b.key_group_range
+        )
+        backend.set_current_key(key)
+        backend.get_state(LIST).clear()
+    checkpoint = job.checkpoint()
+    assert all(len(handle.files) == 3 for handle in checkpoint.subtasks)
+    directory = job.storage.checkpoint_dir(checkpoint.checkpoint_id)
+    rescaled = jobs(
+        "rescaled",
+        heap_incremental,
+        parallelism=parallelism,
+        restore=(directory, RestoreMode.NO_CLAIM),
+    )
+    assert rescaled.contents() == job.contents()
 
 
 # ----------------------- rule 5: a pending checkpoint keeps only what it names
@@ -2426,6 +2675,38 @@ def test_inspect_command_prints_what_a_snapshot_holds(jobs: Any, tmp_path: Path)
         assert cowstate_main(["savepoint", "inspect", directory]) == 1
     assert "[MISSING]" in format_report(inspect_snapshot(directory))
     assert cowstate_main(["savepoint", "inspect", str(tmp_path / "nothing")]) == 2
+
+
+def test_inspect_shows_a_heap_checkpoints_chain(jobs: Any) -> None:
+    job = jobs("job", heap_incremental, parallelism=1, num_retained=3)
+    job.put(range(300), "a")
+    first = job.checkpoint()
+    job.put(range(3), "b")
+    job.checkpoint()
+    job.put(range(3, 6), "c")
+    third = job.checkpoint()
+    handle = third.subtasks[0]
+    report = format_report(inspect_snapshot(job.storage.checkpoint_dir(third.checkpoint_id)))
+    sizes = [f.size for f in handle.files]
+    assert handle.files[0] == first.subtasks[0].files[0]
+    lines = report.splitlines()
+    chain = next(line.strip() for line in lines if "chain:" in line)
+    deltas = sum(sizes[1:])
+    assert chain == f"chain: base {_kib(sizes[0])}, 2 delta(s) {_kib(deltas)}"
+    roles = [line.rsplit("(", 1)[1].rstrip(")") for line in lines if "/shared/" in line]
+    assert roles == [
+        "base",
+        "delta 1 changes",
+        "delta 1 removals",
+        "delta 2 changes",
+        "delta 2 removals",
+    ]
+    plain = format_report(inspect_snapshot(job.storage.checkpoint_dir(first.checkpoint_id)))
+    assert "chain:" not in plain and "(base)" not in plain  # a full one is one file
+
+
+def _kib(n: int) -> str:
+    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KiB"
 
 
 @BOTH

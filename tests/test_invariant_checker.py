@@ -117,6 +117,51 @@ def test_highest_required_not_the_max_of_open_is_invariant_5() -> None:
     first.release()
 
 
+def tracking(n: int = 5, limit: int = 4) -> CopyOnWriteStateMap[Any, Any, Any]:
+    """A healthy map tracking changes, one removal logged after a snapshot."""
+    m = healthy(n)
+    m.track_changes(limit)
+    m.snapshot().release()
+    m.remove(value_key(0), 0)
+    check_map(m)
+    return m
+
+
+def test_guard_of_an_untracked_map_not_h_is_invariant_13() -> None:
+    m = healthy()
+    snap = m.snapshot()
+    m._guard = 0
+    assert "while not tracking" in violation(m, 13)
+    snap.release()
+
+
+def test_guard_of_a_tracking_map_not_v_is_invariant_13() -> None:
+    m = tracking()
+    m._guard = m._version - 1
+    assert "while tracking" in violation(m, 13)
+
+
+def test_overlong_removal_log_is_invariant_13() -> None:
+    m = tracking()
+    assert m._removals is not None
+    m._removals += [(m._version, value_key(9), 0)] * m._removal_limit
+    assert "above its limit" in violation(m, 13)
+
+
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_removal_log_out_of_order_is_invariant_13(where: str) -> None:
+    m = tracking(limit=8)
+    for i in (1, 2):
+        m.snapshot().release()
+        m.remove(value_key(i), 0)
+    log = m._removals
+    assert log is not None and len(log) == 3
+    index = {"first": 0, "middle": 1, "last": 2}[where]
+    _, key, namespace = log[index]
+    log[index] = (m._version + 1 if index < 2 else 0, key, namespace)
+    violation(m, 13)
+
+
 def test_snapshot_state_changed_in_place_is_invariant_8() -> None:
     m = healthy()
     snap = m.snapshot()

@@ -116,6 +116,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "backends",
         (
             "cowstate.keyed_backend",
+            "cowstate.heap_incremental",
             "cowstate.heap_backend",
             "cowstate.rocksdb.db",
             "cowstate.rocksdb.snapshot",

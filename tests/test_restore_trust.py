@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import copy
 import errno
+import functools
+import io
 import json
 import os
 import re
@@ -76,10 +78,12 @@ from cowstate.errors import (
     CheckpointError,
     CorruptCheckpointError,
     CowStateError,
+    DuplicateMappingError,
     InconsistentMetadataError,
     InvalidArgumentError,
     KeyGroupMismatchError,
     MetadataChecksumError,
+    SnapshotEntryError,
     SnapshotFormatError,
     UnsafePathError,
     UnsupportedMetadataVersionError,
@@ -90,8 +94,11 @@ from cowstate.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
+from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
+from cowstate.serializers import DefaultSerializer
+from cowstate.snapshot import SnapshotReader, SnapshotWriter
 from cowstate_spec.bad_layers import (
     CONFINEMENT,
     PATH_LAYER_BUGS,
@@ -100,12 +107,20 @@ from cowstate_spec.bad_layers import (
     bad_layer_confinement,
     identity,
 )
+from cowstate_spec.implementations import PureMapsTable
 from cowstate_spec.profiles import hunt_settings
 
 MAXP = 16
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
-BACKENDS = {"heap": HeapKeyedStateBackend, "rocksdb": RocksDBKeyedStateBackend}
-EITHER = pytest.mark.parametrize("kind", sorted(BACKENDS))
+BACKENDS: dict[str, Callable[[KeyGroupRange, int], Any]] = {
+    "heap": HeapKeyedStateBackend,
+    "rocksdb": RocksDBKeyedStateBackend,
+    # incremental checkpoints (issue 29) over maps that track changes
+    "heap-incremental": functools.partial(
+        HeapKeyedStateBackend, table_factory=PureMapsTable, incremental=True
+    ),
+}
+EITHER = pytest.mark.parametrize("kind", ["heap", "rocksdb"])
 
 
 class Job:
@@ -2727,6 +2742,207 @@ def test_a_torn_counter_never_hands_out_an_id_twice(tmp_path: Path) -> None:
     recovered = Job(tmp_path / "root", "heap", how="recover")
     assert re.search(r"chk-3$", recovered.checkpoint())
     recovered.close()
+
+
+# --------------------------------------------- heap chains: I3, I4 (issue 29)
+
+
+@pytest.fixture(scope="module")
+def heap_chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
+    """Job ``job``'s checkpoints 1-3 over two subtasks (a base, a delta, a
+    second delta: removals and changes in each) and job ``other``'s first
+    checkpoint, in one storage root; read-only (each test copies them)."""
+    root = tmp_path_factory.mktemp("chains") / "root"
+    job = Job(root, "heap-incremental", retained=3)
+    other = Job(root, "heap-incremental")
+    other.coordinator.close()
+    other.storage = CheckpointStorage(str(root), "other", FileSystem())
+    other.coordinator = CheckpointCoordinator(other.storage, other.backends)
+    directories = []
+    job.put(range(400), "base")
+    for round_ in range(3):
+        job.put(range(round_ * 10, round_ * 10 + 6), round_)
+        for key in range(round_ * 10 + 6, round_ * 10 + 10):
+            backend = next(b for b in job.backends if group_of(key) in b.key_group_range)
+            backend.set_current_key(key)
+            backend.get_state(VALUE).clear()
+        directories.append(job.checkpoint())
+    other.put(range(400), "other")
+    directories.append(other.checkpoint())
+    job.close()
+    other.close()
+    yield root, directories
+
+
+def copied_chains(heap_chains: tuple[Path, list[str]], tmp_path: Path) -> tuple[Path, list[str]]:
+    root, directories = heap_chains
+    shutil.copytree(root, tmp_path / "root")
+    return tmp_path / "root", [
+        str(tmp_path / "root" / Path(d).relative_to(root)) for d in directories
+    ]
+
+
+def contents_of(directory: str, parallelism: int) -> dict[Any, Any]:
+    """What ``directory`` restores to in ``parallelism`` fresh incremental heap subtasks."""
+    backends = fresh_backends("heap-incremental", parallelism)
+    try:
+        metadata = read_metadata(FileSystem(), directory)
+        for backend in backends:
+            backend.restore_from(metadata.subtasks, SnapshotSource(FileSystem(), directory))
+        return {k: s for b in backends for k, _, s in b.entries("value")}
+    finally:
+        for backend in backends:
+            backend.close()
+
+
+def test_a_heap_chain_restores_the_fold_of_its_deltas_at_any_parallelism(
+    heap_chains: tuple[Path, list[str]],
+) -> None:
+    _, directories = heap_chains
+    third = read_metadata(FileSystem(), directories[2])
+    assert [len(h.files) for h in third.subtasks] == [5, 5]
+    expected: dict[Any, Any] = {k: "base" for k in range(400)}
+    for round_ in range(3):  # each round: six keys rewritten, four removed
+        expected.update({k: round_ for k in range(round_ * 10, round_ * 10 + 6)})
+        for key in range(round_ * 10 + 6, round_ * 10 + 10):
+            del expected[key]
+    for parallelism in (1, 2, 3):
+        assert contents_of(directories[2], parallelism) == expected
+
+
+def _chain_files(subtask: dict[str, Any], files: list[dict[str, Any]]) -> None:
+    subtask["files"] = files
+    subtask["full_size"] = sum(f["size"] for f in files)
+    subtask["checkpointed_size"] = min(subtask["checkpointed_size"], subtask["full_size"])
+
+
+def _other_job_file(directory: str) -> dict[str, Any]:
+    """The base file of job ``other``'s checkpoint beside ``directory``'s job."""
+    other = Path(directory).parent.parent / "other" / "chk-1"
+    return read_metadata(FileSystem(), str(other)).subtasks[0].files[0].model_dump()
+
+
+#: How a resealed ``_metadata`` breaks a heap chain (subtask ``position``'s
+#: handle), and what the restore must say.
+CHAIN_EDITS: dict[str, tuple[Callable[[list[dict[str, Any]], str], list[dict[str, Any]]], str]] = {
+    "deltas swapped": (lambda f, _: [f[0], f[3], f[4], f[1], f[2]], "to follow the file"),
+    "removals missing": (lambda f, _: [f[0], f[1], f[3], f[4]], "a base and pairs"),
+    "a delta pair missing": (lambda f, _: [f[0], f[3], f[4]], "to follow the file"),
+    "changes and removals swapped": (
+        lambda f, _: [f[0], f[2], f[1], f[3], f[4]],
+        "in format heap-delta",
+    ),
+    "a delta alone": (lambda f, _: [f[3]], "in format heap of max parallelism"),
+    "no base": (lambda f, _: f[1:], "a base and pairs"),
+    "another job's base": (lambda f, d: [_other_job_file(d), *f[1:]], "shared in job 'job'"),
+}
+
+
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize("case", sorted(CHAIN_EDITS))
+def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, case: str, position: str
+) -> None:
+    _, directories = copied_chains(heap_chains, tmp_path)
+    edit, message = CHAIN_EDITS[case]
+    directory = directories[2]
+    index = 0 if position == "first" else 1
+
+    def broken(document: Document) -> None:
+        subtask = document["subtasks"][index]
+        _chain_files(subtask, edit(subtask["files"], directory))
+
+    reseal(directory, broken)
+    target = fresh_backends("heap-incremental")
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    with pytest.raises(SnapshotFormatError, match=re.escape(message)):
+        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+
+
+def _removal_rows(key_group: int, bad: str, position: str) -> list[tuple[bytes, bytes, bytes]]:
+    """Three removals of ``key_group`` (default serializers), the one at
+    ``position`` broken as ``bad`` says."""
+    ser = DefaultSerializer()
+    keys = [k for k in range(2000) if assign_to_key_group(k, MAXP) == key_group][:3]
+    rows = [(ser.serialize(VOID_NAMESPACE), ser.serialize(k), b"") for k in keys]
+    at = {"first": 0, "middle": 1, "last": 2}[position]
+    namespace, key, _ = rows[at]
+    if bad == "a key of another key group":
+        other = next(k for k in range(2000) if assign_to_key_group(k, MAXP) != key_group)
+        rows[at] = (namespace, ser.serialize(other), b"")
+    elif bad == "state bytes":
+        rows[at] = (namespace, key, ser.serialize(1))
+    elif bad == "a None key":
+        rows[at] = (namespace, ser.serialize(None), b"")
+    else:  # a key twice
+        rows[at] = rows[(at + 1) % 3]
+    return rows
+
+
+REMOVAL_CASES = {
+    "a key of another key group": (KeyGroupMismatchError, "to belong to it"),
+    "state bytes": (SnapshotEntryError, "without state bytes"),
+    "a None key": (SnapshotEntryError, "whose key is None"),
+    "a key twice": (DuplicateMappingError, "twice in key group"),
+}
+
+
+@pytest.mark.parametrize("position", ["first", "middle", "last"])
+@pytest.mark.parametrize("bad", sorted(REMOVAL_CASES))
+def test_a_removal_the_checks_refuse_in_a_resealed_chain_is_refused(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, bad: str, position: str
+) -> None:
+    """E1-E4 on a removals file: the chain's last file rewritten with a bad
+    removal in key group 9 (its size and CRC32 resealed into ``_metadata``)."""
+    root, directories = copied_chains(heap_chains, tmp_path)
+    directory = directories[2]
+    handle = read_metadata(FileSystem(), directory).subtasks[1]
+    last = handle.files[-1]
+    path = root / last.path
+    reader = SnapshotReader(path.read_bytes())
+    stream = io.BytesIO()
+    writer = SnapshotWriter(stream, reader.metadata)
+    writer.write_key_group(9, {0: _removal_rows(9, bad, position)})
+    writer.finish()
+    data = stream.getvalue()
+    path.write_bytes(data)
+
+    def rewritten(document: Document) -> None:
+        subtask = document["subtasks"][1]
+        subtask["files"][-1].update(size=len(data), crc32=zlib.crc32(data))
+        _chain_files(subtask, subtask["files"])
+
+    reseal(directory, rewritten)
+    error, message = REMOVAL_CASES[bad]
+    target = fresh_backends("heap-incremental")
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    with pytest.raises(error, match=re.escape(message)):
+        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+
+
+@pytest.mark.parametrize("file", [1, 2, 4])
+def test_a_changed_byte_in_any_delta_file_is_refused(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, file: int
+) -> None:
+    root, directories = copied_chains(heap_chains, tmp_path)
+    metadata = read_metadata(FileSystem(), directories[2])
+    path = root / metadata.subtasks[1].files[file].path
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    path.write_bytes(bytes(data))
+    target = fresh_backends("heap-incremental")
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    with pytest.raises(CorruptCheckpointError, match="CRC32"):
+        CheckpointCoordinator.restore(storage, target, directories[2], RestoreMode.NO_CLAIM)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
 
 
 # ---------------------------------------------------------------------- durability

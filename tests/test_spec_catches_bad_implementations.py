@@ -32,13 +32,14 @@ def test_state_machine_catches(bug: Bug) -> None:
 #: the bug and not from a class the rewriting broke.
 CONTROLS = list(
     {
-        (bug.cls, bug.method): Bug(
-            f"identity-{bug.cls.__name__}-{bug.method}",
+        (bug.cls, bug.method, bug.tracked): Bug(
+            f"identity-{bug.cls.__name__}-{bug.method}{'-tracked' if bug.tracked else ''}",
             bug.method,
             bug.old,
             bug.old,
             "control",
             bug.cls,
+            bug.tracked,
         )
         for bug in BUGS
     }.values()

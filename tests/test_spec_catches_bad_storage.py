@@ -13,6 +13,7 @@ failures come from the bugs.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -22,6 +23,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
+from cowstate.heap_backend import HeapKeyedStateBackend
+from cowstate_spec.backends import BackendImplementation, heap_incremental_backend
 from cowstate_spec.bad_implementations import (
     STORAGE_BUGS,
     STORAGE_BUGS_BACKEND,
@@ -94,6 +97,31 @@ REPLAYS: dict[str, list[Step]] = {
         *load(range(16), 3),
         ("trigger_checkpoint", {"complete_now": True}),  # compacted: the claimed SSTs go
     ],
+    "delta-misses-a-removal": [
+        *load(range(8), 1),
+        ("trigger_checkpoint", {"complete_now": True}),  # the base
+        ("change_state", {"operation": "clear", "key": 3, "value": 0}),
+        ("trigger_checkpoint", {"complete_now": True}),  # a delta: must remove key 3
+    ],
+    "restore-applies-removals-to-the-wrong-key-group": [
+        *load(range(8), 1),
+        ("trigger_checkpoint", {"complete_now": True}),  # the base
+        ("change_state", {"operation": "clear", "key": 3, "value": 0}),
+        ("change_state", {"operation": "clear", "key": 6, "value": 0}),
+        ("trigger_checkpoint", {"complete_now": True}),  # a delta removing keys 3 and 6
+        (
+            "restore",
+            {"source": "the latest checkpoint", "index": 0, "mode": "no-claim", "parallelism": 3},
+        ),
+    ],
+    "delta-against-the-wrong-base": [
+        *load(range(8), 1),
+        ("trigger_checkpoint", {"complete_now": True}),  # the base
+        *load(range(2), 5),
+        ("trigger_checkpoint", {"complete_now": False}),  # written, never confirmed
+        *load(range(2, 4), 6),
+        ("trigger_checkpoint", {"complete_now": True}),  # must hold keys 0-3's changes
+    ],
     "garbage-deletes-what-the-job-does-not-own": [
         *load(range(8), 1),
         ("trigger_checkpoint", {"complete_now": True}),
@@ -105,6 +133,15 @@ REPLAYS: dict[str, list[Step]] = {
 
 def machine_with(bug: Bug) -> type[StorageMachine]:
     broken: Any = broken_class(bug)
+    if issubclass(broken, HeapKeyedStateBackend):  # a heap incremental backend's bug
+        machine = storage_machine_for(
+            STORAGE_BUGS_BACKEND[bug.name], STORAGE_BUGS_RETAINED[bug.name]
+        )
+        kind = BackendImplementation(
+            f"heap-incremental[{bug.name}]",
+            functools.partial(heap_incremental_backend, backend_class=broken),
+        )
+        return type(machine.__name__, (machine,), {"kind": kind})
     if issubclass(broken, SharedStateRegistry):
         broken = type(
             "CoordinatorWithBrokenRegistry", (CheckpointCoordinator,), {"registry_class": broken}

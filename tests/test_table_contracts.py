@@ -1438,7 +1438,13 @@ def test_state_meta_info_metadata_records_identifiers() -> None:
 @pytest.mark.kills(module="cowstate.state_meta")
 def test_snapshot_formats_repr_as_their_plain_values() -> None:
     # state_meta SnapshotFormat.__repr__mutmut_1 (repr(None) for every format).
-    assert [repr(f) for f in SnapshotFormat] == ["'heap'", "'canonical'", "'rocksdb-native'"]
+    assert [repr(f) for f in SnapshotFormat] == [
+        "'heap'",
+        "'canonical'",
+        "'rocksdb-native'",
+        "'heap-delta'",
+        "'heap-removals'",
+    ]
     assert repr([SnapshotFormat.CANONICAL]) == "['canonical']"
 
 

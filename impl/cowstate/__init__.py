@@ -61,6 +61,7 @@ from cowstate.errors import (
     VersionOverflowError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult, SnapshotFuture
+from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -110,6 +111,7 @@ __all__ = [
     "ImmutableSerializer",
     "IncompatibleSnapshotError",
     "InconsistentMetadataError",
+    "IncrementalOptions",
     "IntSerializer",
     "InvalidArgumentError",
     "KeyComparisonError",

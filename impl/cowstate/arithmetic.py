@@ -22,6 +22,7 @@ from typing import TypeVar
 
 __all__ = [
     "DEFAULT_CAPACITY",
+    "DEFAULT_REMOVAL_LIMIT",
     "HASH_MASK",
     "HASH_MIX",
     "MAXIMUM_CAPACITY",
@@ -52,6 +53,11 @@ MIN_TRANSFERRED_PER_INCREMENTAL_REHASH = 4
 MAX_ARRAY_SIZE = (1 << 31) - 1 - 8
 #: Flink's versions are Java ints; the map refuses a snapshot past this one.
 MAX_VERSION = (1 << 31) - 1
+#: The removal log's default bound (rule D of :mod:`cowstate.state_map`):
+#: records per map, i.e. per key group and state of a table. 4096 records are
+#: about 0.5 MB with small keys; a key group that removes more between two
+#: checkpoints gets a full one.
+DEFAULT_REMOVAL_LIMIT = 4096
 #: The odd 64-bit multiplier of :func:`composite_hash` (2**64 over the golden ratio).
 HASH_MIX = 0x9E3779B97F4A7C15
 #: Composite hashes are unsigned 64-bit numbers, as the C map computes them.

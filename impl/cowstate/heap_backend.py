@@ -31,6 +31,15 @@ afterwards does not reach a running writer. Every map snapshot is released
 when its key group is written, and all that remain when the write succeeds,
 fails or is cancelled (FLINK-13469): the copy-on-write maps stop copying.
 
+With ``incremental=True`` (or :class:`~cowstate.heap_incremental.IncrementalOptions`)
+a checkpoint taken by ``snapshot_to`` is a chain of shared files -- a full
+base, then deltas of what changed since the last confirmed checkpoint -- and
+a restore folds it (:mod:`cowstate.heap_incremental`, rules I1-I5: when a
+checkpoint is full, what a restore checks). Every table's maps then track
+changes (rules T and D of :mod:`cowstate.state_map`); a map that cannot (the
+C map) makes every checkpoint full. Savepoints and ``snapshot`` are as
+without it.
+
 ``snapshot(id, stream_factory)`` is the same snapshot into a stream of the
 caller's (``io.BytesIO`` for one in memory): the same synchronous part, the
 same file written by ``_write``, a :class:`KeyedStateSnapshotResult` instead
@@ -76,6 +85,16 @@ from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOp
 from cowstate.checkpoint.location import LocationStream, SnapshotLocation, SnapshotSource
 from cowstate.errors import (
     InvalidArgumentError,
+    KeyGroupMismatchError,
+)
+from cowstate.heap_incremental import (
+    Chain,
+    IncrementalOptions,
+    Removals,
+    check_chain,
+    fold_chain,
+    read_removals,
+    write_removals,
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.key_types import KeyTypes
@@ -91,9 +110,11 @@ from cowstate.snapshot import (
 )
 from cowstate.snapshot.checks import DecodedBlock, check_key_types, duplicate_error
 from cowstate.snapshot.compat import check_heap_file_format
+from cowstate.snapshot.format import SnapshotMetadata
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
+    CopyOnWriteStateTableSnapshot,
     StateTable,
     StateTableSnapshot,
     TableFactory,
@@ -152,6 +173,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         key_serializer: StateSerializer | None = None,
         namespace_serializer: StateSerializer | None = None,
         executor: Executor | None = None,
+        incremental: IncrementalOptions | bool = False,
     ) -> None:
         super().__init__(
             key_group_range,
@@ -166,6 +188,31 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 f"expected a table factory, got {type(table_factory).__name__}"
             )
         self._table_factory = table_factory
+        if incremental is True:
+            incremental = IncrementalOptions()
+        if incremental is not False and not isinstance(incremental, IncrementalOptions):
+            raise InvalidArgumentError(
+                f"expected incremental=True, False or IncrementalOptions, got {incremental!r}"
+            )
+        #: None: every checkpoint full and exclusive (heap_incremental's I1-I5 off).
+        self._incremental: IncrementalOptions | None = incremental or None
+        # Candidate bases (written, not yet confirmed), the confirmed base, the
+        # aborted ids, and the restore generation that voids both (under the lock).
+        self._written: dict[int, Chain] = {}
+        self._base: Chain | None = None
+        self._aborted: set[int] = set()
+        self._generation = 0
+
+    @property
+    def incremental(self) -> IncrementalOptions | None:
+        """The bounds of incremental checkpoints, or None when every one is full."""
+        return self._incremental
+
+    @property
+    def base_chain(self) -> Chain | None:
+        """The confirmed checkpoint the next incremental checkpoint builds on."""
+        with self._lock:
+            return self._base
 
     # ------------------------------------------------ checkpoints and savepoints
 
@@ -173,10 +220,13 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
     ) -> Future[KeyedStateHandle]:
         """Take the synchronous part now; the future writes one snapshot file into
-        ``location`` and gives its handle (always full: the heap shares nothing
-        between checkpoints). The file is canonical for a canonical savepoint,
-        else heap."""
+        ``location`` and gives its handle. The file is canonical for a canonical
+        savepoint, else heap. With incremental checkpoints a checkpoint is a
+        chain of shared files instead (:mod:`cowstate.heap_incremental`); a
+        savepoint is always one exclusive file (I1)."""
         self._check_snapshot_to(checkpoint_id, location, options)
+        if self._incremental is not None and not options.is_savepoint:
+            return self._checkpoint_chain(checkpoint_id, location, options)
         snapshot_format = (
             SnapshotFormat.CANONICAL
             if options.is_savepoint and options.format == "canonical"
@@ -199,6 +249,30 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             failure="its resources were released",
         )
 
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` is confirmed: with incremental
+        checkpoints its chain becomes the base (I1); unknown and older ids
+        are ignored."""
+        with self._lock:
+            chain = self._written.get(checkpoint_id)
+            if chain is None or (
+                self._base is not None and checkpoint_id <= self._base.checkpoint_id
+            ):
+                return
+            self._base = chain
+            for older in [n for n in self._written if n <= checkpoint_id]:
+                del self._written[older]
+            self._aborted = {n for n in self._aborted if n > checkpoint_id}
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete: it is no base (now,
+        or when its writer finishes)."""
+        with self._lock:
+            if self._base is not None and checkpoint_id == self._base.checkpoint_id:
+                return  # confirmed: it cannot abort
+            self._written.pop(checkpoint_id, None)
+            self._aborted.add(checkpoint_id)
+
     def prepare_restore(
         self,
         handles: Sequence[KeyedStateHandle],
@@ -212,17 +286,30 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         Reads only the handles meeting this backend's key groups (each key
         group in one handle only); each file is checked against its handle's
         size and CRC32 and must hold the handle's key groups, format and
-        states. ``incremental_base`` is ignored: heap snapshots are always full.
+        states. A handle of an incremental checkpoint lists a chain, checked
+        and folded (I3-I5 of :mod:`cowstate.heap_incremental`).
+        ``incremental_base`` is ignored: after any restore the first
+        checkpoint is full (I2).
         """
         mine = self._handles_to_read(handles, source)
         self._check_handles(mine)
         readers: list[SnapshotReader] = []
+        chains: list[list[SnapshotReader]] = []
+        fs = source.filesystem
+        job = fs.name(fs.parent(source.directory))
         for handle in mine:
+            if handle.format is SnapshotFormat.HEAP and len(handle.files) > 1:
+                chain = [SnapshotReader(source.read(file)) for file in handle.files]
+                check_chain(
+                    handle, chain, job, f"the handle of key groups {list(handle.key_group_range)}"
+                )
+                chains.append(chain)
+                continue
             for file in handle.files:
                 reader = SnapshotReader(source.read(file))
                 self._check_file_of(handle, source.path(file), reader.metadata)
                 readers.append(reader)
-        return self._prepare(readers)
+        return self._prepare(readers, chains)
 
     # ------------------------------------------- snapshots in the caller's streams
 
@@ -394,12 +481,23 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         )
 
     def _prepare(
-        self, snapshots: Sequence[SnapshotReader | IO[bytes] | bytes]
+        self,
+        snapshots: Sequence[SnapshotReader | IO[bytes] | bytes],
+        chains: Sequence[Sequence[SnapshotReader]] = (),
     ) -> HeapPreparedRestore:
-        """Check every file's metadata, then decode every file and fill new tables
-        (the backend unchanged; see :meth:`restore`)."""
+        """Check every file's metadata, then decode every file (and fold every
+        chain: I5) and fill new tables (the backend unchanged; see :meth:`restore`)."""
         readers = [s if isinstance(s, SnapshotReader) else SnapshotReader(s) for s in snapshots]
+        removed: list[tuple[str, int, list[Any]]] = []
         try:
+            for chain in chains:  # every file's metadata before any byte is decoded
+                for reader in chain:
+                    header = reader.metadata
+                    self._check_snapshot(header.max_parallelism, header.key_serializer, "file")
+                    for state in header.states:
+                        self._check_namespace_serializer(
+                            state.name, state.namespace_serializer, "file"
+                        )
             for reader in readers:  # every file's metadata before any byte is decoded
                 header = reader.metadata
                 check_heap_file_format(header.format)  # C6
@@ -419,13 +517,26 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                     into=restored,
                     namespace_serializer=self._namespace_serializer,
                 )
+            for chain in chains:
+                folded, removed_keys = self._fold(chain, metas)
+                _merge(restored, folded)
+                removed += [
+                    (name, key_group, keys)
+                    for name, groups in removed_keys.items()
+                    for key_group, keys in groups.items()
+                ]
         finally:
             for reader in readers:
                 reader.rewind()
+            for chain in chains:
+                for reader in chain:
+                    reader.rewind()
         key_types = self._context.key_types.copy()  # E6, committed with the tables
         for name, blocks in restored.blocks.items():
             for key_group, block in blocks.items():
                 check_key_types(name, key_group, block.keys, key_types)
+        for name, key_group, keys in removed:  # a removal's key is a key too (I4)
+            check_key_types(name, key_group, keys, key_types)
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
@@ -460,21 +571,264 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         capacity = _capacity_for(max(sizes))
         if capacity * groups > 4 * sum(sizes) + DEFAULT_CAPACITY * groups:  # skewed: not all
             capacity = _capacity_for(-(-sum(sizes) // groups))
-        return factory(
-            self.key_group_range,
-            self.max_parallelism,
-            meta=meta,
-            key_serializer=self._key_serializer,
-            initial_capacity=max(capacity, DEFAULT_CAPACITY),
+        return self._tracked(
+            factory(
+                self.key_group_range,
+                self.max_parallelism,
+                meta=meta,
+                key_serializer=self._key_serializer,
+                initial_capacity=max(capacity, DEFAULT_CAPACITY),
+            )
         )
 
     def _new_table(self, meta: StateMetaInfo) -> StateTable[Any, Any, Any]:
-        return self._table_factory(
-            self.key_group_range,
-            self.max_parallelism,
-            meta=meta,
-            key_serializer=self._key_serializer,
+        return self._tracked(
+            self._table_factory(
+                self.key_group_range,
+                self.max_parallelism,
+                meta=meta,
+                key_serializer=self._key_serializer,
+            )
         )
+
+    def _tracked(self, table: StateTable[Any, Any, Any]) -> StateTable[Any, Any, Any]:
+        """``table`` with every map tracking changes, where incremental
+        checkpoints are on and its maps can (rules T and D of
+        :mod:`cowstate.state_map`; others make every checkpoint full: I2)."""
+        options = self._incremental
+        if options is not None and isinstance(table, CopyOnWriteStateTable):
+            for key_group in table.key_group_range:
+                track = getattr(table.state_map(key_group), "track_changes", None)
+                if track is not None:
+                    track(options.removal_limit)
+        return table
+
+    # ------------------------------------------------ incremental checkpoints
+
+    def _checkpoint_chain(
+        self, checkpoint_id: int, location: SnapshotLocation, options: SnapshotOptions
+    ) -> Future[KeyedStateHandle]:
+        """An incremental checkpoint (:mod:`cowstate.heap_incremental`): the
+        synchronous part takes every table's snapshot, the map versions and,
+        for a delta, every map's removals since the base; the writer writes a
+        full shared file or a delta's two."""
+        self._check_open()
+        if type(checkpoint_id) is not int or checkpoint_id < 0:
+            raise InvalidArgumentError(f"expected a checkpoint id >= 0, got {checkpoint_id!r}")
+        if location.shared_directory is None:
+            raise InvalidArgumentError(
+                "expected a checkpoint location with a shared directory for the heap chain, "
+                "got one without (a savepoint location?)"
+            )
+        taken: list[StateTableSnapshot[Any, Any, Any]] = []
+        try:
+            for holder in self._holders.values():
+                taken.append(holder.table.snapshot())
+        except BaseException:
+            for snap in taken:
+                snap.release()
+            raise
+
+        def release() -> None:
+            for snap in taken:
+                snap.release()
+
+        try:
+            states = tuple(snap.meta.metadata(i) for i, snap in enumerate(taken))
+            versions = {
+                snap.meta.name: snap.map_versions()
+                for snap in taken
+                if isinstance(snap, CopyOnWriteStateTableSnapshot)
+            }
+            with self._lock:
+                base = self._base if options.reuses_files else None
+                generation = self._generation
+            plan = self._delta_plan(base, taken, states, generation)
+        except BaseException:
+            release()
+            raise
+        chains: list[Chain] = []  # what the writer wrote, for _record
+
+        def write(future: SnapshotFuture[KeyedStateHandle]) -> KeyedStateHandle:
+            handle, chain = self._write_chain(
+                taken, location, base, plan, states, versions, generation, future
+            )
+            chains.append(chain)
+            return handle
+
+        return self._start_async(
+            checkpoint_id,
+            write,
+            cleanup=release,
+            failure="its resources were released",
+            commit=lambda handle: self._record((handle, chains[0])),
+        )
+
+    def _delta_plan(
+        self,
+        base: Chain | None,
+        taken: Sequence[StateTableSnapshot[Any, Any, Any]],
+        states: tuple[StateMetadata, ...],
+        generation: int,
+    ) -> list[dict[int, list[tuple[Any, Any]]]] | None:
+        """The removals per state (by id) and key group of a delta against
+        ``base``, with every table snapshot set to read only what changed; or
+        None: this checkpoint is full (I2). Owner's thread, right after the
+        snapshots were taken."""
+        options = self._incremental
+        assert options is not None
+        if (
+            base is None
+            or base.generation != generation
+            or not base.extends(states)
+            or base.deltas >= options.max_deltas
+            or base.delta_bytes > options.max_delta_ratio * base.base_bytes
+        ):
+            return None
+        removals: list[dict[int, list[tuple[Any, Any]]]] = []
+        for snap in taken:
+            table = self._holders[snap.meta.name].table
+            if (
+                not isinstance(snap, CopyOnWriteStateTableSnapshot)
+                or snap.meta.snapshot_transformer is not None
+            ):
+                return None
+            since = base.versions.get(snap.meta.name)
+            groups: dict[int, list[tuple[Any, Any]]] = {}
+            if since is not None:
+                for index, key_group in enumerate(snap.key_group_range):
+                    of_map = getattr(table.state_map(key_group), "removals_since", None)
+                    pairs = None if of_map is None else of_map(since[index])
+                    if pairs is None:
+                        return None
+                    if pairs:
+                        groups[key_group] = pairs
+            removals.append(groups)
+        for snap in taken:  # a delta it is: read only the changes, trim the logs
+            base_versions = base.versions.get(snap.meta.name)
+            if base_versions is None:
+                continue  # a state new since the base: written whole
+            assert isinstance(snap, CopyOnWriteStateTableSnapshot)
+            snap.only_changed_since(base_versions)
+            table = self._holders[snap.meta.name].table
+            for index, key_group in enumerate(snap.key_group_range):
+                trim = table.state_map(key_group).trim_removals  # type: ignore[attr-defined]
+                trim(base_versions[index])
+        return removals
+
+    def _write_chain(
+        self,
+        taken: list[StateTableSnapshot[Any, Any, Any]],
+        location: SnapshotLocation,
+        base: Chain | None,
+        removals: list[dict[int, list[tuple[Any, Any]]]] | None,
+        states: tuple[StateMetadata, ...],
+        versions: dict[str, tuple[int, ...]],
+        generation: int,
+        future: SnapshotFuture[KeyedStateHandle],
+    ) -> tuple[KeyedStateHandle, Chain]:
+        """The asynchronous part of an incremental checkpoint (writer thread):
+        a full shared file, or a delta's changes and removals (I3: each names
+        its parent)."""
+        r = self.key_group_range
+        suffix = f"{r.start_key_group}-{r.end_key_group}"
+        key_serializer = serializer_identifier(self._key_serializer)
+        serializers = [(snap.key_serializer, snap.meta.namespace_serializer) for snap in taken]
+        stream = None
+        try:
+            if removals is None or base is None:
+                stream = location.shared_stream(f"keyed-state-{suffix}")
+                write_snapshot(taken, stream, cancel=future.cancel_requested)
+                files: tuple[FileHandle, ...] = (stream.close_and_get_handle(),)
+                new = files
+                deltas, delta_bytes = 0, 0
+            else:
+                stream = location.shared_stream(f"heap-delta-{suffix}")
+                write_snapshot(
+                    taken,
+                    stream,
+                    snapshot_format=SnapshotFormat.HEAP_DELTA,
+                    cancel=future.cancel_requested,
+                    parent=base.parent,
+                )
+                changes = stream.close_and_get_handle()
+                stream = location.shared_stream(f"heap-removals-{suffix}")
+                metadata = SnapshotMetadata(
+                    format=SnapshotFormat.HEAP_REMOVALS,
+                    max_parallelism=self.max_parallelism,
+                    key_group_range=(r.start_key_group, r.end_key_group),
+                    key_serializer=key_serializer,
+                    states=states,
+                    parent=(changes.size, changes.crc32),
+                )
+                write_removals(stream, metadata, removals, serializers)
+                new = (changes, stream.close_and_get_handle())
+                files = base.files + new
+                deltas = base.deltas + 1
+                delta_bytes = base.delta_bytes + sum(f.size for f in new)
+        except BaseException:
+            _discard(stream)
+            raise
+        handle = KeyedStateHandle(
+            backend="heap",
+            format=HEAP_FORMAT,
+            key_group_range=(r.start_key_group, r.end_key_group),
+            max_parallelism=self.max_parallelism,
+            checkpoint_id=future.checkpoint_id,
+            key_serializer=key_serializer,
+            states=states,
+            files=files,
+            checkpointed_size=sum(f.size for f in new),
+            full_size=sum(f.size for f in files),
+        )
+        chain = Chain(
+            future.checkpoint_id, files, versions, states, generation, deltas, delta_bytes
+        )
+        return handle, chain
+
+    def _record(self, written: tuple[KeyedStateHandle, Chain]) -> None:
+        """Keep a written checkpoint's chain as a candidate base (under the lock):
+        not one aborted, superseded or of an earlier restore generation."""
+        chain = written[1]
+        if (
+            chain.generation == self._generation
+            and chain.checkpoint_id not in self._aborted
+            and (self._base is None or chain.checkpoint_id > self._base.checkpoint_id)
+        ):
+            self._written[chain.checkpoint_id] = chain
+
+    def _restored(self) -> None:
+        """A restore was committed: no base any more (I2: the next is full)."""
+        with self._lock:
+            self._generation += 1
+            self._base = None
+            self._written.clear()
+            self._aborted.clear()
+
+    def _fold(
+        self, chain: Sequence[SnapshotReader], metas: dict[str, StateMetaInfo]
+    ) -> tuple[RestoredSnapshot, dict[str, dict[int, list[Any]]]]:
+        """Decode and check every file of a checked chain and fold it (I4, I5)."""
+        decode = functools.partial(
+            read_snapshot,
+            key_group_range=self.key_group_range,
+            max_parallelism=self.max_parallelism,
+            metas=metas,
+            key_serializer=self._key_serializer,
+            namespace_serializer=self._namespace_serializer,
+        )
+        base = decode(chain[0])
+        deltas: list[tuple[Removals, RestoredSnapshot]] = []
+        for index in range(1, len(chain), 2):
+            removals = read_removals(
+                chain[index + 1],
+                self.key_group_range,
+                metas,
+                self._key_serializer,
+                self._namespace_serializer,
+            )
+            deltas.append((removals, decode(chain[index])))
+        return fold_chain(base, deltas)
 
 
 def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes | None:
@@ -504,6 +858,24 @@ def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes
     )
 
 
+def _merge(restored: RestoredSnapshot, folded: RestoredSnapshot) -> None:
+    """Add a folded chain's key groups to ``restored`` (each key group from one
+    handle only)."""
+    overlap = restored.key_groups & folded.key_groups
+    if overlap:
+        raise KeyGroupMismatchError(
+            f"expected every key group in one snapshot file only, got key groups "
+            f"{sorted(overlap)[:5]} in two"
+        )
+    restored.key_groups |= folded.key_groups
+    restored.all_states |= folded.all_states
+    for name, meta in folded.metas.items():
+        restored.metas.setdefault(name, meta)
+        target = restored.blocks.setdefault(name, {})
+        for key_group, block in folded.blocks.get(name, {}).items():
+            target[key_group] = block
+
+
 def _capacity_for(entries: int) -> int:
     """The map capacity holding ``entries`` without growing (load factor 3/4)."""
     return clamp_capacity(entries + entries // 3 + 1)
@@ -528,6 +900,7 @@ class HeapPreparedRestore(StagedRestore):
     def _apply(self) -> None:
         tables, self._tables = self._tables, {}
         self._heap._install_tables(tables, self._metas)
+        self._heap._restored()
 
     def _drop(self) -> None:
         self._tables = {}

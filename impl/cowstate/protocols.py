@@ -33,7 +33,7 @@ from cowstate.serializers import StateSerializer
 from cowstate.state_meta import StateMetaInfo
 from cowstate.type_vars import K, N, S, V
 
-__all__ = ["KeyedTable", "MapSnapshot", "SnapshottingStateMap", "StateMap"]
+__all__ = ["KeyedTable", "MapSnapshot", "SnapshottingStateMap", "StateMap", "TrackingMapSnapshot"]
 
 
 @runtime_checkable
@@ -82,9 +82,20 @@ class MapSnapshot(Protocol[K, N, S]):
 
     def __iter__(self) -> Iterator[StateEntry[K, N, S]]: ...
 
+    @property
+    def version(self) -> int: ...
+
     def items(self) -> list[tuple[K, N, S]]: ...
 
     def release(self) -> None: ...
+
+
+@runtime_checkable
+class TrackingMapSnapshot(MapSnapshot[K, N, S], Protocol[K, N, S]):
+    """The snapshot of a map that tracks changes (the pure map: rule T of
+    :mod:`cowstate.state_map`)."""
+
+    def changed_items(self, since: int) -> list[tuple[K, N, S]]: ...
 
 
 @runtime_checkable

@@ -74,10 +74,48 @@ transform and keys contracts (``apply_transform``, ``keys_in``), the argument
 checks and the messages of misuse -- is :mod:`cowstate.map_contract`, which
 the C map imports by its public names; this module is the map alone.
 
+Change tracking (incremental checkpoints)
+=========================================
+``track_changes(removal_limit)`` turns on what an incremental checkpoint
+needs: which mappings changed, and which were removed, since the snapshot of
+an earlier version ``b`` (the *base*, a checkpoint's snapshot). It is off by
+default and costs nothing then (the map reads ``_guard`` where it read ``H``).
+
+Rule T (tracking)  While tracking, ``_guard = V`` (else ``_guard = H``).
+                   ``get`` takes its slow path for an entry whose
+                   ``state_version < _guard``: rule S copies the state if
+                   ``state_version < H``; otherwise the state is *marked*:
+                   ``state_version = V`` (rule E first). So once a snapshot
+                   of version ``b`` was taken, every state a caller could
+                   mutate has ``state_version >= b``: ``put``,
+                   ``put_and_get_old`` and ``transform`` set it anyway, and
+                   ``get`` marks the first time after each snapshot.
+Rule D (deletion)  Every removal of a mapping (``remove``,
+                   ``remove_and_get_old``) appends ``(V, key, namespace)``
+                   to the removal log. The log holds at most
+                   ``removal_limit`` records: one more clears it and moves
+                   ``tracking_since`` to ``V + 1`` (the deltas against
+                   older bases are unknown: the next checkpoint is full).
+
+Hence, for a base ``b >= tracking_since`` and a later snapshot ``s``:
+the mappings of ``s`` that differ from ``b``'s are among those with
+``state_version >= b`` (:meth:`StateMapSnapshot.changed_items`), and the keys
+of ``b`` that ``s`` lacks are among the log's records with ``version >= b``
+taken right after ``s`` (:meth:`CopyOnWriteStateMap.removals_since`). Both are supersets
+(a state put back equal, a key inserted and removed in between): a delta
+built from them, applied as removals first and mappings second, rebuilds
+``s`` from ``b`` exactly. ``trim_removals(b)`` drops records older than the
+base once no older base can be asked for. What ``get`` hands out may be
+mutated only until the next snapshot (the contract above), so a mutation is
+always of a marked state. Iteration hands out states to read, never to
+mutate. Memory: at most ``removal_limit`` records (each a 3-tuple holding
+the key and namespace alive), default :data:`DEFAULT_REMOVAL_LIMIT`.
+
 Invariants
 ==========
-The executable checker ``cowstate_spec.invariants.check_map`` asserts 1-9
-after every step of the state machines. Comments in the code cite them.
+The executable checker ``cowstate_spec.invariants.check_map`` asserts 1-9 and
+13 after every step of the state machines (10-12 are the C map's own, in its
+header comment). Comments in the code cite them.
 
 1. Hash: an entry caches ``hash == composite_hash(key, namespace)``; in a
    table of length ``n`` it sits in bucket ``hash & (n - 1)``.
@@ -98,6 +136,11 @@ after every step of the state machines. Comments in the code cite them.
 9. Growth: capacities are powers of two in ``[4, 2**30]``; the rehash table is
    twice the primary; outside a rehash ``len(map) <= threshold + 1``; every
    keyed operation during a rehash moves at least 4 entries or finishes it.
+13. Tracking: not tracking, ``_guard == H`` and there is no removal log;
+    tracking, ``_guard == V``, ``tracking_since <= V + 1``, the log holds at
+    most ``removal_limit`` records, their versions never decrease and lie in
+    ``[tracking_since - 1, V]`` (a record may predate ``tracking_since`` by
+    the version at which the log last overflowed or was trimmed to).
 
 User code (rule U)
 ==================
@@ -192,6 +235,7 @@ from typing import Any, Generic
 
 from cowstate.arithmetic import (
     DEFAULT_CAPACITY,
+    DEFAULT_REMOVAL_LIMIT,
     HASH_MASK,
     HASH_MIX,
     MAX_VERSION,
@@ -242,6 +286,7 @@ from cowstate.type_vars import K, N, S, V
 
 __all__ = [
     "DEFAULT_CAPACITY",
+    "DEFAULT_REMOVAL_LIMIT",
     "MAXIMUM_CAPACITY",
     "MINIMUM_CAPACITY",
     "MIN_TRANSFERRED_PER_INCREMENTAL_REHASH",
@@ -266,6 +311,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     __slots__ = (
         "__weakref__",
+        "_guard",
         "_highest_required",
         "_lock",
         "_mask",
@@ -276,10 +322,13 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         "_rehash",
         "_rehash_index",
         "_rehash_size",
+        "_removal_limit",
+        "_removals",
         "_serializer",
         "_stamp",
         "_structure_count",
         "_threshold",
+        "_tracking_since",
         "_version",
     )
 
@@ -301,6 +350,10 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         self._mod_count = 0
         self._structure_count = 0
         self._stamp = 0  # every structural write (rule R)
+        self._guard = 0  # H, or V while tracking (rule T, inv. 13)
+        self._removals: list[tuple[int, Any, Any]] | None = None  # rule D
+        self._removal_limit = 0
+        self._tracking_since = 0
 
     # ---------------------------------------------------------------- reads
 
@@ -341,7 +394,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             tab, index, e, _ = self._lookup(h, key, namespace)
         if e is None:
             return None
-        if e.state_version < self._highest_required:  # rule S
+        if e.state_version < self._guard:  # rule S (copy) or rule T (mark)
             return self._copy_state_for_caller(tab, index, e, key, namespace)
         state: S = e.state  # _Entry.state is Any: an annotated local, no cast call
         return state
@@ -506,6 +559,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             self._version = version
             self._open_versions = open_versions
             self._highest_required = version  # inv. 5: the newest is the highest open
+            self._guard = version  # inv. 13: V == H now, tracking or not
         return StateMapSnapshot(self, version, self._snapshot_arrays(), len(self))
 
     def release(self, snapshot: StateMapSnapshot[Any, Any, Any]) -> None:
@@ -513,6 +567,53 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         if not isinstance(snapshot, StateMapSnapshot) or snapshot._owner is not self:
             raise ForeignSnapshotError(foreign_message(snapshot))
         snapshot.release()
+
+    # ------------------------------------------------------ change tracking
+
+    def track_changes(self, removal_limit: int = DEFAULT_REMOVAL_LIMIT) -> None:
+        """Track changes from the next snapshot on (rules T and D of the module
+        doc); already tracking, only the limit changes (a smaller one clears
+        an overlong log, as an overflow does)."""
+        if type(removal_limit) is not int or removal_limit < 1:
+            raise InvalidArgumentError(f"expected a removal limit >= 1, got {removal_limit!r}")
+        with self._lock:
+            self._removal_limit = removal_limit
+            if self._removals is None or len(self._removals) > removal_limit:
+                self._removals = []
+                self._tracking_since = self._version + 1
+            self._guard = self._version  # inv. 13
+
+    @property
+    def tracking_since(self) -> int | None:
+        """The oldest base version a delta may be built against (rules T, D), or
+        None when the map does not track changes."""
+        return None if self._removals is None else self._tracking_since
+
+    def removals_since(self, version: int) -> list[tuple[K, N]] | None:
+        """The ``(key, namespace)`` pairs removed since the snapshot of
+        ``version`` up to now, each once, in the order of their last removal --
+        every key that snapshot held and the map lacks now is among them
+        (rule D) -- or None if the log cannot tell (not tracking, or
+        ``version < tracking_since``). Owner's thread: called right after the
+        snapshot of a delta, it gives the removals between the two snapshots."""
+        log = self._removals
+        if log is None or version < self._tracking_since:
+            return None
+        seen: dict[tuple[Any, Any], None] = {}
+        for at, key, namespace in log:
+            if at >= version:
+                seen.pop((key, namespace), None)
+                seen[(key, namespace)] = None
+        return list(seen)
+
+    def trim_removals(self, version: int) -> None:
+        """Drop the removal records older than ``version``: no delta will be
+        built against an older base (``tracking_since`` moves up to it)."""
+        log = self._removals
+        if log is None or version <= self._tracking_since:
+            return
+        self._removals = [record for record in log if record[0] >= version]
+        self._tracking_since = version
 
     @property
     def serializer(self) -> StateSerializer:
@@ -682,12 +783,20 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             self._primary_size -= 1
         else:
             self._rehash_size -= 1
+        if self._removals is not None:  # rule D
+            self._log_removal(e.key, e.namespace)
         return e
 
     def _copy_state_for_caller(
         self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
     ) -> S:
-        """Rule S: replace a shared state by a deep copy and return the copy."""
+        """Rule S: replace a shared state by a deep copy and return the copy; or
+        rule T: mark a state no snapshot holds as handed out at ``V``."""
+        if e.state_version >= self._highest_required:  # rule T: mark, no copy
+            if e.entry_version < self._highest_required:  # rule E
+                e = self._copy_chain(tab, index, e)
+            e.state_version = self._version
+            return e.state  # type: ignore[no-any-return]
         stamp = self._stamp
         try:  # rule U: before any write
             state: S = self._serializer.copy(e.state)
@@ -779,6 +888,15 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """The snapshot's shallow copy of the bucket list(s) (module doc layout)."""
         return snapshot_layout(self._primary, self._rehash, self._rehash_index, len(self))
 
+    def _log_removal(self, key: object, namespace: object) -> None:
+        """Rule D: record a removal; past the limit, forget and start over."""
+        log = self._removals
+        assert log is not None
+        if len(log) >= self._removal_limit:  # overflow: older bases are unknown now
+            log.clear()
+            self._tracking_since = self._version + 1
+        log.append((self._version, key, namespace))
+
     def _release_version(self, version: int) -> None:
         with self._lock:
             if version not in self._open_versions:
@@ -787,6 +905,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                 )
             self._open_versions = release_snapshot_version(self._open_versions, version)
             self._highest_required = highest_required_version(self._open_versions)  # inv. 5
+            # inv. 13: H, or V while tracking
+            self._guard = self._highest_required if self._removals is None else self._version
 
 
 class _Entry:
@@ -885,6 +1005,21 @@ class StateMapSnapshot(Generic[K, N, S]):
             e = head
             while e is not None:
                 append((e.key, e.namespace, e.state))
+                e = e.next
+        return out
+
+    def changed_items(self, since: int) -> list[tuple[K, N, S]]:
+        """The mappings whose state was put, replaced or handed out at version
+        ``since`` or later (``state_version >= since``): with the map tracking
+        since a base of version ``since``, a superset of the mappings that
+        differ from the base's (rule T of the module doc)."""
+        out: list[tuple[K, N, S]] = []
+        append = out.append
+        for head in self._check_open():
+            e = head
+            while e is not None:
+                if e.state_version >= since:
+                    append((e.key, e.namespace, e.state))
                 e = e.next
         return out
 

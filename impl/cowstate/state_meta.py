@@ -8,8 +8,9 @@ lower, in :mod:`cowstate.map_contract`.)
   kind (defined beside the descriptors, in :mod:`cowstate.descriptors`;
   every kind's row is in :mod:`cowstate.kinds`; re-exported here).
 - :class:`SnapshotFormat`: ``heap`` (a heap backend's snapshot file),
-  ``canonical`` (the backend-independent snapshot file any backend restores)
-  and ``rocksdb-native`` (RocksDB's own files).
+  ``canonical`` (the backend-independent snapshot file any backend restores),
+  ``rocksdb-native`` (RocksDB's own files), and the two files of a heap
+  incremental checkpoint's delta, ``heap-delta`` and ``heap-removals``.
 - :data:`SnapshotTransformer`: rewrites or drops a state in a snapshot only.
 - :class:`StateMetaInfo`: one state's name, kind, serializers and
   transformer, the live objects a table works with.
@@ -66,6 +67,11 @@ class SnapshotFormat(StrEnum):
     CANONICAL = "canonical"
     #: RocksDB's own files (SSTs, MANIFEST, ...): only RocksDB restores them.
     ROCKSDB_NATIVE = "rocksdb-native"
+    #: A heap incremental checkpoint's file of changed mappings (a file's
+    #: format only, never a handle's: :mod:`cowstate.heap_incremental`).
+    HEAP_DELTA = "heap-delta"
+    #: A heap incremental checkpoint's file of removed keys (likewise).
+    HEAP_REMOVALS = "heap-removals"
 
     def __repr__(self) -> str:
         return repr(self.value)

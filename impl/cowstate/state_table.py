@@ -53,7 +53,7 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, ClassVar, Generic, Protocol
+from typing import Any, ClassVar, Generic, Protocol, cast
 
 from cowstate.arithmetic import DEFAULT_CAPACITY
 from cowstate.errors import (
@@ -70,7 +70,7 @@ from cowstate.key_groups import (
 )
 from cowstate.map_contract import StateEntry, keys_in
 from cowstate.maps import CopyOnWriteStateMap
-from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap
+from cowstate.protocols import MapSnapshot, SnapshottingStateMap, StateMap, TrackingMapSnapshot
 from cowstate.serializers import (
     StateSerializer,
     duplicate_serializer,
@@ -465,6 +465,23 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
     ) -> None:
         super().__init__(owner, len(snapshots))
         self._snapshots = snapshots
+        self._since: Sequence[int] | None = None
+
+    def map_versions(self) -> tuple[int, ...]:
+        """The version of every key group's map snapshot, in key-group order (the
+        base versions of a heap incremental checkpoint)."""
+        return tuple(snap.version for snap in self._snapshots)
+
+    def only_changed_since(self, versions: Sequence[int]) -> None:
+        """From now on read only the mappings each key group's map changed since
+        its snapshot of ``versions[i]`` (``changed_items`` of a map that tracks
+        changes: rule T of :mod:`cowstate.state_map`); what a heap delta writes."""
+        if len(versions) != len(self._snapshots):
+            raise InvalidArgumentError(
+                f"expected a base version per key group ({len(self._snapshots)}), got "
+                f"{len(versions)}"
+            )
+        self._since = tuple(versions)
 
     def map_snapshot(self, key_group: int) -> MapSnapshot[K, N, S]:
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
@@ -474,6 +491,9 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         return iter(self._snapshots[index])
 
     def _items(self, index: int) -> list[tuple[K, N, S]]:
+        if self._since is not None:
+            tracking = cast("TrackingMapSnapshot[K, N, S]", self._snapshots[index])
+            return tracking.changed_items(self._since[index])
         return self._snapshots[index].items()
 
     def _size(self, index: int) -> int:

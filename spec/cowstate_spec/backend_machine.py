@@ -92,11 +92,18 @@ from cowstate_spec.backends import (
 )
 from cowstate_spec.cmap_view import MAP_CLASSES, view_of
 from cowstate_spec.hostile import Trapped
+from cowstate_spec.invariants import changed_keys
 from cowstate_spec.keys import EQUAL_KEYS, typed_keys
 from cowstate_spec.kinds import KINDS, small_ints
 from cowstate_spec.machine import Outcome
 
-__all__ = ["BackendMachine", "HostileUserCode", "backend_machine_for", "with_kind_rules"]
+__all__ = [
+    "BackendMachine",
+    "ChangeTracking",
+    "HostileUserCode",
+    "backend_machine_for",
+    "with_kind_rules",
+]
 
 MAX_PARALLELISM = 8
 WAIT = 60.0  # seconds a writer may take at most
@@ -624,6 +631,75 @@ def gated_descriptors(serializer: GatedSerializer) -> dict[str, StateDescriptor]
     return {name: dataclasses.replace(d, serializer=serializer) for name, d in DESCRIPTORS.items()}
 
 
+class ChangeTracking(BackendMachine):
+    """The backend machine over a backend whose maps track changes
+    (``implementation.tracks_changes``: rules T and D of
+    :mod:`cowstate.state_map`), with every kind's handles writing through them.
+
+    ``take_base`` snapshots every state's key-group maps at once and releases
+    them (a checkpoint already written), recording each map, its snapshot
+    version and the model's contents, and trims the removal logs to it. After
+    every step, for every state: a mapping the model holds that the base
+    lacks or holds with another state is among its map's changed mappings
+    (``state_version >= base``), and a key of the base the model lacks is
+    among its map's ``removals_since(base)`` unless the map says it cannot
+    tell (its log overflowed: ``tracking_since > base``). A restore replaces
+    the maps: the base is dropped then.
+    """
+
+    base: dict[str, tuple[dict[int, tuple[Any, int]], dict[tuple[Any, Any], Any]]] | None = None
+
+    @rule()
+    def take_base(self) -> None:
+        self.gate.tick()
+        base = {}
+        for name in DESCRIPTORS:
+            table = self.backend.table(name)
+            assert isinstance(table, StateTable)
+            maps: dict[int, tuple[Any, int]] = {}
+            for key_group in table.key_group_range:
+                m: Any = table.state_map(key_group)  # a pure map: it tracks changes
+                snap = m.snapshot()
+                maps[key_group] = (m, snap.version)
+                snap.release()
+                m.trim_removals(snap.version)
+            base[name] = (maps, copy.deepcopy(self.model.contents(name)))
+        self.base = base
+
+    @invariant()
+    def changes_are_tracked(self) -> None:
+        if self.base is None:
+            return
+        for name, (maps, then) in self.base.items():
+            table = self.backend.table(name)
+            if not isinstance(table, StateTable) or any(
+                table.state_map(kg) is not m for kg, (m, _) in maps.items()
+            ):
+                self.base = None  # restored: other maps, no base
+                return
+            now = self.model.contents(name)
+            for kn, state in now.items():
+                if kn in then and then[kn] == state:
+                    continue
+                m, version = maps[table.key_group_of(kn[0])]
+                assert kn in changed_keys(m, version), (
+                    f"{name}: {kn!r} changed since the base ({then.get(kn)!r} -> {state!r}) "
+                    f"but its map does not track it"
+                )
+            for kn in then:
+                if kn in now:
+                    continue
+                m, version = maps[table.key_group_of(kn[0])]
+                removed = m.removals_since(version)
+                if removed is None:
+                    assert m.tracking_since > version, f"{name}: removals lost, yet tracking"
+                else:
+                    assert kn in removed, (
+                        f"{name}: {kn!r} removed since the base but not among its map's "
+                        f"removals {removed!r}"
+                    )
+
+
 def backend_machine_for(
     implementation: BackendImplementation,
     key_group_range: KeyGroupRange,
@@ -631,10 +707,14 @@ def backend_machine_for(
     hostile: bool = False,
 ) -> type[BackendMachine]:
     """The backend machine class for ``implementation`` over ``key_group_range``
-    (with :class:`HostileUserCode`'s rule if ``hostile``)."""
-    base = HostileUserCode if hostile else BackendMachine
+    (with :class:`HostileUserCode`'s rule if ``hostile``; with
+    :class:`ChangeTracking`'s where the implementation tracks changes)."""
+    base: type[BackendMachine] = HostileUserCode if hostile else BackendMachine
+    bases: tuple[type[BackendMachine], ...] = (base,)
+    if implementation.tracks_changes:
+        bases = (ChangeTracking, base)
     return type(
         f"{base.__name__}[{implementation.name}, {key_group_range!r}]",
-        (base,),
+        bases,
         {"implementation": implementation, "key_group_range": key_group_range},
     )

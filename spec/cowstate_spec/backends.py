@@ -28,6 +28,7 @@ from cowstate.checkpoint.handles import SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
 from cowstate.descriptors import StateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend, KeyedStateSnapshotResult
+from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import KeyGroupRange
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.snapshot import read_snapshot
@@ -38,6 +39,8 @@ from cowstate_spec.kinds import KINDS, SumCount, add_ints
 __all__ = [
     "BACKENDS",
     "DESCRIPTORS",
+    "HEAP_INCREMENTAL",
+    "MACHINE_INCREMENTAL",
     "BackendImplementation",
     "GatedStream",
     "SumCount",
@@ -46,6 +49,7 @@ __all__ = [
     "backend_named",
     "cleanup_rocksdb_snapshots",
     "heap_backend",
+    "heap_incremental_backend",
     "read_heap_snapshot",
     "read_rocksdb_snapshot",
     "rocksdb_backend",
@@ -154,9 +158,35 @@ class BackendImplementation:
     read: Callable[[Any, Any], Contents] = read_heap_snapshot
     snapshot: Callable[[Any, int, WriteGate], Any] = snapshot_heap
     mutations_persist: bool = True
+    #: The backend's maps track changes (the backend machine checks them:
+    #: ``cowstate_spec.backend_machine.ChangeTracking``).
+    tracks_changes: bool = False
 
     def __repr__(self) -> str:
         return self.name
+
+
+#: The bounds of the storage machine's heap incremental checkpoints: small, so
+#: chains are cut by their length (3 deltas) and removal logs overflow (4
+#: records per key group and state) within a run.
+MACHINE_INCREMENTAL = IncrementalOptions(max_deltas=3, removal_limit=4)
+
+
+def heap_incremental_backend(
+    key_groups: KeyGroupRange,
+    max_parallelism: int,
+    backend_class: type[HeapKeyedStateBackend] = HeapKeyedStateBackend,
+    options: IncrementalOptions = MACHINE_INCREMENTAL,
+) -> HeapKeyedStateBackend:
+    """A heap backend with incremental checkpoints over pure maps (they track
+    changes) of 4 buckets per key group, bounded by :data:`MACHINE_INCREMENTAL`
+    (``backend_class``: a broken one the storage machine must catch)."""
+    return backend_class(
+        key_groups,
+        max_parallelism,
+        functools.partial(PureMapsTable, initial_capacity=4),
+        incremental=options,
+    )
 
 
 def heap_backend(
@@ -350,6 +380,17 @@ def read_rocksdb_snapshot(result: Any, backend: Any) -> Contents:
             for name in fresh.state_names
         }
 
+
+#: The backend machine's heap backend with incremental checkpoints (not in
+#: :data:`BACKENDS`: its own test, over the full range, for the CI budget):
+#: removal logs of 64 records, so the machine checks removals mostly.
+HEAP_INCREMENTAL = BackendImplementation(
+    "heap-incremental",
+    functools.partial(
+        heap_incremental_backend, options=IncrementalOptions(max_deltas=3, removal_limit=64)
+    ),
+    tracks_changes=True,
+)
 
 BACKENDS: list[BackendImplementation] = [
     BackendImplementation(

@@ -61,6 +61,10 @@ serializing
 a shallow serializer fast path         shallow-serializer-fast-path         backend
 a clipped rescaling range              clipped-rescaling-range              backend
 a leaked reference (issue 26)          c-put-leaks-replaced-state           C map
+a change the tracking misses           get-mutation-not-recorded,           map
+                                       remove-not-logged,
+                                       release-guard-ignores-tracking
+a heap delta that misses a removal     delta-misses-a-removal               storage
 =====================================  ===================================  ========
 
 A leaked reference has no pure-map form (Python counts the pure map's
@@ -93,12 +97,16 @@ from typing import Any
 from cowstate.checkpoint.coordinator import CheckpointCoordinator
 from cowstate.checkpoint.recovery import Recovery
 from cowstate.checkpoint.registry import SharedStateRegistry
+from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable, StateTable
 from cowstate_spec.backends import BackendImplementation, heap_backend
 from cowstate_spec.implementations import (
+    HEAP,
     SUB_RANGE,
+    TRACKED,
+    TRACKED_REMOVAL_LIMIT,
     Implementation,
     TableType,
     table_implementation,
@@ -125,6 +133,8 @@ class Bug:
     new: str
     why: str
     cls: type[Any] = CopyOnWriteStateMap
+    #: The map tracks changes (rules T and D): checked by the ChangeTracking rules.
+    tracked: bool = False
 
 
 BUGS: list[Bug] = [
@@ -138,7 +148,7 @@ BUGS: list[Bug] = [
     Bug(
         "get-fast-path-ignores-versions",
         "get",
-        "if e.state_version < self._highest_required:",
+        "if e.state_version < self._guard:",
         "if False:",
         "rule S on the hot path of get",
     ),
@@ -243,10 +253,35 @@ BUGS: list[Bug] = [
     Bug(
         "get-checks-entry-version",
         "get",
-        "if e.state_version < self._highest_required:  # rule S",
-        "if e.entry_version < self._highest_required:  # rule S",
+        "if e.state_version < self._guard:  # rule S",
+        "if e.entry_version < self._guard:  # rule S",
         "rule S asks the state's version: an entry copied by rule E (new entry "
         "version) still holds the snapshot's state",
+    ),
+    Bug(
+        "get-mutation-not-recorded",
+        "_copy_state_for_caller",
+        "e.state_version = self._version\n        return e.state  # type: ignore[no-any-return]",
+        "return e.state  # type: ignore[no-any-return]",
+        "rule T: a state get hands out after the base is not marked, so a caller's "
+        "mutation is missing from the next delta",
+        tracked=True,
+    ),
+    Bug(
+        "remove-not-logged",
+        "_remove_entry",
+        "self._log_removal(e.key, e.namespace)",
+        "pass",
+        "rule D: a removal missing from the log, so the next delta keeps the key",
+        tracked=True,
+    ),
+    Bug(
+        "release-guard-ignores-tracking",
+        "_release_version",
+        "self._highest_required if self._removals is None else self._version",
+        "self._highest_required",
+        "rule T: after the base is released get no longer marks what it hands out",
+        tracked=True,
     ),
     Bug(
         "release-forgets-older-snapshots",
@@ -414,6 +449,15 @@ DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
     "a shallow serializer fast path": (("backend", "shallow-serializer-fast-path"),),
     "a clipped rescaling range": (("backend", "clipped-rescaling-range"),),
     "a leaked reference": (("c-map", "c-put-leaks-replaced-state"),),
+    "a change the tracking misses": (
+        ("map", "get-mutation-not-recorded"),
+        ("map", "remove-not-logged"),
+        ("map", "release-guard-ignores-tracking"),
+    ),
+    # delta-against-the-wrong-base (a pending checkpoint between base and delta)
+    # is caught in replay (tests/test_spec_catches_bad_storage.py), not yet by
+    # the machine exploring within the ci budget: no class of its own here.
+    "a heap delta that misses a removal": (("storage", "delta-misses-a-removal"),),
 }
 #: The classes the ``mutation`` profile's settings must find too (no shrinking).
 MUTATION_CLASSES = (
@@ -451,9 +495,19 @@ def bad_implementation(bug: Bug, capacity: int = 4) -> Implementation:
     if bug.cls is CopyOnWriteStateMap:
 
         def factory(initial_capacity: int = capacity) -> Any:
-            return cls(initial_capacity=initial_capacity)
+            m = cls(initial_capacity=initial_capacity)
+            if bug.tracked:
+                m.track_changes(TRACKED_REMOVAL_LIMIT)
+            return m
 
-        return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
+        return Implementation(
+            name,
+            factory,
+            check_map,
+            fingerprint,
+            rehash_step_check,
+            capabilities=TRACKED if bug.tracked else HEAP,
+        )
 
     assert issubclass(cls, StateTable), f"expected a map or a heap table, got {bug.cls}"
     copy_on_write = issubclass(cls, CopyOnWriteStateTable)
@@ -588,9 +642,41 @@ STORAGE_BUGS += [
         "rule 7: the first checkpoint after a NO_CLAIM restore must be full",
         CheckpointCoordinator,
     ),
+    Bug(
+        "delta-misses-a-removal",
+        "_delta_plan",
+        "groups[key_group] = pairs",
+        "groups[key_group] = pairs[1:]",
+        "I5 of cowstate.heap_incremental: a delta without the first removal of a key "
+        "group keeps the removed key in every checkpoint built on it",
+        HeapKeyedStateBackend,
+    ),
+    Bug(
+        "restore-applies-removals-to-the-wrong-key-group",
+        "_fold",
+        "deltas.append((removals, decode(chain[index])))",
+        "deltas.append(({name: {kg + 1: pairs for kg, pairs in groups.items()} "
+        "for name, groups in removals.items()}, decode(chain[index])))",
+        "I5 of cowstate.heap_incremental: a restore (here rescaling) must apply each "
+        "removal in its own key group",
+        HeapKeyedStateBackend,
+    ),
+    Bug(
+        "delta-against-the-wrong-base",
+        "_delta_plan",
+        "base_versions = base.versions.get(snap.meta.name)",
+        "base_versions = max([base, *self._written.values()], "
+        "key=lambda c: c.checkpoint_id).versions.get(snap.meta.name)",
+        "I1 of cowstate.heap_incremental: the changes are taken since the newest written "
+        "checkpoint, not since the confirmed base whose files the chain names",
+        HeapKeyedStateBackend,
+    ),
 ]
 #: Which backend shows each storage bug, and how many checkpoints the job keeps.
 STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
+    "delta-misses-a-removal": "heap-incremental",
+    "delta-against-the-wrong-base": "heap-incremental",
+    "restore-applies-removals-to-the-wrong-key-group": "heap-incremental",
     "registry-deletes-disowned-files": "rocksdb",
     "registry-deletes-files-still-used": "rocksdb",
     "no-claim-does-not-force-full": "rocksdb",

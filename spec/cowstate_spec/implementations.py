@@ -57,6 +57,8 @@ __all__ = [
     "SUB_RANGE",
     "TABLE_MAX_PARALLELISM",
     "TABLE_TYPES",
+    "TRACKED",
+    "TRACKED_REMOVAL_LIMIT",
     "CMapsTable",
     "Capabilities",
     "Implementation",
@@ -108,6 +110,10 @@ class Capabilities:
       hierarchy; an implementation of someone else names its own, e.g.
       ``(ValueError, TypeError)``): any other exception is a crash.
     - ``concurrent_modification``: what a failing-fast iterator raises.
+    - ``tracks_changes``: the map tracks changes (rules T and D of
+      :mod:`cowstate.state_map`, turned on by its factory): the machine adds
+      the rule that takes a base and checks the changes since it
+      (:class:`~cowstate_spec.machine.ChangeTracking`). Off for the others.
 
     An implementation checked through :mod:`cowstate_spec.conformance` says
     what it lacks here; :func:`cowstate_spec.conformance.skipped_checks` names
@@ -122,10 +128,13 @@ class Capabilities:
     frees_states: bool = True
     refusals: tuple[type[BaseException], ...] = (CowStateError,)
     concurrent_modification: type[BaseException] = ConcurrentModificationError
+    tracks_changes: bool = False
 
 
 #: The copy-on-write maps and the heap tables: everything.
 HEAP = Capabilities()
+#: A copy-on-write map that tracks changes (``tracks_changes``).
+TRACKED = Capabilities(tracks_changes=True)
 #: The RocksDB table (see :class:`Capabilities`).
 ROCKSDB = Capabilities(
     snapshots=False, put_reports_insert=False, mutations_persist=False, fail_fast=False
@@ -175,11 +184,28 @@ class Implementation:
         return self.name
 
 
-def _cow(name: str, capacity: int, cls: type[Any] = CopyOnWriteStateMap) -> Implementation:
-    def factory(initial_capacity: int = capacity) -> Any:
-        return cls(initial_capacity=initial_capacity)
+#: The removal-log bound of the map the machines run with change tracking
+#: (small: the machines reach its overflow, after which deltas are refused).
+TRACKED_REMOVAL_LIMIT = 6
 
-    return Implementation(name, factory, check_map, fingerprint, rehash_step_check)
+
+def _cow(
+    name: str, capacity: int, cls: type[Any] = CopyOnWriteStateMap, *, tracked: bool = False
+) -> Implementation:
+    def factory(initial_capacity: int = capacity) -> Any:
+        m = cls(initial_capacity=initial_capacity)
+        if tracked:  # rules T and D of cowstate.state_map; the machine checks them
+            m.track_changes(TRACKED_REMOVAL_LIMIT)
+        return m
+
+    return Implementation(
+        name,
+        factory,
+        check_map,
+        fingerprint,
+        rehash_step_check,
+        capabilities=TRACKED if tracked else HEAP,
+    )
 
 
 #: The C map (cowstate._cmap), or None where it was not built or its probe
@@ -393,7 +419,7 @@ def table_implementation(
 
 IMPLEMENTATIONS: list[Implementation] = [
     _cow("cow-map", 4),  # tiny table: rehashes start while snapshots are open
-    _cow("cow-map-128", 128),  # Flink's default capacity
+    _cow("cow-map-128", 128, tracked=True),  # Flink's default capacity; tracks changes
     Implementation("reference-model", ReferenceStateMap),  # the model against itself
 ]
 if C_MAP is not None:  # the C map: the same spec, one line each

@@ -72,6 +72,7 @@ __all__ = [
     "SnapshotFingerprint",
     "TableFingerprint",
     "chain",
+    "changed_keys",
     "check_map",
     "check_rocksdb_table",
     "check_table",
@@ -246,6 +247,8 @@ def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
         5,
         f"highest required version {required} != max of open {sorted(m._open_versions)}",
     )
+    if hasattr(m, "_guard"):  # the pure map (the C map does not track changes)
+        _check_tracking(m)
     _require(
         all(0 < v <= version for v in m._open_versions),
         5,
@@ -326,6 +329,42 @@ def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
 
     for fp in snapshots:
         check_snapshot_unchanged(fp)
+
+
+def changed_keys(m: Any, since: int) -> set[tuple[Any, Any]]:
+    """The ``(key, namespace)`` of the pure map ``m``'s live entries whose
+    ``state_version >= since`` (rule T of :mod:`cowstate.state_map`)."""
+    out: set[tuple[Any, Any]] = set()
+    for tab in (m._primary, m._rehash or ()):
+        for head in tab:
+            for e in chain(head):
+                if e.state_version >= since:
+                    out.add((e.key, e.namespace))
+    return out
+
+
+def _check_tracking(m: Any) -> None:
+    """Invariant 13 of :mod:`cowstate.state_map`: the guard and the removal log."""
+    version = m._version
+    log = m._removals
+    if log is None:
+        _require(m._guard == m._highest_required, 13, f"guard {m._guard} != H while not tracking")
+        return
+    since = m._tracking_since
+    _require(m._guard == version, 13, f"guard {m._guard} != V = {version} while tracking")
+    _require(since <= version + 1, 13, f"tracking since {since} > V + 1 = {version + 1}")
+    _require(
+        len(log) <= m._removal_limit,
+        13,
+        f"removal log of {len(log)} records above its limit {m._removal_limit}",
+    )
+    at = [record[0] for record in log]
+    _require(at == sorted(at), 13, f"removal log versions {at} out of order")
+    _require(
+        all(since - 1 <= v <= version for v in at),
+        13,
+        f"removal log versions {at} outside [{since - 1}, {version}]",
+    )
 
 
 def check_snapshot_unchanged(fp: SnapshotFingerprint) -> None:

@@ -70,6 +70,7 @@ for one implementation of :mod:`cowstate_spec.implementations`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import itertools
@@ -114,9 +115,11 @@ from cowstate_spec.hostile import (
     deep_state,
 )
 from cowstate_spec.implementations import Implementation
+from cowstate_spec.invariants import changed_keys
 from cowstate_spec.keys import typed_keys
 
 __all__ = [
+    "ChangeTracking",
     "HostileUserCode",
     "StateMapMachine",
     "StateTableMachine",
@@ -216,6 +219,9 @@ class StateMapMachine(RuleBasedStateMachine):
             if self.implementation.table or not self.implementation.capabilities.frees_states
             else Lifetimes(lambda: states_held_by_views(self.impl))
         )
+        # ChangeTracking: the keys a keyed operation named since the base (None: no base)
+        self.touched: set[tuple[Any, Any]] | None = None
+        self.base: tuple[int, dict[tuple[Any, Any], Any]] | None = None
 
     # ------------------------------------------------------------- helpers
 
@@ -241,6 +247,9 @@ class StateMapMachine(RuleBasedStateMachine):
             else None
         )
         before = cov.MapState(observed) if observed is not None else None
+        if keyed and self.touched is not None:  # what changes may be tracked since a base
+            with contextlib.suppress(Exception):  # an unhashable or hostile probe
+                self.touched.add((args[0], args[1]))
         impl = Outcome(lambda: getattr(self.impl, operation)(*args, **kwargs))
         if after is not None and impl.error is None:
             after()  # invariant 9: the rehash moved on
@@ -1040,6 +1049,69 @@ class StateTableMachine(StateMapMachine):
         return (key, namespace)
 
 
+class ChangeTracking(StateMapMachine):
+    """The rules of change tracking (rules T and D of :mod:`cowstate.state_map`),
+    mixed into the machine of a map whose capabilities say ``tracks_changes``
+    (apart, like :class:`HostileUserCode`, so the other machines' examples stay
+    as measured).
+
+    ``take_base`` snapshots the map as a checkpoint would, records its
+    version and the model's contents, and trims the removal log to it; the
+    snapshot is released at once (the writer is done: from now on ``get``
+    marks rather than copies) or stays open among the others, released by
+    the ordinary rules. After
+    every step, with the base ``b``:
+
+    - every mapping the model holds that the base lacks or holds with another
+      state is among the map's changed mappings (``state_version >= b``), and
+      every key of the base the model lacks is among ``removals_since(b)`` --
+      unless the map says it cannot tell (``removals_since`` None), which it
+      may only when its log overflowed after the base (``tracking_since > b``);
+    - (not with hostile user code, whose probes reach the map directly) both
+      are among the keys a keyed operation named since the base: the tracking
+      is a superset, not everything.
+    """
+
+    @rule(written=st.booleans())
+    def take_base(self, written: bool) -> None:
+        self.snapshot()
+        version = self.open[-1][0].version
+        self.base = (version, snapshot_contents(self.open[-1][1]))
+        self.impl.trim_removals(version)
+        self.touched = set()
+        if written:
+            self.release(len(self.open) - 1)
+
+    @invariant()
+    def changes_are_tracked(self) -> None:
+        if self.base is None:
+            return
+        version, then = self.base
+        now = snapshot_contents(self.model)
+        changed = changed_keys(self.impl, version)
+        removed = self.impl.removals_since(version)
+        for kn, state in now.items():
+            if kn not in then or then[kn] != state:
+                assert kn in changed, (
+                    f"{kn!r} changed since the base {version} ({then.get(kn)!r} -> {state!r}) "
+                    f"but is not among the tracked changes {sorted(map(repr, changed))}"
+                )
+        if removed is None:
+            assert self.impl.tracking_since > version, (
+                f"removals since {version} unknown, yet tracking since {self.impl.tracking_since}"
+            )
+        else:
+            for kn in then:
+                if kn not in now:
+                    assert kn in removed, (
+                        f"{kn!r} was removed since the base {version} but is not among the "
+                        f"tracked removals {removed!r}"
+                    )
+        if self.touched is not None and not isinstance(self, HostileUserCode):
+            stray = [kn for kn in [*changed, *(removed or ())] if kn not in self.touched]
+            assert not stray, f"{stray!r} tracked as changed since {version}, never named since"
+
+
 class HostileUserCode(StateMapMachine):
     """The rule of hostile user code, mixed into a map or table machine by
     ``machine_for(..., hostile=True)``.
@@ -1114,5 +1186,7 @@ def machine_for(implementation: Implementation, *, hostile: bool = False) -> typ
     hostile user code, :class:`HostileUserCode`, if ``hostile``)."""
     base: type[StateMapMachine] = StateTableMachine if implementation.table else StateMapMachine
     bases: tuple[type[StateMapMachine], ...] = (HostileUserCode, base) if hostile else (base,)
+    if implementation.capabilities.tracks_changes:
+        bases = (ChangeTracking, *bases)
     name = f"{'Hostile' if hostile else ''}{base.__name__}[{implementation.name}]"
     return type(name, bases, {"implementation": implementation})

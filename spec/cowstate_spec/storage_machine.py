@@ -59,6 +59,7 @@ from cowstate_spec.backends import (
     BackendImplementation,
     backend_named,
     compact_level_zero,
+    heap_incremental_backend,
     rocksdb_backend,
 )
 
@@ -137,6 +138,8 @@ def _crashed(exc: BaseException) -> bool:
 #: example differ, FlakyStrategyDefinition).
 STORAGE_BACKENDS: dict[str, BackendImplementation] = {
     "heap": backend_named("heap-cow"),
+    # incremental checkpoints: chains of a base and deltas (cowstate.heap_incremental)
+    "heap-incremental": BackendImplementation("heap-incremental", heap_incremental_backend),
     "rocksdb": replace(
         backend_named("rocksdb"),
         factory=functools.partial(rocksdb_backend, auto_compactions=False),
@@ -598,13 +601,20 @@ class StorageMachine(RuleBasedStateMachine):
         self.restore("the latest checkpoint", 0, mode, "the same")
 
     @precondition(lambda self: len(self.model.pending) < 3)
-    @rule(keys=st.lists(st.integers(0, 15), max_size=4), value=st.integers(-3, 99))
-    def change_some_and_checkpoint(self, keys: list[int], value: int) -> None:
-        """A round of a running job in one step: a few updates, then a checkpoint
-        that completes at once (incremental checkpoints share files with the
-        ones before them, and subsuming those must keep what is still used)."""
+    @rule(
+        keys=st.lists(st.integers(0, 15), max_size=4),
+        value=st.integers(-3, 99),
+        cleared=st.lists(st.integers(0, 15), max_size=2),
+    )
+    def change_some_and_checkpoint(self, keys: list[int], value: int, cleared: list[int]) -> None:
+        """A round of a running job in one step: a few updates and clears, then a
+        checkpoint that completes at once (incremental checkpoints share files
+        with the ones before them, and subsuming those must keep what is still
+        used; a heap delta holds the clears as removals)."""
         for key in keys:
             self.change_state("update", key, value)
+        for key in cleared:
+            self.change_state("clear", key, 0)
         self.trigger_checkpoint(complete_now=True)
 
     def teardown(self) -> None:

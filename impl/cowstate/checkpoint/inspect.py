@@ -7,7 +7,9 @@ confined paths a :class:`~cowstate.checkpoint.location.SnapshotSource`
 resolves. :func:`format_report` prints it: the kind and format, the states,
 each subtask's key groups, the files with their scope and size (as written
 in ``_metadata``: relative), and how many shared files -- which live in a
-job's ``shared/`` directory, outside the snapshot's own -- it references.
+job's ``shared/`` directory, outside the snapshot's own -- it references. A
+heap incremental checkpoint's subtask shows its chain: the base's bytes, the
+deltas' count and bytes, and each file's role.
 """
 
 from __future__ import annotations
@@ -122,9 +124,17 @@ def format_report(report: SnapshotReport) -> str:
             f"{_size(handle.full_size)} ({_size(handle.checkpointed_size)} uploaded "
             "by this snapshot)"
         )
-        for f in files:
+        chain = handle.backend == "heap" and len(files) > 1  # cowstate.heap_incremental
+        if chain:
+            deltas = sum(f.handle.size for f in files[1:])
             lines.append(
-                f"    {f.handle.scope:<9} {_size(f.handle.size):>10}  {f.handle.path}"
+                f"    chain: base {_size(files[0].handle.size)}, {(len(files) - 1) // 2} "
+                f"delta(s) {_size(deltas)}"
+            )
+        for position, f in enumerate(files):
+            role = f"  ({_chain_role(position)})" if chain else ""
+            lines.append(
+                f"    {f.handle.scope:<9} {_size(f.handle.size):>10}  {f.handle.path}{role}"
                 + ("" if f.status == "ok" else f"  [{f.status.upper()}]")
             )
     lines.append(f"  shared files outside the directory: {len(outside)}")
@@ -135,6 +145,13 @@ def format_report(report: SnapshotReport) -> str:
         else f"  files: {len(problems)} missing, unreadable, of another size or CRC32"
     )
     return "\n".join(lines)
+
+
+def _chain_role(position: int) -> str:
+    """What the file at ``position`` of a heap chain is (base, then pairs)."""
+    if position == 0:
+        return "base"
+    return f"delta {(position + 1) // 2} {'changes' if position % 2 else 'removals'}"
 
 
 def _size(n: int) -> str:

@@ -77,6 +77,20 @@ class SnapshotLocation:
         self._record(stream.temp, path)
         return LocationStream(self, stream, name)
 
+    def shared_stream(self, name: str) -> LocationStream:
+        """An atomic stream for a new shared file of this checkpoint, under a
+        fresh physical name (``<uuid>-<name>``) in ``<job>/shared``."""
+        if self.shared_directory is None:
+            raise InvalidArgumentError(
+                "expected a checkpoint location: a savepoint shares nothing, got a shared "
+                f"file {name!r}"
+            )
+        _check_name(name)
+        path = self.filesystem.join(self.shared_directory, f"{uuid.uuid4().hex}-{name}")
+        stream = self.filesystem.create(path)
+        self._record(stream.temp, path)
+        return LocationStream(self, stream, name, "shared")
+
     def upload(
         self,
         local_path: str | os.PathLike[str],
@@ -140,12 +154,20 @@ class SnapshotLocation:
 
 
 class LocationStream:
-    """An exclusive file being written; ``close_and_get_handle()`` gives its handle."""
+    """A file being written (exclusive, or shared); ``close_and_get_handle()``
+    gives its handle."""
 
-    def __init__(self, location: SnapshotLocation, stream: AtomicOutputStream, name: str) -> None:
+    def __init__(
+        self,
+        location: SnapshotLocation,
+        stream: AtomicOutputStream,
+        name: str,
+        scope: Scope = "exclusive",
+    ) -> None:
         self._location = location
         self._stream = stream
         self._name = name
+        self._scope: Scope = scope
 
     def write(self, data: bytes | bytearray | memoryview) -> int:
         return self._stream.write(data)
@@ -160,7 +182,7 @@ class LocationStream:
         return True
 
     def close_and_get_handle(self) -> FileHandle:
-        return self._location.handle(self._stream.close_and_get_handle(), "exclusive", self._name)
+        return self._location.handle(self._stream.close_and_get_handle(), self._scope, self._name)
 
     def discard(self) -> None:
         self._stream.discard()

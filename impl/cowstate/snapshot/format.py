@@ -12,7 +12,8 @@ Format version 1. All integers are big-endian and unsigned unless marked
     16          M     metadata, UTF-8 JSON (SnapshotMetadata): format name, max
                       parallelism, key-group range [start, end], key serializer
                       id, and per state: id, name, kind, namespace and state
-                      serializer ids
+                      serializer ids; a file of a heap incremental chain also
+                      ``parent``: [size, crc32] of the file before it
     16+M        4     CRC32 of bytes [0, 16+M)
     then, for every key group of the range, ascending -- one block each:
                 4     key group (i32)
@@ -53,9 +54,15 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 
 from cowstate.key_groups import KeyGroupRange
 from cowstate.state_meta import SnapshotFormat, StateMetadata
@@ -113,6 +120,17 @@ class SnapshotMetadata(BaseModel):
     key_group_range: tuple[int, int]
     key_serializer: str
     states: tuple[StateMetadata, ...]
+    #: A file of a heap incremental chain: ``(size, crc32)`` of the file before
+    #: it in the chain (None, and absent from the JSON, for every other file).
+    parent: tuple[int, int] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Every other file's metadata serializes as before ``parent`` existed."""
+        data: dict[str, Any] = handler(self)
+        if data.get("parent") is None:
+            data.pop("parent", None)
+        return data
 
     @property
     def range(self) -> KeyGroupRange:

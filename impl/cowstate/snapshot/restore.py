@@ -41,7 +41,7 @@ from cowstate.snapshot.reader import SnapshotReader
 from cowstate.state_meta import SnapshotFormat, StateMetaInfo
 from cowstate.state_table import StateTable
 
-__all__ = ["RestoredSnapshot", "read_snapshot", "restore_table"]
+__all__ = ["RestoredSnapshot", "read_snapshot", "resolve_serializer", "restore_table"]
 
 
 @dataclass
@@ -268,6 +268,14 @@ def _decode(
             else:
                 target[key_group] = block
     return result
+
+
+def resolve_serializer(
+    given: StateSerializer | None, identifier: str, role: str
+) -> StateSerializer:
+    """The serializer to decode with: ``given`` if its identifier matches the
+    file's, else the built-in one ``identifier`` names."""
+    return _resolve(given, identifier, role)
 
 
 def _resolve(given: StateSerializer | None, identifier: str, role: str) -> StateSerializer:

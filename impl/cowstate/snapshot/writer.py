@@ -143,17 +143,19 @@ def write_snapshot(
     snapshot_format: SnapshotFormat = SnapshotFormat.HEAP,
     cancel: threading.Event | None = None,
     release: bool = True,
+    parent: tuple[int, int] | None = None,
 ) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.
 
     Each key group's map snapshots are released as soon as the key group is
     written, and, with ``release`` (the default), all of them in the end
     whatever happens. ``cancel`` is checked between key groups: once set,
-    :class:`~cowstate.errors.SnapshotCancelledError` is raised.
+    :class:`~cowstate.errors.SnapshotCancelledError` is raised. ``parent``
+    is recorded in the metadata (a file of a heap incremental chain).
     """
     tables = [snapshots] if isinstance(snapshots, StateTableSnapshot) else list(snapshots)
     try:
-        metadata = _metadata_of(tables, snapshot_format)
+        metadata = _metadata_of(tables, snapshot_format, parent)
         writer = SnapshotWriter(stream, metadata)
         serializers = [
             (
@@ -209,7 +211,9 @@ def write_snapshot(
 
 
 def _metadata_of(
-    tables: Sequence[StateTableSnapshot[Any, Any, Any]], snapshot_format: SnapshotFormat
+    tables: Sequence[StateTableSnapshot[Any, Any, Any]],
+    snapshot_format: SnapshotFormat,
+    parent: tuple[int, int] | None = None,
 ) -> SnapshotMetadata:
     if not tables:
         raise InvalidArgumentError("expected at least one table snapshot to write, got none")
@@ -248,4 +252,5 @@ def _metadata_of(
         ),
         key_serializer=serializer_identifier(first.key_serializer),
         states=tuple(snap.meta.metadata(state_id) for state_id, snap in enumerate(tables)),
+        parent=parent,
     )
