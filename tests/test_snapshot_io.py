@@ -112,7 +112,7 @@ from cowstate.state_table import (
 )
 from cowstate_model.key_groups import assign_to_key_group as model_key_group
 from cowstate_model.state_table import ReferenceStateTable
-from cowstate_spec.bad_codecs import CODEC_BUGS, build_codec
+from cowstate_spec.bad_codecs import CODEC_BUGS, WRITER_BUGS, build_codec
 from cowstate_spec.contract import mutate_in_place
 from cowstate_spec.profiles import hunt_settings
 
@@ -578,7 +578,7 @@ def test_writing_on_another_thread_while_the_table_keeps_changing() -> None:
 
     def write() -> None:
         try:
-            write_snapshot(snapshot, stream)
+            write_snapshot(snapshot, stream, buffer_size=0)  # positions move block by block
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
 
@@ -990,6 +990,7 @@ class ReleaseWatchingStream(io.BytesIO):
         self.snapshot = snapshot
         self.table = table
         self.seen: list[tuple[int, ...]] = []
+        self.at: list[int] = []  # where each write started
 
     def write(self, data: Any, /) -> int:
         released = tuple(
@@ -1003,6 +1004,7 @@ class ReleaseWatchingStream(io.BytesIO):
             )
             assert versions == released
         self.seen.append(released)
+        self.at.append(self.tell())
         return super().write(data)
 
 
@@ -1011,11 +1013,15 @@ def test_every_key_group_is_released_as_soon_as_it_is_written(cls: TableClass) -
     table = filled_table(cls)
     snapshot = table.snapshot()
     stream = ReleaseWatchingStream(snapshot, table)
-    write_snapshot(snapshot, stream)
-    n = len(table.key_group_range)
-    expected = [()] + [tuple(range(j)) for j in range(n) for _ in range(3)]
-    expected += [tuple(range(n))] * 2  # index, footer
+    write_snapshot(snapshot, stream, buffer_size=0)  # every block goes to the stream at once
+    blocks = decode_layout(stream.getvalue()).blocks
+    assert [b.key_group for b in blocks] == list(table.key_group_range)
+    # at each write, exactly the key groups whose blocks were written before it
+    # are released (the Python loops write a block in three writes, the C writer in one)
+    expected = [tuple(b.key_group for b in blocks if b.offset + b.size <= at) for at in stream.at]
     assert stream.seen == expected
+    assert stream.at[0] == 0 and {b.offset for b in blocks} <= set(stream.at)
+    assert stream.seen[-1] == tuple(table.key_group_range)  # the footer
     assert_all_released(table, snapshot)
 
 
@@ -1097,7 +1103,7 @@ def test_cancel_raises_snapshot_cancelled_and_releases_everything(cls: TableClas
     cancel = threading.Event()
     stream = CancellingStream(cancel, layout.block(4).offset)
     with pytest.raises(SnapshotCancelledError) as excinfo:
-        write_snapshot(snapshot, stream, cancel=cancel)
+        write_snapshot(snapshot, stream, cancel=cancel, buffer_size=0)
     assert isinstance(excinfo.value, CancelledError)
     assert "before key group 5 was written" in str(excinfo.value)
     assert len(stream.getvalue()) == layout.block(5).offset
@@ -1109,7 +1115,9 @@ def test_without_release_a_failed_write_leaves_the_rest_to_the_caller() -> None:
     layout = decode_layout(small_file(40))
     snapshot = table.snapshot()
     with pytest.raises(OSError):
-        write_snapshot(snapshot, FailingStream(layout.block(3).offset + 5), release=False)
+        write_snapshot(
+            snapshot, FailingStream(layout.block(3).offset + 5), release=False, buffer_size=0
+        )
     assert [snapshot.is_key_group_released(kg) for kg in SMALL_RANGE] == [True] * 3 + [False] * 7
     assert describe(table.state_map(3)).open_versions
     snapshot.release()
@@ -3823,3 +3831,251 @@ def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
         (k, n, bytes(s) if type(s) is bytearray else s) for k, n, s in entries
     ]  # the value codec writes a bytearray as bin: it comes back as bytes
     assert restored_contents(restored) == contents(expected)
+
+
+# ======================================== the snapshot writer in C (_writer.c)
+# write_snapshot hands the blocks to the C writer when the codec is built: states
+# of C map snapshots with built-in serializers and no transformer are walked from
+# their chunks, every other state of the same block takes the Python path.
+
+WRITER_MAXP = 2  # two key groups: a few thousand entries give maps of several chunks
+
+
+def bulk_key(key_name: str, i: int) -> Any:
+    if key_name == "utf8":
+        return f"k{i}é"
+    if key_name == "bytes":
+        return i.to_bytes(4, "big")
+    return i
+
+
+def bulk_state(state_name: str, i: int) -> Any:
+    if state_name == "int32":
+        return i
+    if state_name == "bytes":
+        return str(i).encode()
+    if state_name in ("text", "shouting"):
+        return 10 + i % 6
+    return ([i, "é"], (i, f"s{i}", 0.5), i, f"é{i}")[i % 4]
+
+
+def drop_thirds(state: Any) -> Any:
+    """A snapshot transformer: drops int states divisible by 3."""
+    return None if type(state) is int and state % 3 == 0 else state
+
+
+@dataclass(frozen=True)
+class WriterState:
+    cls: TableClass
+    ns_name: str
+    state_name: str
+    transformer: bool
+    entries: list[tuple[Any, Any, Any]]
+    bulk: int
+
+
+@st.composite
+def writer_files(draw: st.DrawFn) -> tuple[str, list[WriterState]]:
+    key_name = draw(st.sampled_from(list(CODEC_KEYS)))
+    states = []
+    for _ in range(draw(st.integers(1, 3))):
+        ns_name = draw(st.sampled_from(list(CODEC_NAMESPACES)))
+        state_name = draw(st.sampled_from(list(CODEC_STATES)))
+        entries = draw(
+            st.lists(
+                st.tuples(
+                    CODEC_KEYS[key_name][1],
+                    CODEC_NAMESPACES[ns_name][1],
+                    CODEC_STATES[state_name][1],
+                ),
+                max_size=20,
+            )
+        )
+        # maps of one chunk, of two (2,400: 1,200 per key group) and rehashing
+        # from one chunk to two (1,700: 850 per key group)
+        bulk = draw(st.sampled_from([0, 0, 40, 1700, 2400, 2400]))
+        # mostly what the C writer walks: C map snapshots without a transformer
+        walked: list[TableClass] = [CopyOnWriteStateTable, CopyOnWriteStateTable]
+        cls = draw(st.sampled_from([*walked, *TABLES]))
+        transformer = draw(st.sampled_from([False, False, True]))
+        states.append(WriterState(cls, ns_name, state_name, transformer, entries, bulk))
+    return key_name, states
+
+
+def writer_tables(key_name: str, states: list[WriterState]) -> list[Table]:
+    key_ser = CODEC_KEYS[key_name][0]
+    tables = []
+    for state_id, state in enumerate(states):
+        meta = StateMetaInfo(
+            f"s{state_id}",
+            StateKind.VALUE,
+            CODEC_NAMESPACES[state.ns_name][0],
+            CODEC_STATES[state.state_name][0],
+            snapshot_transformer=drop_thirds if state.transformer else None,
+        )
+        table: Table = state.cls(
+            KeyGroupRange(0, WRITER_MAXP - 1), WRITER_MAXP, meta=meta, key_serializer=key_ser
+        )
+        namespace = "a" if state.ns_name == "rows" else ("w" if state.ns_name == "utf8" else 7)
+        bulk = [
+            (bulk_key(key_name, i), namespace, bulk_state(state.state_name, i))
+            for i in range(state.bulk)
+        ]
+        for key, ns, value in state.entries + bulk:
+            with contextlib.suppress(CowStateError):  # a key of another type than the first
+                table.put(key, ns, value)
+        tables.append(table)
+    return tables
+
+
+def check_writer_file(codec: Any, key_name: str, states: list[WriterState]) -> None:
+    """The C writer's file (``codec``) is the Python loops' byte for byte, or both
+    writes fail alike."""
+    tables = writer_tables(key_name, states)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        first = [t.snapshot() for t in tables]
+        second = [t.snapshot() for t in tables]
+        with_c = outcome(lambda: written(first))
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(lambda: written(second))
+    assert with_c == with_python
+    for snap in first + second:
+        assert snap.is_released
+
+
+@needs_codec
+@given(writer_files())
+def test_the_c_writer_writes_the_python_loops_bytes_for_every_state_shape(
+    case: tuple[str, list[WriterState]],
+) -> None:
+    """Up to three states in one file: walked C map snapshots (one chunk, several,
+    rehashing), beside pure-map, nested, transformed and Python-serializer states
+    and values handed back, which take the Python path in the same blocks."""
+    check_writer_file(ccodec.CODEC, *case)
+
+
+CHUNK_SIZES = [700, 1540, 1700, 2100, 3500]  # 1540, 1700, 3500: while it rehashes
+POSITIONS = ["first", "middle", "last"]
+
+
+@needs_codec
+@pytest.mark.parametrize("size", CHUNK_SIZES)
+@pytest.mark.parametrize("at", POSITIONS)
+def test_the_c_writer_walks_every_chunk_and_both_tables_of_a_rehashing_map(
+    size: int, at: str
+) -> None:
+    """One key group of a map of one chunk, of several, and snapshotted while it
+    rehashes (primary[r:L], rehash[0:r], rehash[L:L+r]); a list state (the GIL
+    taken back) first, in the middle or last."""
+    check_chunk_walk(ccodec.CODEC, size, at)
+
+
+def check_chunk_walk(codec: Any, size: int, at: str) -> None:
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1)
+    entries: list[tuple[Any, Any, Any]] = [(i, VOID_NAMESPACE, f"é{i}") for i in range(size)]
+    where = {"first": 0, "middle": size // 2, "last": size - 1}[at]
+    entries[where] = (where, VOID_NAMESPACE, [where])
+    fill(table, None, entries)
+    rehashing = describe(table.state_map(0)).is_rehashing
+    assert rehashing == (size in (1540, 1700, 3500)), "the sizes no longer hit a rehash"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        c_file = written(table.snapshot())
+        patch.setattr(ccodec, "CODEC", None)
+        assert c_file == written(table.snapshot())
+    restored = read_snapshot(c_file, KeyGroupRange(0, 0))
+    assert restored_contents(restored) == contents(entries)
+
+
+@needs_codec
+@pytest.mark.parametrize("bug", WRITER_BUGS, ids=lambda bug: bug.name)
+def test_the_writer_checks_catch_the_planted_writer_bug(bug: Any) -> None:
+    """The differential hunt, or else the chunk walks above, fail on the build
+    with ``bug`` planted and pass on the same build without it."""
+    bad = build_codec(bug)
+    assert bug.number == bad.WRITER_BUG
+
+    @hunt_settings(max_examples=200, stateful_step_count=1)
+    @given(writer_files())
+    def differential(case: tuple[str, list[WriterState]]) -> None:
+        check_writer_file(bad, *case)
+
+    try:
+        differential()
+    except AssertionError:
+        return check_writer_control()
+    # the hunt draws a key group's first bucket of a second chunk only now and then
+    assert bug.name == "writer-skips-an-entry-at-a-chunk-boundary", "the hunt missed it"
+    caught = []
+    for size in CHUNK_SIZES:
+        for at in POSITIONS:
+            try:
+                check_chunk_walk(bad, size, at)
+            except AssertionError:
+                caught.append((size, at))
+    assert caught, "neither the hunt nor a chunk walk caught it"
+    check_writer_control()
+
+
+def check_writer_control() -> None:
+    """The bug builds' control: the same build without a bug passes the checks."""
+    control = build_codec()
+    bulk = WriterState(CopyOnWriteStateTable, "utf8", "default", False, [], 3000)
+    check_writer_file(control, "utf8", [bulk])
+    for size in CHUNK_SIZES:
+        check_chunk_walk(control, size, "middle")
+
+
+@needs_codec
+@pytest.mark.parametrize("buffer_size", [0, 1, 5000, 1 << 20])
+def test_a_buffered_write_hands_whole_blocks_to_the_stream(
+    buffer_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes hand over the header and whole blocks once ``buffer_size`` bytes
+    wait, the rest (and the index and footer) at the end; the bytes are those
+    of an unbuffered write, with the C writer and the Python loops."""
+
+    class Recording(io.BytesIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sizes: list[int] = []
+
+        def write(self, data: Any, /) -> int:
+            self.sizes.append(len(data))
+            return super().write(data)
+
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    fill(table, None, [(i, VOID_NAMESPACE, f"é{i}" * 20) for i in range(600)])
+    unbuffered = io.BytesIO()
+    write_snapshot(table.snapshot(), unbuffered, buffer_size=0)
+
+    def write() -> tuple[bytes, list[int]]:
+        stream = Recording()
+        write_snapshot(table.snapshot(), stream, buffer_size=buffer_size)
+        return stream.getvalue(), stream.sizes
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    for outcome_ in (with_c, with_python):
+        data, sizes = outcome_[1]
+        assert data == unbuffered.getvalue()
+        layout = decode_layout(data)
+        ends = {layout.data_start, len(data)} | {b.offset + b.size for b in layout.blocks}
+        at, waited = 0, []
+        for size in sizes:
+            at += size
+            assert at in ends, (at, sizes)  # whole blocks, the header, the index and footer
+            if at != layout.data_start:  # the header may go alone, before the blocks
+                waited.append(size)
+        assert all(size >= buffer_size for size in waited[:-2]), sizes  # [-2:]: what was left
+    if buffer_size == 1 << 20:
+        assert len(with_c[1][1]) <= 3  # the header, the blocks, the index and footer
+
+
+@pytest.mark.parametrize("buffer_size", [-1, True, 1.5, "8"])
+def test_a_buffer_size_that_is_not_a_count_of_bytes_is_refused(buffer_size: Any) -> None:
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    snapshot = table.snapshot()
+    with pytest.raises(InvalidArgumentError, match="expected a buffer_size of 0 or more bytes"):
+        write_snapshot(snapshot, io.BytesIO(), buffer_size=buffer_size)
+    assert snapshot.is_released

@@ -2,12 +2,16 @@
 specification must catch, or with the table-driven CRC32 instead of zlib's.
 
 ``impl/cowstate/_codec.c`` plants one defect under ``-DCOWSTATE_CODEC_BUG=n``
-(as ``_cmap.c`` under ``COWSTATE_BUG``, :mod:`cowstate_spec.bad_cmaps`). Each
+and the snapshot writer in C, ``impl/cowstate/_writer.c`` (compiled into the
+same module), one under ``-DCOWSTATE_WRITER_BUG=n`` (as ``_cmap.c`` under
+``COWSTATE_BUG``, :mod:`cowstate_spec.bad_cmaps`). Each
 variant is compiled once per source version into ``build/bad_codecs/`` as its
-own module (``-DCOWSTATE_CODEC_MODULE=<name>``: ``_codec_bug<n>``, or
-``_codec_tablecrc`` for the codec as it is; neither defines
-``COWSTATE_CODEC_ZLIB``, so both have the table-driven CRC32) and loaded
-beside ``cowstate._codec``, so the tests drive it with the same functions.
+own module (``-DCOWSTATE_CODEC_MODULE=<name>``: ``_codec_bug<n>``,
+``_codec_wbug<n>``, or
+``_codec_tablecrc`` for the codec as it is; none defines
+``COWSTATE_CODEC_ZLIB``, so all have the table-driven CRC32) and loaded
+beside ``cowstate._codec``, so the tests drive it with the same functions
+(``ccodec.CODEC`` set to it: the snapshot writer then runs its blocks too).
 
 ``build_codec(...)`` needs a C compiler and the Python headers (as ``pip
 install -e .`` does); it raises ``RuntimeError`` with the compiler's output
@@ -26,20 +30,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-__all__ = ["CODEC_BUGS", "CodecBug", "build_codec"]
+__all__ = ["CODEC_BUGS", "WRITER_BUGS", "CodecBug", "build_codec"]
 
 SOURCES = Path(__file__).resolve().parents[2] / "impl" / "cowstate"
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_codecs"
-_FILES = ("_codecmodule.c", "_codec.c", "_codec.h")
+_FILES = ("_codecmodule.c", "_codec.c", "_codec.h", "_writer.c", "_writer.h", "_cmap.h")
 
 
 @dataclass(frozen=True)
 class CodecBug:
-    """One planted defect: its ``COWSTATE_CODEC_BUG`` number and what it breaks."""
+    """One planted defect: its number under ``macro`` and what it breaks."""
 
     name: str
     number: int
     breaks: str
+    macro: str = "COWSTATE_CODEC_BUG"
+    prefix: str = "_codec_bug"
 
 
 #: The defects of the C codec the spec must each catch (numbers as in _codec.c).
@@ -51,6 +57,32 @@ CODEC_BUGS = [
     ),
 ]
 
+#: The defects of the snapshot writer in C (numbers as in _writer.c), each caught
+#: by the file differential of tests/test_snapshot_io.py.
+WRITER_BUGS = [
+    CodecBug(
+        "writer-skips-an-entry-at-a-chunk-boundary",
+        1,
+        "the walk: the first entry of a chunk's first bucket counted, never written",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+    ),
+    CodecBug(
+        "writer-crc-over-a-stale-buffer",
+        2,
+        "the block CRC: computed over the block as it was before its last entry",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+    ),
+    CodecBug(
+        "writer-non-ascii-frame-off-by-one",
+        3,
+        "the entry frames: a length prefix off by one for non-ASCII strings",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+    ),
+]
+
 _LOADED: dict[str, ModuleType] = {}
 
 
@@ -59,7 +91,7 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
     planted, or, without one, the codec as it is. Neither links zlib: their
     CRC32 is the table-driven one (what a build without zlib.h gets)."""
     if bug is not None:
-        name, defines = f"_codec_bug{bug.number}", [f"-DCOWSTATE_CODEC_BUG={bug.number}"]
+        name, defines = f"{bug.prefix}{bug.number}", [f"-D{bug.macro}={bug.number}"]
     else:
         name, defines = "_codec_tablecrc", []
     if name in _LOADED:
@@ -80,6 +112,7 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
             f"-DCOWSTATE_CODEC_MODULE={name}",
             str(SOURCES / "_codecmodule.c"),
             str(SOURCES / "_codec.c"),
+            str(SOURCES / "_writer.c"),
             "-o",
             str(target),
         ]
