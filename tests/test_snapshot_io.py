@@ -546,6 +546,66 @@ def test_changes_after_snapshot_never_reach_the_file(cls: TableClass) -> None:
     assert table.get(0, "other") == [0, "v0", "changed"]
 
 
+@needs_codec
+@pytest.mark.parametrize("breaks_contract", [False, True], ids=["owner", "contract-breaker"])
+def test_the_c_writer_writes_the_snapshot_while_the_owner_changes_the_table(
+    breaks_contract: bool,
+) -> None:
+    """The owner puts, removes and mutates what get() hands out while the C writer
+    frames (mostly without the GIL): the file is the snapshot. A contract breaker
+    also mutates, in place, list states it got before the snapshot (appends,
+    clears, regrows): their entries may hold either contents, every other entry
+    is the snapshot's, and the file reads back (make sanitize runs this under
+    ASan: no read of freed memory either)."""
+    table, model = make_pair(CopyOnWriteStateTable, KeyGroupRange(0, 15), 16)
+    entries: list[tuple[Any, Any, Any]] = [
+        (k, "ns" if k % 2 else VOID_NAMESPACE, ([k, "é"], (k, f"s{k}"), k, f"é{k}", b"b")[k % 5])
+        for k in range(12000)
+    ]
+    fill(table, model, entries)
+    kept = {k: table.get(k, ns) for k, ns, _ in entries if k % 5 == 0}  # the live lists
+    snapshot = table.snapshot()
+    expected = dict(model.snapshot().contents)
+    stream = io.BytesIO()
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            write_snapshot(snapshot, stream)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    steps = 0
+    while not done.is_set():
+        k = (steps * 7) % 12000
+        ns = "ns" if k % 2 else VOID_NAMESPACE
+        if steps % 4 == 0:
+            table.put(k, ns, [k, "new"])
+        elif steps % 4 == 1 and isinstance(got := table.get(k, ns), list):
+            got.append(steps)  # a copy-on-write copy: the snapshot keeps its own
+        elif steps % 4 == 2:
+            table.remove(k + 1, "ns" if (k + 1) % 2 else VOID_NAMESPACE)
+        if breaks_contract:
+            broken = kept[(steps * 5) % 12000]
+            broken.extend(range(64)) if steps % 2 else broken.clear()
+        steps += 1
+    writer.join()
+    assert failures == []
+    assert steps > 1, "the owner never ran while the writer wrote"
+    restored = restored_contents(read_snapshot(stream.getvalue(), KeyGroupRange(0, 15)))
+    assert restored.keys() == expected.keys()
+    for (key, namespace), state in restored.items():
+        if breaks_contract and key in kept:
+            assert isinstance(state, list)  # the old, the new or a later contents
+        else:
+            assert state == expected[key, namespace], (key, namespace)
+
+
 def test_reading_from_a_stream_that_does_not_start_at_offset_zero() -> None:
     table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
     fill(table, None, small_entries())
