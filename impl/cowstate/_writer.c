@@ -112,7 +112,10 @@
  * tests must catch (cowstate_spec.bad_codecs.WRITER_BUGS): 1 an entry
  * skipped at a chunk boundary (counted, not written), 2 the CRC over a stale
  * buffer (the block as it was before its last entry), 3 a frame's length
- * off by one for a non-ASCII str.
+ * off by one for a non-ASCII str, 4 a key group released (written(kg)) as
+ * soon as it is prepared, before its entries are encoded -- the pin keeps
+ * the memory valid, so what it breaks is the release order: a key group
+ * released before its block reaches the stream.
  */
 #include "_writer.h"
 
@@ -130,6 +133,7 @@
 #define WBUG_SKIPS_ENTRY_AT_CHUNK_BOUNDARY 1
 #define WBUG_CRC_OVER_STALE_BUFFER 2
 #define WBUG_NON_ASCII_FRAME_OFF_BY_ONE 3
+#define WBUG_RELEASES_BEFORE_ENCODING 4
 
 #define WINDOW_ENTRIES ((Py_ssize_t)1 << 16)
 #define WINDOW_KEY_GROUPS 1024
@@ -489,6 +493,8 @@ static int prepare(Job *job, Window *win, long kg)
             if (win->sections[base + sid] == NULL)
                 return -1;
         }
+        if (PLANTED(WBUG_RELEASES_BEFORE_ENCODING) && call_kg(job->written, kg) < 0)
+            return -1; /* planted: released before its entries are encoded */
         kg++;
     }
     return 0;
@@ -696,7 +702,7 @@ PyObject *cw_write_blocks(PyObject *self, PyObject *const *args, Py_ssize_t narg
                 goto finally;
             PyList_SET_ITEM(offsets, kg - job.first, at);
             entries += win.counts[i];
-            if (call_kg(job.written, kg) < 0)
+            if (!PLANTED(WBUG_RELEASES_BEFORE_ENCODING) && call_kg(job.written, kg) < 0)
                 goto finally;
         }
         if (job.flushed > 0) { /* keep only what waits for the stream */

@@ -30,9 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+import cowstate
+
 __all__ = ["CODEC_BUGS", "WRITER_BUGS", "CodecBug", "build_codec"]
 
-SOURCES = Path(__file__).resolve().parents[2] / "impl" / "cowstate"
+# The C sources beside the cowstate package in use: impl/cowstate in the
+# repository, build/sanitize/cowstate (a copy) under make sanitize, where
+# parents[2] of this file is build/ and holds no impl/.
+SOURCES = Path(cowstate.__file__).resolve().parent
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_codecs"
 _FILES = ("_codecmodule.c", "_codec.c", "_codec.h", "_writer.c", "_writer.h", "_cmap.h")
 
@@ -58,7 +63,7 @@ CODEC_BUGS = [
 ]
 
 #: The defects of the snapshot writer in C (numbers as in _writer.c), each caught
-#: by the file differential of tests/test_snapshot_io.py.
+#: by the writer's checks in tests/test_snapshot_io.py.
 WRITER_BUGS = [
     CodecBug(
         "writer-skips-an-entry-at-a-chunk-boundary",
@@ -78,6 +83,13 @@ WRITER_BUGS = [
         "writer-non-ascii-frame-off-by-one",
         3,
         "the entry frames: a length prefix off by one for non-ASCII strings",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+    ),
+    CodecBug(
+        "writer-releases-a-key-group-before-encoding-it",
+        4,
+        "the release order: a key group released when prepared, before its block is written",
         "COWSTATE_WRITER_BUG",
         "_codec_wbug",
     ),
