@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import importlib.machinery
 import importlib.util
+import os
 import subprocess
 import sys
 import sysconfig
@@ -31,6 +32,7 @@ from pathlib import Path
 from types import ModuleType
 
 import cowstate
+from cowstate_spec.bad_cmaps import _SANITIZER_VARIABLES
 
 __all__ = ["CODEC_BUGS", "WRITER_BUGS", "CodecBug", "build_codec"]
 
@@ -128,7 +130,10 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
             "-o",
             str(target),
         ]
-        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        # without the sanitizer runtimes make sanitize preloads (LeakSanitizer
+        # would fail the compiler on its own leaks), as bad_cmaps builds
+        clean = {k: v for k, v in os.environ.items() if k not in _SANITIZER_VARIABLES}
+        done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:
             raise RuntimeError(f"building {name} failed: {' '.join(command)}\n{done.stderr}")
     spec = importlib.util.spec_from_file_location(f"cowstate.{name}", target)
