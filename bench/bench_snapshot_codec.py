@@ -1,6 +1,7 @@
-"""Benchmark: the snapshot writer and reader through the C codec (``cowstate._codec``)
-against the same writer and reader in Python, and against ``pickle`` of a dict of
-the same mappings.
+"""Benchmark: the snapshot writer in C and the reader through the C codec
+(``cowstate._codec``) against the same writer and reader in Python, against
+``pickle`` of a dict of the same mappings, and the owner's updates while the
+writer writes.
 
 Run::
 
@@ -11,12 +12,16 @@ Run::
 Competitors (columns)
 =====================
 ``c``       ``write_snapshot`` / ``restore`` with the C codec
-            (``cowstate.snapshot.ccodec.CODEC``, the default when built).
+            (``cowstate.snapshot.ccodec.CODEC``, the default when built): the
+            blocks by the snapshot writer in C (``impl/cowstate/_writer.c``).
 ``python``  the same with ``ccodec.CODEC = None``: the Python loops, calling the
             serializers per value (what cowstate did before the codec).
 ``pickle``  ``pickle.dumps`` / ``pickle.loads`` (highest protocol) of a dict
             ``{(key, VOID_NAMESPACE): state}`` holding the same mappings: the
             reference of issue 28.
+``open``    (owner row) the owner's updates while a snapshot is open but its
+            writer waits: what copy-on-write alone costs the owner.
+``idle``    (owner row) the owner's updates with no snapshot open.
 
 Data
 ====
@@ -24,7 +29,8 @@ Per shape, one ``HeapKeyedStateBackend`` over key groups ``[0, 127]`` of max
 parallelism 128, default serializers (the value codec for key, namespace and
 state), one ``ValueState`` with ``N`` entries (``--entries``, default
 1,000,000): int keys ``0..N-1``, namespace ``VOID_NAMESPACE``, state ``i *
-7919`` (``int``) or ``f"user-{i}-clicked-home"`` (``str``), filled through the
+7919`` (``int``), ``f"user-{i}-clicked-home"`` (``str``) or ``[i, i + 1]``
+(``list``: encoded with the GIL held), filled through the
 handle, untimed. The C and Python files are checked to be identical, byte for
 byte, before the rounds.
 
@@ -42,12 +48,24 @@ issue 28's separate GC item). Rows, in M entries/s:
    .result()`` from the call's return (the asynchronous part: reading the
    snapshot's entries, encoding, framing, CRC32, index); ``pickle`` times
    ``pickle.dumps(mappings)``.
-2. ``restore``: a fresh backend with the descriptor registered (untimed), then
+2. ``write, owner busy``: the C writer's rate (from ``backend.snapshot``'s
+   return to the future's end) while the main thread, the owner, updates
+   random keys as fast as it can (``set_current_key``, ``value()``,
+   ``update()``); ``pickle`` is row 1's.
+3. ``owner updates``: the owner's updates/s in those same runs (``c``), for
+   ``--owner-ops`` updates with a snapshot open and its writer waiting
+   (``open``), and with none (``idle``); the three interleaved per round.
+4. ``restore``: a fresh backend with the descriptor registered (untimed), then
    ``backend.restore([data])``; ``pickle`` times ``pickle.loads``.
 
 Targets (issue 28; the ratio is the median of the per-round ratios): the
-write rate with the C codec >= pickle's, the restore rate >= 0.5x pickle's
-(within 2x). The JSON goes to ``bench/results/snapshot_codec.json``.
+write rate with the C writer >= pickle's (list states >= 0.5x), >= 0.5x
+pickle's with the owner busy, the owner's updates while the writer writes
+>= 0.7x idle, the restore rate >= 0.5x pickle's (within 2x). On 2 cores the
+writer thread and the owner share the machine with whatever else runs: the
+load average before and after is printed (at a load above 2, the owner and
+the writer compete for a core, not only for the GIL). The JSON goes to
+``bench/results/snapshot_codec.json``.
 """
 
 from __future__ import annotations
@@ -60,6 +78,7 @@ import itertools
 import os
 import pickle
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
@@ -85,11 +104,12 @@ from cowstate import VOID_NAMESPACE, HeapKeyedStateBackend, KeyGroupRange, Value
 from cowstate.snapshot import ccodec
 
 RESULTS_PATH = Path(__file__).parent / "results" / "snapshot_codec.json"
-C, PYTHON, PICKLE, IDLE = "c", "python", "pickle", "idle"
+C, PYTHON, PICKLE, OPEN, IDLE = "c", "python", "pickle", "open", "idle"
 COMPETITORS = (
     Competitor(C, "C writer"),
     Competitor(PYTHON, "Python loops"),
     Competitor(PICKLE, "pickle dict"),
+    Competitor(OPEN, "snap. open"),
     Competitor(IDLE, "owner idle"),
 )
 SHAPES: dict[str, Callable[[int], Any]] = {
@@ -176,11 +196,13 @@ def run_restore(data: bytes, n: int, check: tuple[int, Any]) -> int:
 
 
 def run_owner(
-    backend: HeapKeyedStateBackend, ids: Iterator[int] | None, n: int, shape: str, ops: int
+    backend: HeapKeyedStateBackend, ids: Iterator[int], n: int, shape: str, mode: str, ops: int
 ) -> tuple[float, float]:
-    """The owner's updates/s (``set_current_key``, ``value()``, ``update()``) while
-    the snapshot's asynchronous part runs on the backend's writer thread (``ids``),
-    or idle for ``ops`` updates (``ids`` None); and the writer's M entries/s."""
+    """The owner's updates/s (``set_current_key``, ``value()``, ``update()``) in
+    ``mode``: WRITING -- while the snapshot's asynchronous part runs on the
+    backend's writer thread, until it is done; OPEN -- for ``ops`` updates while
+    a snapshot is open but its writer waits (copy-on-write alone); IDLE -- for
+    ``ops`` updates, no snapshot. And the writer's M entries/s (WRITING)."""
     state = backend.get_state(descriptor())
     set_key, value, update, value_of = (
         backend.set_current_key,
@@ -188,10 +210,18 @@ def run_owner(
         state.update,
         SHAPES[shape],
     )
-    future = None if ids is None else backend.snapshot(next(ids), io.BytesIO)
+    go = threading.Event()
+
+    def waiting_stream() -> io.BytesIO:
+        go.wait()
+        return io.BytesIO()
+
+    future = None
+    if mode != IDLE:
+        future = backend.snapshot(next(ids), io.BytesIO if mode == C else waiting_stream)
     t0 = clock()
     done, key = 0, 0
-    while (future is not None and not future.done()) or (future is None and done < ops):
+    while (mode == C and future is not None and not future.done()) or (mode != C and done < ops):
         for _ in range(OWNER_BATCH):
             key = (key + 7919) % n
             set_key(key)
@@ -199,6 +229,7 @@ def run_owner(
             update(value_of(key))
         done += OWNER_BATCH
     elapsed = clock() - t0
+    go.set()
     if future is not None:
         result = future.result()
         if result.info is None or result.info.entries != n:
@@ -260,16 +291,17 @@ def phase(shape: str, cfg: Config, notes: dict[str, Any]) -> list[Result]:
     for key, sample in times.items():
         write.set(key, rate(sample, n))
     log(f"{shape}: owner rounds (the owner updating while the writer writes, and idle)")
-    owner_rates: dict[str, list[float]] = {C: [], IDLE: []}
+    owner_rates: dict[str, list[float]] = {C: [], OPEN: [], IDLE: []}
     busy_rates: list[float] = []
     for _ in range(cfg.repeats):
-        gc.collect()
-        updates, entries = with_codec(codec, lambda: run_owner(backend, ids, n, shape, 0))()
-        owner_rates[C].append(updates / 1e3)
-        busy_rates.append(entries)
-        gc.collect()
-        updates, _ = run_owner(backend, None, n, shape, cfg.owner_ops)
-        owner_rates[IDLE].append(updates / 1e3)
+        for mode in (C, OPEN, IDLE):
+            gc.collect()
+            updates, entries = with_codec(
+                codec, lambda mode=mode: run_owner(backend, ids, n, shape, mode, cfg.owner_ops)
+            )()
+            owner_rates[mode].append(updates / 1e3)
+            if mode == C:
+                busy_rates.append(entries)
     for key, values in owner_rates.items():
         owner.set(key, Sample(tuple(values)))
     busy.set(C, Sample(tuple(busy_rates)))
