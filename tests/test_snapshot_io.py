@@ -4167,3 +4167,35 @@ def test_a_buffer_size_that_is_not_a_count_of_bytes_is_refused(buffer_size: Any)
     with pytest.raises(InvalidArgumentError, match="expected a buffer_size of 0 or more bytes"):
         write_snapshot(snapshot, io.BytesIO(), buffer_size=buffer_size)
     assert snapshot.is_released
+
+
+@needs_codec
+@pytest.mark.parametrize("walked_id", [0, 1])
+@pytest.mark.parametrize("key_groups", [(1, 1), (0, 1), (1, 0)])
+def test_the_c_writer_raises_the_error_the_python_loops_raise_first(
+    walked_id: int, key_groups: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walked state refusing a value (a bool for IntSerializer) and a state of
+    the Python path refusing one (a SubInt for the value codec), in the same key
+    group or in either order: the C writer raises the error the Python loops
+    meet first (key group by key group, state by state), where it raised the
+    Python path's error of a later state or key group first."""
+    walked_kg, python_kg = key_groups
+    key_in = {kg: next(k for k in range(100) if model_key_group(k, 2) == kg) for kg in (0, 1)}
+    walked = StateMetaInfo("walked", StateKind.VALUE, DefaultSerializer(), IntSerializer())
+    python = StateMetaInfo("python", StateKind.VALUE, RowsSerializer(), DefaultSerializer())
+    metas = [walked, python] if walked_id == 0 else [python, walked]
+    tables: list[Table] = []
+    for meta in metas:
+        table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 1), 2, meta=meta)
+        fill(table, None, [(k, "a", 5) for k in range(40)])
+        refused_kg, refused = (walked_kg, True) if meta is walked else (python_kg, SubInt(3))
+        table.put(key_in[refused_kg], "a", refused)
+        tables.append(table)
+
+    def write() -> bytes:
+        return written([t.snapshot() for t in tables])
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert with_c[0] == "error"

@@ -52,6 +52,15 @@
  * snapshots are unpinned. The stream's write releases the GIL itself while
  * it writes (io.FileIO), on one buffer of up to buffer_size bytes.
  *
+ * Errors come out as the Python loops raise them, the first in their order
+ * (key group by key group, state by state): a Python section that raises
+ * while a window is prepared ends the window before its key group; the
+ * window is written, then that key group's walked states before it go
+ * through the Python path (their error wins), then its error is raised. A
+ * serializer the Python path calls may thus run for a later key group
+ * before a walked state's fallback value of an earlier one: the order of
+ * calls across states of different paths is not the Python loops'.
+ *
  * While framing, an entry whose values are not all immutable (a list, dict
  * or set anywhere in it, or a value for a Python serializer) takes the GIL
  * back and is encoded with it held (cs_encode with gil_held = 1 reads the
@@ -477,6 +486,9 @@ typedef struct {
     size_t buffer_size;
     size_t flushed;          /* bytes of out already given to the stream */
     long long out_position;  /* the stream offset of out.data[0] */
+    PyObject *pending[3];    /* a Python section's error, raised in the Python order */
+    long pending_kg;
+    Py_ssize_t pending_sid;
 } Job;
 
 /* Prepare key groups from `kg` on into the window, with the GIL. */
@@ -511,14 +523,51 @@ static int prepare(Job *job, Window *win, long kg)
                 /* released: the Python path says so (or writes what it holds) */
             }
             win->sections[base + sid] = python_section(job->python, sid, kg);
-            if (win->sections[base + sid] == NULL)
-                return -1;
+            if (win->sections[base + sid] == NULL) {
+                /* The Python loops raise this only once the key groups before
+                 * this one are written and this one's states before it encoded:
+                 * keep it, end the window before this key group, and raise it
+                 * after those (raise_pending), unless one of them raises first. */
+                PyErr_Fetch(&job->pending[0], &job->pending[1], &job->pending[2]);
+                job->pending_kg = kg;
+                job->pending_sid = sid;
+                for (Py_ssize_t at = base; at < base + job->nstates; at++) {
+                    if (win->snaps[at] != NULL) {
+                        layout->snap_unpin(win->snaps[at]);
+                        Py_CLEAR(win->snaps[at]);
+                    }
+                    Py_CLEAR(win->sections[at]);
+                }
+                win->used--;
+                return 0;
+            }
         }
         if (PLANTED(WBUG_RELEASES_BEFORE_ENCODING) && call_kg(job->written, kg) < 0)
             return -1; /* planted: released before its entries are encoded */
         kg++;
     }
     return 0;
+}
+
+/* With the GIL, once the key groups before it are written: the walked states
+ * before the failed one of its key group through the Python path (whose error,
+ * raised first in the Python loops, wins), then the kept error. Returns -1. */
+static int raise_pending(Job *job)
+{
+    for (Py_ssize_t sid = 0; sid < job->pending_sid; sid++) {
+        if (job->specs[sid].python)
+            continue;
+        PyObject *section = python_section(job->python, sid, job->pending_kg);
+        if (section == NULL) {
+            for (int k = 0; k < 3; k++)
+                Py_CLEAR(job->pending[k]);
+            return -1;
+        }
+        Py_DECREF(section);
+    }
+    PyErr_Restore(job->pending[0], job->pending[1], job->pending[2]);
+    job->pending[0] = job->pending[1] = job->pending[2] = NULL;
+    return -1;
 }
 
 /* Frame the window's blocks into w->out (the GIL released unless kept). */
@@ -693,6 +742,10 @@ PyObject *cw_write_blocks(PyObject *self, PyObject *const *args, Py_ssize_t narg
     for (long kg = job.first; kg <= job.last;) {
         if (prepare(&job, &win, kg) < 0)
             goto finally;
+        if (win.used == 0) { /* the first key group's Python section failed */
+            raise_pending(&job);
+            goto finally;
+        }
         Py_ssize_t pinned = 0;
         for (Py_ssize_t i = 0; i < win.used * win.nstates; i++)
             if (win.snaps[i] != NULL)
@@ -726,6 +779,10 @@ PyObject *cw_write_blocks(PyObject *self, PyObject *const *args, Py_ssize_t narg
             if (!PLANTED(WBUG_RELEASES_BEFORE_ENCODING) && call_kg(job.written, kg) < 0)
                 goto finally;
         }
+        if (job.pending[0] != NULL) {
+            raise_pending(&job);
+            goto finally;
+        }
         if (job.flushed > 0) { /* keep only what waits for the stream */
             size_t rest = w.out.len - job.flushed;
             memmove(w.out.data, w.out.data + job.flushed, rest);
@@ -751,6 +808,8 @@ finally:
     PyMem_Free(win.block_end);
     PyMem_Free(win.counts);
     PyMem_Free(job.specs);
+    for (int k = 0; k < 3; k++)
+        Py_XDECREF(job.pending[k]);
     cs_buf_free(&w.out);
     Py_DECREF(offsets);
     Py_DECREF(job.states);
