@@ -224,14 +224,10 @@ def write_snapshot(
             for snap in tables:
                 snap.release_key_group(key_group)
 
+        first, last = metadata.key_group_range
         walked = sections.walked()
-        if (
-            sections.codec is not None
-            and len(metadata.range) > 0
-            and any(state is not None for state in walked)
-        ):
+        if sections.codec is not None and first <= last and any(s is not None for s in walked):
             writer._flush()
-            first, last = metadata.key_group_range
             offsets, entries, position = sections.codec.write_blocks(
                 stream,
                 writer._position,
@@ -245,10 +241,12 @@ def write_snapshot(
             )
             writer._blocks_written(first, offsets, entries, position)
             return writer.finish()
-        ids = range(len(tables))
-        for key_group in metadata.range:
+        for key_group in range(first, last + 1):
             cancelled(key_group)
-            per_state = {state_id: sections.entries(state_id, key_group) for state_id in ids}
+            per_state: dict[int, Entries] = {}
+            for state_id, snap in enumerate(tables):
+                items = snap.key_group_items(key_group)
+                per_state[state_id] = sections.entries(state_id, items)
             writer.write_key_group(key_group, per_state)
             written(key_group)
         return writer.finish()
@@ -300,10 +298,10 @@ class _Sections:
             states.append((maps, *kinds, *self.serializers[state_id]))
         return states
 
-    def entries(self, state_id: int, key_group: int) -> Entries:
-        """The Python path: one state's entries of ``key_group``."""
+    def entries(self, state_id: int, items: Sequence[tuple[Any, Any, Any]]) -> Entries:
+        """The Python path: one state's entries of a key group, as its table
+        snapshot's ``key_group_items`` gave them."""
         key_bytes, namespace_bytes, state_bytes = self.serializers[state_id]
-        items = self.tables[state_id].key_group_items(key_group)
         if self.codec is not None:
             key_kind, namespace_kind, state_kind = self.kinds[state_id]
             encoded = self.codec.encode_section(
@@ -326,7 +324,8 @@ class _Sections:
 
     def section(self, state_id: int, key_group: int) -> tuple[int, bytes]:
         """The Python path's framed section (the C writer's ``python_section``)."""
-        return _section(state_id, self.entries(state_id, key_group))
+        items = self.tables[state_id].key_group_items(key_group)
+        return _section(state_id, self.entries(state_id, items))
 
 
 def _metadata_of(
