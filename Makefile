@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml setup.py
 
 $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec/_cmap_probe.c \
 		impl/cowstate/_keygroups.c impl/cowstate/_void.c impl/cowstate/_codec.c \
-		impl/cowstate/_codec.h impl/cowstate/_codecmodule.c setup.py
+		impl/cowstate/_codec.h impl/cowstate/_codecmodule.c impl/cowstate/_writer.c \
+		impl/cowstate/_writer.h setup.py
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 

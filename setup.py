@@ -76,8 +76,12 @@ setup(
         # optional like the map: without it the writer and reader run in Python.
         Extension(
             "cowstate._codec",
-            sources=["impl/cowstate/_codecmodule.c", "impl/cowstate/_codec.c"],
-            depends=["impl/cowstate/_codec.h"],
+            sources=[
+                "impl/cowstate/_codecmodule.c",
+                "impl/cowstate/_codec.c",
+                "impl/cowstate/_writer.c",
+            ],
+            depends=["impl/cowstate/_codec.h", "impl/cowstate/_writer.h", "impl/cowstate/_cmap.h"],
             define_macros=[("COWSTATE_CODEC_ZLIB", "1")] if ZLIB else [],
             libraries=["z"] if ZLIB else [],
             extra_compile_args=flags,

@@ -8,7 +8,10 @@
 # (all but the two long random-isolation ones, which take many minutes under ASan),
 # the restore checks that drive _keygroups and the C reader, VOID_NAMESPACE's tests,
 # and the C codec's tests: its differential tests, the encoder without the GIL while
-# another thread touches the same objects, and the snapshot writer and reader through it.
+# another thread touches the same objects, and the snapshot writer and reader through it
+# -- among them the snapshot writer in C (_writer.c, in the codec's module) walking
+# maps of several chunks and rehashing ones, and writing while the owner changes the
+# table and, breaking the contract, mutates list states of the snapshot in place.
 #
 # The sanitized build goes to build/sanitize/ (copies of impl/cowstate and
 # spec/cowstate_spec with the instrumented extensions), put first on PYTHONPATH, so
@@ -63,7 +66,7 @@ gcc -shared -fPIC -std=c11 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=
     -fsanitize=address,undefined -Wall -Wextra -Wno-unused-parameter \
     -Wno-missing-field-initializers -Wno-cast-function-type -Werror -DCOWSTATE_CODEC_ZLIB=1 \
     $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} -I"$INCLUDE" "$OUT/cowstate/_codecmodule.c" \
-    "$OUT/cowstate/_codec.c" -lz -o "$OUT/cowstate/_codec$SUFFIX"
+    "$OUT/cowstate/_codec.c" "$OUT/cowstate/_writer.c" -lz -o "$OUT/cowstate/_codec$SUFFIX"
 # The leak self-check's copy: cowstate._cmap_leakprobe, entry_free() keeping the entry.
 $PY - "$OUT/cowstate/_cmap_leakprobe.c" <<'PYTHON'
 import sys

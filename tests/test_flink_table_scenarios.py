@@ -166,7 +166,7 @@ def test_release_for_successful_snapshot() -> None:
             seen.append(open_versions(table))
             return super().write(data)
 
-    write_snapshot(snapshot, Watching(), release=False)
+    write_snapshot(snapshot, Watching(), release=False, buffer_size=0)  # each block at once
     # Before the block of key group kg was written, kg was still open; after the
     # index, every key group had been released one by one.
     released_counts = [sum(1 for v in versions if not v) for versions in seen]
@@ -193,7 +193,7 @@ def test_release_for_failed_snapshot() -> None:
             return super().write(data)
 
     with pytest.raises(OSError, match="disk full"):
-        write_snapshot(snapshot, FailingAfterFiveGroups(), release=False)
+        write_snapshot(snapshot, FailingAfterFiveGroups(), release=False, buffer_size=0)
     assert open_versions(table) == [frozenset()] * 5 + [frozenset({1})] * 5
     snapshot.release()
     assert open_versions(table) == [frozenset()] * 10

@@ -17,6 +17,10 @@
   <n>``, short for ``cowstate.snapshot.reader.xǁSnapshotReaderǁ<function>__mutmut_<n>``
   (the methods) or ``cowstate.snapshot.reader.x_<function>__mutmut_<n>`` (the
   module's functions);
+- the snapshot writer in C (``impl/cowstate/_writer.c``, the last section):
+  its files against the Python loops' byte for byte (Hypothesis, chunk
+  walks, rehashing maps), beside an owner changing the table and a contract
+  breaker mutating list states in place, and its planted bugs;
 - the writer, block by block, and ``read_snapshot`` / ``restore_table`` word
   for word (sections 10 and 11): files written by :func:`write_snapshot` or
   :class:`SnapshotWriter` (crafted ones with :func:`restore_support.craft`, so
@@ -112,7 +116,7 @@ from cowstate.state_table import (
 )
 from cowstate_model.key_groups import assign_to_key_group as model_key_group
 from cowstate_model.state_table import ReferenceStateTable
-from cowstate_spec.bad_codecs import CODEC_BUGS, build_codec
+from cowstate_spec.bad_codecs import CODEC_BUGS, WRITER_BUGS, build_codec
 from cowstate_spec.contract import mutate_in_place
 from cowstate_spec.profiles import hunt_settings
 
@@ -548,6 +552,73 @@ def test_changes_after_snapshot_never_reach_the_file(cls: TableClass) -> None:
     assert table.get(0, "other") == [0, "v0", "changed"]
 
 
+@needs_codec
+@pytest.mark.parametrize("breaks_contract", [False, True], ids=["owner", "contract-breaker"])
+def test_the_c_writer_writes_the_snapshot_while_the_owner_changes_the_table(
+    breaks_contract: bool,
+) -> None:
+    """The owner puts, removes and mutates what get() hands out while the C writer
+    frames (mostly without the GIL): the file is the snapshot. A contract breaker
+    also mutates, in place, list states it got before the snapshot (appends,
+    clears, regrows): their entries may hold either contents, every other entry
+    is the snapshot's, and the file reads back (make sanitize runs this under
+    ASan: no read of freed memory either)."""
+    table, model = make_pair(CopyOnWriteStateTable, KeyGroupRange(0, 15), 16)
+    entries: list[tuple[Any, Any, Any]] = [
+        (k, "ns" if k % 2 else VOID_NAMESPACE, ([k, "é"], (k, f"s{k}"), k, f"é{k}", b"b")[k % 5])
+        for k in range(12000)
+    ]
+    fill(table, model, entries)
+    kept: dict[int, list[Any]] = {}  # the live lists, got before the snapshot
+    for k, ns, _ in entries[::5]:
+        got = table.get(k, ns)
+        assert isinstance(got, list)
+        kept[k] = got
+    snapshot = table.snapshot()
+    expected = dict(model.snapshot().contents)
+    stream = io.BytesIO()
+    failures: list[BaseException] = []
+    done = threading.Event()
+
+    def write() -> None:
+        try:
+            write_snapshot(snapshot, stream)
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+        finally:
+            done.set()
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    steps = 0
+    while not done.is_set():
+        k = (steps * 7) % 12000
+        ns = "ns" if k % 2 else VOID_NAMESPACE
+        if steps % 4 == 0:
+            table.put(k, ns, [k, "new"])
+        elif steps % 4 == 1 and isinstance(got := table.get(k, ns), list):
+            got.append(steps)  # a copy-on-write copy: the snapshot keeps its own
+        elif steps % 4 == 2:
+            table.remove(k + 1, "ns" if (k + 1) % 2 else VOID_NAMESPACE)
+        if breaks_contract:
+            broken = kept[(steps * 5) % 12000]
+            if steps % 2:
+                broken.extend(range(64))
+            else:
+                broken.clear()
+        steps += 1
+    writer.join()
+    assert failures == []
+    assert steps > 1, "the owner never ran while the writer wrote"
+    restored = restored_contents(read_snapshot(stream.getvalue(), KeyGroupRange(0, 15)))
+    assert restored.keys() == expected.keys()
+    for (key, namespace), state in restored.items():
+        if breaks_contract and key in kept:
+            assert isinstance(state, list)  # the old, the new or a later contents
+        else:
+            assert state == expected[key, namespace], (key, namespace)
+
+
 def test_reading_from_a_stream_that_does_not_start_at_offset_zero() -> None:
     table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
     fill(table, None, small_entries())
@@ -580,7 +651,7 @@ def test_writing_on_another_thread_while_the_table_keeps_changing() -> None:
 
     def write() -> None:
         try:
-            write_snapshot(snapshot, stream)
+            write_snapshot(snapshot, stream, buffer_size=0)  # positions move block by block
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
 
@@ -992,6 +1063,7 @@ class ReleaseWatchingStream(io.BytesIO):
         self.snapshot = snapshot
         self.table = table
         self.seen: list[tuple[int, ...]] = []
+        self.at: list[int] = []  # where each write started
 
     def write(self, data: Any, /) -> int:
         released = tuple(
@@ -1005,19 +1077,30 @@ class ReleaseWatchingStream(io.BytesIO):
             )
             assert versions == released
         self.seen.append(released)
+        self.at.append(self.tell())
         return super().write(data)
 
 
 @pytest.mark.parametrize("cls", TABLES)
 def test_every_key_group_is_released_as_soon_as_it_is_written(cls: TableClass) -> None:
+    check_release_order(cls, ccodec.CODEC)
+
+
+def check_release_order(cls: TableClass, codec: Any) -> None:
     table = filled_table(cls)
     snapshot = table.snapshot()
     stream = ReleaseWatchingStream(snapshot, table)
-    write_snapshot(snapshot, stream)
-    n = len(table.key_group_range)
-    expected = [()] + [tuple(range(j)) for j in range(n) for _ in range(3)]
-    expected += [tuple(range(n))] * 2  # index, footer
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        write_snapshot(snapshot, stream, buffer_size=0)  # every block goes to the stream at once
+    blocks = decode_layout(stream.getvalue()).blocks
+    assert [b.key_group for b in blocks] == list(table.key_group_range)
+    # at each write, exactly the key groups whose blocks were written before it
+    # are released (the Python loops write a block in three writes, the C writer in one)
+    expected = [tuple(b.key_group for b in blocks if b.offset + b.size <= at) for at in stream.at]
     assert stream.seen == expected
+    assert stream.at[0] == 0 and {b.offset for b in blocks} <= set(stream.at)
+    assert stream.seen[-1] == tuple(table.key_group_range)  # the footer
     assert_all_released(table, snapshot)
 
 
@@ -1099,7 +1182,7 @@ def test_cancel_raises_snapshot_cancelled_and_releases_everything(cls: TableClas
     cancel = threading.Event()
     stream = CancellingStream(cancel, layout.block(4).offset)
     with pytest.raises(SnapshotCancelledError) as excinfo:
-        write_snapshot(snapshot, stream, cancel=cancel)
+        write_snapshot(snapshot, stream, cancel=cancel, buffer_size=0)
     assert isinstance(excinfo.value, CancelledError)
     assert "before key group 5 was written" in str(excinfo.value)
     assert len(stream.getvalue()) == layout.block(5).offset
@@ -1111,7 +1194,9 @@ def test_without_release_a_failed_write_leaves_the_rest_to_the_caller() -> None:
     layout = decode_layout(small_file(40))
     snapshot = table.snapshot()
     with pytest.raises(OSError):
-        write_snapshot(snapshot, FailingStream(layout.block(3).offset + 5), release=False)
+        write_snapshot(
+            snapshot, FailingStream(layout.block(3).offset + 5), release=False, buffer_size=0
+        )
     assert [snapshot.is_key_group_released(kg) for kg in SMALL_RANGE] == [True] * 3 + [False] * 7
     assert describe(table.state_map(3)).open_versions
     snapshot.release()
@@ -3825,3 +3910,294 @@ def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
         (k, n, bytes(s) if type(s) is bytearray else s) for k, n, s in entries
     ]  # the value codec writes a bytearray as bin: it comes back as bytes
     assert restored_contents(restored) == contents(expected)
+
+
+# ======================================== the snapshot writer in C (_writer.c)
+# write_snapshot hands the blocks to the C writer when the codec is built: states
+# of C map snapshots with built-in serializers and no transformer are walked from
+# their chunks, every other state of the same block takes the Python path.
+
+WRITER_MAXP = 2  # two key groups: a few thousand entries give maps of several chunks
+
+
+def bulk_key(key_name: str, i: int) -> Any:
+    if key_name == "utf8":
+        return f"k{i}é"
+    if key_name == "bytes":
+        return i.to_bytes(4, "big")
+    return i
+
+
+def bulk_state(state_name: str, i: int) -> Any:
+    if state_name == "int32":
+        return i
+    if state_name == "bytes":
+        return str(i).encode()
+    if state_name in ("text", "shouting"):
+        return 10 + i % 6
+    return ([i, "é"], (i, f"s{i}", 0.5), i, f"é{i}")[i % 4]
+
+
+def drop_thirds(state: Any) -> Any:
+    """A snapshot transformer: drops int states divisible by 3."""
+    return None if type(state) is int and state % 3 == 0 else state
+
+
+@dataclass(frozen=True)
+class WriterState:
+    cls: TableClass
+    ns_name: str
+    state_name: str
+    transformer: bool
+    entries: list[tuple[Any, Any, Any]]
+    bulk: int
+
+
+@st.composite
+def writer_files(draw: st.DrawFn) -> tuple[str, list[WriterState]]:
+    key_name = draw(st.sampled_from(list(CODEC_KEYS)))
+    states = []
+    for _ in range(draw(st.integers(1, 3))):
+        ns_name = draw(st.sampled_from(list(CODEC_NAMESPACES)))
+        state_name = draw(st.sampled_from(list(CODEC_STATES)))
+        entries = draw(
+            st.lists(
+                st.tuples(
+                    CODEC_KEYS[key_name][1],
+                    CODEC_NAMESPACES[ns_name][1],
+                    CODEC_STATES[state_name][1],
+                ),
+                max_size=20,
+            )
+        )
+        # maps of one chunk, of two (2,400: 1,200 per key group) and rehashing
+        # from one chunk to two (1,700: 850 per key group)
+        bulk = draw(st.sampled_from([0, 0, 40, 1700, 2400, 2400]))
+        # mostly what the C writer walks: C map snapshots without a transformer
+        walked: list[TableClass] = [CopyOnWriteStateTable, CopyOnWriteStateTable]
+        cls = draw(st.sampled_from([*walked, *TABLES]))
+        transformer = draw(st.sampled_from([False, False, True]))
+        states.append(WriterState(cls, ns_name, state_name, transformer, entries, bulk))
+    return key_name, states
+
+
+def writer_tables(key_name: str, states: list[WriterState]) -> list[Table]:
+    key_ser = CODEC_KEYS[key_name][0]
+    tables = []
+    for state_id, state in enumerate(states):
+        meta = StateMetaInfo(
+            f"s{state_id}",
+            StateKind.VALUE,
+            CODEC_NAMESPACES[state.ns_name][0],
+            CODEC_STATES[state.state_name][0],
+            snapshot_transformer=drop_thirds if state.transformer else None,
+        )
+        table: Table = state.cls(
+            KeyGroupRange(0, WRITER_MAXP - 1), WRITER_MAXP, meta=meta, key_serializer=key_ser
+        )
+        namespace = "a" if state.ns_name == "rows" else ("w" if state.ns_name == "utf8" else 7)
+        bulk = [
+            (bulk_key(key_name, i), namespace, bulk_state(state.state_name, i))
+            for i in range(state.bulk)
+        ]
+        for key, ns, value in state.entries + bulk:
+            with contextlib.suppress(CowStateError):  # a key of another type than the first
+                table.put(key, ns, value)
+        tables.append(table)
+    return tables
+
+
+def check_writer_file(codec: Any, key_name: str, states: list[WriterState]) -> None:
+    """The C writer's file (``codec``) is the Python loops' byte for byte, or both
+    writes fail alike."""
+    tables = writer_tables(key_name, states)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        first = [t.snapshot() for t in tables]
+        second = [t.snapshot() for t in tables]
+        with_c = outcome(lambda: written(first))
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(lambda: written(second))
+    assert with_c == with_python
+    for snap in first + second:
+        assert snap.is_released
+
+
+@needs_codec
+@given(writer_files())
+def test_the_c_writer_writes_the_python_loops_bytes_for_every_state_shape(
+    case: tuple[str, list[WriterState]],
+) -> None:
+    """Up to three states in one file: walked C map snapshots (one chunk, several,
+    rehashing), beside pure-map, nested, transformed and Python-serializer states
+    and values handed back, which take the Python path in the same blocks."""
+    check_writer_file(ccodec.CODEC, *case)
+
+
+CHUNK_SIZES = [700, 1540, 1700, 2100, 3500]  # 1540, 1700, 3500: while it rehashes
+POSITIONS = ["first", "middle", "last"]
+
+
+@needs_codec
+@pytest.mark.parametrize("size", CHUNK_SIZES)
+@pytest.mark.parametrize("at", POSITIONS)
+def test_the_c_writer_walks_every_chunk_and_both_tables_of_a_rehashing_map(
+    size: int, at: str
+) -> None:
+    """One key group of a map of one chunk, of several, and snapshotted while it
+    rehashes (primary[r:L], rehash[0:r], rehash[L:L+r]); a list state (the GIL
+    taken back) first, in the middle or last."""
+    check_chunk_walk(ccodec.CODEC, size, at)
+
+
+def check_chunk_walk(codec: Any, size: int, at: str) -> None:
+    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1)
+    entries: list[tuple[Any, Any, Any]] = [(i, VOID_NAMESPACE, f"é{i}") for i in range(size)]
+    where = {"first": 0, "middle": size // 2, "last": size - 1}[at]
+    entries[where] = (where, VOID_NAMESPACE, [where])
+    fill(table, None, entries)
+    rehashing = describe(table.state_map(0)).is_rehashing
+    assert rehashing == (size in (1540, 1700, 3500)), "the sizes no longer hit a rehash"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        c_file = written(table.snapshot())
+        patch.setattr(ccodec, "CODEC", None)
+        assert c_file == written(table.snapshot())
+    restored = read_snapshot(c_file, KeyGroupRange(0, 0))
+    assert restored_contents(restored) == contents(entries)
+
+
+def hunt_writer_files(codec: Any) -> None:
+    """The differential over ``writer_files()`` as a bug hunt (200 examples)."""
+
+    @hunt_settings(max_examples=200, stateful_step_count=1)
+    @given(writer_files())
+    def differential(case: tuple[str, list[WriterState]]) -> None:
+        check_writer_file(codec, *case)
+
+    differential()
+
+
+def walk_every_chunk(codec: Any) -> None:
+    for size in CHUNK_SIZES:
+        for at in POSITIONS:
+            check_chunk_walk(codec, size, at)
+
+
+#: The check of this section that must catch each planted writer bug: the hunt
+#: reaches a key group's first bucket of a second chunk only now and then (the
+#: chunk walks always do), and the release order is not in the bytes.
+WRITER_BUG_CATCHERS: dict[str, Callable[[Any], None]] = {
+    "writer-skips-an-entry-at-a-chunk-boundary": walk_every_chunk,
+    "writer-crc-over-a-stale-buffer": hunt_writer_files,
+    "writer-non-ascii-frame-off-by-one": hunt_writer_files,
+    "writer-releases-a-key-group-before-encoding-it": lambda codec: check_release_order(
+        CopyOnWriteStateTable, codec
+    ),
+}
+
+
+@needs_codec
+@pytest.mark.parametrize("bug", WRITER_BUGS, ids=lambda bug: bug.name)
+def test_the_writer_checks_catch_the_planted_writer_bug(bug: Any) -> None:
+    """Each planted writer bug fails its check of this section, which passes on the
+    same build without it."""
+    bad = build_codec(bug)
+    assert bug.number == bad.WRITER_BUG
+    catch = WRITER_BUG_CATCHERS[bug.name]
+    with pytest.raises(AssertionError):
+        catch(bad)
+    control = build_codec()
+    if catch is hunt_writer_files:  # one file the hunt's bad builds fail on, not 200
+        walked = WriterState(CopyOnWriteStateTable, "utf8", "default", False, [], 2400)
+        check_writer_file(control, "utf8", [walked])
+        with pytest.raises(AssertionError):
+            check_writer_file(bad, "utf8", [walked])
+    else:
+        catch(control)
+
+
+@needs_codec
+@pytest.mark.parametrize("buffer_size", [0, 1, 5000, 1 << 20])
+def test_a_buffered_write_hands_whole_blocks_to_the_stream(
+    buffer_size: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes hand over the header and whole blocks once ``buffer_size`` bytes
+    wait, the rest (and the index and footer) at the end; the bytes are those
+    of an unbuffered write, with the C writer and the Python loops."""
+
+    class Recording(io.BytesIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sizes: list[int] = []
+
+        def write(self, data: Any, /) -> int:
+            self.sizes.append(len(data))
+            return super().write(data)
+
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    fill(table, None, [(i, VOID_NAMESPACE, f"é{i}" * 20) for i in range(600)])
+    unbuffered = io.BytesIO()
+    write_snapshot(table.snapshot(), unbuffered, buffer_size=0)
+
+    def write() -> tuple[bytes, list[int]]:
+        stream = Recording()
+        write_snapshot(table.snapshot(), stream, buffer_size=buffer_size)
+        return stream.getvalue(), stream.sizes
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    for outcome_ in (with_c, with_python):
+        data, sizes = outcome_[1]
+        assert data == unbuffered.getvalue()
+        layout = decode_layout(data)
+        ends = {layout.data_start, len(data)} | {b.offset + b.size for b in layout.blocks}
+        at, waited = 0, []
+        for size in sizes:
+            at += size
+            assert at in ends, (at, sizes)  # whole blocks, the header, the index and footer
+            if at != layout.data_start:  # the header may go alone, before the blocks
+                waited.append(size)
+        assert all(size >= buffer_size for size in waited[:-2]), sizes  # [-2:]: what was left
+    if buffer_size == 1 << 20:
+        assert len(with_c[1][1]) <= 3  # the header, the blocks, the index and footer
+
+
+@pytest.mark.parametrize("buffer_size", [-1, True, 1.5, "8"])
+def test_a_buffer_size_that_is_not_a_count_of_bytes_is_refused(buffer_size: Any) -> None:
+    table: Table = CopyOnWriteStateTable(SMALL_RANGE, SMALL_MAXP)
+    snapshot = table.snapshot()
+    with pytest.raises(InvalidArgumentError, match="expected a buffer_size of 0 or more bytes"):
+        write_snapshot(snapshot, io.BytesIO(), buffer_size=buffer_size)
+    assert snapshot.is_released
+
+
+@needs_codec
+@pytest.mark.parametrize("walked_id", [0, 1])
+@pytest.mark.parametrize("key_groups", [(1, 1), (0, 1), (1, 0)])
+def test_the_c_writer_raises_the_error_the_python_loops_raise_first(
+    walked_id: int, key_groups: tuple[int, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A walked state refusing a value (a bool for IntSerializer) and a state of
+    the Python path refusing one (a SubInt for the value codec), in the same key
+    group or in either order: the C writer raises the error the Python loops
+    meet first (key group by key group, state by state), where it raised the
+    Python path's error of a later state or key group first."""
+    walked_kg, python_kg = key_groups
+    key_in = {kg: next(k for k in range(100) if model_key_group(k, 2) == kg) for kg in (0, 1)}
+    walked = StateMetaInfo("walked", StateKind.VALUE, DefaultSerializer(), IntSerializer())
+    python = StateMetaInfo("python", StateKind.VALUE, RowsSerializer(), DefaultSerializer())
+    metas = [walked, python] if walked_id == 0 else [python, walked]
+    tables: list[Table] = []
+    for meta in metas:
+        table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 1), 2, meta=meta)
+        fill(table, None, [(k, "a", 5) for k in range(40)])
+        refused_kg, refused = (walked_kg, True) if meta is walked else (python_kg, SubInt(3))
+        table.put(key_in[refused_kg], "a", refused)
+        tables.append(table)
+
+    def write() -> bytes:
+        return written([t.snapshot() for t in tables])
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert with_c[0] == "error"

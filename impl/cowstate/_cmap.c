@@ -2116,6 +2116,8 @@ static const CmapLayout layout = {
     .snap_size = sizeof(SnapObject),
     .map_type = &Map_Type,
     .snap_type = &Snap_Type,
+    .snap_pin = snap_pin,
+    .snap_unpin = snap_unpin,
 };
 
 static struct PyModuleDef cmap_module = {

@@ -9,13 +9,16 @@
  *
  *   - cowstate_spec/_cmap_probe.c, the test-only probe (structure export,
  *     the invariant checker in C, corruption hooks), built beside _cmap;
- *   - any future reader of a snapshot's chunks (a snapshot writer).
+ *   - cowstate/_writer.c, the snapshot writer in C (in cowstate._codec),
+ *     which encodes a snapshot's entries straight from its chunks, without
+ *     the GIL where it can.
  *
  * The published layout
  * --------------------
  * The map module has a capsule `_LAYOUT` (named COWSTATE_LAYOUT_CAPSULE) that
  * points to a CmapLayout: COWSTATE_LAYOUT_VERSION, the sizes of the structs,
- * and the map's and the snapshot's type objects as that module built them. A
+ * the map's and the snapshot's type objects as that module built them, and
+ * the module's own pin and unpin of a snapshot (version 2). A
  * reader compiled from this header must, before it touches a struct of an
  * object:
  *
@@ -37,6 +40,15 @@
  *   snapshot is released: live entries the map may not change in place
  *   (rules C and E), retired ones wait in a batch (invariant 11). A pinned
  *   snapshot (`readers` > 0) is not released under its reader.
+ * - A reader that lets other threads run while it reads (releases the GIL,
+ *   or calls Python code) pins the snapshot first, with the GIL, through
+ *   the layout's `snap_pin` (an open snapshot only: `released` == 0), and
+ *   unpins it with `snap_unpin`, with the GIL, when done. A release() in
+ *   between -- by any thread -- only marks the snapshot released; the
+ *   version stays open (copy-on-write goes on protecting it) and its
+ *   directories and retired entries stay allocated until the last unpin,
+ *   which finishes the release. `readers` is written only by these two
+ *   functions, the map's own.
  * - `key`, `ns` and `state` are strong references the entry owns; a reader
  *   borrows them. Without the GIL a reader may follow pointers and copy
  *   bytes, but make no Python API call and change no reference count.
@@ -52,7 +64,7 @@
 #include <stdint.h>
 
 /* Raise with any change of a struct below or of what a field means. */
-#define COWSTATE_LAYOUT_VERSION 1
+#define COWSTATE_LAYOUT_VERSION 2
 #define COWSTATE_LAYOUT_CAPSULE "cowstate._cmap._LAYOUT"
 
 #define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
@@ -132,6 +144,9 @@ typedef struct CmapLayout {
     size_t entry_size, batch_size, chunk_size, table_size, map_size, snap_size;
     PyTypeObject *map_type;
     PyTypeObject *snap_type;
+    /* With the GIL only (see "Reading rules"): pin an open snapshot, unpin it. */
+    void (*snap_pin)(SnapObject *s);
+    void (*snap_unpin)(SnapObject *s);
 } CmapLayout;
 
 /* ------------------------------------------------------------- accessors */

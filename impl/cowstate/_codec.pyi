@@ -13,6 +13,8 @@ KIND_UTF8: Final[int]
 KIND_BYTES: Final[int]
 #: The planted bug this build carries (-DCOWSTATE_CODEC_BUG=n), 0 for none.
 BUG: Final[int]
+#: The planted snapshot-writer bug of this build (-DCOWSTATE_WRITER_BUG=n), 0 for none.
+WRITER_BUG: Final[int]
 #: 1 when crc32 is zlib's own, 0 when it is the table-driven one.
 CRC32_IS_ZLIB: Final[int]
 
@@ -41,3 +43,16 @@ def decode_section(
     /,
 ) -> tuple[int, int]: ...
 def encode_without_gil(kind: int, values: list[Any], rounds: int, /) -> list[bytes | str]: ...
+def write_blocks(
+    stream: Any,
+    position: int,
+    first: int,
+    last: int,
+    states: list[tuple[list[Any], int, int, int, Any, Any, Any] | None],
+    cancelled: Callable[[int], object] | None,
+    written: Callable[[int], object],
+    python_section: Callable[[int, int], tuple[int, bytes]],
+    buffer_size: int,
+    /,
+) -> tuple[list[int], int, int]: ...
+def snapshot_type() -> type | None: ...

@@ -48,6 +48,10 @@
  * BaseException passes, and namespaces go through the decoder's cache and
  * decode_namespace (which raises E1/E2 itself), as in Python.
  *
+ * write_blocks(...) and snapshot_type(): the snapshot writer in C, which
+ * frames whole blocks straight from C map snapshots (_writer.c; its header
+ * is the design, and says what runs without the GIL).
+ *
  * encode_without_gil(kind, values, rounds): a test hook. It encodes every
  * value of the list `values` `rounds` times with the GIL released (the path
  * the C snapshot writer takes for immutable values), and returns per value
@@ -62,6 +66,7 @@
  * first); everything a call returns is owned and released on every path.
  */
 #include "_codec.h"
+#include "_writer.h"
 
 #include <stdint.h>
 #include <string.h>
@@ -743,6 +748,11 @@ static PyMethodDef codec_methods[] = {
     {"decode_section", (PyCFunction)(void (*)(void))m_decode_section, METH_FASTCALL,
      "decode_section(payload, position, entries, key_kind, state_kind, decoder, key_group, "
      "block) -> (position, done) (the module docstring)."},
+    {"write_blocks", (PyCFunction)(void (*)(void))cw_write_blocks, METH_FASTCALL,
+     "write_blocks(stream, position, first, last, states, cancelled, written, python_section, "
+     "buffer_size) -> (offsets, entries, position): the blocks of a snapshot file (_writer.c)."},
+    {"snapshot_type", (PyCFunction)cw_snapshot_type, METH_NOARGS,
+     "snapshot_type() -> type | None: the C map snapshot type write_blocks walks."},
     {"encode_without_gil", (PyCFunction)(void (*)(void))m_encode_without_gil, METH_FASTCALL,
      "encode_without_gil(kind, values, rounds) -> list: a test hook (GIL released)."},
     {NULL, NULL, 0, NULL},
@@ -776,6 +786,7 @@ PyMODINIT_FUNC CAT(PyInit_, COWSTATE_CODEC_MODULE)(void)
         || PyModule_AddIntConstant(module, "KIND_UTF8", CS_KIND_UTF8) < 0
         || PyModule_AddIntConstant(module, "KIND_BYTES", CS_KIND_BYTES) < 0
         || PyModule_AddIntConstant(module, "BUG", COWSTATE_CODEC_BUG) < 0
+        || PyModule_AddIntConstant(module, "WRITER_BUG", cw_planted_bug()) < 0
         || PyModule_AddIntConstant(module, "CRC32_IS_ZLIB", cs_crc32_is_zlib()) < 0) {
         Py_DECREF(module);
         return NULL;

@@ -78,7 +78,7 @@ import io
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
-from typing import IO, Any, TypeVar
+from typing import IO, Any, Protocol, TypeVar, cast
 
 from cowstate.arithmetic import DEFAULT_CAPACITY, clamp_capacity
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
@@ -712,8 +712,9 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             snap.only_changed_since(base_versions)
             table = self._holders[snap.meta.name].table
             for index, key_group in enumerate(snap.key_group_range):
-                trim = table.state_map(key_group).trim_removals  # type: ignore[attr-defined]
-                trim(base_versions[index])
+                # a tracking map (I2: only tables of maps that track reach here)
+                tracking = cast(_TrackingMap, table.state_map(key_group))
+                tracking.trim_removals(base_versions[index])
         return removals
 
     def _write_chain(
@@ -856,6 +857,12 @@ def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes
         f"expected snapshot bytes, a binary stream, a snapshot result or a handle with "
         f"open(), got {type(item).__name__}"
     )
+
+
+class _TrackingMap(Protocol):
+    """A map that tracks changes (rules T and D of :mod:`cowstate.state_map`)."""
+
+    def trim_removals(self, version: int) -> None: ...
 
 
 def _merge(restored: RestoredSnapshot, folded: RestoredSnapshot) -> None:

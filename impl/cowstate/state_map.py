@@ -796,7 +796,8 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             if e.entry_version < self._highest_required:  # rule E
                 e = self._copy_chain(tab, index, e)
             e.state_version = self._version
-            return e.state  # type: ignore[no-any-return]
+            handed: S = e.state
+            return handed
         stamp = self._stamp
         try:  # rule U: before any write
             state: S = self._serializer.copy(e.state)

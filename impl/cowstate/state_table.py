@@ -487,6 +487,11 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
         return self._snapshots[self._open_index(key_group)]
 
+    def map_snapshots(self) -> list[MapSnapshot[K, N, S]]:
+        """Every key group's map snapshot, released or not, in key-group order
+        (the C snapshot writer walks them; it checks each one's release)."""
+        return list(self._snapshots)
+
     def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]:
         return iter(self._snapshots[index])
 

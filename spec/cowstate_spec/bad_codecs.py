@@ -2,12 +2,16 @@
 specification must catch, or with the table-driven CRC32 instead of zlib's.
 
 ``impl/cowstate/_codec.c`` plants one defect under ``-DCOWSTATE_CODEC_BUG=n``
-(as ``_cmap.c`` under ``COWSTATE_BUG``, :mod:`cowstate_spec.bad_cmaps`). Each
+and the snapshot writer in C, ``impl/cowstate/_writer.c`` (compiled into the
+same module), one under ``-DCOWSTATE_WRITER_BUG=n`` (as ``_cmap.c`` under
+``COWSTATE_BUG``, :mod:`cowstate_spec.bad_cmaps`). Each
 variant is compiled once per source version into ``build/bad_codecs/`` as its
-own module (``-DCOWSTATE_CODEC_MODULE=<name>``: ``_codec_bug<n>``, or
-``_codec_tablecrc`` for the codec as it is; neither defines
-``COWSTATE_CODEC_ZLIB``, so both have the table-driven CRC32) and loaded
-beside ``cowstate._codec``, so the tests drive it with the same functions.
+own module (``-DCOWSTATE_CODEC_MODULE=<name>``: ``_codec_bug<n>``,
+``_codec_wbug<n>``, or
+``_codec_tablecrc`` for the codec as it is; none defines
+``COWSTATE_CODEC_ZLIB``, so all have the table-driven CRC32) and loaded
+beside ``cowstate._codec``, so the tests drive it with the same functions
+(``ccodec.CODEC`` set to it: the snapshot writer then runs its blocks too).
 
 ``build_codec(...)`` needs a C compiler and the Python headers (as ``pip
 install -e .`` does); it raises ``RuntimeError`` with the compiler's output
@@ -30,25 +34,29 @@ from types import ModuleType
 import cowstate
 from cowstate_spec.bad_cmaps import SANITIZER_VARIABLES
 
-__all__ = ["CODEC_BUGS", "CodecBug", "build_codec"]
+__all__ = ["CODEC_BUGS", "WRITER_BUGS", "CodecBug", "build_codec"]
 
-#: The C sources beside the cowstate package imported (make sanitize imports a
-#: copy of the package, sources and all, from build/sanitize).
+# The C sources beside the cowstate package in use: impl/cowstate in the
+# repository, build/sanitize/cowstate (a copy) under make sanitize, where
+# parents[2] of this file is build/ and holds no impl/.
 SOURCES = Path(cowstate.__file__).resolve().parent
 BUILD = Path(__file__).resolve().parents[2] / "build" / "bad_codecs"
-_FILES = ("_codecmodule.c", "_codec.c", "_codec.h")
+_FILES = ("_codecmodule.c", "_codec.c", "_codec.h", "_writer.c", "_writer.h", "_cmap.h")
 
 
 @dataclass(frozen=True)
 class CodecBug:
-    """One planted defect: its ``COWSTATE_CODEC_BUG`` number, what it breaks,
-    and which part of the codec holds it (``part``: "encoder", caught by the
-    value codec's differential tests, or "reader", caught by the test of the
-    restore check it breaks, tests/test_spec_catches_bad_checks.py)."""
+    """One planted defect: its number under ``macro``, what it breaks, and
+    which part of the codec holds it (``part``: "encoder", caught by the value
+    codec's differential tests, "reader", caught by the test of the restore
+    check it breaks, tests/test_spec_catches_bad_checks.py, or "writer",
+    caught by the writer's checks in tests/test_snapshot_io.py)."""
 
     name: str
     number: int
     breaks: str
+    macro: str = "COWSTATE_CODEC_BUG"
+    prefix: str = "_codec_bug"
     part: str = "encoder"
 
 
@@ -68,6 +76,43 @@ CODEC_BUGS = [
     ),
 ]
 
+#: The defects of the snapshot writer in C (numbers as in _writer.c), each caught
+#: by the writer's checks in tests/test_snapshot_io.py.
+WRITER_BUGS = [
+    CodecBug(
+        "writer-skips-an-entry-at-a-chunk-boundary",
+        1,
+        "the walk: the first entry of a chunk's first bucket counted, never written",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
+    CodecBug(
+        "writer-crc-over-a-stale-buffer",
+        2,
+        "the block CRC: computed over the block as it was before its last entry",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
+    CodecBug(
+        "writer-non-ascii-frame-off-by-one",
+        3,
+        "the entry frames: a length prefix off by one for non-ASCII strings",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
+    CodecBug(
+        "writer-releases-a-key-group-before-encoding-it",
+        4,
+        "the release order: a key group released when prepared, before its block is written",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
+]
+
 _LOADED: dict[str, ModuleType] = {}
 
 
@@ -76,7 +121,7 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
     planted, or, without one, the codec as it is. Neither links zlib: their
     CRC32 is the table-driven one (what a build without zlib.h gets)."""
     if bug is not None:
-        name, defines = f"_codec_bug{bug.number}", [f"-DCOWSTATE_CODEC_BUG={bug.number}"]
+        name, defines = f"{bug.prefix}{bug.number}", [f"-D{bug.macro}={bug.number}"]
     else:
         name, defines = "_codec_tablecrc", []
     if name in _LOADED:
@@ -85,8 +130,8 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest[:12] / f"{name}{suffix}"
     if not target.exists():
-        # Built as bad_cmaps builds: a file of this process's renamed into place
-        # (pytest-xdist workers), the compiler without make sanitize's runtimes.
+        # Several processes may build the same variant at once (pytest-xdist
+        # workers): each writes a file of its own and renames it into place.
         target.parent.mkdir(parents=True, exist_ok=True)
         building = target.with_name(f"{name}.{os.getpid()}.building{suffix}")
         command = [
@@ -100,9 +145,12 @@ def build_codec(bug: CodecBug | None = None) -> ModuleType:
             f"-DCOWSTATE_CODEC_MODULE={name}",
             str(SOURCES / "_codecmodule.c"),
             str(SOURCES / "_codec.c"),
+            str(SOURCES / "_writer.c"),
             "-o",
             str(building),
         ]
+        # without the sanitizer runtimes make sanitize preloads (LeakSanitizer
+        # would fail the compiler on its own leaks), as bad_cmaps builds
         clean = {k: v for k, v in os.environ.items() if k not in SANITIZER_VARIABLES}
         done = subprocess.run(command, capture_output=True, text=True, check=False, env=clean)
         if done.returncode != 0:

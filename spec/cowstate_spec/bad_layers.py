@@ -106,6 +106,8 @@ class FunctionBug:
     old: str
     new: str
     why: str
+    #: More (old, new) replacements, applied to the control too.
+    also: tuple[tuple[str, str], ...] = ()
 
 
 #: A planted defect of a layer: a broken function or a broken method.
@@ -126,8 +128,13 @@ def broken_function(bug: FunctionBug, **helpers: Any) -> Callable[..., Any]:
             f"bug {bug.name}: expected exactly one {bug.old!r} in {bug.function.__name__}, "
             f"found {source.count(bug.old)}"
         )
+    source = source.replace(bug.old, bug.new)
+    for old, new in bug.also:
+        if source.count(old) != 1:
+            raise ValueError(f"bug {bug.name}: expected exactly one {old!r}")
+        source = source.replace(old, new)
     namespace = dict(vars(sys.modules[bug.function.__module__])) | helpers
-    exec(compile(source.replace(bug.old, bug.new), f"<bug {bug.name}>", "exec"), namespace)
+    exec(compile(source, f"<bug {bug.name}>", "exec"), namespace)
     function: Callable[..., Any] = namespace[bug.function.__name__]
     return function
 
@@ -176,18 +183,21 @@ def bad_layer_table(bug: LayerBug) -> Implementation:
 
 # ---------------------------------------------------------------- backends
 
-#: Where write_snapshot takes a key group's entries (then encodes them, through
-#: the C codec or the Python loop).
+#: Where write_snapshot's Python loop takes a key group's entries (then encodes
+#: them, through the C codec's sections or the Python loop).
 _TAKE_ITEMS = "items = snap.key_group_items(key_group)\n"
+#: The C writer pins a key group's map snapshots while it encodes them, so a
+#: release before serializing cannot reach it: that bug runs the Python loop.
+_PYTHON_LOOP = (("walked = sections.walked()\n", "walked = [None for _ in tables]\n"),)
 
 BACKEND_LAYER_BUGS: list[LayerBug] = [
     FunctionBug(
         "writer-drops-the-last-key-group",
         writer.write_snapshot,
-        "writer.write_key_group(key_group, per_state)",
-        "if key_group != metadata.range.end_key_group:\n"
-        "                writer.write_key_group(key_group, per_state)",
-        "every key group of the range is written (the last one too)",
+        "first, last = metadata.key_group_range\n",
+        "first, last = metadata.key_group_range[0], metadata.key_group_range[1] - 1\n",
+        "every key group of the range is written (the last one too; finish() writes "
+        "an empty block for one never written)",
     ),
     FunctionBug(
         "writer-releases-before-serializing",
@@ -197,6 +207,7 @@ BACKEND_LAYER_BUGS: list[LayerBug] = [
         "                snap.release_key_group(key_group)\n",
         "a key group's map snapshots are released only once its states are serialized: "
         "released first, the owner mutates a state in place before the writer reads it",
+        _PYTHON_LOOP,
     ),
     FunctionBug(
         "shallow-serializer-fast-path",

@@ -75,6 +75,22 @@ class Codec(Protocol):
         /,
     ) -> tuple[int, int]: ...
 
+    def write_blocks(
+        self,
+        stream: Any,
+        position: int,
+        first: int,
+        last: int,
+        states: list[tuple[list[Any], int, int, int, Any, Any, Any] | None],
+        cancelled: Callable[[int], object] | None,
+        written: Callable[[int], object],
+        python_section: Callable[[int, int], tuple[int, bytes]],
+        buffer_size: int,
+        /,
+    ) -> tuple[list[int], int, int]: ...
+
+    def snapshot_type(self) -> type | None: ...
+
 
 #: The C codec module as built (whether or not the writer and reader use it), or None.
 BUILT: ModuleType | None = _codec

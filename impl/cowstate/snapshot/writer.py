@@ -2,11 +2,23 @@
 group, the layout of :mod:`cowstate.snapshot.format`) and :func:`write_snapshot`
 (table snapshots, serialized and released key group by key group).
 
-:func:`write_snapshot` encodes each state's entries of a key group in one call
-of the C codec when it is built (:mod:`cowstate.snapshot.ccodec`): built-in
-serializers in C, any other serializer (and any value the C codec hands
-back) through its Python method, once per value in the same order -- the
-file is byte for byte the Python loop's, which runs when the codec is absent.
+When the C codec is built (:mod:`cowstate.snapshot.ccodec`),
+:func:`write_snapshot` hands the blocks to the snapshot writer in C
+(``impl/cowstate/_writer.c``, whose header is the design): a state whose
+table snapshot is one C map snapshot per key group, without a snapshot
+transformer, with built-in key, namespace and state serializers, is encoded
+straight from the snapshot's chunks, mostly without the GIL; every other
+state of the same block goes through :func:`_state_section` -- the Python
+path, which encodes each state's entries of a key group in one call of the
+C codec's ``encode_section`` (built-in serializers in C, any other
+serializer, and any value the C codec hands back, through its Python method,
+once per value in the same order). The file is byte for byte the Python
+loop's, which runs when the codec is absent (``COWSTATE_PURE_PYTHON=1``).
+
+Output is buffered: whole blocks are handed to the stream once
+``buffer_size`` bytes wait (0: each block at once), and at the end. A key
+group is released once its block is handed over (to the stream, or into the
+buffer); cancellation is checked before each key group.
 """
 
 from __future__ import annotations
@@ -39,12 +51,15 @@ from cowstate.snapshot.format import (
     SnapshotMetadata,
 )
 from cowstate.state_meta import MAX_STATES, SnapshotFormat
-from cowstate.state_table import StateTableSnapshot
+from cowstate.state_table import CopyOnWriteStateTableSnapshot, StateTableSnapshot
 
 __all__ = ["SnapshotWriter", "write_snapshot"]
 
 #: One state's entries of a block: raw rows, or framed by the C codec.
 Entries = Sequence[RawEntry] | EncodedEntries
+
+#: How many bytes of whole blocks :func:`write_snapshot` buffers by default.
+DEFAULT_BUFFER_SIZE = 1 << 20
 
 
 class SnapshotWriter:
@@ -56,10 +71,14 @@ class SnapshotWriter:
     A state's entries are raw ``(namespace, key, state)`` rows, or
     :class:`~cowstate.snapshot.format.EncodedEntries` framed already.
     ``finish()`` writes the index and footer and returns the
-    :class:`SnapshotFileInfo`.
+    :class:`SnapshotFileInfo`. The header and whole blocks are handed to the
+    stream once ``buffer_size`` bytes wait (0: each at once), the rest by
+    ``finish()``.
     """
 
-    def __init__(self, stream: BinaryWriter, metadata: SnapshotMetadata) -> None:
+    def __init__(
+        self, stream: BinaryWriter, metadata: SnapshotMetadata, *, buffer_size: int = 0
+    ) -> None:
         self._stream = stream
         self._metadata = metadata
         self._range = metadata.range
@@ -67,9 +86,13 @@ class SnapshotWriter:
         self._position = 0
         self._entries = 0
         self._last = -1
+        self._buffer_size = buffer_size
+        self._pending: list[bytes] = []
+        self._pending_size = 0
         meta = metadata.model_dump_json().encode("utf-8")
         head = _HEADER.pack(MAGIC, FORMAT_VERSION, 0, len(meta)) + meta
         self._write(head + _U32.pack(zlib.crc32(head)))
+        self._hand_over()
 
     def write_key_group(self, key_group: int, per_state: Mapping[int, Entries]) -> None:
         """Write the block of ``key_group``: ``per_state[state_id]`` = its entries."""
@@ -83,30 +106,9 @@ class SnapshotWriter:
         self._write_block(key_group, per_state)
 
     def _write_block(self, key_group: int, per_state: Mapping[int, Entries]) -> None:
-        parts: list[bytes] = []
-        count = 0
-        pack_u32 = _U32.pack
-        for state_id in sorted(per_state):
-            entries = per_state[state_id]
-            if isinstance(entries, EncodedEntries):
-                if entries.count:
-                    parts += (_STATE.pack(state_id, entries.count), entries.data)
-                    count += entries.count
-                continue
-            if not entries:
-                continue
-            parts.append(_STATE.pack(state_id, len(entries)))
-            for namespace, key, state in entries:
-                parts += (
-                    pack_u32(len(namespace)),
-                    namespace,
-                    pack_u32(len(key)),
-                    key,
-                    pack_u32(len(state)),
-                    state,
-                )
-            count += len(entries)
-        payload = b"".join(parts)
+        sections = [_section(state_id, per_state[state_id]) for state_id in sorted(per_state)]
+        count = sum(section_count for section_count, _ in sections)
+        payload = b"".join(data for _, data in sections)
         head = _BLOCK.pack(key_group, count, len(payload))
         crc = zlib.crc32(payload, zlib.crc32(head))
         self._offsets[key_group] = self._position
@@ -115,6 +117,18 @@ class SnapshotWriter:
         self._write(_U32.pack(crc))
         self._entries += count
         self._last = key_group
+        self._hand_over()
+
+    def _blocks_written(
+        self, first: int, offsets: Sequence[int], entries: int, position: int
+    ) -> None:
+        """The C writer wrote the blocks of key groups ``first``.. to the stream
+        (after :meth:`_flush`), the last one ending at ``position``."""
+        for index, offset in enumerate(offsets):
+            self._offsets[first + index] = offset
+        self._entries += entries
+        self._position = position
+        self._last = first + len(offsets) - 1
 
     def finish(self) -> SnapshotFileInfo:
         """Write the index and the footer; the stream is flushed, not closed."""
@@ -128,12 +142,48 @@ class SnapshotWriter:
         )
         self._write(index + _U32.pack(zlib.crc32(index)))
         self._write(_FOOTER.pack(index_at, END_MAGIC))
+        self._flush()
         self._stream.flush()
         return SnapshotFileInfo(self._metadata, dict(self._offsets), self._position, self._entries)
 
     def _write(self, data: bytes) -> None:
-        self._stream.write(data)
         self._position += len(data)
+        self._pending.append(data)
+        self._pending_size += len(data)
+
+    def _hand_over(self) -> None:
+        """After the header or a block: to the stream once ``buffer_size`` bytes wait."""
+        if self._pending_size >= self._buffer_size:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = b"".join(self._pending)
+            self._pending.clear()
+            self._pending_size = 0
+            self._stream.write(data)
+
+
+def _section(state_id: int, entries: Entries) -> tuple[int, bytes]:
+    """One state's section of a block: (entry count, bytes), (0, b"") if empty."""
+    if isinstance(entries, EncodedEntries):
+        if not entries.count:
+            return 0, b""
+        return entries.count, _STATE.pack(state_id, entries.count) + entries.data
+    if not entries:
+        return 0, b""
+    pack_u32 = _U32.pack
+    parts = [_STATE.pack(state_id, len(entries))]
+    for namespace, key, state in entries:
+        parts += (
+            pack_u32(len(namespace)),
+            namespace,
+            pack_u32(len(key)),
+            key,
+            pack_u32(len(state)),
+            state,
+        )
+    return len(entries), b"".join(parts)
 
 
 def write_snapshot(
@@ -143,21 +193,81 @@ def write_snapshot(
     snapshot_format: SnapshotFormat = SnapshotFormat.HEAP,
     cancel: threading.Event | None = None,
     release: bool = True,
+    buffer_size: int = DEFAULT_BUFFER_SIZE,
     parent: tuple[int, int] | None = None,
 ) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.
 
-    Each key group's map snapshots are released as soon as the key group is
-    written, and, with ``release`` (the default), all of them in the end
-    whatever happens. ``cancel`` is checked between key groups: once set,
+    Each key group's map snapshots are released as soon as the key group's
+    block is handed over (to the stream, or into the buffer of up to
+    ``buffer_size`` bytes of whole blocks; 0: no buffer), and, with
+    ``release`` (the default), all of them in the end whatever happens.
+    ``cancel`` is checked before each key group: once set,
     :class:`~cowstate.errors.SnapshotCancelledError` is raised. ``parent``
     is recorded in the metadata (a file of a heap incremental chain).
     """
     tables = [snapshots] if isinstance(snapshots, StateTableSnapshot) else list(snapshots)
     try:
         metadata = _metadata_of(tables, snapshot_format, parent)
-        writer = SnapshotWriter(stream, metadata)
-        serializers = [
+        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 0:
+            raise InvalidArgumentError(
+                f"expected a buffer_size of 0 or more bytes, got {buffer_size!r}"
+            )
+        writer = SnapshotWriter(stream, metadata, buffer_size=buffer_size)
+        sections = _Sections(tables, ccodec.CODEC)
+
+        def cancelled(key_group: int) -> None:
+            if cancel is not None and cancel.is_set():
+                raise SnapshotCancelledError(
+                    f"snapshot cancelled before key group {key_group} was written"
+                )
+
+        def written(key_group: int) -> None:
+            for snap in tables:
+                snap.release_key_group(key_group)
+
+        first, last = metadata.key_group_range
+        walked = sections.walked()
+        if sections.codec is not None and first <= last and any(s is not None for s in walked):
+            writer._flush()
+            offsets, entries, position = sections.codec.write_blocks(
+                stream,
+                writer._position,
+                first,
+                last,
+                walked,
+                None if cancel is None else cancelled,
+                written,
+                sections.section,
+                buffer_size,
+            )
+            writer._blocks_written(first, offsets, entries, position)
+            return writer.finish()
+        for key_group in range(first, last + 1):
+            cancelled(key_group)
+            per_state: dict[int, Entries] = {}
+            for state_id, snap in enumerate(tables):
+                items = snap.key_group_items(key_group)
+                per_state[state_id] = sections.entries(state_id, items)
+            writer.write_key_group(key_group, per_state)
+            written(key_group)
+        return writer.finish()
+    finally:
+        if release:
+            for snap in tables:
+                snap.release()
+
+
+class _Sections:
+    """The Python path of each state's entries of a key group, and which states
+    the C writer walks itself (the module docstring)."""
+
+    def __init__(
+        self, tables: Sequence[StateTableSnapshot[Any, Any, Any]], codec: ccodec.Codec | None
+    ) -> None:
+        self.tables = tables
+        self.codec = codec
+        self.serializers = [
             (
                 snap.key_serializer.serialize,
                 snap.meta.namespace_serializer.serialize,
@@ -165,49 +275,59 @@ def write_snapshot(
             )
             for snap in tables
         ]
-        codec = ccodec.CODEC
-        kinds = [
+        self.kinds = [
             (ccodec.encoder_kind(key), ccodec.encoder_kind(ns), ccodec.encoder_kind(state))
-            for key, ns, state in serializers
+            for key, ns, state in self.serializers
         ]
-        for key_group in metadata.range:
-            if cancel is not None and cancel.is_set():
-                raise SnapshotCancelledError(
-                    f"snapshot cancelled before key group {key_group} was written"
-                )
-            per_state: dict[int, Entries] = {}
-            for state_id, snap in enumerate(tables):
-                key_bytes, namespace_bytes, state_bytes = serializers[state_id]
-                items = snap.key_group_items(key_group)
-                if codec is not None:
-                    key_kind, namespace_kind, state_kind = kinds[state_id]
-                    encoded = codec.encode_section(
-                        items,
-                        key_kind,
-                        key_bytes,
-                        namespace_kind,
-                        namespace_bytes,
-                        state_kind,
-                        state_bytes,
-                    )
-                    if isinstance(encoded, bytes):
-                        per_state[state_id] = EncodedEntries(len(items), encoded)
-                        continue
-                    if encoded is not None:  # rows: a serializer returned other than bytes
-                        per_state[state_id] = encoded
-                        continue
-                per_state[state_id] = [
-                    (namespace_bytes(namespace), key_bytes(key), state_bytes(state))
-                    for key, namespace, state in items
-                ]
-            writer.write_key_group(key_group, per_state)
-            for snap in tables:
-                snap.release_key_group(key_group)
-        return writer.finish()
-    finally:
-        if release:
-            for snap in tables:
-                snap.release()
+
+    def walked(self) -> list[tuple[list[Any], int, int, int, Any, Any, Any] | None]:
+        """Per state: what the C writer needs to walk its map snapshots, or None."""
+        codec = self.codec
+        snap_type = None if codec is None else codec.snapshot_type()
+        states: list[tuple[list[Any], int, int, int, Any, Any, Any] | None] = []
+        for state_id, snap in enumerate(self.tables):
+            maps = snap.map_snapshots() if isinstance(snap, CopyOnWriteStateTableSnapshot) else None
+            kinds = self.kinds[state_id]
+            if (
+                snap_type is None
+                or maps is None
+                or snap.meta.snapshot_transformer is not None
+                or ccodec.KIND_PYTHON in kinds
+                or any(type(m) is not snap_type for m in maps)
+            ):
+                states.append(None)
+                continue
+            states.append((maps, *kinds, *self.serializers[state_id]))
+        return states
+
+    def entries(self, state_id: int, items: Sequence[tuple[Any, Any, Any]]) -> Entries:
+        """The Python path: one state's entries of a key group, as its table
+        snapshot's ``key_group_items`` gave them."""
+        key_bytes, namespace_bytes, state_bytes = self.serializers[state_id]
+        if self.codec is not None:
+            key_kind, namespace_kind, state_kind = self.kinds[state_id]
+            encoded = self.codec.encode_section(
+                items,
+                key_kind,
+                key_bytes,
+                namespace_kind,
+                namespace_bytes,
+                state_kind,
+                state_bytes,
+            )
+            if isinstance(encoded, bytes):
+                return EncodedEntries(len(items), encoded)
+            if encoded is not None:  # rows: a serializer returned other than bytes
+                return encoded
+        return [
+            (namespace_bytes(namespace), key_bytes(key), state_bytes(state))
+            for key, namespace, state in items
+        ]
+
+    def section(self, state_id: int, key_group: int) -> tuple[int, bytes]:
+        """The Python path's framed section (the C writer's ``python_section``)."""
+        items = self.tables[state_id].key_group_items(key_group)
+        return _section(state_id, self.entries(state_id, items))
 
 
 def _metadata_of(
