@@ -23,9 +23,13 @@ $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
-## make test: ruff, mypy --strict, bounded CrossHair, the whole pytest suite (the ci
-## Hypothesis profile), then the C map under AddressSanitizer/UBSan (about a minute)
-test: lint typecheck crosshair pytest sanitize
+## make test: ruff, mypy --strict and bounded CrossHair side by side (two jobs), the
+## whole pytest suite (the ci Hypothesis profile, two workers), then the C code under
+## AddressSanitizer/UBSan (two processes); times in CONTRIBUTING.md
+test:
+	$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck crosshair
+	$(MAKE) --no-print-directory pytest
+	$(MAKE) --no-print-directory sanitize
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check impl model spec tests bench scripts
@@ -59,8 +63,8 @@ pytest: $(CMAP)
 ## The spec-strength suites: every named defect class caught by its machine within
 ## the ci budget (tests/test_spec_catches_every_class.py), the machines with hostile
 ## user code over every implementation (tests/test_user_code_errors.py), CrossHair
-## refuting every planted arithmetic bug (tests/test_symbolic.py), the planted C map
-## bugs and the bad backends with the controls of their hunts. Two tiers
+## refuting every planted arithmetic bug (tests/test_symbolic.py), the planted map,
+## C map and backend bugs with the controls of their hunts. Two tiers
 ## (cowstate_spec.profiles.strength; times in CONTRIBUTING.md):
 ## - reduced, in make test (so CI runs it): every bug hunted with its full budget,
 ##   each identity control as far as its bug's hunt went, CrossHair with smaller
@@ -69,7 +73,8 @@ pytest: $(CMAP)
 ## - full, make strength: the controls' whole budgets, CrossHair's generous limits,
 ##   the hostile machines under the dev profile.
 STRENGTH_TESTS = tests/test_spec_catches_every_class.py tests/test_user_code_errors.py \
-	tests/test_symbolic.py tests/test_spec_catches_bad_cmaps.py tests/test_spec_catches_bad_backends.py
+	tests/test_symbolic.py tests/test_spec_catches_bad_cmaps.py tests/test_spec_catches_bad_backends.py \
+	tests/test_spec_catches_bad_implementations.py
 strength: $(CMAP)
 	COWSTATE_STRENGTH=full PYTHONHASHSEED=0 $(PY) -m pytest $(STRENGTH_TESTS)
 

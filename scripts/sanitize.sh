@@ -109,6 +109,18 @@ if report=$(ASAN_OPTIONS=$SELF_CHECK $PY -c "$LEAKS" cowstate._cmap_leakprobe 2>
 fi
 echo "LeakSanitizer self-check: the planted entry leak is reported ($(grep -c 'in entry_new' <<<"$report") stacks), the real C map is clean"
 
+# Two processes on the two cores: the maps' suites here, the codec's and the
+# writer's beside them (their output follows when both are done).
+CODEC_LOG=$(mktemp)
+trap 'rm -f "$CODEC_LOG"' EXIT
+(
+    # the codec (its test names say "python" for the Python serializers: no -k filter)
+    $PY -m pytest -q -p no:cacheprovider tests/test_c_codec.py "$@" &&
+    $PY -m pytest -q -p no:cacheprovider tests/test_snapshot_io.py \
+        -k "codec or c_reader or c_writer or hands_back or keyboard or long_section" "$@"
+) > "$CODEC_LOG" 2>&1 &
+CODEC=$!
+MAPS_STATUS=0
 $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications" \
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map]" \
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map-128]" \
@@ -116,8 +128,12 @@ $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications
     tests/test_seed_examples.py tests/test_bad_input.py tests/test_error_messages.py \
     tests/test_restore_checks.py \
     tests/test_table_contracts.py::test_void_namespace_is_one_named_value_the_collector_never_tracks \
-    tests/test_backend.py::test_a_backend_of_int_and_str_states_costs_the_collector_nothing "$@"
-# the codec (its test names say "python" for the Python serializers: no -k filter above)
-$PY -m pytest -q -p no:cacheprovider tests/test_c_codec.py "$@"
-$PY -m pytest -q -p no:cacheprovider tests/test_snapshot_io.py \
-    -k "codec or c_reader or c_writer or hands_back or keyboard or long_section" "$@"
+    tests/test_backend.py::test_a_backend_of_int_and_str_states_costs_the_collector_nothing "$@" \
+    || MAPS_STATUS=$?
+CODEC_STATUS=0
+wait "$CODEC" || CODEC_STATUS=$?
+cat "$CODEC_LOG"
+if [ "$MAPS_STATUS" -ne 0 ] || [ "$CODEC_STATUS" -ne 0 ]; then
+    echo "sanitize: the maps' suites exited $MAPS_STATUS, the codec's and the writer's $CODEC_STATUS" >&2
+    exit 1
+fi

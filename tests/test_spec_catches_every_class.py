@@ -132,6 +132,7 @@ def test_make_test_runs_the_strength_suites_reduced_and_make_strength_runs_them_
         "tests/test_symbolic.py",
         "tests/test_spec_catches_bad_cmaps.py",
         "tests/test_spec_catches_bad_backends.py",
+        "tests/test_spec_catches_bad_implementations.py",
     ]
     make_test = recipe("test")
     assert "-m pytest" in make_test and "--ignore" not in make_test

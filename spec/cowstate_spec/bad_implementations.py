@@ -261,8 +261,8 @@ BUGS: list[Bug] = [
     Bug(
         "get-mutation-not-recorded",
         "_copy_state_for_caller",
-        "e.state_version = self._version\n        return e.state  # type: ignore[no-any-return]",
-        "return e.state  # type: ignore[no-any-return]",
+        "e.state_version = self._version\n        handed: S = e.state",
+        "handed: S = e.state",
         "rule T: a state get hands out after the base is not marked, so a caller's "
         "mutation is missing from the next delta",
         tracked=True,

@@ -282,6 +282,15 @@ def bad_layer_backend(bug: LayerBug) -> BackendImplementation:
         table = type(
             "BrokenCopyMaps", (_CopyingMaps,), {"copy": staticmethod(broken_function(bug))}
         )
+        # The machine mutates a state while the writer serializes it (rule
+        # complete_snapshot_mutating_what_it_reads hooks the Python path's
+        # serializer calls); the C writer encodes a built-in state with no call
+        # to hook, and before the owner's next step, so this bug runs the
+        # Python loop (the C writer's own race with the owner is
+        # tests/test_snapshot_io.py's contract-breaker test).
+        helpers["write_snapshot"] = broken_function(
+            FunctionBug("python-loop", writer.write_snapshot, *_PYTHON_LOOP[0], "the Python loop")
+        )
     backend_class = _heap_class_with(**helpers) if helpers else HeapKeyedStateBackend
 
     def factory(key_group_range: KeyGroupRange, max_parallelism: int) -> Any:
