@@ -49,9 +49,7 @@ crosshair: $(STAMP)
 ## reproducible bit for bit (tests of other seeds set their own).
 ## PYTEST_JOBS (default 2) pytest-xdist workers, each taking whole files
 ## (--dist loadfile: a file's module fixtures, Spark sessions among them, stay
-## in one process) in the order tests/conftest.py gives them, longest first
-## (--no-loadscope-reorder: xdist would sort files by their number of tests);
-## PYTEST_JOBS=0 runs the suite in this process.
+## in one process); PYTEST_JOBS=0 runs the suite in this process.
 ## TEST_PROFILE (default ci, as CI runs it, within make test's 15 minutes): the
 ## Hypothesis profile; TEST_PROFILE=dev draws more examples from random seeds
 ## (about 16 minutes in all).
@@ -60,7 +58,7 @@ crosshair: $(STAMP)
 PYTEST_JOBS ?= 2
 TEST_PROFILE ?= ci
 pytest: $(CMAP)
-	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile --no-loadscope-reorder
+	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile
 
 ## The spec-strength suites: every named defect class caught by its machine within
 ## the ci budget (tests/test_spec_catches_every_class.py), the machines with hostile

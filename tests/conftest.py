@@ -122,11 +122,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 #: The test files that take longest, longest first (make test's durations, on
 #: 2026-11-27). pytest-xdist (--dist loadfile) hands whole files to its workers
-#: in collection order when told not to sort them by their number of tests
-#: (make pytest's --no-loadscope-reorder), so these start at once and the short
-#: files fill in beside them; sorted by count, the storage machines (few tests,
-#: long ones) came last and kept one worker busy for minutes after the other
-#: had gone idle.
+#: in collection order, so these start at once and the short files fill in
+#: beside them; collected alphabetically, the storage machines came last and
+#: kept one worker busy for minutes after the other had gone idle.
 LONGEST_FIRST = (
     "test_storage_machine.py",
     "test_spec_catches_every_class.py",
