@@ -120,38 +120,6 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-#: The test files that take longest, longest first (make test's durations, on
-#: 2026-11-27). pytest-xdist (--dist loadfile) hands whole files to its workers
-#: in collection order, so these start at once and the short files fill in
-#: beside them; collected alphabetically, the storage machines came last and
-#: kept one worker busy for minutes after the other had gone idle.
-LONGEST_FIRST = (
-    "test_storage_machine.py",
-    "test_spec_catches_every_class.py",
-    "test_storage_machine_reduced.py",
-    "test_cluster.py",
-    "test_backend_machine.py",
-    "test_spark.py",
-    "test_spec_catches_bad_key_contexts.py",
-    "test_checkpoint_rules.py",
-    "test_user_code_errors.py",
-    "test_spec_catches_bad_storage.py",
-    "test_restore_trust.py",
-    "test_cli_errors.py",
-    "test_fuzz.py",
-    "test_state_machine.py",
-    "test_spec_catches_bad_implementations.py",
-    "test_coverage_events.py",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files of LONGEST_FIRST first, in its order; the others after, as
-    collected (a stable sort: each file's tests keep their order)."""
-    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def pytest_report_header() -> str:
     return (
         f"hypothesis profile: {PROFILE} (set COWSTATE_PROFILE=ci|dev|deep|mutation|"
