@@ -23,13 +23,13 @@ $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec
 	$(PY) setup.py --quiet build_ext --inplace
 	touch $(CMAP)
 
-## make test: ruff, mypy --strict and bounded CrossHair side by side (two jobs), the
-## whole pytest suite (the ci Hypothesis profile, two workers), then the C code under
-## AddressSanitizer/UBSan (two processes); times in CONTRIBUTING.md
+## make test: ruff, mypy --strict, bounded CrossHair, the whole pytest suite (the ci
+## Hypothesis profile, three workers) and the C code under AddressSanitizer/UBSan (two
+## processes), all side by side: the suite waits on JVMs, clusters and timeouts for a
+## third of its time, which the others fill. Each target's output is printed when it
+## is done (the suite's last, after about 11 minutes); times in CONTRIBUTING.md.
 test:
-	$(MAKE) --no-print-directory -j2 --output-sync=target lint typecheck crosshair
-	$(MAKE) --no-print-directory pytest
-	$(MAKE) --no-print-directory sanitize
+	$(MAKE) --no-print-directory -j5 --output-sync=target lint typecheck crosshair sanitize pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check impl model spec tests bench scripts
@@ -47,18 +47,20 @@ crosshair: $(STAMP)
 ## PYTHONHASHSEED=0: the ci profile replays the same examples every run, and with
 ## a fixed seed string keys also land in the same buckets, so a run is
 ## reproducible bit for bit (tests of other seeds set their own).
-## PYTEST_JOBS (default 2) pytest-xdist workers, each taking whole files
-## (--dist loadfile: a file's module fixtures, Spark sessions among them, stay
-## in one process); PYTEST_JOBS=0 runs the suite in this process.
+## PYTEST_JOBS (default 3: the suite waits for a third of its time, so a third worker
+## on two cores fills it) pytest-xdist workers, each taking a group of tests at
+## a time, heaviest first (--dist loadgroup, in the order tests/schedule.py
+## sorts them: a file's module fixtures, Spark sessions among them, stay in one
+## process); PYTEST_JOBS=0 runs the suite in this process.
 ## TEST_PROFILE (default ci, as CI runs it, within make test's 15 minutes): the
 ## Hypothesis profile; TEST_PROFILE=dev draws more examples from random seeds
 ## (about 16 minutes in all).
 ## The spec-strength suites (STRENGTH_TESTS) run here in their reduced form
 ## (COWSTATE_STRENGTH=reduced, the default): see make strength.
-PYTEST_JOBS ?= 2
+PYTEST_JOBS ?= 3
 TEST_PROFILE ?= ci
 pytest: $(CMAP)
-	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadfile
+	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder
 
 ## The spec-strength suites: every named defect class caught by its machine within
 ## the ci budget (tests/test_spec_catches_every_class.py), the machines with hostile

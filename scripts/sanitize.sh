@@ -57,8 +57,11 @@ build() {  # build SOURCE TARGET [FLAGS...]
         -Wno-missing-field-initializers -Wno-cast-function-type -Werror \
         $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} "$@" -I"$INCLUDE" -I"$OUT/cowstate" "$source" -o "$target"
 }
+# The builds run side by side (the two cores); each is waited for below.
+BUILDS=()
 for source in cowstate/_cmap cowstate/_keygroups cowstate/_void cowstate_spec/_cmap_probe; do
-    build "$OUT/$source.c" "$OUT/$source$SUFFIX"
+    build "$OUT/$source.c" "$OUT/$source$SUFFIX" &
+    BUILDS+=($!)
 done
 # the codec: the library and its module, CRC32 from zlib as setup.py builds it
 # shellcheck disable=SC2086  # DIRECT_ALLOC and SANITIZE_CFLAGS are lists of flags
@@ -66,7 +69,8 @@ gcc -shared -fPIC -std=c11 -O1 -g -fno-omit-frame-pointer -fno-sanitize-recover=
     -fsanitize=address,undefined -Wall -Wextra -Wno-unused-parameter \
     -Wno-missing-field-initializers -Wno-cast-function-type -Werror -DCOWSTATE_CODEC_ZLIB=1 \
     $DIRECT_ALLOC ${SANITIZE_CFLAGS:-} -I"$INCLUDE" "$OUT/cowstate/_codecmodule.c" \
-    "$OUT/cowstate/_codec.c" "$OUT/cowstate/_writer.c" -lz -o "$OUT/cowstate/_codec$SUFFIX"
+    "$OUT/cowstate/_codec.c" "$OUT/cowstate/_writer.c" -lz -o "$OUT/cowstate/_codec$SUFFIX" &
+BUILDS+=($!)
 # The leak self-check's copy: cowstate._cmap_leakprobe, entry_free() keeping the entry.
 $PY - "$OUT/cowstate/_cmap_leakprobe.c" <<'PYTHON'
 import sys
@@ -76,7 +80,11 @@ assert text.count(LEAK_PROBE.old) == 1, LEAK_PROBE
 open(sys.argv[1], "w").write(text.replace(LEAK_PROBE.old, LEAK_PROBE.new))
 PYTHON
 build "$OUT/cowstate/_cmap_leakprobe.c" "$OUT/cowstate/_cmap_leakprobe$SUFFIX" \
-    -DCOWSTATE_MODULE=_cmap_leakprobe
+    -DCOWSTATE_MODULE=_cmap_leakprobe &
+BUILDS+=($!)
+for pid in "${BUILDS[@]}"; do
+    wait "$pid" || { echo "sanitize: a sanitized build failed (above)" >&2; exit 1; }
+done
 
 export PYTHONPATH="$PWD/$OUT"
 export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"

@@ -34,6 +34,7 @@ from dataclasses import fields
 from typing import Any
 
 import pytest
+from schedule import GroupScheduling, schedule
 
 from cowstate.key_groups import DEFAULT_LOWER_BOUND_MAX_PARALLELISM, KeyGroupRange
 from cowstate.serializers import StateSerializer
@@ -118,6 +119,18 @@ def pytest_configure(config: pytest.Config) -> None:
         "kills(module): written to kill mutants of the module (dotted, "
         "e.g. module='cowstate.checkpoint.sealed'); scripts/mutation.py selects by it",
     )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The workers' groups, heaviest first (``tests/schedule.py``)."""
+    schedule(items)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup``: the groups of ``tests/schedule.py``."""
+    if config.getvalue("dist") == "loadgroup":
+        return GroupScheduling(config, log)
+    return None
 
 
 def pytest_report_header() -> str:

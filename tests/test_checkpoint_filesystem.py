@@ -32,6 +32,7 @@ import zlib
 from pathlib import Path
 from typing import IO, Any
 
+import fsspec
 import pytest
 
 from cowstate.checkpoint.filesystem import TEMP_SUFFIX, FileSystem, is_temporary
@@ -370,3 +371,14 @@ def test_delete_dir_tells_the_hooks_what_it_deletes(tmp_path: Path) -> None:
     filesystem.delete_dir(str(tmp_path / "absent"))
     assert not directory.exists()
     assert events == [("delete", str(directory), None), ("delete", str(tmp_path / "absent"), None)]
+
+
+@pytest.mark.parametrize(
+    "path", ["/tmp/x", "relative/dir/", "./a/../b", "/tmp/a b/c", "~/x", "memory://bucket/x"]
+)
+def test_a_path_resolves_to_what_fsspec_resolves_it_to(path: str) -> None:
+    # Plain local paths skip fsspec's URL parsing (the most of a restore's path
+    # checks): the file system and the path must be fsspec's all the same.
+    fs, resolved = FileSystem()._fs(path)
+    expected_fs, expected = fsspec.core.url_to_fs(path)
+    assert (fs, resolved) == (expected_fs, expected)

@@ -448,10 +448,16 @@ class BackendMachine(RuleBasedStateMachine):
         serializer = self.writer_serializer
         # Only a heap writer serializes states (RocksDB's uploads files).
         driven = MAX_DRIVEN_WRITES if isinstance(self.backend.table("value"), StateTable) else 0
+        if driven:
+            # The owner's operations since the last completion left credits: with
+            # them the writer would pass gates, serializers among them, unseen.
+            self.gate.close()
         for _ in range(driven):
-            if future.done():
+            # One write granted at a time, each to the writer already waiting for
+            # it: every state it serializes is seen waiting (no timing involved).
+            if not self.gate.await_writer(future.done, WAIT):
                 break
-            if serializer.waiting.wait(timeout=0.002):
+            if serializer.waiting.is_set():
                 self.mutate_what_the_writer_reads(serializer.reading, item)
             self.gate.tick()
         result = self.wait(future)

@@ -74,6 +74,9 @@ class WriteGate:
     of every operation, grants it a write -- so every snapshot is written
     while the owner keeps operating, block by block. :meth:`open` lets every
     writer run to the end (before waiting for one); :meth:`close` gates again.
+    :meth:`await_writer` lets the owner wait until a writer stands at the gate,
+    so that a driver grants each write to a writer already waiting for it
+    (credits granted earlier would let the writer pass gates unobserved).
     """
 
     def __init__(self, timeout: float = 60.0) -> None:
@@ -81,6 +84,7 @@ class WriteGate:
         self._credits = 0
         self._open = False
         self._timeout = timeout
+        self._blocked = 0  # writers waiting in pass_through now
 
     def tick(self) -> None:
         with self._condition:
@@ -97,12 +101,30 @@ class WriteGate:
             self._open = False
             self._credits = 0
 
+    def await_writer(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait until a writer waits at the gate with no credit left to take
+        (True), or ``done()`` (False); TimeoutError after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            while not (self._blocked > 0 and self._credits == 0):
+                if done():
+                    return False
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the owner waited for a writer for too long")
+                self._condition.wait(timeout=0.001)
+            return True
+
     def pass_through(self) -> None:
         with self._condition:
-            if not self._condition.wait_for(
-                lambda: self._open or self._credits > 0, timeout=self._timeout
-            ):
-                raise TimeoutError("the writer waited for the owner for too long")
+            self._blocked += 1
+            self._condition.notify_all()
+            try:
+                if not self._condition.wait_for(
+                    lambda: self._open or self._credits > 0, timeout=self._timeout
+                ):
+                    raise TimeoutError("the writer waited for the owner for too long")
+            finally:
+                self._blocked -= 1
             if not self._open:
                 self._credits -= 1
 

@@ -171,6 +171,7 @@ class StorageMachine(RuleBasedStateMachine):
         self.model = ReferenceStorage(self.num_retained)
         self.live = self.new_model_backend({})
         self.verified: dict[str, tuple[Any, ...]] = {}
+        self.resolved: dict[tuple[str, tuple[Any, ...]], frozenset[str]] = {}
         self.first_checkpoint_pending = False  # NO_CLAIM: the next must be full
 
     # ------------------------------------------------------------- helpers
@@ -569,8 +570,13 @@ class StorageMachine(RuleBasedStateMachine):
             self.verified[directory] = fingerprint
 
     def paths_of(self, metadata: CheckpointMetadata, directory: str) -> set[str]:
-        source = SnapshotSource(self.filesystem, directory)
-        return {source.path(f) for f in metadata.files}
+        """The paths of the files ``metadata`` lists (names alone: the machine
+        makes no links, so the same names resolve the same way each step)."""
+        key = (directory, tuple(metadata.files))
+        if key not in self.resolved:
+            source = SnapshotSource(self.filesystem, directory)
+            self.resolved[key] = frozenset(source.path(f) for f in metadata.files)
+        return set(self.resolved[key])
 
     def restore_for_check(
         self, metadata: CheckpointMetadata, directory: str

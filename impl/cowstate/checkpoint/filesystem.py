@@ -33,6 +33,7 @@ be reached, :class:`~cowstate.errors.StorageUnavailableError`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import posixpath
 import uuid
@@ -293,6 +294,12 @@ class FileSystem:
     def _fs(self, path: str) -> tuple[Any, str]:
         if not isinstance(path, str) or not path:
             raise InvalidArgumentError(f"expected a path or URL, got {path!r}")
+        if "://" not in path and "::" not in path:
+            # A plain local path: what url_to_fs gives for it (the cached local
+            # file system, the path made absolute), without its URL parsing,
+            # which was the most of a restore's path checks.
+            local = _local_file_system()
+            return local, local._strip_protocol(path)
         try:
             fs, p = fsspec.core.url_to_fs(path)
         except (ValueError, ImportError) as exc:  # an unknown protocol, or not installed
@@ -396,3 +403,9 @@ class AtomicOutputStream:
         if self._stream is None:
             raise InvalidArgumentError(f"expected an open stream for {self.path!r}, it was closed")
         return self._stream
+
+
+@functools.cache
+def _local_file_system() -> Any:
+    """fsspec's local file system (one instance: fsspec caches it too)."""
+    return fsspec.filesystem("file")

@@ -1,0 +1,138 @@
+"""How ``make test`` hands the suite to its two pytest-xdist workers.
+
+``make pytest`` runs ``--dist loadgroup --no-loadscope-reorder``, and
+``tests/conftest.py`` replaces xdist's group scheduler by
+:class:`GroupScheduling`: xdist hands out *groups* (every test of one group
+runs in one worker) in collection order, each worker taking the next when it
+has two tests or fewer left. :func:`schedule` (conftest's
+``pytest_collection_modifyitems``, in every worker alike) sorts the groups
+heaviest first, so the long tests start at once and the short ones fill in
+beside them, instead of one worker running the last long file alone while
+the other idles. (xdist's own ``xdist_group`` marks do not work under
+pytest 9: xdist 3.8 renames a marked test's ``_nodeid``, which pytest 9 no
+longer reads; the group here comes from the node id itself.)
+
+Rules:
+
+G1. A test's group is its file, unless the file is in :data:`SPLIT`: tests
+    of one file may share a module fixture (a Spark cluster, a fuzzer's
+    corpus) or a per-process cache, which a group keeps in one process.
+G2. A file in :data:`SPLIT` is split by the key it names: its tests share
+    nothing, or share only with the tests of their own key (the every-class
+    hunt of a bug and the identity control that reuses its count).
+G3. A group weighs the sum of its tests' :data:`SECONDS`, 0.2 s for a test
+    not listed; heavier groups come first, ties in collection order. The
+    weights are measured (``--durations``, 2026-11-27); a wrong one only
+    costs time, never a test.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import pytest
+from xdist.scheduler import LoadScopeScheduling
+
+#: G2: the files split into groups, and each test's key within its file.
+_PARAMETERS = re.compile(r"\[(.*)\]$")
+
+
+def _by_test(nodeid: str) -> str:
+    return nodeid
+
+
+def _by_parameters(nodeid: str) -> str:
+    """The test's parameters: a hunt and its control share the bug's id."""
+    found = _PARAMETERS.search(nodeid)
+    return found.group(1) if found else nodeid
+
+
+SPLIT: dict[str, Callable[[str], str]] = {
+    "test_spec_catches_every_class.py": _by_parameters,
+    "test_storage_machine.py": _by_test,
+    "test_backend_machine.py": _by_test,
+    "test_state_machine.py": _by_test,
+    "test_checkpoint_rules.py": _by_test,
+    "test_spec_catches_bad_key_contexts.py": _by_test,
+    "test_coverage_events.py": _by_test,
+    "test_flink_map_scenarios.py": _by_test,
+}
+
+#: G3: measured seconds of the tests over 5 s (``--durations``, two workers,
+#: 2026-11-27), by a test id's prefix: every parametrization of it that the
+#: prefix matches.
+SECONDS: dict[str, float] = {
+    "test_cluster.py::": 60.0,  # each of its 3 tests: the module's cluster run is ~150 s
+    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
+    "[no-claim-does-not-force-full]": 80.0,
+    "test_backend_machine.py::test_backend_agrees_with_the_model[rocksdb-": 33.0,
+    "test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]": 31.0,
+    "test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-1]": 25.0,
+    "test_fuzz.py::": 5.0,
+    "test_fuzz.py::test_reduced_file_run": 26.0,
+    "test_fuzz.py::test_reduced_directory_run": 9.0,
+    "test_cli_errors.py::test_ctrl_c_whenever_it_comes": 10.0,
+    "test_cli_errors.py::test_a_job_failing_on_the_executors": 16.0,
+    "test_user_code_errors.py::test_the_backend_machine_with_hostile_user_code_agrees_"
+    "with_the_model[rocksdb]": 19.0,
+    "test_checkpoint_rules.py::test_a_crash_at_any_write_leaves_the_last_completed_"
+    "checkpoint_restorable[rocksdb]": 18.0,
+    "test_spark.py::": 8.0,
+    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci": 5.0,
+    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
+    "[native-savepoint-shares-sst-files]": 14.0,
+    "test_spec_catches_every_class.py::test_the_backend_machine_": 4.0,
+    "test_flink_map_scenarios.py::test_random_modifications_keep_snapshots_isolated_20": 8.0,
+    "test_coverage_events.py::": 10.0,
+    "test_backend_machine.py::test_backend_agrees_with_the_model": 11.0,
+    "test_backend_machine.py::test_heap_incremental": 7.0,
+    "test_state_machine.py::test_implementation_agrees_with_the_model": 9.0,
+    "test_mutation_timeouts.py::test_the_timeout_follows": 10.0,
+    "test_value_codec.py::test_mutated_encodings_never_escape": 9.0,
+    "test_storage_machine.py::test_storage_agrees_with_the_model[heap-": 8.0,
+    "test_storage_machine.py::test_heap_incremental_storage": 6.0,
+    "test_c_codec.py::test_mutated_encodings_decode": 8.0,
+    "test_spec_catches_every_class.py::test_the_map_machine_catches_within_ci"
+    "[get-mutation-not-recorded]": 9.0,
+}
+UNLISTED = 0.2
+
+
+def seconds(nodeid: str) -> float:
+    """G3: the weight of the test ``nodeid`` (``tests/`` left off): the
+    longest prefix of :data:`SECONDS` it starts with."""
+    matching = [prefix for prefix in SECONDS if nodeid.startswith(prefix)]
+    return SECONDS[max(matching, key=len)] if matching else UNLISTED
+
+
+def group_of(nodeid: str) -> str:
+    """G1, G2: the group of the test ``nodeid`` (``tests/`` left off)."""
+    file = nodeid.split("::", 1)[0]
+    split = SPLIT.get(file)
+    return f"{file}::{split(nodeid)}" if split else file
+
+
+def schedule(items: list[pytest.Item]) -> None:
+    """Sort ``items`` heaviest group first (G3), each group in one piece, in place."""
+    weights: dict[str, float] = {}
+    groups: list[str] = []
+    for item in items:
+        nodeid = _relative(item.nodeid)
+        group = group_of(nodeid)
+        groups.append(group)
+        weights[group] = weights.get(group, 0.0) + seconds(nodeid)
+    first_seen = {group: index for index, group in reversed(list(enumerate(groups)))}
+    order = sorted(range(len(items)), key=lambda i: (-weights[groups[i]], first_seen[groups[i]], i))
+    items[:] = [items[i] for i in order]
+
+
+class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has no py.typed
+    """xdist's scope scheduling with :func:`group_of` as the scope (G1, G2)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return group_of(_relative(nodeid))
+
+
+def _relative(nodeid: str) -> str:
+    return nodeid.removeprefix("tests/")

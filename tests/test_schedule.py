@@ -1,0 +1,96 @@
+"""How make test hands the suite to its workers (tests/schedule.py, G1-G3)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import pytest
+from schedule import SECONDS, SPLIT, UNLISTED, group_of, schedule, seconds
+
+TESTS = Path(__file__).resolve().parent
+
+
+@dataclass
+class FakeItem:
+    """What schedule() reads of a pytest item."""
+
+    nodeid: str
+
+
+def test_a_hunt_and_its_identity_control_share_a_group_other_bugs_do_not() -> None:
+    every = "test_spec_catches_every_class.py::"
+    catch = group_of(
+        f"{every}test_the_backend_machine_catches_within_ci[shallow-serializer-fast-path]"
+    )
+    control = group_of(
+        f"{every}test_the_backend_machine_passes_the_identity_rewrite[shallow-serializer-fast-path]"
+    )
+    other = group_of(f"{every}test_the_backend_machine_catches_within_ci[clipped-rescaling-range]")
+    assert catch == control
+    assert other != catch
+
+
+def test_a_file_not_split_is_one_group_and_a_split_one_is_not() -> None:
+    assert group_of("test_cluster.py::test_a") == group_of("test_cluster.py::test_b[x]")
+    assert group_of("test_cluster.py::test_a") == "test_cluster.py"
+    split = "test_storage_machine.py::test_storage_agrees_with_the_model"
+    assert group_of(f"{split}[rocksdb-1]") != group_of(f"{split}[rocksdb-2]")
+
+
+def test_a_tests_weight_is_its_longest_listed_prefix() -> None:
+    heap = "test_storage_machine.py::test_storage_agrees_with_the_model[heap-"
+    assert seconds(f"{heap}2]") == SECONDS[heap]
+    # a longer prefix wins over a shorter one that matches too
+    nodeid = (
+        "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
+        "[no-claim-does-not-force-full]"
+    )
+    shorter = "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
+    assert seconds(nodeid) == SECONDS[nodeid] != SECONDS[shorter]
+    assert seconds("test_errors.py::test_unlisted") == UNLISTED
+
+
+@pytest.mark.parametrize("heavy_at", ["first", "middle", "last"])
+def test_groups_are_handed_out_heaviest_first_each_in_one_piece(heavy_at: str) -> None:
+    light = [FakeItem(f"test_light.py::test_{i}") for i in range(3)]
+    heavy = [
+        FakeItem("test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]"),
+        FakeItem("test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-1]"),
+    ]
+    every = "test_spec_catches_every_class.py::test_the_backend_machine_"
+    pair = [
+        FakeItem(f"{every}catches_within_ci[shallow-serializer-fast-path]"),
+        FakeItem(f"{every}passes_the_identity_rewrite[shallow-serializer-fast-path]"),
+    ]
+    position = {"first": 0, "middle": 2, "last": 3}[heavy_at]
+    items = [*light[:position], heavy[1], *light[position:], pair[0], heavy[0], pair[1]]
+    scheduled = list(items)
+    schedule(cast(list[pytest.Item], scheduled))
+    assert [i.nodeid for i in scheduled] == [
+        i.nodeid for i in [heavy[0], heavy[1], pair[0], pair[1], *light]
+    ]
+
+
+def _defined(nodeid_prefix: str) -> bool:
+    file, _, rest = nodeid_prefix.partition("::")
+    path = TESTS / file
+    if not path.is_file():
+        return False
+    name = re.match(r"[A-Za-z_0-9]*", rest)
+    assert name is not None
+    return not name.group(0) or f"def {name.group(0)}" in path.read_text()
+
+
+def test_every_split_file_and_weighed_test_names_a_test_that_exists() -> None:
+    stale = [file for file in SPLIT if not (TESTS / file).is_file()]
+    stale += [prefix for prefix in SECONDS if not _defined(prefix)]
+    assert stale == [], f"tests/schedule.py names tests that are gone: {stale}"
+
+
+def test_the_stale_name_check_catches_a_renamed_test_and_a_removed_file() -> None:
+    assert _defined("test_storage_machine.py::test_storage_agrees_with_the_model[heap-")
+    assert not _defined("test_storage_machine.py::test_storage_agrees_with_the_modell")
+    assert not _defined("test_storage_machine_gone.py::test_x")
