@@ -24,7 +24,7 @@ $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec
 	touch $(CMAP)
 
 ## make test: ruff, mypy --strict, bounded CrossHair, the whole pytest suite (the ci
-## Hypothesis profile, four workers) and the C code under AddressSanitizer/UBSan (two
+## Hypothesis profile, three workers) and the C code under AddressSanitizer/UBSan (two
 ## processes), all side by side: the suite waits on JVMs, clusters and timeouts for a
 ## third of its time, which the others fill. Each target's output is printed when it
 ## is done (the suite's last, after about 11 minutes); times in CONTRIBUTING.md.
@@ -47,9 +47,9 @@ crosshair: $(STAMP)
 ## PYTHONHASHSEED=0: the ci profile replays the same examples every run, and with
 ## a fixed seed string keys also land in the same buckets, so a run is
 ## reproducible bit for bit (tests of other seeds set their own).
-## PYTEST_JOBS (default 4: the suite waits on JVMs, clusters and timeouts for a
-## third of its time, which more workers than cores fill) pytest-xdist workers, each
-## taking a group of tests at
+## PYTEST_JOBS (default 3: the suite waits on JVMs, clusters and timeouts for a
+## third of its time, which a third worker on two cores fills; four cost more than
+## they filled) pytest-xdist workers, each taking a group of tests at
 ## a time, heaviest first (--dist loadgroup, in the order tests/schedule.py
 ## sorts them: a file's module fixtures, Spark sessions among them, stay in one
 ## process); PYTEST_JOBS=0 runs the suite in this process.
@@ -58,7 +58,7 @@ crosshair: $(STAMP)
 ## (about 16 minutes in all).
 ## The spec-strength suites (STRENGTH_TESTS) run here in their reduced form
 ## (COWSTATE_STRENGTH=reduced, the default): see make strength.
-PYTEST_JOBS ?= 4
+PYTEST_JOBS ?= 3
 TEST_PROFILE ?= ci
 pytest: $(CMAP)
 	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder

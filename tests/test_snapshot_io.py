@@ -552,6 +552,25 @@ def test_changes_after_snapshot_never_reach_the_file(cls: TableClass) -> None:
     assert table.get(0, "other") == [0, "v0", "changed"]
 
 
+class OwnerPacedStream(io.BytesIO):
+    """A stream whose every write first waits (at most 10 s) until the owner's
+    ``progress()`` moved since the previous write."""
+
+    def __init__(self, progress: Callable[[], int]) -> None:
+        super().__init__()
+        self._progress = progress
+        self._last = progress()
+        self.paced = 0
+
+    def write(self, data: Any) -> int:
+        deadline = time.monotonic() + 10
+        while self._progress() == self._last and time.monotonic() < deadline:
+            time.sleep(0.0002)
+        self._last = self._progress()
+        self.paced += 1
+        return super().write(data)
+
+
 @needs_codec
 @pytest.mark.parametrize("breaks_contract", [False, True], ids=["owner", "contract-breaker"])
 def test_the_c_writer_writes_the_snapshot_while_the_owner_changes_the_table(
@@ -576,13 +595,18 @@ def test_the_c_writer_writes_the_snapshot_while_the_owner_changes_the_table(
         kept[k] = got
     snapshot = table.snapshot()
     expected = dict(model.snapshot().contents)
-    stream = io.BytesIO()
+    progress = [0]  # the owner's steps so far
+    # 16 KiB blocks, each written only once the owner made a step since the last:
+    # the owner runs while the writer writes however loaded the machine is
+    # (a writer scheduled alone once wrote the whole file before the owner's
+    # first step, and the test failed at a load of 8).
+    stream = OwnerPacedStream(lambda: progress[0])
     failures: list[BaseException] = []
     done = threading.Event()
 
     def write() -> None:
         try:
-            write_snapshot(snapshot, stream)
+            write_snapshot(snapshot, stream, buffer_size=16 * 1024)
         except BaseException as exc:  # reported by the main thread
             failures.append(exc)
         finally:
@@ -592,6 +616,7 @@ def test_the_c_writer_writes_the_snapshot_while_the_owner_changes_the_table(
     writer.start()
     steps = 0
     while not done.is_set():
+        progress[0] = steps
         k = (steps * 7) % 12000
         ns = "ns" if k % 2 else VOID_NAMESPACE
         if steps % 4 == 0:
@@ -610,6 +635,7 @@ def test_the_c_writer_writes_the_snapshot_while_the_owner_changes_the_table(
     writer.join()
     assert failures == []
     assert steps > 1, "the owner never ran while the writer wrote"
+    assert stream.paced > 1, f"the writer wrote {stream.paced} block(s), expected several"
     restored = restored_contents(read_snapshot(stream.getvalue(), KeyGroupRange(0, 15)))
     assert restored.keys() == expected.keys()
     for (key, namespace), state in restored.items():

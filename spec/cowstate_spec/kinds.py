@@ -238,6 +238,12 @@ def _mutate_held_map(self: Driver, reading: Any, item: int) -> None:
         self.on_state("map", "put", "v", item)
 
 
+def _load_map(self: Driver, key: Any) -> None:
+    self.on_state("map", "put", "u", key)
+    # a list in every loaded map state: a shallow copy of the state would share it
+    self.on_state("map", "put", "w", [1])
+
+
 def _fill_map(state: Any, round_: int, i: int, key: Any) -> None:
     if i % 4 != 3:
         state.put(f"u{i % 3}", {round_: i})
@@ -321,7 +327,7 @@ KINDS: Mapping[str, KindSpec] = MappingProxyType(
                     ),
                     MachineRule(map_items),
                 ),
-                load=lambda m, key: m.on_state("map", "put", "u", key),
+                load=_load_map,
                 fill=_fill_map,
                 mutate_held=_mutate_held_map,
             ),
