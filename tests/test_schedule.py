@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from schedule import SECONDS, SPLIT, UNLISTED, group_of, schedule, seconds
+from schedule import LAST, SECONDS, SPLIT, UNLISTED, group_of, schedule, seconds
 
 TESTS = Path(__file__).resolve().parent
 
@@ -94,3 +94,17 @@ def test_the_stale_name_check_catches_a_renamed_test_and_a_removed_file() -> Non
     assert _defined("test_storage_machine.py::test_storage_agrees_with_the_model[heap-")
     assert not _defined("test_storage_machine.py::test_storage_agrees_with_the_modell")
     assert not _defined("test_storage_machine_gone.py::test_x")
+
+
+def test_the_files_sensitive_to_load_go_last_however_heavy() -> None:
+    (late_file,) = sorted(LAST)
+    late = FakeItem(f"{late_file}::test_ctrl_c_whenever_it_comes_is_one_line[mid-run]")
+    light = FakeItem("test_light.py::test_one")
+    heavy = FakeItem("test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]")
+    scheduled = [late, light, heavy]
+    schedule(cast(list[pytest.Item], scheduled))
+    assert [i.nodeid for i in scheduled] == [heavy.nodeid, light.nodeid, late.nodeid]
+
+
+def test_every_late_file_exists() -> None:
+    assert [file for file in LAST if not (TESTS / file).is_file()] == []
