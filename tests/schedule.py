@@ -1,4 +1,4 @@
-"""How ``make test`` hands the suite to its two pytest-xdist workers.
+"""How ``make test`` hands the suite to its pytest-xdist workers.
 
 ``make pytest`` runs ``--dist loadgroup --no-loadscope-reorder``, and
 ``tests/conftest.py`` replaces xdist's group scheduler by
@@ -39,7 +39,6 @@ from collections.abc import Callable
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-#: G2: the files split into groups, and each test's key within its file.
 _PARAMETERS = re.compile(r"\[(.*)\]$")
 
 
@@ -53,6 +52,7 @@ def _by_parameters(nodeid: str) -> str:
     return found.group(1) if found else nodeid
 
 
+#: G2: the files split into groups, and each test's key within its file.
 SPLIT: dict[str, Callable[[str], str]] = {
     "test_spec_catches_every_class.py": _by_parameters,
     "test_storage_machine.py": _by_test,
@@ -115,7 +115,7 @@ def seconds(nodeid: str) -> float:
 
 def group_of(nodeid: str) -> str:
     """G1, G2: the group of the test ``nodeid`` (``tests/`` left off)."""
-    file = nodeid.split("::", 1)[0]
+    file = _file_of(nodeid)
     split = SPLIT.get(file)
     return f"{file}::{split(nodeid)}" if split else file
 
@@ -134,7 +134,7 @@ def schedule(items: list[pytest.Item]) -> None:
     order = sorted(
         range(len(items)),
         key=lambda i: (
-            groups[i].split("::", 1)[0] in LAST,
+            _file_of(groups[i]) in LAST,
             -weights[groups[i]],
             first_seen[groups[i]],
             i,
@@ -152,3 +152,8 @@ class GroupScheduling(LoadScopeScheduling):  # type: ignore[misc]  # xdist has n
 
 def _relative(nodeid: str) -> str:
     return nodeid.removeprefix("tests/")
+
+
+def _file_of(nodeid: str) -> str:
+    """The test file of a node id (or of a group: it starts with its file)."""
+    return nodeid.split("::", 1)[0]

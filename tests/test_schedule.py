@@ -1,4 +1,4 @@
-"""How make test hands the suite to its workers (tests/schedule.py, G1-G3)."""
+"""How make test hands the suite to its workers (tests/schedule.py, G1-G4)."""
 
 from __future__ import annotations
 

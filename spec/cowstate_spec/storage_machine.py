@@ -569,14 +569,14 @@ class StorageMachine(RuleBasedStateMachine):
             )
             self.verified[directory] = fingerprint
 
-    def paths_of(self, metadata: CheckpointMetadata, directory: str) -> set[str]:
+    def paths_of(self, metadata: CheckpointMetadata, directory: str) -> frozenset[str]:
         """The paths of the files ``metadata`` lists (names alone: the machine
         makes no links, so the same names resolve the same way each step)."""
         key = (directory, tuple(metadata.files))
         if key not in self.resolved:
             source = SnapshotSource(self.filesystem, directory)
             self.resolved[key] = frozenset(source.path(f) for f in metadata.files)
-        return set(self.resolved[key])
+        return self.resolved[key]
 
     def restore_for_check(
         self, metadata: CheckpointMetadata, directory: str
