@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from schedule import LAST, SECONDS, SPLIT, UNLISTED, group_of, schedule, seconds
+from schedule import LAST, SECONDS, SHARES, SPLIT, UNLISTED, group_of, schedule, seconds
 
 TESTS = Path(__file__).resolve().parent
 
@@ -87,6 +87,7 @@ def _defined(nodeid_prefix: str) -> bool:
 def test_every_split_file_and_weighed_test_names_a_test_that_exists() -> None:
     stale = [file for file in SPLIT if not (TESTS / file).is_file()]
     stale += [prefix for prefix in SECONDS if not _defined(prefix)]
+    stale += [name for pair in SHARES.items() for name in pair if not _defined(name)]
     assert stale == [], f"tests/schedule.py names tests that are gone: {stale}"
 
 
@@ -108,3 +109,12 @@ def test_the_files_sensitive_to_load_go_last_however_heavy() -> None:
 
 def test_every_late_file_exists() -> None:
     assert [file for file in LAST if not (TESTS / file).is_file()] == []
+
+
+def test_a_test_that_reuses_a_run_shares_the_group_of_the_test_that_makes_it() -> None:
+    for reuser, maker in SHARES.items():
+        assert group_of(reuser) == group_of(maker) != group_of(f"{maker}x"), (reuser, maker)
+    cov = "test_coverage_events.py::test_machine_reaches_the_rare_paths"
+    machine = "test_state_machine.py::test_implementation_agrees_with_the_model"
+    assert group_of(f"{cov}[c-map]") == group_of(f"{machine}[c-map]")
+    assert group_of(f"{cov}[c-map]") != group_of(f"{machine}[cow-map]")

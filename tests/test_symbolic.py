@@ -23,7 +23,7 @@ import pytest
 import cowstate.key_groups
 from cowstate_spec.bad_arithmetic import BUGS, KEY_GROUP_BUGS, broken_source
 from cowstate_spec.profiles import strength
-from cowstate_spec.symbolic import Job, Limits, jobs_for, run_jobs
+from cowstate_spec.symbolic import PROFILES, Job, Limits, jobs_for, run_jobs
 
 #: CPU seconds per condition: (check, the layout's diffbehavior, key groups' diffbehavior).
 FULL = (10.0, 30.0, 5.0)
@@ -101,3 +101,23 @@ def test_a_passing_job_needs_exit_status_zero_and_no_finding() -> None:
     assert Job("x", [], returncode=0).passed
     assert not Job("x", [], returncode=1).passed
     assert not Job("x", [], returncode=0, findings=["m.py:3: error: false"]).passed
+
+
+def test_the_quick_profile_gives_the_layouts_pair_longer_and_every_other_job_the_same() -> None:
+    """``make crosshair``'s limits: 1.5 CPU s per condition (each planted
+    check bug is refuted within 0.5 s), 3 for the snapshot layout's pair."""
+    quick = PROFILES["quick"]
+    pairs = [("spread_hash", "a.f", "b.f"), ("snapshot_layout", "a.g", "b.g"), ("x", "a.h", "b.h")]
+    jobs = jobs_for(quick, ["m.f", "m.g"], pairs)
+
+    def limit(job: Job) -> float:
+        return float(job.argv[job.argv.index("--per_condition_timeout") + 1])
+
+    assert [(job.name, limit(job)) for job in jobs] == [
+        ("check m.f", 1.5),
+        ("check m.g", 1.5),
+        ("diffbehavior spread_hash", 1.5),
+        ("diffbehavior snapshot_layout", 3.0),
+        ("diffbehavior x", 1.5),
+    ]
+    assert REDUCED[0] <= quick.per_condition  # the limit the planted bugs are refuted within

@@ -46,6 +46,7 @@ from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import METADATA_FILE, CheckpointMetadata, RestoreMode
 from cowstate.checkpoint.location import SnapshotSource
 from cowstate.checkpoint.storage import CLAIM_MARKER, CheckpointStorage, read_metadata
+from cowstate.checkpoint.verify import parse_metadata
 from cowstate.descriptors import ListStateDescriptor, StateDescriptor, ValueStateDescriptor
 from cowstate.errors import CheckpointError
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
@@ -172,6 +173,7 @@ class StorageMachine(RuleBasedStateMachine):
         self.live = self.new_model_backend({})
         self.verified: dict[str, tuple[Any, ...]] = {}
         self.resolved: dict[tuple[str, tuple[Any, ...]], frozenset[str]] = {}
+        self.parsed: dict[str, tuple[bytes, CheckpointMetadata]] = {}
         self.first_checkpoint_pending = False  # NO_CLAIM: the next must be full
 
     # ------------------------------------------------------------- helpers
@@ -499,7 +501,7 @@ class StorageMachine(RuleBasedStateMachine):
         for directory in self.model.existing():
             expected.add(self.filesystem.join(directory, METADATA_FILE))
             try:
-                expected |= self.paths_of(read_metadata(self.filesystem, directory), directory)
+                expected |= self.paths_of(self.metadata_of(directory), directory)
             except CheckpointError as exc:
                 raise AssertionError(f"snapshot {directory} is gone: {exc}") from exc
         for checkpoint_id in self.coordinator.pending_checkpoints:
@@ -509,7 +511,7 @@ class StorageMachine(RuleBasedStateMachine):
                 expected |= {source.path(f) for f in handle.files}
         actual = {
             path
-            for path in self.filesystem.list_files(self.root)
+            for path in self.files_under_root()
             if not (
                 self.filesystem.name(path) in BOOKKEEPING
                 and self.filesystem.parent(self.filesystem.parent(path)) == self.root
@@ -544,7 +546,7 @@ class StorageMachine(RuleBasedStateMachine):
     def every_snapshot_restores_to_its_moment(self) -> None:
         for directory, snapshot in self.model.existing().items():
             try:
-                metadata = read_metadata(self.filesystem, directory)
+                metadata = self.metadata_of(directory)
             except CheckpointError as exc:
                 raise AssertionError(f"snapshot {directory} is gone: {exc}") from exc
             fingerprint = tuple(
@@ -568,6 +570,28 @@ class StorageMachine(RuleBasedStateMachine):
                 f"{restored!r}, its synchronous moment was {expected!r}"
             )
             self.verified[directory] = fingerprint
+
+    def metadata_of(self, directory: str) -> CheckpointMetadata:
+        """``read_metadata(directory)`` for the invariants, parsed once per
+        content: the machine reads the file itself (past the fault hooks, as
+        an observer) and ``parse_metadata`` is a function of its bytes alone,
+        so a changed byte is parsed and checked again."""
+        path = os.path.join(directory, METADATA_FILE)
+        try:
+            with open(path, "rb") as file:
+                data = file.read()
+        except OSError:
+            return read_metadata(self.filesystem, directory)  # raises, naming what is missing
+        cached = self.parsed.get(path)
+        if cached is None or cached[0] != data:
+            cached = (data, parse_metadata(data, repr(path)))
+            self.parsed[path] = cached
+        return cached[1]
+
+    def files_under_root(self) -> list[str]:
+        """Every file under the storage root as the machine sees it (``os.walk``:
+        an observer of its own, not the implementation's ``list_files``)."""
+        return [os.path.join(top, name) for top, _, names in os.walk(self.root) for name in names]
 
     def paths_of(self, metadata: CheckpointMetadata, directory: str) -> frozenset[str]:
         """The paths of the files ``metadata`` lists (names alone: the machine
