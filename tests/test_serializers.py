@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import cowstate.serializers as serializers_module
+from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import InvalidArgumentError, SerializerMismatchError, UntrustedSerializerError
 from cowstate.nested_table import NestedMapsStateTable
 from cowstate.serializers import (
@@ -23,6 +25,7 @@ from cowstate.serializers import (
     PickleSerializer,
     StringSerializer,
     duplicate_serializer,
+    is_state_serializer,
     serializer_for,
     serializer_identifier,
 )
@@ -203,3 +206,52 @@ def test_an_unknown_serializer_identifier_lists_the_known_ones() -> None:
         f"expected a built-in serializer identifier ({_KNOWN}), got 'my.Serializer'; "
         "register the state's descriptor before restoring"
     )
+
+
+# ------------------------------------------- the serializer check, per type
+
+
+class _ThreeMethods:
+    def copy(self, state: Any) -> Any:
+        return state
+
+    def serialize(self, state: Any) -> bytes:
+        return b""
+
+    def deserialize(self, data: bytes) -> Any:
+        return None
+
+
+@pytest.mark.parametrize("missing", ["copy", "serialize", "deserialize"])
+def test_the_serializer_check_refuses_a_type_missing_any_one_method(missing: str) -> None:
+    lacking = type(
+        f"Without_{missing}",
+        (),
+        {name: getattr(_ThreeMethods, name) for name in _METHODS if name != missing},
+    )
+    assert not is_state_serializer(lacking())
+    assert not is_state_serializer(lacking())  # and again: nothing remembered
+    assert lacking not in serializers_module._SERIALIZER_TYPES
+    with pytest.raises(InvalidArgumentError, match="copy/serialize/deserialize"):
+        ValueStateDescriptor("s", serializer=lacking())
+
+
+def test_the_serializer_check_remembers_a_type_whose_class_has_the_methods() -> None:
+    kind = type("Remembered", (_ThreeMethods,), {})
+    assert is_state_serializer(kind()) and kind in serializers_module._SERIALIZER_TYPES
+    assert is_state_serializer(kind())
+
+
+def test_the_serializer_check_checks_an_instance_carrying_its_own_methods_every_time() -> None:
+    class Bare:
+        pass
+
+    carrier = Bare()
+    for name in _METHODS:
+        setattr(carrier, name, getattr(_ThreeMethods(), name))
+    assert is_state_serializer(carrier)
+    assert Bare not in serializers_module._SERIALIZER_TYPES
+    assert not is_state_serializer(Bare())  # the type itself was not remembered
+
+
+_METHODS = ("copy", "serialize", "deserialize")

@@ -33,10 +33,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import gc
 import io
 import json
 import os
 import struct
+import sys
 import threading
 import time
 import zlib
@@ -56,6 +58,7 @@ from restore_support import SER, craft
 from test_value_codec import VALUES as CODEC_VALUES
 from test_value_codec import canon
 
+import cowstate
 from cowstate import VOID_NAMESPACE, value_codec
 from cowstate.errors import (
     BadMagicError,
@@ -4227,3 +4230,92 @@ def test_the_c_writer_raises_the_error_the_python_loops_raise_first(
     with_c, with_python = both_ways(write, monkeypatch)
     assert with_c == with_python
     assert with_c[0] == "error"
+
+
+# ------------------------------------- checkpoint loops leak nothing (issue 28)
+
+
+def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_and_no_memory(
+    tmp_path: Path,
+) -> None:
+    """A job's checkpoint loop -- the owner changes value, list and map
+    states, the coordinator takes a checkpoint (the C writer walks the C
+    maps' snapshots into files), retention deletes the older one, and a new
+    backend restores the newest (the C reader) -- run 30 times: every key and
+    state the owner holds is back at its reference count, and neither the
+    interpreter's memory nor malloc's grew. Under ``make sanitize``,
+    LeakSanitizer checks the C code's own allocations too."""
+    from leak_support import traced_growth
+    from test_c_codec import malloc_in_use
+
+    from cowstate import HeapKeyedStateBackend
+    from cowstate.checkpoint import CheckpointCoordinator, CheckpointStorage
+    from cowstate.checkpoint.location import SnapshotSource
+    from cowstate.checkpoint.storage import read_metadata
+    from cowstate.descriptors import (
+        ListStateDescriptor,
+        MapStateDescriptor,
+        ValueStateDescriptor,
+    )
+
+    assert ccodec.CODEC is not None and cowstate.IMPLEMENTATION == "c", "the C writer and reader"
+    value_d: ValueStateDescriptor[Any] = ValueStateDescriptor("value", default=None)
+    list_d = ListStateDescriptor("list")
+    map_d = MapStateDescriptor("map")
+    descriptors = [value_d, list_d, map_d]
+    keys = ["".join(list(f"key-é-{i}")) for i in range(100)]  # uninterned: counted alone
+    states = [("".join(list(f"state-{i}")), 1000 + i * 7919, 2**70 + i) for i in range(100)]
+    range_ = KeyGroupRange(0, 127)
+    owner = HeapKeyedStateBackend(range_, 128)
+    value, list_, map_ = owner.get_state(value_d), owner.get_state(list_d), owner.get_state(map_d)
+    storage = CheckpointStorage(str(tmp_path), "job")
+    coordinator = CheckpointCoordinator(storage, [owner], num_retained=1)
+
+    def change(round_: int) -> None:
+        for i, key in enumerate(keys):
+            owner.set_current_key(key)
+            if (i + round_) % 5 == 0:  # removed and put back, with a snapshot open or not
+                value.clear()
+                list_.clear()
+                map_.clear()
+            value.update(states[i])
+            list_.update([states[i][0], states[i][1]])
+            map_.put(states[i][0], states[i][2])
+
+    def expected() -> dict[str, dict[Any, Any]]:
+        return {d.name: {(k, n): s for k, n, s in owner.entries(d.name)} for d in descriptors}
+
+    rounds = iter(range(10**6))
+
+    def cycle() -> None:
+        change(next(rounds))
+        completed = coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
+        metadata = read_metadata(storage.filesystem, completed.directory)
+        restored = HeapKeyedStateBackend(range_, 128)
+        try:
+            for d in descriptors:
+                restored.get_state(d)
+            restored.restore_from(
+                metadata.subtasks, SnapshotSource(storage.filesystem, completed.directory)
+            )
+            got = {d.name: {(k, n): s for k, n, s in restored.entries(d.name)} for d in descriptors}
+            assert got == expected()
+        finally:
+            restored.close()
+
+    try:
+        change(0)
+        counted = [*keys, *(s for triple in states for s in triple)]
+        baseline = [sys.getrefcount(o) for o in counted]
+        cycle()  # the first checkpoint and restore fill caches
+        before = malloc_in_use()
+        grown = traced_growth(cycle, 25)
+        gc.collect()
+        grown_malloc = malloc_in_use() - before
+        assert [sys.getrefcount(o) for o in counted] == baseline
+        # one leaked entry, key or state per cycle would be 25 x 100 objects
+        assert grown < 64 * 1024, f"traced memory grew by {grown} bytes over 25 checkpoints"
+        assert grown_malloc < 2 * 1024 * 1024, f"malloc'd memory grew by {grown_malloc} bytes"
+        assert owner.pending_snapshots == 0
+    finally:
+        owner.close()

@@ -59,7 +59,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from cowstate.errors import InvalidArgumentError, NoneStateError, UnhashableKeyError
 from cowstate.keyed_state import KeyedState
-from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.serializers import DefaultSerializer, StateSerializer, is_state_serializer
 
 #: Every kind's descriptor and handle, and what they share: ``cowstate``
 #: re-exports exactly these (a new kind's two classes join this list).
@@ -133,7 +133,7 @@ class StateDescriptor:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise InvalidArgumentError(f"expected a non-empty str state name, got {self.name!r}")
-        if not isinstance(self.serializer, StateSerializer):
+        if not is_state_serializer(self.serializer):
             raise InvalidArgumentError(
                 f"expected a serializer with copy/serialize/deserialize for state "
                 f"{self.name!r}, got {type(self.serializer).__name__}"

@@ -48,7 +48,7 @@ from cowstate.errors import (
     NoneStateError,
     TransformFunctionError,
 )
-from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.serializers import DefaultSerializer, StateSerializer, is_state_serializer
 from cowstate.type_vars import K, N, S, V
 
 # _cmap.c imports every name below (PyInit__cmap: lookup_attr(contract, ...)):
@@ -131,7 +131,7 @@ def constructor_arguments(
 
 def checked_serializer(serializer: object) -> StateSerializer:
     """``serializer`` if it has copy/serialize/deserialize, else InvalidArgumentError."""
-    if not isinstance(serializer, StateSerializer):
+    if not is_state_serializer(serializer):
         raise InvalidArgumentError(
             "expected a serializer with copy/serialize/deserialize, got "
             f"{type(serializer).__name__}"

@@ -33,7 +33,7 @@ from cowstate.errors import (
     UnhashableKeyError,
 )
 from cowstate.map_contract import StateEntry, apply_transform, keys_in
-from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.serializers import DefaultSerializer, StateSerializer, is_state_serializer
 from cowstate.state_table import StateTable, StateTableSnapshot
 from cowstate.type_vars import K, N, S, V
 
@@ -104,7 +104,7 @@ class NestedStateMap(Generic[K, N, S]):
 
     @serializer.setter
     def serializer(self, serializer: StateSerializer) -> None:
-        if not isinstance(serializer, StateSerializer):
+        if not is_state_serializer(serializer):
             raise InvalidArgumentError(
                 "expected a serializer with copy/serialize/deserialize, got "
                 f"{type(serializer).__name__}"

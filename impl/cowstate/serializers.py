@@ -51,7 +51,7 @@ import copy as _copy
 import pickle
 import struct
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from cowstate import value_codec
 from cowstate.errors import (
@@ -72,6 +72,7 @@ __all__ = [
     "StringSerializer",
     "duplicate_serializer",
     "is_known_immutable",
+    "is_state_serializer",
     "serializer_for",
     "serializer_identifier",
 ]
@@ -93,6 +94,28 @@ class StateSerializer(Protocol):
         """Return the state whose bytes are ``data``."""
         ...
 
+
+def is_state_serializer(obj: object) -> TypeGuard[StateSerializer]:
+    """``isinstance(obj, StateSerializer)``, remembered per type.
+
+    A runtime-checkable protocol's ``isinstance`` looks up every member on
+    each call (about 0.2 ms on Python 3.11), and a restore builds a table per
+    state and key group, each checking its serializers: a type whose class
+    defines all three methods passes once for all its instances. Anything
+    else (an instance that carries them itself) is checked each time."""
+    kind = type(obj)
+    if kind in _SERIALIZER_TYPES:
+        return True
+    if not isinstance(obj, StateSerializer):
+        return False
+    if all(callable(getattr(kind, name, None)) for name in _SERIALIZER_METHODS):
+        _SERIALIZER_TYPES.add(kind)
+    return True
+
+
+_SERIALIZER_METHODS = ("copy", "serialize", "deserialize")
+#: Types whose class defines the three methods (is_state_serializer).
+_SERIALIZER_TYPES: set[type] = set()
 
 _IMMUTABLE_SCALARS: frozenset[type] = frozenset(
     {int, float, complex, str, bytes, bool, type(None), range}

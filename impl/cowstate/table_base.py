@@ -24,7 +24,7 @@ from typing import Generic
 from cowstate.errors import InvalidArgumentError
 from cowstate.key_groups import KeyGroupRange, assign_to_key_group, check_key_group_range
 from cowstate.key_types import KeyTypes
-from cowstate.serializers import DefaultSerializer, StateSerializer
+from cowstate.serializers import DefaultSerializer, StateSerializer, is_state_serializer
 from cowstate.state_meta import StateMetaInfo
 from cowstate.type_vars import K, N, S
 
@@ -47,7 +47,7 @@ class TableBase(ABC, Generic[K, N, S]):
         key_group_range = check_key_group_range(key_group_range, max_parallelism)
         if meta is not None and not isinstance(meta, StateMetaInfo):
             raise InvalidArgumentError(f"expected a StateMetaInfo, got {type(meta).__name__}")
-        if key_serializer is not None and not isinstance(key_serializer, StateSerializer):
+        if key_serializer is not None and not is_state_serializer(key_serializer):
             raise InvalidArgumentError(
                 "expected a key_serializer with copy/serialize/deserialize, got "
                 f"{type(key_serializer).__name__}"
