@@ -140,6 +140,11 @@ bench: $(CMAP)
 	$(PY) bench/bench_keyed_path.py
 	$(PY) bench/bench_serializers.py
 	$(PY) bench/bench_snapshot_codec.py
+	$(PY) bench/bench_snapshot_codec.py --entries 10000000 --shapes int --repeats 1 \
+		--output bench/results/snapshot_codec_10m.json
+	$(PY) bench/bench_backend_gc.py --entries 10000000 --repeats 3 \
+		--output bench/results/backend_gc_10m.json
+	$(PY) bench/targets.py --issue 28
 
 ## make deep: the map/table, backend and storage state machines under the deep
 ## Hypothesis profile (by hand; hours -- what is timed is in CONTRIBUTING.md)

@@ -28,8 +28,8 @@ G4. The files of :data:`LAST` go after every other group, whatever they
     weigh: their tests time a process's reaction to a signal, and ``make
     test`` runs mypy, CrossHair and ``make sanitize`` beside the suite's
     first minutes (at a load of 8 Ctrl-C "before Spark is up" once ended the
-    run by the signal instead of status 130). They are split (G2), so the
-    workers that finish first share them.
+    run by the signal instead of status 130; split over three workers, the
+    Ctrl-C tests met each other's Spark and the flake came back).
 G5. A test listed in :data:`SHARES` joins the group of the test it names:
     it reuses that test's run, which only a test in the same process can
     (``cowstate_spec.coverage.run_counted``: the coverage tests count the
@@ -67,7 +67,6 @@ SPLIT: dict[str, Callable[[str], str]] = {
     "test_spec_catches_bad_key_contexts.py": _by_test,
     "test_coverage_events.py": _by_test,
     "test_flink_map_scenarios.py": _by_test,
-    "test_cli_errors.py": _by_test,  # G4's: the workers share the end of the run
 }
 
 #: G3: measured seconds of the tests over 5 s (``--durations``, two workers,

@@ -25,7 +25,7 @@ from cowstate_spec.fuzz.layout import parse
 from cowstate_spec.fuzz.outcomes import Watch, manifest, manifest_changes
 
 SEED = 0
-REDUCED_FILE_CASES = 1500
+REDUCED_FILE_CASES = 1000
 REDUCED_DIR_CASES = 200
 
 

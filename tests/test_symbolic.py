@@ -104,8 +104,8 @@ def test_a_passing_job_needs_exit_status_zero_and_no_finding() -> None:
 
 
 def test_the_quick_profile_gives_the_layouts_pair_longer_and_every_other_job_the_same() -> None:
-    """``make crosshair``'s limits: 1.5 CPU s per condition (each planted
-    check bug is refuted within 0.5 s), 3 for the snapshot layout's pair."""
+    """``make crosshair``'s limits: 1 CPU s per condition (each planted check
+    bug is refuted within 0.5 s), 3 for the snapshot layout's pair."""
     quick = PROFILES["quick"]
     pairs = [("spread_hash", "a.f", "b.f"), ("snapshot_layout", "a.g", "b.g"), ("x", "a.h", "b.h")]
     jobs = jobs_for(quick, ["m.f", "m.g"], pairs)
@@ -114,10 +114,10 @@ def test_the_quick_profile_gives_the_layouts_pair_longer_and_every_other_job_the
         return float(job.argv[job.argv.index("--per_condition_timeout") + 1])
 
     assert [(job.name, limit(job)) for job in jobs] == [
-        ("check m.f", 1.5),
-        ("check m.g", 1.5),
-        ("diffbehavior spread_hash", 1.5),
+        ("check m.f", 1.0),
+        ("check m.g", 1.0),
+        ("diffbehavior spread_hash", 1.0),
         ("diffbehavior snapshot_layout", 3.0),
-        ("diffbehavior x", 1.5),
+        ("diffbehavior x", 1.0),
     ]
     assert REDUCED[0] <= quick.per_condition  # the limit the planted bugs are refuted within

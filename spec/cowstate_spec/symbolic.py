@@ -10,10 +10,10 @@ condition and the whole run with a wall-clock deadline:
   :data:`cowstate_spec.equivalences.PAIRS`: an optimized helper and its plain
   statement in the model must agree on every input of the map's domain.
 
-``--profile quick`` (``make test``: 1.5 CPU seconds per condition, three
-times what CrossHair needs to refute each planted bug of
-``cowstate_spec.bad_arithmetic``; 3 for the snapshot layout's pair, whose
-planted bug needs 3 of the 5 ``tests/test_symbolic.py`` gives it) and
+``--profile quick`` (``make test``: 1 CPU second per condition, twice what
+CrossHair needs to refute each planted bug of ``cowstate_spec.bad_arithmetic``
+and the limit ``tests/test_symbolic.py`` refutes them within; 3 for the
+snapshot layout's pair, whose planted bug needs 3 of the 5 that test gives it) and
 ``--profile deep`` (``make verify``: minutes per condition) differ only in
 those limits. No counterexample is the only passing result: any
 ``error:`` line, a difference, a crash of CrossHair or the deadline fails the
@@ -54,7 +54,7 @@ class Limits:
 
 
 PROFILES = {
-    "quick": Limits(per_condition=1.5, per_path=1, deadline=600, longer={"snapshot_layout": 3}),
+    "quick": Limits(per_condition=1, per_path=1, deadline=600, longer={"snapshot_layout": 3}),
     "deep": Limits(per_condition=60, per_path=10, deadline=2 * 3600),
 }
 
