@@ -27,7 +27,7 @@ $(CMAP): $(STAMP) impl/cowstate/_cmap.c impl/cowstate/_cmap.h spec/cowstate_spec
 ## Hypothesis profile, three workers) and the C code under AddressSanitizer/UBSan (two
 ## processes), all side by side: the suite waits on JVMs, clusters and timeouts for a
 ## third of its time, which the others fill. Each target's output is printed when it
-## is done (the suite's last, after about 15 minutes); times in CONTRIBUTING.md.
+## is done (the suite's last, after about 13 minutes); times in CONTRIBUTING.md.
 test:
 	$(MAKE) --no-print-directory -j5 --output-sync=target lint typecheck crosshair sanitize pytest
 
