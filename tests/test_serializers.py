@@ -162,15 +162,8 @@ def test_serializers_repr_as_their_class() -> None:
 @pytest.mark.kills(module="cowstate.serializers")
 def test_a_serializer_without_an_identifier_is_named_by_its_class() -> None:
     # serializers.serializer_identifier: no identifier attribute at all.
-    class Plain:
-        def copy(self, state: Any) -> Any:
-            return state
-
-        def serialize(self, state: Any) -> bytes:
-            return b""
-
-        def deserialize(self, data: bytes) -> Any:
-            return None
+    class Plain(_ThreeMethods):
+        pass
 
     assert serializer_identifier(Plain()) == (
         f"{__name__}.test_a_serializer_without_an_identifier_is_named_by_its_class.<locals>.Plain"
