@@ -67,14 +67,14 @@ crosshair: $(STAMP)
 PYTEST_JOBS ?= 3
 TEST_PROFILE ?= ci
 TEST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR == 2 {print $$4}')" -ge 2097152 ] 2>/dev/null && echo /dev/shm)
+PYTEST_RUN = COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest \
+	-n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder
 pytest: $(CMAP)
 ifeq ($(TEST_TMPDIR),)
-	COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest -n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder
+	$(PYTEST_RUN)
 else
 	base=$$(mktemp -d $(TEST_TMPDIR)/cowstate-tests-XXXXXX) && \
-	TMPDIR=$(TEST_TMPDIR) COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest \
-		-n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder --basetemp=$$base && \
-	rm -rf $$base
+	TMPDIR=$(TEST_TMPDIR) $(PYTEST_RUN) --basetemp=$$base && rm -rf $$base
 endif
 
 ## The spec-strength suites: every named defect class caught by its machine within

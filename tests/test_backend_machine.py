@@ -34,13 +34,12 @@ def test_backend_agrees_with_the_model(
     # (Through run_counted: the coverage test reuses the heap-cow-pure run.)
     current = settings()
     halved = implementation.name == "rocksdb" or key_group_range != RANGES[0]
-    examples = current.max_examples // 2 if halved else None
     run_counted(
         backend_machine_for(implementation, key_group_range),
         settings(
             current,
             stateful_step_count=2 * current.stateful_step_count,
-            max_examples=examples or current.max_examples,
+            max_examples=current.max_examples // 2 if halved else current.max_examples,
         ),
     )
 

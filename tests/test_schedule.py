@@ -1,4 +1,4 @@
-"""How make test hands the suite to its workers (tests/schedule.py, G1-G4)."""
+"""How make test hands the suite to its workers (tests/schedule.py, G1-G5)."""
 
 from __future__ import annotations
 
