@@ -192,6 +192,21 @@ def _release_out_of_order(m: Any, o: Objects) -> None:
         snapshots[i].release()
 
 
+def _hand_back_and_reclaim(m: Any, o: Objects) -> None:
+    # Rule G: a hand_back leaves the replaced states to the owner; a write
+    # frees a few, reclaim() the rest of one snapshot, and the map's
+    # deallocation the rest of another.
+    first = m.snapshot()
+    _put_replace(m, o)
+    first.hand_back()
+    key, ns = o.pairs()[0]
+    m.put(key, ns, o.replacements[0])
+    m.reclaim()
+    second = m.snapshot()
+    _put_replace(m, o)
+    second.hand_back()
+
+
 def _drop_without_release(m: Any, o: Objects) -> None:
     snapshot = m.snapshot()
     _put_replace(m, o)
@@ -216,6 +231,7 @@ MAP_OPERATIONS: dict[str, Callable[[Any, Objects], None]] = {
     "iterate": _iterate,
     "snapshot, read and release": _snapshot_read_and_release,
     "release out of order": _release_out_of_order,
+    "hand back, reclaim, drop with garbage": _hand_back_and_reclaim,
     "drop a snapshot without release": _drop_without_release,
 }
 

@@ -45,6 +45,7 @@ from cowstate import (
     VersionOverflowError,
 )
 from cowstate.introspection import describe
+from cowstate.serializers import SCALAR_STATES, DefaultSerializer
 from cowstate_spec.cmap_view import rehash_progress
 from cowstate_spec.cmap_view import view_of as I
 from cowstate_spec.cmap_view import view_of_snapshot as IS
@@ -479,6 +480,113 @@ def test_copy_on_write_contracts_identity_of_list_states_across_snapshots() -> N
     assert m._highest_required == 0
     assert m.get(5, 1) is o5
     assert m._open_versions == set()
+
+
+# Rule S's scalar exemption (cowstate.state_map: a scalar the serializer copies
+# as itself is handed out as it is). One value of every SCALAR_STATES type:
+SCALARS: list[Any] = [True, 12345678901234567890, 1.5, 2j, "state-é", b"\x00bytes"]
+
+
+class IntSubclass(int):
+    pass
+
+
+class CountingSerializer(DefaultSerializer):
+    """The default serializer's copy, counted; declares nothing about scalars
+    (``copies_scalars_as_is`` False) unless a subclass does."""
+
+    copies_scalars_as_is = False
+
+    def __init__(self) -> None:
+        self.copies = 0
+
+    def copy(self, state: Any) -> Any:
+        self.copies += 1
+        return DefaultSerializer.copy(state)
+
+
+class DeclaringCountingSerializer(CountingSerializer):
+    copies_scalars_as_is = True
+
+
+def live_entry(m: CopyOnWriteStateMap[Any, Any, Any], key: Any, namespace: Any) -> Any:
+    (e,) = [e for e in live_entries(m) if (e.key, e.namespace) == (key, namespace)]
+    return e
+
+
+def test_the_scalar_samples_cover_every_scalar_state_type() -> None:
+    assert {type(v) for v in SCALARS} == SCALAR_STATES
+
+
+@pytest.mark.parametrize("scalar", SCALARS, ids=lambda v: type(v).__name__)
+def test_get_hands_out_a_scalar_a_snapshot_holds_as_it_is_with_no_entry_copy(scalar: Any) -> None:
+    m: CopyOnWriteStateMap[int, int, Any] = CopyOnWriteStateMap()
+    m.put(1, 0, scalar)
+    before = live_entry(m, 1, 0)
+    snap = m.snapshot()
+    got = m.get(1, 0)
+    assert got is scalar
+    after = live_entry(m, 1, 0)
+    assert after.state_version < m._highest_required  # shared, and nothing was written
+    assert after.entry_version == before.entry_version
+    assert snapshot_entries(snap)[0].state is scalar
+    m.put(1, 0, "changed")  # a put still copies the entry (rule E): the snapshot keeps it
+    assert {(e.key, e.namespace): e.state for e in snap} == {(1, 0): scalar}
+    snap.release()
+
+
+@pytest.mark.parametrize(
+    "state",
+    [IntSubclass(7), (1, 2), frozenset({1}), [1]],
+    ids=["int subclass", "tuple", "frozenset", "list"],
+)
+def test_get_copies_a_state_outside_the_scalar_types_as_before(state: Any) -> None:
+    m: CopyOnWriteStateMap[int, int, Any] = CopyOnWriteStateMap()
+    m.put(1, 0, state)
+    snap = m.snapshot()
+    m.get(1, 0)
+    assert live_entry(m, 1, 0).state_version == m._version  # rule S ran: copied and marked
+    snap.release()
+
+
+def test_get_calls_copy_of_a_serializer_that_does_not_declare_scalars_as_is() -> None:
+    serializer = CountingSerializer()
+    m: CopyOnWriteStateMap[int, int, Any] = CopyOnWriteStateMap(serializer)
+    m.put(1, 0, 5)
+    snap = m.snapshot()
+    assert m.get(1, 0) == 5
+    assert serializer.copies == 1
+    assert live_entry(m, 1, 0).state_version == m._version
+    snap.release()
+
+
+def test_get_skips_copy_of_a_serializer_that_declares_scalars_as_is() -> None:
+    serializer = DeclaringCountingSerializer()
+    m: CopyOnWriteStateMap[int, int, Any] = CopyOnWriteStateMap(serializer)
+    m.put(1, 0, 5)
+    m.put(2, 0, [5])
+    snap = m.snapshot()
+    assert m.get(1, 0) == 5
+    assert serializer.copies == 0
+    assert m.get(2, 0) == [5]  # a list is no scalar: copied
+    assert serializer.copies == 1
+    snap.release()
+
+
+def test_setting_the_serializer_sets_whether_scalars_are_handed_out_as_they_are() -> None:
+    m: CopyOnWriteStateMap[int, int, Any] = CopyOnWriteStateMap()
+    m.put(1, 0, 5)
+    serializer = CountingSerializer()
+    m.serializer = serializer
+    snap = m.snapshot()
+    m.get(1, 0)
+    assert serializer.copies == 1
+    snap.release()
+    m.serializer = DefaultSerializer()
+    snap = m.snapshot()
+    m.get(1, 0)
+    assert live_entry(m, 1, 0).state_version < m._highest_required
+    snap.release()
 
 
 # --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import io
 import os
 import random
 import subprocess
@@ -21,6 +22,7 @@ import sys
 import threading
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -245,6 +247,130 @@ def test_release_on_a_writer_thread_while_the_owner_mutates() -> None:
     check_map(m)
 
 
+# ------------------------------------------------ rule G: handed-back entries
+
+
+class Weak(list[int]):
+    """A state a test can watch die (a list subclass takes a weak reference)."""
+
+
+def _replaced_under_hand_back(m: Any, n: int) -> list[weakref.ref[Weak]]:
+    """``n`` mappings put, a snapshot, every state replaced, the snapshot handed
+    back: weak references to the replaced states."""
+    olds = [Weak([i]) for i in range(n)]
+    for i, state in enumerate(olds):
+        m.put(i, "ns", state)
+    snapshot = m.snapshot()
+    for i in range(n):
+        m.put(i, "ns", Weak([-i]))
+    refs = [weakref.ref(state) for state in olds]
+    del olds
+    snapshot.hand_back()
+    return refs
+
+
+@needs_c
+def test_a_handed_back_snapshot_leaves_its_entries_to_the_owners_writes() -> None:
+    m = c_map(initial_capacity=4)
+    refs = _replaced_under_hand_back(m, 40)
+    assert m.pending_reclaim == 40
+    assert all(ref() is not None for ref in refs)  # nothing freed by the hand-back
+    check_map(m)
+    m.put(0, "ns", Weak([0]))  # a write frees 4 (GARBAGE_STEP), oldest first
+    assert m.pending_reclaim == 36
+    assert sum(ref() is None for ref in refs) == 4
+    m.get(1, "ns")
+    m.contains_key(1, "ns")  # reads free nothing
+    assert m.pending_reclaim == 36
+    writes: list[Callable[[], object]] = [
+        lambda: m.put_and_get_old(1, "ns", Weak([1])),
+        lambda: m.remove(2, "ns"),
+        lambda: m.remove_and_get_old(3, "ns"),
+        lambda: m.transform(4, "ns", 5, lambda old, v: Weak([v])),
+    ]
+    for write in writes:
+        before = m.pending_reclaim
+        write()
+        assert m.pending_reclaim == before - 4
+    check_map(m)
+    while m.pending_reclaim:
+        m.put(5, "ns", Weak([5]))
+    assert all(ref() is None for ref in refs)
+    check_map(m)
+
+
+@pytest.mark.parametrize("impl", list(MAPS))
+def test_reclaim_frees_every_handed_back_entry_and_counts_them(impl: str) -> None:
+    m = MAPS[impl](initial_capacity=4)
+    refs = _replaced_under_hand_back(m, 30)
+    expected = 30 if impl == "c" else 0  # the pure map frees at the hand-back
+    assert m.pending_reclaim == expected
+    assert m.reclaim() == expected
+    assert m.pending_reclaim == 0
+    assert m.reclaim() == 0
+    assert all(ref() is None for ref in refs)
+    assert {(k, n): s for k, n, s in m} == {(i, "ns"): [-i] for i in range(30)}
+
+
+@needs_c
+def test_a_map_dropped_with_handed_back_entries_frees_them() -> None:
+    m = c_map(initial_capacity=4)
+    refs = _replaced_under_hand_back(m, 25)
+    assert m.pending_reclaim == 25
+    del m
+    assert all(ref() is None for ref in refs)
+
+
+@needs_c
+def test_a_finalizer_writing_to_the_map_during_a_reclaim_frees_every_entry_once() -> None:
+    m = c_map(initial_capacity=4)
+    finalized: list[int] = []
+
+    class Writes(list[int]):
+        def __del__(self) -> None:
+            finalized.append(self[0])
+            m.put(1000 + self[0], "ns", [self[0]])  # re-enters the map's reclaim
+
+    for i in range(12):
+        m.put(i, "ns", Writes([i]))
+    snapshot = m.snapshot()
+    for i in range(12):
+        m.put(i, "ns", [-i])
+    snapshot.hand_back()
+    assert finalized == []
+    m.put(99, "ns", [99])  # frees 4; each finalizer's put frees 4 more
+    assert m.pending_reclaim == 0
+    assert sorted(finalized) == list(range(12))
+    assert {k for k, _, _ in m} == {*range(12), 99, *range(1000, 1012)}
+    check_map(m)
+
+
+def test_a_table_hands_its_key_groups_back_and_the_backend_reclaims_them() -> None:
+    backend = cowstate.HeapKeyedStateBackend(cowstate.KeyGroupRange(0, 7), 8)
+    state = backend.get_state(cowstate.ValueStateDescriptor("v"))
+    for key in range(200):
+        backend.set_current_key(key)
+        state.update([key])
+    updated = threading.Event()
+
+    def stream_after_the_updates() -> io.BytesIO:
+        updated.wait()  # every key group stays held while the owner writes
+        return io.BytesIO()
+
+    future = backend.snapshot(1, stream_after_the_updates)
+    for key in range(200):
+        backend.set_current_key(key)
+        state.update([key, key])
+    updated.set()
+    result = future.result()
+    assert result.info is not None and result.info.entries == 200
+    expected = 200 if maps.IMPLEMENTATION == "c" else 0  # one replaced entry per key
+    assert backend.pending_reclaim == expected
+    assert backend.reclaim() == expected
+    assert backend.pending_reclaim == 0
+    backend.close()
+
+
 @needs_c
 def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
     m = c_map(initial_capacity=4 * CHUNK_BUCKETS)
@@ -332,6 +458,7 @@ CORRUPTIONS = [
     ("chunk_refs", 0),
     *[("retire_live", p) for p in (0, 2, 4)],
     ("unretire", 0),
+    *[("hand_back_live", p) for p in (0, 2, 4)],
     ("gc_entries", 0),
 ]
 #: The corruptions that need an open snapshot (a shared chunk, a shared entry
@@ -519,9 +646,10 @@ def test_both_checkers_accept_a_healthy_map_as_it_grows_under_snapshots() -> Non
 
 
 @needs_c
+@pytest.mark.parametrize("release", ["release", "hand_back"])
 @pytest.mark.parametrize("read", ["items", "iterate"])
 def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_early(
-    read: str,
+    read: str, release: str
 ) -> None:
     # Copying entries into tuples may run the GC, and the GC any finalizer: here
     # one that releases the snapshot being read. The C snapshot is pinned while
@@ -540,7 +668,7 @@ def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_ear
 
         def __del__(self) -> None:
             if not snap.is_released:
-                snap.release()
+                getattr(snap, release)()  # hand_back: rule G once the read ends
 
     Releaser()  # garbage in a cycle: the next GC releases snap
     threshold = gc.get_threshold()
@@ -560,4 +688,8 @@ def test_a_finalizer_that_releases_a_snapshot_while_it_is_read_frees_nothing_ear
         gc.set_threshold(*threshold)
     gc.collect()
     assert snap.is_released and not m._open_versions
+    assert m.pending_reclaim == (200 if release == "hand_back" else 0)
+    check_map(m)
+    assert m.reclaim() == (200 if release == "hand_back" else 0)
+    assert m.pending_reclaim == 0
     check_map(m)

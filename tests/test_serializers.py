@@ -248,3 +248,63 @@ def test_the_serializer_check_checks_an_instance_carrying_its_own_methods_every_
 
 
 _METHODS = ("copy", "serialize", "deserialize")
+
+
+BUILT_IN_SERIALIZERS = [
+    serializers_module.DefaultSerializer,
+    serializers_module.ImmutableSerializer,
+    serializers_module.PickleSerializer,
+    serializers_module.ImmutablePickleSerializer,
+    serializers_module.IntSerializer,
+    serializers_module.LongSerializer,
+    serializers_module.StringSerializer,
+    serializers_module.BytesSerializer,
+]
+SCALAR_SAMPLES = [True, 2**70, -0.0, 1 + 2j, "é", b""]
+
+
+def test_the_built_in_serializers_list_is_every_serializer_class_of_the_module() -> None:
+    defined = {
+        cls
+        for cls in vars(serializers_module).values()
+        if isinstance(cls, type)
+        and cls.__module__ == serializers_module.__name__
+        and not cls.__name__.startswith("_")
+        and cls is not serializers_module.StateSerializer  # the protocol
+        and serializers_module.is_state_serializer(cls())
+    }
+    assert defined == set(BUILT_IN_SERIALIZERS)
+
+
+@pytest.mark.parametrize("cls", BUILT_IN_SERIALIZERS, ids=lambda c: c.__name__)
+def test_a_built_in_serializer_declares_and_keeps_that_it_copies_scalars_as_they_are(
+    cls: Any,
+) -> None:
+    assert {type(v) for v in SCALAR_SAMPLES} == serializers_module.SCALAR_STATES
+    serializer = cls()
+    assert serializers_module.copies_scalars_as_is(serializer)
+    for value in SCALAR_SAMPLES:
+        assert serializer.copy(value) is value
+
+
+def test_a_serializer_declares_scalars_as_is_only_with_a_class_attribute_true() -> None:
+    class Undeclared:
+        def copy(self, state: Any) -> Any:
+            return state
+
+        def serialize(self, state: Any) -> bytes:
+            return b""
+
+        def deserialize(self, data: bytes) -> Any:
+            return None
+
+    class Truthy(Undeclared):
+        copies_scalars_as_is = 1  # truthy is not a declaration
+
+    class Withdrawn(serializers_module.DefaultSerializer):
+        copies_scalars_as_is = False
+
+    on_instance = Undeclared()
+    on_instance.copies_scalars_as_is = True  # type: ignore[attr-defined]
+    for undeclared in (Undeclared(), Truthy(), Withdrawn(), on_instance):
+        assert not serializers_module.copies_scalars_as_is(undeclared)

@@ -32,6 +32,7 @@ from cowstate_spec.bad_cmaps import (
     CBug,
     CRewrite,
     bad_cmap_implementation,
+    build_bad_cmap,
     c_identity,
 )
 from cowstate_spec.cmap_view import C_MAP_CLASS, PROBE
@@ -199,3 +200,20 @@ def test_both_checkers_name_the_same_first_violation(bug: CBug | CRewrite | None
         assert by_probe is None
     else:
         assert by_probe is not None and by_probe.startswith("invariant ")
+
+
+def test_a_rewrite_changed_in_place_is_built_and_loaded_again() -> None:
+    # The build cache was keyed by the rewrite's name and the map's source
+    # alone: a rewrite whose text changed under the same name loaded the old
+    # build (c-scalar-exemption-takes-lists kept testing its first text).
+    bug = next(b for b in C_REWRITES if b.name == "c-scalar-exemption-takes-lists")
+    same_name = CRewrite(bug.name, bug.old, bug.old, "the same name, another text")
+    planted, unchanged = build_bad_cmap(bug), build_bad_cmap(same_name)
+    assert planted.__file__ != unchanged.__file__
+    for module, shares in ((planted, True), (unchanged, False)):
+        m = module.CopyOnWriteStateMap()
+        m.put(1, 0, [1])
+        snapshot = m.snapshot()
+        m.get(1, 0).append(2)
+        assert (snapshot.items()[0][2] == [1, 2]) is shares
+        snapshot.release()

@@ -64,7 +64,7 @@
 #include <stdint.h>
 
 /* Raise with any change of a struct below or of what a field means. */
-#define COWSTATE_LAYOUT_VERSION 2
+#define COWSTATE_LAYOUT_VERSION 3
 #define COWSTATE_LAYOUT_CAPSULE "cowstate._cmap._LAYOUT"
 
 #define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
@@ -121,8 +121,12 @@ typedef struct MapObject {
     Py_ssize_t gc_entries;      /* live entries holding an object of a GC type (inv. 12) */
     Batch *retired;             /* oldest first; the newest is at `retired_tail` */
     Batch *retired_tail;
+    Batch *garbage;             /* handed back (rule G): no open snapshot reaches them */
+    Batch *garbage_tail;
+    Py_ssize_t garbage_next;    /* the first entry of `garbage` not freed yet */
     PyObject *serializer;
     PyObject *weakreflist;
+    int scalars_as_is;          /* the serializer copies scalars as themselves (rule S) */
 } MapObject;
 
 typedef struct SnapObject {
@@ -136,6 +140,7 @@ typedef struct SnapObject {
     int released;
     int readers;                /* C calls reading the directories right now */
     int release_pending;        /* released while read: finish when readers == 0 */
+    int hand_back;              /* released by hand_back(): the owner frees (rule G) */
 } SnapObject;
 
 /* What the map module publishes in its `_LAYOUT` capsule (see the top). */

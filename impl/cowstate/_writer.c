@@ -50,7 +50,11 @@
  * written stops before this one, as in the Python loop), the buffer given to
  * stream.write once it holds buffer_size bytes, written(kg); and the
  * snapshots are unpinned. The stream's write releases the GIL itself while
- * it writes (io.FileIO), on one buffer of up to buffer_size bytes.
+ * it writes (io.FileIO), on one buffer of up to buffer_size bytes (8 MiB by
+ * default: each write is a round trip of the GIL). written(kg) releases the
+ * key group's table snapshot, which hands its C map snapshots back (rule G
+ * of _cmap.c): the entries the owner replaced meanwhile are freed by the
+ * owner's own writes, not here with the owner stopped.
  *
  * Errors come out as the Python loops raise them, the first in their order
  * (key group by key group, state by state): a Python section that raises

@@ -311,6 +311,25 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 readers.append(reader)
         return self._prepare(readers, chains)
 
+    # ------------------------------------------------------------- reclamation
+
+    @property
+    def pending_reclaim(self) -> int:
+        """Map entries a checkpoint's writer released and left to the owner to
+        free (rule G of ``_cmap.c``): each keyed write frees up to 4 of them,
+        so the writer's thread never stops the owner to free them."""
+        return sum(getattr(h.table, "pending_reclaim", 0) for h in self._holders.values())
+
+    def reclaim(self) -> int:
+        """Free every entry :attr:`pending_reclaim` counts now (an owner about
+        to go idle returns the memory at once); the count freed."""
+        freed = 0
+        for holder in self._holders.values():
+            reclaim = getattr(holder.table, "reclaim", None)
+            if reclaim is not None:
+                freed += reclaim()
+        return freed
+
     # ------------------------------------------- snapshots in the caller's streams
 
     def snapshot(

@@ -48,7 +48,12 @@ from cowstate.errors import (
     NoneStateError,
     TransformFunctionError,
 )
-from cowstate.serializers import DefaultSerializer, StateSerializer, is_state_serializer
+from cowstate.serializers import (
+    DefaultSerializer,
+    StateSerializer,
+    copies_scalars_as_is,
+    is_state_serializer,
+)
 from cowstate.type_vars import K, N, S, V
 
 # _cmap.c imports every name below (PyInit__cmap: lookup_attr(contract, ...)):
@@ -59,6 +64,7 @@ __all__ = [
     "capacity_message",
     "checked_serializer",
     "constructor_arguments",
+    "copies_scalars_as_is",
     "foreign_message",
     "keys_in",
     "modified_message",

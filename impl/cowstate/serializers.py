@@ -61,6 +61,7 @@ from cowstate.errors import (
 )
 
 __all__ = [
+    "SCALAR_STATES",
     "BytesSerializer",
     "DefaultSerializer",
     "ImmutablePickleSerializer",
@@ -70,6 +71,7 @@ __all__ = [
     "PickleSerializer",
     "StateSerializer",
     "StringSerializer",
+    "copies_scalars_as_is",
     "duplicate_serializer",
     "is_known_immutable",
     "is_state_serializer",
@@ -122,6 +124,27 @@ _IMMUTABLE_SCALARS: frozenset[type] = frozenset(
 )
 
 
+#: The exact types of the states a map hands out without a copy when its
+#: serializer copies them as themselves (rule S of cowstate.state_map, the
+#: scalar exemption): no caller can mutate such a state in place, so sharing it
+#: with a snapshot is safe. The C map tests the same types (_cmap.c:
+#: is_scalar_state); a subclass is not in the set.
+SCALAR_STATES: frozenset[type] = frozenset({bool, int, float, complex, str, bytes})
+
+
+def copies_scalars_as_is(serializer: object) -> bool:
+    """True if ``serializer`` declares that its ``copy`` returns a state of a
+    :data:`SCALAR_STATES` type as itself (its class attribute
+    ``copies_scalars_as_is`` is ``True``: every serializer of this module).
+
+    A map whose serializer declares it hands such states out without calling
+    ``copy`` (rule S, the scalar exemption). A serializer that does not
+    declare it -- any other, and a subclass that sets it to ``False`` because
+    its ``copy`` changes scalars -- is called for every shared state as
+    before."""
+    return getattr(type(serializer), "copies_scalars_as_is", False) is True
+
+
 def is_known_immutable(state: object) -> bool:
     """True if ``state`` cannot be mutated in place: immutable scalars, and
     tuples/frozensets made only of known-immutable items."""
@@ -159,6 +182,7 @@ class DefaultSerializer:
 
     __slots__ = ()
     identifier = "cowstate-value"
+    copies_scalars_as_is = True
 
     copy = staticmethod(_deep_copy)
 
@@ -187,6 +211,7 @@ class PickleSerializer:
 
     __slots__ = ()
     identifier = "pickle"
+    copies_scalars_as_is = True
 
     copy = staticmethod(_deep_copy)
 
@@ -216,6 +241,7 @@ class _FixedSerializer:
     __slots__ = ()
     identifier = ""
     kind: type = object
+    copies_scalars_as_is = True
 
     def copy(self, state: Any) -> Any:
         return state

@@ -30,7 +30,15 @@ Rule S (states)   Before handing a state with ``state_version < H`` to a caller
                   ``remove_and_get_old``, ``transform``), deep-copy it through
                   the serializer, store the copy (rule E first) and set
                   ``state_version = V``. Later gets return that same copy until
-                  the next snapshot.
+                  the next snapshot. Scalar exemption: ``get`` hands out a
+                  state of an exact ``serializers.SCALAR_STATES`` type (int,
+                  str, ...) as it is, with no copy and no write, when the
+                  serializer declares it copies such states as themselves
+                  (``serializers.copies_scalars_as_is``: the built-in ones do).
+                  Nobody can mutate it, so sharing it is safe (invariants 7
+                  and 8 hold: its ``state_version`` stays ``< H``), and a
+                  ``get`` after a snapshot then costs a type check, not an
+                  entry copy.
 
 New entries go to the head of their chain, so inserting never touches a shared
 entry. Removing a chain head only rewrites the live bucket list, which no
@@ -89,7 +97,9 @@ Rule T (tracking)  While tracking, ``_guard = V`` (else ``_guard = H``).
                    of version ``b`` was taken, every state a caller could
                    mutate has ``state_version >= b``: ``put``,
                    ``put_and_get_old`` and ``transform`` set it anyway, and
-                   ``get`` marks the first time after each snapshot.
+                   ``get`` marks the first time after each snapshot (a scalar
+                   of rule S's exemption is neither copied nor marked: no
+                   caller can change it but through ``put``).
 Rule D (deletion)  Every removal of a mapping (``remove``,
                    ``remove_and_get_old``) appends ``(V, key, namespace)``
                    to the removal log. The log holds at most
@@ -281,7 +291,7 @@ from cowstate.map_contract import (
     reentrant_message,
     released_message,
 )
-from cowstate.serializers import StateSerializer
+from cowstate.serializers import SCALAR_STATES, StateSerializer, copies_scalars_as_is
 from cowstate.type_vars import K, N, S, V
 
 __all__ = [
@@ -324,6 +334,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         "_rehash_size",
         "_removal_limit",
         "_removals",
+        "_scalars_as_is",
         "_serializer",
         "_stamp",
         "_structure_count",
@@ -336,6 +347,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         self, serializer: StateSerializer | None = None, initial_capacity: int = DEFAULT_CAPACITY
     ) -> None:
         self._serializer, capacity = constructor_arguments(serializer, initial_capacity)
+        self._scalars_as_is = copies_scalars_as_is(self._serializer)  # rule S, scalars
         self._primary: list[_Entry | None] = [None] * capacity
         self._mask = capacity - 1
         self._threshold = threshold_for(capacity)
@@ -568,6 +580,17 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             raise ForeignSnapshotError(foreign_message(snapshot))
         snapshot.release()
 
+    @property
+    def pending_reclaim(self) -> int:
+        """Entries a snapshot's ``hand_back`` left for this map to free: always
+        0 here (Python frees them at the release; the C map's rule G)."""
+        return 0
+
+    def reclaim(self) -> int:
+        """Free what ``hand_back`` left now; the count: 0 here (see
+        :attr:`pending_reclaim`)."""
+        return 0
+
     # ------------------------------------------------------ change tracking
 
     def track_changes(self, removal_limit: int = DEFAULT_REMOVAL_LIMIT) -> None:
@@ -623,6 +646,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
     @serializer.setter
     def serializer(self, serializer: StateSerializer) -> None:
         self._serializer = checked_serializer(serializer)
+        self._scalars_as_is = copies_scalars_as_is(self._serializer)  # rule S, scalars
 
     def __repr__(self) -> str:
         return (
@@ -791,7 +815,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         self, tab: list[_Entry | None], index: int, e: _Entry, key: object, namespace: object
     ) -> S:
         """Rule S: replace a shared state by a deep copy and return the copy; or
-        rule T: mark a state no snapshot holds as handed out at ``V``."""
+        rule T: mark a state no snapshot holds as handed out at ``V``; or
+        neither, for a scalar the serializer copies as itself (rule S)."""
+        if self._scalars_as_is and type(e.state) in SCALAR_STATES:  # rule S, scalars
+            scalar: S = e.state
+            return scalar
         if e.state_version >= self._highest_required:  # rule T: mark, no copy
             if e.entry_version < self._highest_required:  # rule E
                 e = self._copy_chain(tab, index, e)
@@ -1031,6 +1059,12 @@ class StateMapSnapshot(Generic[K, N, S]):
         self._owner._release_version(self.version)
         self._released = True
         self._data = None
+
+    def hand_back(self) -> None:
+        """:meth:`release`, for a snapshot writer on another thread: the C map
+        leaves freeing what only this snapshot kept alive to its owner (its
+        rule G); here Python frees it at once, as ``release`` does."""
+        self.release()
 
     def __enter__(self) -> StateMapSnapshot[K, N, S]:
         return self

@@ -116,6 +116,16 @@ class StateTable(TableBase[K, N, S]):
         for m in self._maps:
             m.serializer = meta.state_serializer
 
+    @property
+    def pending_reclaim(self) -> int:
+        """Entries the snapshot writer's releases left for the maps to free
+        (the C map's rule G; 0 for maps that free at the release)."""
+        return sum(getattr(m, "pending_reclaim", 0) for m in self._maps)
+
+    def reclaim(self) -> int:
+        """Free what :attr:`pending_reclaim` counts now; the count freed."""
+        return sum(m.reclaim() for m in self._maps if hasattr(m, "reclaim"))
+
     def state_map(self, key_group: int) -> StateMap[K, N, S]:
         """The map holding ``key_group`` (Flink's ``getMapForKeyGroup``)."""
         return self._maps[self._range.index_of(key_group)]
@@ -505,7 +515,16 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         return len(self._snapshots[index])
 
     def _release(self, index: int) -> None:
-        self._snapshots[index].release()
+        # The snapshot writer releases key groups from its own thread: the C
+        # map's hand_back leaves freeing what only the snapshot kept alive to
+        # the owner's next writes (rule G of _cmap.c), so the owner is not
+        # stopped for it. A map of another kind releases.
+        snapshot = self._snapshots[index]
+        hand_back = getattr(snapshot, "hand_back", None)
+        if hand_back is None:
+            snapshot.release()
+        else:
+            hand_back()
 
 
 def _transformed(

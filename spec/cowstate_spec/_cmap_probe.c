@@ -75,6 +75,9 @@
  * retired batch (so the batch and the live table both freed it), retire_live
  * here adds a batch the probe owns and that owns nothing: version INT32_MAX
  * (no release detaches it), unlinked and freed by the probe, never its entry.
+ * hand_back_live likewise appends a one-entry batch of the probe's to the
+ * map's garbage (rule G) and unlinks it; only a keyed write meanwhile (which
+ * would free that live entry: never do one while it is active) takes it.
  * Entries a corruption takes out of the map (relink's successor,
  * write_shared's head, unretire's entry) are held by the Corruption and put
  * back (unretire's is freed instead if a release freed its batch meanwhile,
@@ -331,6 +334,8 @@ typedef struct MapFacts {
     int32_t *batch_version;         /* per batch, oldest first */
     Py_ssize_t *batch_end;          /* per batch: one past its last index in `retired` */
     const Entry **retired;
+    Py_ssize_t ngarbage;
+    const Entry **garbage;          /* handed back, not freed yet (rule G) */
 } MapFacts;
 
 static void map_facts_clear(MapFacts *f)
@@ -343,6 +348,7 @@ static void map_facts_clear(MapFacts *f)
     PyMem_Free(f->batch_version);
     PyMem_Free(f->batch_end);
     PyMem_Free((void *)f->retired);
+    PyMem_Free((void *)f->garbage);
     memset(f, 0, sizeof(*f));
 }
 
@@ -396,6 +402,17 @@ static int gather_map(const MapObject *m, MapFacts *f)
         f->batch_version[i] = b->version;
         f->batch_end[i] = n;
     }
+    Py_ssize_t skip = m->garbage_next;
+    for (const Batch *b = m->garbage; b != NULL; b = b->next, skip = 0)
+        f->ngarbage += b->size - skip;
+    f->garbage = PyMem_Malloc((size_t)(f->ngarbage + 1) * sizeof(Entry *));
+    if (f->garbage == NULL)
+        goto nomemory;
+    n = 0;
+    skip = m->garbage_next;
+    for (const Batch *b = m->garbage; b != NULL; b = b->next, skip = 0)
+        for (Py_ssize_t j = skip; j < b->size; j++)
+            f->garbage[n++] = b->entries[j];
     return 0;
 nomemory:
     PyErr_NoMemory();
@@ -640,11 +657,22 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
     PyObject *rehash = primary == NULL ? NULL : export_table(&f.dir[1], &f.live[1]);
     PyObject *open = rehash == NULL ? NULL : int32_tuple(f.open, f.nopen);
     PyObject *retired = open == NULL ? NULL : export_batches(&f);
+    PyObject *garbage = retired == NULL ? NULL : PyTuple_New(f.ngarbage);
+    for (Py_ssize_t j = 0; garbage != NULL && j < f.ngarbage; j++) {
+        PyObject *a = PyLong_FromUnsignedLongLong((unsigned long long)(uintptr_t)f.garbage[j]);
+        if (a == NULL)
+            Py_CLEAR(garbage);
+        else
+            PyTuple_SET_ITEM(garbage, j, a);
+    }
+    if (garbage == NULL)
+        Py_CLEAR(retired);
     PyObject *out = NULL;
     if (retired != NULL)
         out = Py_BuildValue(
-            "{s:n,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n,s:O,s:O}", "gc_entries",
-            f.gc_entries, "retired", retired, "primary", primary, "rehash", rehash,
+            "{s:n,s:N,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n,s:O,s:O}",
+            "gc_entries", f.gc_entries, "retired", retired, "garbage", garbage, "primary",
+            primary, "rehash", rehash,
             "rehash_index", f.rehash_index, "primary_size", f.primary_size, "rehash_size",
             f.rehash_size, "threshold", f.threshold, "version", (int)f.version,
             "highest_required", (int)f.highest, "open_versions", open, "mod_count",
@@ -1469,6 +1497,16 @@ static PyObject *judge(Check *c)
         }
         start = f->batch_end[b];
     }
+    /* 11, rule G: a handed-back entry is neither live nor retired (an open
+     * snapshot reaching one fails the check of the snapshots below) */
+    for (Py_ssize_t j = 0; j < f->ngarbage; j++) {
+        if (ptrmap_get(&c->live, f->garbage[j], NULL))
+            return violation(11, "entry %p was handed back to the owner but the live table "
+                                 "reaches it", (void *)f->garbage[j]);
+        if (ptrmap_get(&c->retired_at, f->garbage[j], NULL))
+            return violation(11, "entry %p was handed back to the owner and is retired too",
+                             (void *)f->garbage[j]);
+    }
 
     /* 10 and the rest of 11 only when every open snapshot has a fingerprint */
     Py_ssize_t open_known = 0;
@@ -1562,7 +1600,8 @@ done:
 
 typedef enum {
     K_HASH, K_STATE_VERSION, K_SHARED_ENTRY_VERSION, K_SHARED_STATE_VERSION, K_MOVE,
-    K_DUPLICATE, K_RELINK, K_WRITE_SHARED, K_RETIRE_LIVE, K_UNRETIRE, K_PRIMARY_SIZE,
+    K_DUPLICATE, K_RELINK, K_WRITE_SHARED, K_RETIRE_LIVE, K_UNRETIRE, K_HAND_BACK_LIVE,
+    K_PRIMARY_SIZE,
     K_PRIMARY_SIZE_SHORT, K_GC_ENTRIES, K_HIGHEST_REQUIRED, K_THRESHOLD, K_REHASH_INDEX,
     K_CHUNK_REFS,
 } Kind;
@@ -1591,6 +1630,7 @@ static const struct {
     {"chunk_refs", K_CHUNK_REFS, 10},               /* the bucket's chunk counts one more */
     {"retire_live", K_RETIRE_LIVE, 11},             /* a live entry in a batch too (the probe's) */
     {"unretire", K_UNRETIRE, 11},                   /* a retired entry taken out of its batch */
+    {"hand_back_live", K_HAND_BACK_LIVE, 11},       /* a live entry in the garbage (rule G) */
     {"gc_entries", K_GC_ENTRIES, 12},               /* the GC count zeroed */
 };
 
@@ -1762,6 +1802,26 @@ static void corruption_undo(CorruptionObject *c)
         c->held = NULL;
         left = !unchanged;
         break;
+    case K_HAND_BACK_LIVE: {            /* the probe's batch, unless a write reclaimed it */
+        Batch *before = NULL, *b = m->garbage;
+        while (b != NULL && b != c->batch) {
+            before = b;
+            b = b->next;
+        }
+        if (b != NULL && (before != NULL || m->garbage_next == 0)) {
+            if (before != NULL)
+                before->next = b->next;
+            else
+                m->garbage = b->next;
+            if (m->garbage_tail == b)
+                m->garbage_tail = before;
+            PyMem_Free(b->entries);
+            PyMem_Free(b);
+        }
+        else
+            left = 1;                   /* taken by the owner: the map owns it now */
+        break;
+    }
     case K_RETIRE_LIVE: {               /* always: the probe's batch owns no entry */
         Batch *before;
         if (find_batch(m, c->batch, c->batch_version, &before)) {
@@ -1966,6 +2026,7 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
     case K_SHARED_STATE_VERSION:
     case K_RELINK:
     case K_RETIRE_LIVE:
+    case K_HAND_BACK_LIVE:
     case K_DUPLICATE:
     case K_MOVE:
         if (e == NULL)
@@ -2083,6 +2144,24 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
         m->retired_tail = b;
         c->batch = b;
         c->batch_version = INT32_MAX;
+        break;
+    }
+    case K_HAND_BACK_LIVE: {
+        Batch *b = PyMem_Malloc(sizeof(Batch));
+        Entry **entries = b == NULL ? NULL : PyMem_Malloc(sizeof(Entry *));
+        if (entries == NULL) {
+            PyMem_Free(b);
+            Py_DECREF(c);
+            return PyErr_NoMemory();
+        }
+        *b = (Batch){NULL, m->version, 1, 1, entries};
+        entries[0] = e;
+        if (m->garbage_tail != NULL)
+            m->garbage_tail->next = b;
+        else
+            m->garbage = b;
+        m->garbage_tail = b;
+        c->batch = b;
         break;
     }
     case K_UNRETIRE: {

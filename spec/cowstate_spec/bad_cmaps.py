@@ -114,9 +114,17 @@ class CRewrite:
 C_REWRITES = [
     CRewrite(
         "c-get-checks-entry-version",
-        "if (e->state_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {",
-        "if (e->entry_version < m->highest && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {",
+        "if (e->state_version < m->highest && !(m->scalars_as_is && is_scalar_state(e->state))",
+        "if (e->entry_version < m->highest && !(m->scalars_as_is && is_scalar_state(e->state))",
         "rule S asks the state's version: a rule E copy still holds the snapshot's state",
+    ),
+    CRewrite(
+        "c-scalar-exemption-takes-lists",
+        "|| PyBytes_CheckExact(o) || PyBool_Check(o) || PyComplex_CheckExact(o);",
+        "|| PyBytes_CheckExact(o) || PyBool_Check(o) || PyComplex_CheckExact(o)\n"
+        "        || PyList_Check(o);",
+        "rule S's scalar exemption hands out a list a snapshot holds: mutating it "
+        "changes the snapshot",
     ),
     CRewrite(
         "c-select-active-table-off-by-one",
@@ -158,7 +166,7 @@ def c_identity(bug: CRewrite) -> CRewrite:
     return CRewrite(f"identity-{bug.name}", bug.old, bug.old, "control")
 
 
-_LOADED: dict[int | str, ModuleType] = {}
+_LOADED: dict[int | tuple[str, str, str], ModuleType] = {}
 SANITIZER_VARIABLES = frozenset(
     {"LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "PYTHONMALLOC"}
 )
@@ -166,7 +174,7 @@ SANITIZER_VARIABLES = frozenset(
 
 def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
     """Compile (once per source version) and import the map with ``bug`` planted."""
-    key: int | str = bug.number if isinstance(bug, CBug) else bug.name
+    key = bug.number if isinstance(bug, CBug) else (bug.name, bug.old, bug.new)
     if key in _LOADED:
         return _LOADED[key]
     text = SOURCE.read_text()
@@ -181,7 +189,9 @@ def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
             )
         name = "_cmap_rw_" + bug.name.replace("-", "_")
         defines = []
-    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes()).hexdigest()[:12]
+    # The rewrite's own text too: a rewrite changed in place is a new variant.
+    planted = b"" if isinstance(bug, CBug) else f"{bug.old}\0{bug.new}".encode()
+    digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes() + planted).hexdigest()[:12]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest / f"{name}{suffix}"
     if not target.exists():

@@ -259,6 +259,14 @@ BUGS: list[Bug] = [
         "version) still holds the snapshot's state",
     ),
     Bug(
+        "scalar-exemption-takes-lists",
+        "_copy_state_for_caller",
+        "if self._scalars_as_is and type(e.state) in SCALAR_STATES:",
+        "if self._scalars_as_is and (type(e.state) in SCALAR_STATES or isinstance(e.state, list)):",
+        "rule S's scalar exemption hands out a list a snapshot holds: mutating it "
+        "changes the snapshot",
+    ),
+    Bug(
         "get-mutation-not-recorded",
         "_copy_state_for_caller",
         "e.state_version = self._version\n        handed: S = e.state",

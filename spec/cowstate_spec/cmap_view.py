@@ -197,6 +197,8 @@ class MapView:
         self._structure_count: int = st["structure_count"]
         #: (version, addresses) of the retired batches, oldest first
         self.retired: list[tuple[int, tuple[int, ...]]] = st["retired"]
+        #: addresses of the entries handed back to the owner (rule G), not freed yet
+        self.garbage: tuple[int, ...] = st["garbage"]
         self.gc_entries: int = st["gc_entries"]
 
     def __len__(self) -> int:
@@ -313,6 +315,17 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
                     "but the live table reaches it"
                 )
             retired.setdefault(address, version)
+    for address in view.garbage:  # rule G: handed back, neither live nor retired
+        if address in live:
+            raise InvariantViolation(
+                f"invariant 11 violated: entry {address:#x} was handed back to the owner but "
+                "the live table reaches it"
+            )
+        if address in retired:
+            raise InvariantViolation(
+                f"invariant 11 violated: entry {address:#x} was handed back to the owner and "
+                "is retired too"
+            )
     open_views = [s for s in snapshots if not s.is_released]
     if len(open_views) != len(view._open_versions):
         return
