@@ -24,12 +24,16 @@ G3. A group weighs the sum of its tests' :data:`SECONDS`, 0.2 s for a test
     not listed; heavier groups come first, ties in collection order. The
     weights are measured (``--durations``, 2026-11-27); a wrong one only
     costs time, never a test.
-G4. The files of :data:`LAST` go after every other group, whatever they
-    weigh: their tests time a process's reaction to a signal, and ``make
-    test`` runs mypy, CrossHair and ``make sanitize`` beside the suite's
-    first minutes (at a load of 8 Ctrl-C "before Spark is up" once ended the
-    run by the signal instead of status 130; split over three workers, the
-    Ctrl-C tests met each other's Spark and the flake came back).
+G4. The files of :data:`LAST` go late, whatever they weigh: after the
+    heavier groups, with the lightest groups -- at least (workers - 1)
+    times their own weight -- still to come, so the other workers stay busy
+    while they run. Their tests time a process's reaction to a signal, and
+    ``make test`` runs mypy, CrossHair and ``make sanitize`` beside the
+    suite's first minutes (at a load of 8 Ctrl-C "before Spark is up" once
+    ended the run by the signal instead of status 130; split over three
+    workers, the Ctrl-C tests met each other's Spark and the flake came
+    back). Handed out last, they ran alone for their 60 s while two workers
+    idled (measured 2026-11-27: one worker ended 55 s after the others).
 G5. A test listed in :data:`SHARES` joins the group of the test it names:
     it reuses that test's run, which only a test in the same process can
     (``cowstate_spec.coverage.run_counted``: the coverage tests count the
@@ -38,6 +42,7 @@ G5. A test listed in :data:`SHARES` joins the group of the test it names:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 
@@ -119,8 +124,11 @@ SHARES: dict[str, str] = {
         "[heap-cow-pure-KeyGroupRange(0, 7)]"
     )
 }
-#: G4: run when everything else has started.
+#: G4: run late, with about their own weight of lighter groups left per
+#: other worker.
 LAST = frozenset({"test_cli_errors.py"})
+#: G4: the workers when xdist does not say (``make pytest``'s PYTEST_JOBS).
+DEFAULT_WORKERS = 3
 
 
 def seconds(nodeid: str) -> float:
@@ -138,9 +146,12 @@ def group_of(nodeid: str) -> str:
     return f"{file}::{split(nodeid)}" if split else file
 
 
-def schedule(items: list[pytest.Item]) -> None:
-    """Sort ``items`` heaviest group first (G3), :data:`LAST` last (G4), each
-    group in one piece, in place."""
+def schedule(items: list[pytest.Item], workers: int | None = None) -> None:
+    """Sort ``items`` heaviest group first (G3), :data:`LAST` late (G4), each
+    group in one piece, in place. ``workers``: xdist's worker count (its
+    PYTEST_XDIST_WORKER_COUNT), else :data:`DEFAULT_WORKERS`."""
+    if workers is None:
+        workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", DEFAULT_WORKERS))
     weights: dict[str, float] = {}
     groups: list[str] = []
     for item in items:
@@ -149,15 +160,18 @@ def schedule(items: list[pytest.Item]) -> None:
         groups.append(group)
         weights[group] = weights.get(group, 0.0) + seconds(nodeid)
     first_seen = {group: index for index, group in reversed(list(enumerate(groups)))}
-    order = sorted(
-        range(len(items)),
-        key=lambda i: (
-            _file_of(groups[i]) in LAST,
-            -weights[groups[i]],
-            first_seen[groups[i]],
-            i,
-        ),
-    )
+    ranked = sorted(weights, key=lambda group: (-weights[group], first_seen[group]))
+    late = [group for group in ranked if _file_of(group) in LAST]
+    others = [group for group in ranked if _file_of(group) not in LAST]
+    # G4: walk back from the lightest until the tail weighs (workers - 1)
+    # times the late groups, and put them before that tail.
+    wanted = (workers - 1) * sum(weights[group] for group in late)
+    cut, tail = len(others), 0.0
+    while cut > 0 and tail < wanted - 1e-9:  # sums of 0.2 s weights are inexact
+        cut -= 1
+        tail += weights[others[cut]]
+    position = {group: rank for rank, group in enumerate([*others[:cut], *late, *others[cut:]])}
+    order = sorted(range(len(items)), key=lambda i: (position[groups[i]], i))
     items[:] = [items[i] for i in order]
 
 

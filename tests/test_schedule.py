@@ -97,14 +97,40 @@ def test_the_stale_name_check_catches_a_renamed_test_and_a_removed_file() -> Non
     assert not _defined("test_storage_machine_gone.py::test_x")
 
 
-def test_the_files_sensitive_to_load_go_last_however_heavy() -> None:
+def test_the_files_sensitive_to_load_go_last_when_nothing_lighter_can_follow() -> None:
     (late_file,) = sorted(LAST)
     late = FakeItem(f"{late_file}::test_ctrl_c_whenever_it_comes_is_one_line[mid-run]")
     light = FakeItem("test_light.py::test_one")
     heavy = FakeItem("test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]")
     scheduled = [late, light, heavy]
-    schedule(cast(list[pytest.Item], scheduled))
+    schedule(cast(list[pytest.Item], scheduled), workers=1)
     assert [i.nodeid for i in scheduled] == [heavy.nodeid, light.nodeid, late.nodeid]
+
+
+@pytest.mark.parametrize("late_at", ["first", "middle", "last"])
+def test_the_files_sensitive_to_load_go_late_with_their_weight_of_light_groups_per_other_worker(
+    late_at: str,
+) -> None:
+    # G4 with 3 workers: the late group (the Ctrl-C test, 10 s) goes before
+    # the lightest groups that together weigh at least 2 x 10 s, and after
+    # every heavier one; the storage machine's heavy group stays first.
+    (late_file,) = sorted(LAST)
+    late = FakeItem(f"{late_file}::test_ctrl_c_whenever_it_comes_is_one_line[mid-run]")
+    assert seconds(_relative_id(late)) == 10.0
+    heavy = FakeItem("test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]")
+    light = [FakeItem(f"test_light_{i}.py::test_one") for i in range(120)]  # 0.2 s each
+    position = {"first": 0, "middle": 60, "last": 120}[late_at]
+    scheduled = [heavy, *light[:position], late, *light[position:]]
+    schedule(cast(list[pytest.Item], scheduled), workers=3)
+    order = [i.nodeid for i in scheduled]
+    assert order[0] == heavy.nodeid
+    # 20 s of 0.2 s groups after it: the last 100 light files, in their order
+    assert order.index(late.nodeid) == len(order) - 101
+    assert order[-100:] == [i.nodeid for i in light[20:]]
+
+
+def _relative_id(item: FakeItem) -> str:
+    return item.nodeid.removeprefix("tests/")
 
 
 def test_every_late_file_exists() -> None:
