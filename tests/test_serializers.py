@@ -288,15 +288,8 @@ def test_a_built_in_serializer_declares_and_keeps_that_it_copies_scalars_as_they
 
 
 def test_a_serializer_declares_scalars_as_is_only_with_a_class_attribute_true() -> None:
-    class Undeclared:
-        def copy(self, state: Any) -> Any:
-            return state
-
-        def serialize(self, state: Any) -> bytes:
-            return b""
-
-        def deserialize(self, data: bytes) -> Any:
-            return None
+    class Undeclared(_ThreeMethods):
+        pass
 
     class Truthy(Undeclared):
         copies_scalars_as_is = 1  # truthy is not a declaration

@@ -1737,6 +1737,26 @@ static Entry *probe_leave_live(MapObject *m, Entry *e)
     return NULL;
 }
 
+/* A batch of the probe's holding only `e`, appended to the list at *head
+ * (*tail its last); NULL when out of memory (nothing changed). */
+static Batch *append_probe_batch(Batch **head, Batch **tail, int32_t version, Entry *e)
+{
+    Batch *b = PyMem_Malloc(sizeof(Batch));
+    Entry **entries = b == NULL ? NULL : PyMem_Malloc(sizeof(Entry *));
+    if (entries == NULL) {
+        PyMem_Free(b);
+        return NULL;
+    }
+    *b = (Batch){NULL, version, 1, 1, entries};
+    entries[0] = e;
+    if (*tail != NULL)
+        (*tail)->next = b;
+    else
+        *head = b;
+    *tail = b;
+    return b;
+}
+
 /* Undo what can be undone (the design comment at the top). */
 static void corruption_undo(CorruptionObject *c)
 {
@@ -2128,42 +2148,20 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
             PyErr_SetString(PyExc_ValueError, "retire_live needs a map version below 2**31 - 1");
             return NULL;
         }
-        Batch *b = PyMem_Malloc(sizeof(Batch));
-        Entry **entries = b == NULL ? NULL : PyMem_Malloc(sizeof(Entry *));
-        if (entries == NULL) {
-            PyMem_Free(b);
+        /* never detached by a release */
+        if ((c->batch = append_probe_batch(&m->retired, &m->retired_tail, INT32_MAX, e)) == NULL) {
             Py_DECREF(c);
             return PyErr_NoMemory();
         }
-        *b = (Batch){NULL, INT32_MAX, 1, 1, entries};   /* never detached by a release */
-        entries[0] = e;
-        if (m->retired_tail != NULL)
-            m->retired_tail->next = b;
-        else
-            m->retired = b;
-        m->retired_tail = b;
-        c->batch = b;
         c->batch_version = INT32_MAX;
         break;
     }
-    case K_HAND_BACK_LIVE: {
-        Batch *b = PyMem_Malloc(sizeof(Batch));
-        Entry **entries = b == NULL ? NULL : PyMem_Malloc(sizeof(Entry *));
-        if (entries == NULL) {
-            PyMem_Free(b);
+    case K_HAND_BACK_LIVE:
+        if ((c->batch = append_probe_batch(&m->garbage, &m->garbage_tail, m->version, e)) == NULL) {
             Py_DECREF(c);
             return PyErr_NoMemory();
         }
-        *b = (Batch){NULL, m->version, 1, 1, entries};
-        entries[0] = e;
-        if (m->garbage_tail != NULL)
-            m->garbage_tail->next = b;
-        else
-            m->garbage = b;
-        m->garbage_tail = b;
-        c->batch = b;
         break;
-    }
     case K_UNRETIRE: {
         Batch *b = m->retired_tail;
         if (b == NULL || b->size == 0 || b->version == INT32_MAX) {   /* not retire_live's */
