@@ -231,6 +231,12 @@ class OwnerRun:
     drain_ns: int = 0
     writer_rate: float = 0.0
 
+    @property
+    def uncharged(self) -> float:
+        """Updates/s over the round's own updates (OPEN, IDLE; WRITING without
+        its drain)."""
+        return self.ops / (self.elapsed_ns / 1e9)
+
     def rate(self, idle_rate: float) -> float:
         """Updates/s, charged for the drain: the time the drain's updates took
         beyond what they take idle (at ``idle_rate`` updates/s) is added to the
@@ -371,7 +377,7 @@ def phase(shape: str, cfg: Config, notes: dict[str, Any]) -> list[Result]:
                         backend, ids, n, shape, mode, cfg.owner_ops, Path(directory)
                     ),
                 )()
-            idle_rate = runs[IDLE].rate(1.0)
+            idle_rate = runs[IDLE].uncharged
             for mode, one in runs.items():
                 owner_rates[mode].append(one.rate(idle_rate) / 1e3)
             busy_rates.append(runs[C].writer_rate)
@@ -409,8 +415,8 @@ def _written(backend: HeapKeyedStateBackend, ids: Iterator[int], codec: Any) -> 
 
 #: The shapes issue 28's owner target is stated for: its measurement (int keys,
 #: int ValueStates). The str and list rows are reported beside it, as targets
-#: of no issue: a str state costs the owner 0.68-0.70x (its copy-on-write
-#: alone 0.90x), a list state's copy-on-write alone 0.54x (rule S deep-copies
+#: of no issue: a str state costs the owner 0.68-0.69x (its copy-on-write
+#: alone 0.88-0.90x), a list state's copy-on-write alone 0.51x (rule S deep-copies
 #: it on the first get after a snapshot, as Flink's copy does).
 OWNER_TARGET_SHAPES = ("int",)
 #: The shapes issue 28's "no more than 2x slower while the owner works beside

@@ -519,21 +519,24 @@ static Batch *detach_unreachable_batches(MapObject *m)
  * release after heavy copy-on-write this runs with the GIL held, and the
  * owner waits for it). A prefetch reads nothing: it cannot fault. */
 #define FREE_AHEAD 16
+static inline void prefetch_to_free(Entry *const *entries, Py_ssize_t i, Py_ssize_t size)
+{
+    if (i + FREE_AHEAD < size)
+        __builtin_prefetch(entries[i + FREE_AHEAD], 1);
+    if (i + FREE_AHEAD / 2 < size) {
+        const Entry *soon = entries[i + FREE_AHEAD / 2];
+        __builtin_prefetch(soon->key, 1);
+        __builtin_prefetch(soon->state, 1);
+    }
+}
+
 static void free_batches(Batch *b)
 {
     while (b != NULL) {
         Batch *next = b->next;
-        Entry **entries = b->entries;
-        Py_ssize_t size = b->size;
-        for (Py_ssize_t i = 0; i < size; i++) {
-            if (i + FREE_AHEAD < size)
-                __builtin_prefetch(entries[i + FREE_AHEAD], 1);
-            if (i + FREE_AHEAD / 2 < size) {
-                Entry *soon = entries[i + FREE_AHEAD / 2];
-                __builtin_prefetch(soon->key, 1);
-                __builtin_prefetch(soon->state, 1);
-            }
-            entry_free(entries[i]);
+        for (Py_ssize_t i = 0; i < b->size; i++) {
+            prefetch_to_free(b->entries, i, b->size);
+            entry_free(b->entries[i]);
         }
         PyMem_Free(b->entries);
         PyMem_Free(b);
@@ -566,8 +569,7 @@ static Py_ssize_t reclaim(MapObject *m, Py_ssize_t budget)
         Batch *b = m->garbage;
         if (m->garbage_next < b->size) {
             Py_ssize_t i = m->garbage_next++;
-            if (i + FREE_AHEAD < b->size)
-                __builtin_prefetch(b->entries[i + FREE_AHEAD], 1);
+            prefetch_to_free(b->entries, i, b->size);
             entry_free(b->entries[i]);
             freed++;
             continue;
@@ -1839,12 +1841,12 @@ static PyObject *Snap_release(SnapObject *s, PyObject *Py_UNUSED(ignored))
  * (rule G): what a snapshot writer on another thread calls. */
 static PyObject *Snap_hand_back(SnapObject *s, PyObject *Py_UNUSED(ignored))
 {
+    int before = s->hand_back;
     s->hand_back = 1;
-    int rc = snap_release(s);
-    if (rc < 0 && !s->released)
-        s->hand_back = 0;
-    if (rc < 0)
+    if (snap_release(s) < 0) {
+        s->hand_back = before;                  /* nothing was released by this call */
         return NULL;
+    }
     Py_RETURN_NONE;
 }
 

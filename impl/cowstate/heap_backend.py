@@ -323,12 +323,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
     def reclaim(self) -> int:
         """Free every entry :attr:`pending_reclaim` counts now (an owner about
         to go idle returns the memory at once); the count freed."""
-        freed = 0
-        for holder in self._holders.values():
-            reclaim = getattr(holder.table, "reclaim", None)
-            if reclaim is not None:
-                freed += reclaim()
-        return freed
+        tables = [h.table for h in self._holders.values()]
+        return sum(t.reclaim() for t in tables if hasattr(t, "reclaim"))
 
     # ------------------------------------------- snapshots in the caller's streams
 
