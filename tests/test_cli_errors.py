@@ -10,6 +10,7 @@ environment (no Java, no Spark extra, a closed pipe) and Ctrl-C run
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -609,6 +610,39 @@ def test_ctrl_c_whenever_it_comes_is_one_line_status_130_and_stops_spark(
     assert (process.returncode, stderr) == (130, "cowstate check: interrupted\n"), stderr[-3000:]
     assert stdout == ""
     assert processes_of(marker) == []
+
+
+def test_py4j_reports_of_broken_calls_are_dropped_once_an_interrupt_came() -> None:
+    # Regression: a mid-run Ctrl-C on a loaded machine printed py4j's
+    # "Exception while sending command." and a connection-reset traceback
+    # before "cowstate check: interrupted" (the cancelled job had not
+    # returned within the grace, so rule 3 ended the JVM under the call).
+    from cowstate_spec import interrupt
+
+    kept: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            kept.append(record.getMessage())
+
+    root, handler = logging.getLogger(), Keep()
+    previous = signal.getsignal(signal.SIGINT)
+    root.addHandler(handler)
+    interrupt.reset()
+    try:
+        interrupt.install()
+        interrupt.install()  # installed once, however often
+        assert root.filters.count(interrupt._drop_broken_calls) == 1
+        logging.error("Exception while sending command.")  # no interrupt yet: kept
+        interrupt.take()
+        for message in (*interrupt.BROKEN_CALL_MESSAGES, "another error"):
+            logging.error(message)
+    finally:
+        root.removeHandler(handler)
+        root.removeFilter(interrupt._drop_broken_calls)
+        signal.signal(signal.SIGINT, previous)
+        interrupt.reset()
+    assert kept == ["Exception while sending command.", "another error"]
 
 
 def test_ctrl_c_while_the_check_loads_is_one_line_status_130(tmp_path: Path) -> None:

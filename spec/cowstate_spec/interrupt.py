@@ -29,6 +29,12 @@ that goes wrong, so ``cowstate check`` takes SIGINT itself, with these rules:
    call that is no job (the session being made) cannot be cancelled: after
    :data:`GRACE` seconds the session's ``end`` ends the JVM, and the call
    fails. :func:`session` names how jobs are cancelled and the JVM ended.
+   py4j reports such a broken call on the root logger ("Exception while
+   sending command.", with the traceback of the reset connection): once an
+   interrupt came, those reports are the interrupt's doing and a filter on
+   the root logger (:func:`install`) drops them. A loaded machine met this:
+   the cancelled job had not returned within the grace, and the run printed
+   py4j's traceback before its one line.
 4. **Taken once.** After the first interrupt is raised (or taken by a
    caller, who takes it *before* stopping the session), further Ctrl-Cs
    and re-deliveries are ignored, so the way out -- stopping the session
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 import _thread
 import contextlib
+import logging
 import signal
 import threading
 import time
@@ -62,9 +69,13 @@ GRACE = 5.0
 
 
 def install() -> None:
-    """Make SIGINT this module's (rule 1); a no-op outside the main thread."""
+    """Make SIGINT this module's (rule 1) and drop py4j's reports of the calls
+    an interrupt broke (rule 3); a no-op outside the main thread."""
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
+        root = logging.getLogger()
+        if _drop_broken_calls not in root.filters:
+            root.addFilter(_drop_broken_calls)
 
 
 @contextlib.contextmanager
@@ -136,6 +147,20 @@ def _on_sigint(signum: int, frame: FrameType | None) -> None:
         _rescue(state)  # rule 3
         return
     raise take()
+
+
+#: What py4j's ``GatewayClient.send_command`` logs on the root logger for a
+#: call whose connection broke (rule 3).
+BROKEN_CALL_MESSAGES = (
+    "Exception while sending command.",
+    "KeyboardInterrupt while sending command.",
+)
+
+
+def _drop_broken_calls(record: logging.LogRecord) -> bool:
+    """Rule 3: False (drop) for py4j's report of a broken call once an
+    interrupt came; every other record passes."""
+    return not (_state.requested and record.getMessage() in BROKEN_CALL_MESSAGES)
 
 
 def _inside_py4j(frame: FrameType | None) -> bool:
