@@ -730,13 +730,23 @@ static cs_status enc_obj(Enc *e, PyObject *v, int depth)
     if (depth > CS_MAX_CONTAINER_DEPTH)
         return CS_FALLBACK; /* msgpack: "recursion limit exceeded" */
     cs_buf *b = e->out;
-    PyTypeObject *type = Py_TYPE(v);
+    /* The singletons first, by address: none of their fields is read, not even
+     * the type (see "Shared cache lines" above). */
     if (v == Py_None || v == Py_True || v == Py_False) {
         if (cs_buf_reserve(b, 1) < 0)
             return CS_NOMEM;
         put1(b, v == Py_None ? 0xc0 : v == Py_True ? 0xc3 : 0xc2);
         return CS_OK;
     }
+    if (v == void_namespace && v != NULL) {
+        if (cs_buf_reserve(b, 3) < 0)
+            return CS_NOMEM;
+        put1(b, 0xc7);
+        put1(b, 0x00);
+        put1(b, 0x05);
+        return CS_OK;
+    }
+    PyTypeObject *type = Py_TYPE(v);
     if (type == &PyLong_Type)
         return enc_int(e, v);
     if (type == &PyFloat_Type) {
@@ -771,14 +781,6 @@ static cs_status enc_obj(Enc *e, PyObject *v, int depth)
     }
     if (void_namespace == NULL)
         return e->gil ? CS_FALLBACK : CS_NEEDS_GIL;
-    if (v == void_namespace) {
-        if (cs_buf_reserve(b, 3) < 0)
-            return CS_NOMEM;
-        put1(b, 0xc7);
-        put1(b, 0x00);
-        put1(b, 0x05);
-        return CS_OK;
-    }
     return CS_FALLBACK;
 }
 
@@ -800,10 +802,10 @@ cs_status cs_encode(cs_kind kind, PyObject *v, cs_buf *out, int gil_held)
     size_t start = out->len;
     cs_status status = CS_FALLBACK;
     int64_t n;
+    if (kind == CS_KIND_VALUE) /* before Py_TYPE(v): VOID_NAMESPACE's is not read */
+        return cs_encode_value(v, out, gil_held);
     PyTypeObject *type = Py_TYPE(v);
     switch (kind) {
-    case CS_KIND_VALUE:
-        return cs_encode_value(v, out, gil_held);
     case CS_KIND_INT32:
     case CS_KIND_INT64: {
         int width = kind == CS_KIND_INT32 ? 4 : 8;
