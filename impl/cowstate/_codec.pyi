@@ -48,7 +48,7 @@ def write_blocks(
     position: int,
     first: int,
     last: int,
-    states: list[tuple[list[Any], int, int, int, Any, Any, Any] | None],
+    states: list[tuple[list[Any], int, int, int, Any, Any, Any, list[int] | None] | None],
     cancelled: Callable[[int], object] | None,
     written: Callable[[int], object],
     python_section: Callable[[int, int], tuple[int, bytes]],

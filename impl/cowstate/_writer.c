@@ -30,7 +30,13 @@
  *   first, last     the key groups, inclusive: one block each
  *   states          by state id: None (the Python path), or (snapshots by
  *                   key-group index, key kind, namespace kind, state kind,
- *                   key serialize, namespace serialize, state serialize)
+ *                   key serialize, namespace serialize, state serialize,
+ *                   since): since is None, or for a heap delta the base's map
+ *                   version by key-group index -- only the entries with
+ *                   state_version >= it are written (what changed since the
+ *                   base, rule T of _cmap.c; a key group with none writes no
+ *                   section for the state, as the Python path's
+ *                   changed_items does)
  *   cancelled(kg)   or None: raises to stop (SnapshotCancelledError)
  *   written(kg)     kg's block was handed over: releases its key group
  *   python_section(state_id, kg) -> (count, bytes of the framed section)
@@ -82,7 +88,7 @@
  *
  *   SnapObject   primary, rehash (dir, capacity, bits), r, size
  *   Chunk        slots[] (the snapshot's directory copies hold the chunks)
- *   Entry        next, key, ns, state
+ *   Entry        next, key, ns, state, state_version
  *   objects      what cs_encode(gil_held = 0) reads of exact None, bool,
  *                int, float, str, bytes, tuple and VOID_NAMESPACE (_codec.c's
  *                header: their fields are fixed from creation, (1)-(4)),
@@ -101,7 +107,9 @@
  * (c) The entries: every entry a pinned snapshot reaches has an entry
  *     version below the snapshot's version, which stays open (the highest
  *     open version H is at least it), so rule E makes the owner copy the
- *     entry instead of writing its `next`, key, namespace or state; removed
+ *     entry instead of writing its `next`, key, namespace, state or
+ *     state_version (rule T marks a state handed out by setting its
+ *     state_version: rule E first, so only on the owner's copy); removed
  *     or replaced, it is retired, not freed, while the version is open
  *     (invariant 11). So `next` leads only through entries of the snapshot.
  * (d) The objects: each entry holds strong references to its key,
@@ -132,6 +140,7 @@
  */
 #include "_writer.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <time.h>
@@ -147,6 +156,7 @@
 #define WBUG_CRC_OVER_STALE_BUFFER 2
 #define WBUG_NON_ASCII_FRAME_OFF_BY_ONE 3
 #define WBUG_RELEASES_BEFORE_ENCODING 4
+#define WBUG_DELTA_SINCE_OFF_BY_ONE 5
 
 #define WINDOW_ENTRIES ((Py_ssize_t)1 << 16)
 #define WINDOW_KEY_GROUPS 1024
@@ -263,6 +273,7 @@ typedef struct {
     PyObject *snapshots;     /* list by key-group index (the `states` argument holds it) */
     cs_kind kinds[3];        /* namespace, key, state: the order of the frames */
     PyObject *serialize[3];
+    long long *since;        /* by key-group index: write only state_version >= it; or NULL */
 } Spec;
 
 static inline void put_u32_at(unsigned char *at, uint32_t v)
@@ -351,7 +362,8 @@ static int encode_entry(Writer *w, const Spec *sp, const Entry *e)
 }
 
 /* Frame the section of a pinned snapshot: its entries in items() order. */
-static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, uint32_t *count)
+static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, long long since,
+                uint32_t *count)
 {
     if (s->size == 0)
         return 0;
@@ -374,7 +386,7 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, ui
         end[2] = s->primary.capacity + s->r;
         regions = 3;
     }
-    Py_ssize_t n = 0;
+    Py_ssize_t n = 0, written = 0; /* entries walked, entries framed */
     for (Py_ssize_t k = 0; k < regions; k++) {
         const Table *t = tables[k];
         if (t->dir == NULL)
@@ -412,9 +424,14 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, ui
                 n++;
             }
             for (; e != NULL; e = e->next) {
+                n++;
+                /* A delta (`since`): an entry whose state_version is below the
+                 * base's version holds the base's mapping (rule T of _cmap.c). */
+                if (e->state_version < since + PLANTED(WBUG_DELTA_SINCE_OFF_BY_ONE))
+                    continue;
                 if (encode_entry(w, sp, e) < 0)
                     return -1;
-                n++;
+                written++;
             }
         }
     }
@@ -422,11 +439,15 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, ui
         w->size_mismatch = 1;
         return -1;
     }
+    if (written == 0) { /* nothing changed since the base: no section, as in Python */
+        w->out.len = head;
+        return 0;
+    }
     unsigned char *at = w->out.data + head;
     at[0] = (unsigned char)(state_id >> 8);
     at[1] = (unsigned char)state_id;
-    put_u32_at(at + 2, (uint32_t)n);
-    *count += (uint32_t)n;
+    put_u32_at(at + 2, (uint32_t)written);
+    *count += (uint32_t)written;
     return 0;
 }
 
@@ -590,7 +611,9 @@ static int frame_window(Job *job, Window *win, Writer *w, long first_kg)
         for (Py_ssize_t sid = 0; sid < job->nstates; sid++) {
             Py_ssize_t at = i * job->nstates + sid;
             if (win->snaps[at] != NULL) {
-                if (walk(w, &job->specs[sid], win->snaps[at], (int)sid, &count) < 0)
+                const Spec *sp = &job->specs[sid];
+                long long since = sp->since == NULL ? LLONG_MIN : sp->since[kg - job->first];
+                if (walk(w, sp, win->snaps[at], (int)sid, since, &count) < 0)
                     return -1;
                 continue;
             }
@@ -662,13 +685,27 @@ static int parse_specs(Job *job)
             sp->python = 1;
             continue;
         }
-        if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 7
-            || !PyList_CheckExact(PyTuple_GET_ITEM(item, 0))
-            || PyList_GET_SIZE(PyTuple_GET_ITEM(item, 0)) != kgs) {
+        PyObject *since = PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 8
+                              ? PyTuple_GET_ITEM(item, 7) : NULL;
+        if (since == NULL || !PyList_CheckExact(PyTuple_GET_ITEM(item, 0))
+            || PyList_GET_SIZE(PyTuple_GET_ITEM(item, 0)) != kgs
+            || (since != Py_None && (!PyList_CheckExact(since) || PyList_GET_SIZE(since) != kgs))) {
             PyErr_Format(PyExc_TypeError,
-                         "expected None or (%zd snapshots, 3 kinds, 3 serializers) for state "
-                         "%zd, got %R", kgs, sid, item);
+                         "expected None or (%zd snapshots, 3 kinds, 3 serializers, None or %zd "
+                         "base versions) for state %zd, got %R", kgs, kgs, sid, item);
             return -1;
+        }
+        if (since != Py_None) {
+            sp->since = PyMem_Calloc((size_t)(kgs > 0 ? kgs : 1), sizeof(long long));
+            if (sp->since == NULL) {
+                PyErr_NoMemory();
+                return -1;
+            }
+            for (Py_ssize_t i = 0; i < kgs; i++) {
+                sp->since[i] = PyLong_AsLongLong(PyList_GET_ITEM(since, i));
+                if (sp->since[i] == -1 && PyErr_Occurred())
+                    return -1;
+            }
         }
         sp->snapshots = PyTuple_GET_ITEM(item, 0);
         static const int kind_at[3] = {2, 1, 3}, ser_at[3] = {5, 4, 6}; /* ns, key, state */
@@ -811,6 +848,8 @@ finally:
     PyMem_Free(win.block_start);
     PyMem_Free(win.block_end);
     PyMem_Free(win.counts);
+    for (Py_ssize_t sid = 0; job.specs != NULL && sid < job.nstates; sid++)
+        PyMem_Free(job.specs[sid].since);
     PyMem_Free(job.specs);
     for (int k = 0; k < 3; k++)
         Py_XDECREF(job.pending[k]);

@@ -493,6 +493,11 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
             )
         self._since = tuple(versions)
 
+    def changed_since(self) -> list[int] | None:
+        """The base versions :meth:`only_changed_since` set, by key-group index
+        (what the C snapshot writer filters its walk by), or None: everything."""
+        return None if self._since is None else list(self._since)
+
     def map_snapshot(self, key_group: int) -> MapSnapshot[K, N, S]:
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
         return self._snapshots[self._open_index(key_group)]

@@ -46,6 +46,13 @@ else:
     BUILD_ERROR = None
 
 
+#: What the C writer walks of one state (``write_blocks``' ``states``): its map
+#: snapshots by key-group index, the key, namespace and state codec kinds, the
+#: three serializers' ``serialize``, and for a heap delta the base's map version
+#: by key-group index (only what changed since is written), or None.
+WalkedState = tuple[list[Any], int, int, int, Any, Any, Any, "list[int] | None"]
+
+
 class Codec(Protocol):
     """What the writer and reader call of :mod:`cowstate._codec` (its stub and
     ``_codecmodule.c``'s header say what each does)."""
@@ -81,7 +88,7 @@ class Codec(Protocol):
         position: int,
         first: int,
         last: int,
-        states: list[tuple[list[Any], int, int, int, Any, Any, Any] | None],
+        states: list[WalkedState | None],
         cancelled: Callable[[int], object] | None,
         written: Callable[[int], object],
         python_section: Callable[[int, int], tuple[int, bytes]],

@@ -285,11 +285,11 @@ class _Sections:
             for key, ns, state in self.serializers
         ]
 
-    def walked(self) -> list[tuple[list[Any], int, int, int, Any, Any, Any] | None]:
+    def walked(self) -> list[ccodec.WalkedState | None]:
         """Per state: what the C writer needs to walk its map snapshots, or None."""
         codec = self.codec
         snap_type = None if codec is None else codec.snapshot_type()
-        states: list[tuple[list[Any], int, int, int, Any, Any, Any] | None] = []
+        states: list[ccodec.WalkedState | None] = []
         for state_id, snap in enumerate(self.tables):
             maps = snap.map_snapshots() if isinstance(snap, CopyOnWriteStateTableSnapshot) else None
             kinds = self.kinds[state_id]
@@ -302,7 +302,9 @@ class _Sections:
             ):
                 states.append(None)
                 continue
-            states.append((maps, *kinds, *self.serializers[state_id]))
+            assert isinstance(snap, CopyOnWriteStateTableSnapshot)  # maps is not None
+            since = snap.changed_since()
+            states.append((maps, *kinds, *self.serializers[state_id], since))
         return states
 
     def entries(self, state_id: int, items: Sequence[tuple[Any, Any, Any]]) -> Entries:
