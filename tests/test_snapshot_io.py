@@ -44,7 +44,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import CancelledError
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -4063,6 +4063,106 @@ def test_the_c_writer_writes_the_python_loops_bytes_for_every_state_shape(
     check_writer_file(ccodec.CODEC, *case)
 
 
+#: Changes between a heap delta's base and its snapshot: (operation, which of the
+#: state's mappings, which of its states is put).
+DeltaChange = tuple[str, int, int]
+
+
+@st.composite
+def writer_deltas(draw: st.DrawFn) -> tuple[str, list[WriterState], list[DeltaChange]]:
+    """A file's states as ``writer_files`` draws them, in C map tables that track
+    changes (what a heap delta walks), and the changes made after the base."""
+    key_name, states = draw(writer_files())
+    states = [replace(s, cls=CopyOnWriteStateTable, transformer=False) for s in states]
+    change = st.tuples(
+        st.sampled_from(["put", "remove", "get", "get and mutate"]),
+        st.integers(0, 3000),
+        st.integers(0, 3000),
+    )
+    return key_name, states, draw(st.lists(change, max_size=40))
+
+
+def change_tables(
+    tables: list[Table], states: list[WriterState], changes: list[DeltaChange]
+) -> None:
+    """Apply ``changes`` to every table: puts of another mapping's state,
+    removals, gets, and gets whose list or dict state is then mutated in place
+    (rule T must record those)."""
+    for table, state in zip(tables, states, strict=True):
+        present = table.snapshot()
+        mappings = [
+            (key, namespace)
+            for key_group in present.key_group_range
+            for key, namespace, _ in present.key_group_items(key_group)
+        ]
+        present.release()
+        values = [value for _, _, value in state.entries] or [None]
+        for operation, which, value in changes:
+            if not mappings:
+                break
+            key, namespace = mappings[which % len(mappings)]
+            with contextlib.suppress(CowStateError):  # a key or state of another type
+                if operation == "put" and values[value % len(values)] is not None:
+                    table.put(key, namespace, copy.deepcopy(values[value % len(values)]))
+                elif operation == "remove":
+                    table.remove(key, namespace)
+                else:
+                    got = table.get(key, namespace)
+                    if operation == "get and mutate" and isinstance(got, list):
+                        got.append(len(got))
+                    elif operation == "get and mutate" and isinstance(got, dict):
+                        got[len(got)] = "new"
+
+
+def check_delta_file(
+    codec: Any, key_name: str, states: list[WriterState], changes: list[DeltaChange]
+) -> None:
+    """A heap delta's changes file (a snapshot read ``only_changed_since`` its
+    base) by the C writer (``codec``) is the Python loops' byte for byte, or both
+    writes fail alike."""
+    tables = writer_tables(key_name, states)
+    for table in tables:
+        for key_group in table.key_group_range:
+            table.state_map(key_group).track_changes()  # type: ignore[attr-defined]
+    base = [table.snapshot() for table in tables]
+    versions = [snap.map_versions() for snap in base]  # type: ignore[attr-defined]
+    for snap in base:
+        snap.release()
+    change_tables(tables, states, changes)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", codec)
+        first = [t.snapshot() for t in tables]
+        second = [t.snapshot() for t in tables]
+        for snap, since in zip(first + second, versions + versions, strict=True):
+            snap.only_changed_since(since)  # type: ignore[attr-defined]
+        with_c = outcome(lambda: written(first))
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(lambda: written(second))
+    assert with_c == with_python
+
+
+@needs_codec
+@given(writer_deltas())
+def test_the_c_writer_writes_the_python_loops_bytes_for_a_heap_delta(
+    case: tuple[str, list[WriterState], list[DeltaChange]],
+) -> None:
+    """Only what changed since the base (rule T: put, replaced, handed out by a
+    get, mutated in place): the C writer's walk filtered by state_version, the
+    Python loops' changed_items, over maps of one chunk, several and rehashing."""
+    check_delta_file(ccodec.CODEC, *case)
+
+
+def hunt_delta_files(codec: Any) -> None:
+    """The delta differential as a bug hunt (100 examples)."""
+
+    @hunt_settings(max_examples=100, stateful_step_count=1)
+    @given(writer_deltas())
+    def differential(case: tuple[str, list[WriterState], list[DeltaChange]]) -> None:
+        check_delta_file(codec, *case)
+
+    differential()
+
+
 CHUNK_SIZES = [700, 1540, 1700, 2100, 3500]  # 1540, 1700, 3500: while it rehashes
 POSITIONS = ["first", "middle", "last"]
 
@@ -4123,6 +4223,7 @@ WRITER_BUG_CATCHERS: dict[str, Callable[[Any], None]] = {
     "writer-releases-a-key-group-before-encoding-it": lambda codec: check_release_order(
         CopyOnWriteStateTable, codec
     ),
+    "writer-delta-misses-changes-at-the-base-version": hunt_delta_files,
 }
 
 

@@ -111,6 +111,15 @@ WRITER_BUGS = [
         "_codec_wbug",
         "writer",
     ),
+    CodecBug(
+        "writer-delta-misses-changes-at-the-base-version",
+        5,
+        "a heap delta's walk: state_version > the base's version, not >=, so what "
+        "changed before the next snapshot is left out",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
 ]
 
 _LOADED: dict[str, ModuleType] = {}
