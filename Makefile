@@ -135,7 +135,6 @@ bench: $(CMAP)
 	$(PY) bench/bench_conformance.py
 	$(PY) bench/bench_table_backend.py
 	$(PY) bench/bench_checkpoints.py
-	$(PY) bench/bench_heap_incremental.py
 	$(PY) bench/bench_backend_gc.py
 	$(PY) bench/bench_keyed_path.py
 	$(PY) bench/bench_serializers.py
@@ -145,6 +144,10 @@ bench: $(CMAP)
 	$(PY) bench/bench_backend_gc.py --entries 10000000 --repeats 3 \
 		--output bench/results/backend_gc_10m.json
 	$(PY) bench/targets.py --issue 28
+	$(PY) bench/bench_heap_incremental.py
+	$(PY) bench/bench_heap_incremental.py --entries 10000000 --repeats 3 --owner-rounds 5 \
+		--output bench/results/heap_incremental_10m.json
+	$(PY) bench/targets.py --issue 29
 
 ## make deep: the map/table, backend and storage state machines under the deep
 ## Hypothesis profile (by hand; hours -- what is timed is in CONTRIBUTING.md)
