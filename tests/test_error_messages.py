@@ -106,6 +106,29 @@ def test_argument_messages() -> None:
     )
 
 
+def test_change_tracking_messages() -> None:
+    m: Map = CopyOnWriteStateMap()
+    not_an_int: Any = "8"
+    assert message(InvalidArgumentError, lambda: m.track_changes(0)) == (
+        "expected a removal limit >= 1, got 0"
+    )
+    assert message(InvalidArgumentError, lambda: m.track_changes(not_an_int)) == (
+        "expected a removal limit >= 1, got '8'"
+    )
+    assert message(InvalidArgumentError, lambda: m.removals_since(not_an_int)) == (
+        "expected an int version, got str '8'"
+    )
+    snapshot = m.snapshot()
+    nothing: Any = None
+    assert message(InvalidArgumentError, lambda: snapshot.changed_items(nothing)) == (
+        "expected an int since, got NoneType None"
+    )
+    assert message(InvalidArgumentError, lambda: m.trim_removals(3)) == (
+        "expected a version <= V + 1 = 2 to trim the removal log to, got 3"
+    )
+    snapshot.release()
+
+
 def test_transform_function_messages() -> None:
     m: Map = CopyOnWriteStateMap()
     assert message(TransformFunctionError, lambda: m.transform(1, "ns", 0, failing)) == (

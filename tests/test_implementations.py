@@ -460,6 +460,10 @@ CORRUPTIONS = [
     ("unretire", 0),
     *[("hand_back_live", p) for p in (0, 2, 4)],
     ("gc_entries", 0),
+    ("guard", 0),
+    ("tracking_since", 0),
+    ("removal_limit", 0),
+    *[("removal_version", p) for p in (0, 1, 2)],  # the first, middle and last record
 ]
 #: The corruptions that need an open snapshot (a shared chunk, a shared entry
 #: or state, a retired entry); the others run without one.
@@ -472,6 +476,9 @@ WITH_SNAPSHOT = {
     "retire_live",
     "unretire",
 }
+#: The corruptions of invariant 13: the map tracks changes and logged three
+#: removals (of mappings outside bucket 3), one per version.
+TRACKING = {"guard", "tracking_since", "removal_limit", "removal_version"}
 
 
 def probe() -> Any:
@@ -494,6 +501,12 @@ def healthy_for(kind: str) -> tuple[Any, list[Any], list[Any]]:
         reference_fps.append(fingerprint(snapshot, reference=True))
     if kind == "unretire":  # rule E copies the chain down to HashKey(2, 3), retiring three
         m.put(HashKey(2, 3), 0, [20])
+    if kind in TRACKING:
+        m.track_changes(8)
+        for i in range(3):
+            m.put(HashKey(10 + i, 5), 0, [i])
+            m.snapshot().release()
+            m.remove(HashKey(10 + i, 5), 0)
     check_map(m, fps)
     check_map(m, reference_fps)
     return m, fps, reference_fps
@@ -525,7 +538,7 @@ def test_both_checkers_name_the_same_violation_of_every_corruption(
 
 def test_every_corruption_of_the_probe_is_tested() -> None:
     assert {kind for kind, _ in CORRUPTIONS} == set(probe().KINDS)
-    assert set(probe().KINDS.values()) == set(range(1, 13))  # every invariant has one
+    assert set(probe().KINDS.values()) == set(range(1, 14))  # every invariant has one
 
 
 #: What a corruption cannot undo once the map changed structurally: damage that

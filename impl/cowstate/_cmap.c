@@ -107,6 +107,47 @@
  * the garbage shrinks; without writes it waits, no larger than what the
  * snapshot kept alive. Each entry is taken off the list before it is freed,
  * so a __del__ that re-enters the map finds the list consistent.
+ *
+ * Change tracking (rules T and D)
+ * -------------------------------
+ * The pure map's (its docstring: "Change tracking"), with the same methods,
+ * checks and messages (cowstate.map_contract): track_changes(removal_limit),
+ * tracking_since, removals_since(version), trim_removals(version), and the
+ * snapshot's changed_items(since). The map holds `guard`, what get compares
+ * state_version with, and the removal log:
+ *
+ * Rule T (tracking)  guard = V while tracking (removal_limit > 0), else H;
+ *                    every place that changes H or V sets it again
+ *                    (snapshot, release_version -- so release, hand_back
+ *                    and a pinned snapshot's deferred release --,
+ *                    track_changes, the _version knob). get's fast path is
+ *                    the one comparison state_version < guard, as it was
+ *                    against H; past it a scalar of rule S's exemption is
+ *                    handed out as it is (neither copied nor marked), a
+ *                    state with state_version < H is copied (rule S), and
+ *                    any other is marked: rule E first, then state_version
+ *                    = V. put, put_and_get_old and transform set
+ *                    state_version = V anyway (entry_set_state).
+ * Rule D (deletion)  While tracking, every removal (remove,
+ *                    remove_and_get_old: unlink_found) appends (V, key, ns)
+ *                    to `removals`, an array of Removal records that owns
+ *                    its references. At removal_limit records the next
+ *                    one detaches the log (the caller drops its references
+ *                    as its last step: a decref runs code), moves
+ *                    tracking_since to V + 1 and starts over with that one
+ *                    record. Out of memory the record is not written and
+ *                    the log starts over empty as on an overflow: the bases
+ *                    that would need it are refused, nothing is raised.
+ *
+ * Not tracking costs a removal one predictable branch and nothing else.
+ * Memory: at most removal_limit records of 24 bytes (the array grows by
+ * doubling up to the limit), plus the key and namespace each keeps alive.
+ * The log is dropped by the map's tp_clear (tracking goes on:
+ * tracking_since = V + 1) and deallocation; tp_traverse visits its keys and
+ * namespaces of a GC type. removals_since copies the records it reads (new
+ * references, into PyMem memory: no collection can run) before it builds
+ * tuples, and trim_removals detaches what it drops before dropping it, so
+ * re-entrant code meets a consistent log.
 
  * Garbage collector
  * -----------------
@@ -165,7 +206,7 @@
  *
  * Invariants
  * ----------
- * 1-9 are the pure map's (cowstate/state_map.py). The C map adds:
+ * 1-9 and 13 are the pure map's (cowstate/state_map.py). The C map adds:
  *
  * 10. Chunks: every chunk's `refs` equals the number of directories (live and
  *     open snapshots) that hold it; a chunk with refs > 1 is never written.
@@ -175,6 +216,10 @@
  *     version <= its own; no garbage entry (rule G) is live or retired.
  * 12. GC count: `gc_entries` is the number of live entries whose key,
  *     namespace or state has a type with Py_TPFLAGS_HAVE_GC.
+ * 13. Tracking is the pure map's invariant 13: not tracking, guard == H and
+ *     the log is empty; tracking, guard == V, tracking_since <= V + 1, the
+ *     log holds at most removal_limit records, their versions never
+ *     decrease and lie in [tracking_since - 1, V].
  *
  * What checks them is not here
  * ----------------------------
@@ -184,7 +229,7 @@
  * _cmap.h with a test-only module built beside this one,
  * cowstate_spec._cmap_probe (spec/cowstate_spec/_cmap_probe.c): the
  * structure export for the reference checker (cowstate_spec.cmap_view and
- * cowstate_spec.invariants), the same checker in C for invariants 1-12 (what
+ * cowstate_spec.invariants), the same checker in C for invariants 1-13 (what
  * the machines and `cowstate check` run), and the corruption hooks of the
  * checker's tests. The probe reads a map only after finding its exact type in
  * a module whose `_LAYOUT` has the probe's own layout version and sizes.
@@ -197,6 +242,7 @@
 
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -271,7 +317,7 @@ static PyObject *fn_constructor_arguments, *fn_checked_serializer, *fn_copies_sc
     *fn_none_message,
     *fn_modified_message, *fn_pair_message, *fn_foreign_message, *fn_overflow_message,
     *fn_capacity_message, *fn_released_message, *fn_open_versions_message,
-    *fn_reentrant_message;
+    *fn_reentrant_message, *fn_checked_removal_limit, *fn_checked_version, *fn_trim_message;
 static PyObject *str_copy, *str_of, *str_from_transform;
 /* Rule U's factories, bound class methods of cowstate.errors: each builds the
  * error that stands for an exception user code raised. */
@@ -599,6 +645,76 @@ static inline void reclaim_step(MapObject *m)
 {
     if (m->garbage != NULL)
         reclaim(m, GARBAGE_STEP);
+}
+
+/* ------------------------------------------------------- change tracking */
+
+/* Rule T: what get compares state_version with (invariant 13). Called
+ * wherever H or V changed. */
+static inline void set_guard(MapObject *m)
+{
+    m->guard = m->removal_limit != 0 ? m->version : m->highest;
+}
+
+/* Records taken out of the log, for the caller to drop as its last step. */
+typedef struct Dropped {
+    Removal *records;
+    Py_ssize_t n;
+} Dropped;
+
+/* Take the whole log out of the map into *d (which must be empty). */
+static void detach_log(MapObject *m, Dropped *d)
+{
+    d->records = m->removals;
+    d->n = m->nremovals;
+    m->removals = NULL;
+    m->nremovals = m->removals_cap = 0;
+}
+
+/* Drop detached records: their references were the log's. Runs Python code
+ * (a __del__ of a key), so only as a last step. */
+static void drop_records(Dropped *d)
+{
+    Removal *records = d->records;
+    Py_ssize_t n = d->n;
+    d->records = NULL;
+    d->n = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_DECREF(records[i].key);
+        Py_DECREF(records[i].ns);
+    }
+    PyMem_Free(records);
+}
+
+/* Rule D: append (V, key, ns) to the removal log (new references, the
+ * log's). Full, the log goes to *dropped and starts over at tracking_since
+ * = V + 1. Never fails: out of memory, the record is not written and the
+ * log starts over empty (see the header). Runs no Python code. */
+static void log_removal(MapObject *m, PyObject *key, PyObject *ns, Dropped *dropped)
+{
+    if (m->nremovals >= m->removal_limit) {       /* overflow: older bases are unknown now */
+        detach_log(m, dropped);
+        m->tracking_since = m->version + 1;
+    }
+    if (m->nremovals == m->removals_cap) {
+        Py_ssize_t cap = m->removals_cap ? m->removals_cap * 2 : 16;
+        if (cap > m->removal_limit)
+            cap = m->removal_limit;
+        Removal *grown = (size_t)cap > PY_SSIZE_T_MAX / sizeof(Removal) ? NULL
+            : PyMem_Realloc(m->removals, (size_t)cap * sizeof(Removal));
+        if (grown == NULL) {                      /* forget, as an overflow does */
+            if (m->nremovals > 0)                 /* then *dropped is still empty */
+                detach_log(m, dropped);
+            m->tracking_since = m->version + 1;
+            return;
+        }
+        m->removals = grown;
+        m->removals_cap = cap;
+    }
+    Removal *r = &m->removals[m->nremovals++];
+    r->key = Py_NewRef(key);
+    r->ns = Py_NewRef(ns);
+    r->version = m->version;
 }
 
 /* Free (or, with snapshots open, retire) every entry of a detached table. */
@@ -1090,8 +1206,17 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
     Entry *e = f.entry;
     if (e == NULL)
         Py_RETURN_NONE;
-    if (e->state_version < m->highest && !(m->scalars_as_is && is_scalar_state(e->state))
-        && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {                /* rule S (scalars exempt) */
+    if (e->state_version < m->guard && !(m->scalars_as_is && is_scalar_state(e->state))
+        && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {    /* rule S or rule T (scalars exempt) */
+        if (e->state_version >= m->highest) {       /* rule T: no snapshot holds it: mark */
+            if (e->entry_version < m->highest) {                  /* rule E */
+                e = copy_chain(m, f.table, f.bucket, e);
+                if (e == NULL)
+                    return NULL;
+            }
+            e->state_version = m->version;            /* rule T: marked */
+            return Py_NewRef(e->state);
+        }
         PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);
         if (copy == NULL)
             return NULL;
@@ -1181,9 +1306,10 @@ static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssi
     return result;
 }
 
-/* Unlink the entry a current lookup found (f->entry, not NULL); 0, or -1 on
- * error. The caller passes the entry to leave_live() as its last step. */
-static int unlink_found(MapObject *m, Found *f)
+/* Unlink the entry a current lookup found (f->entry, not NULL) and, while
+ * tracking, log its removal (rule D); 0, or -1 on error (nothing changed). The
+ * caller passes the entry to leave_live() and drops *dropped as its last steps. */
+static int unlink_found(MapObject *m, Found *f, Dropped *dropped)
 {
     Table *t = f->table;
     Py_ssize_t b = f->bucket;
@@ -1209,6 +1335,8 @@ static int unlink_found(MapObject *m, Found *f)
         m->primary_size--;
     else
         m->rehash_size--;
+    if (m->removal_limit != 0)                    /* tracking: the one branch it costs */
+        log_removal(m, e->key, e->ns, dropped);   /* rule D */
     return 0;
 }
 
@@ -1219,10 +1347,12 @@ static PyObject *Map_remove(MapObject *m, PyObject *const *args, Py_ssize_t narg
         return NULL;
     if (f.entry == NULL)
         Py_RETURN_NONE;
-    if (unlink_found(m, &f) < 0)
+    Dropped dropped = {NULL, 0};
+    if (unlink_found(m, &f, &dropped) < 0)
         return NULL;
-    leave_live(m, f.entry);                                   /* last step: may run __del__ */
-    reclaim_step(m);                                          /* rule G, after it */
+    leave_live(m, f.entry);                                   /* last steps: may run __del__ */
+    drop_records(&dropped);                                   /* an overflowed log (rule D) */
+    reclaim_step(m);                                          /* rule G, after them */
     Py_RETURN_NONE;
 }
 
@@ -1238,11 +1368,13 @@ static PyObject *Map_remove_and_get_old(MapObject *m, PyObject *const *args, Py_
         ? copy_shared_state(m, f.entry->state, args[0], args[1]) : Py_NewRef(f.entry->state);
     if (result == NULL)
         return NULL;
-    if (unlink_found(m, &f) < 0) {            /* `f` is current: a changed map raised above */
+    Dropped dropped = {NULL, 0};
+    if (unlink_found(m, &f, &dropped) < 0) {  /* `f` is current: a changed map raised above */
         Py_DECREF(result);
         return NULL;
     }
     leave_live(m, f.entry);
+    drop_records(&dropped);                                   /* rule D */
     reclaim_step(m);                                          /* rule G */
     return result;
 }
@@ -1365,6 +1497,7 @@ static int release_version(MapObject *m, int32_t version)
     m->highest = m->nopen ? m->open[m->nopen - 1] : 0;
     if (PLANTED(BUG_RELEASE_FORGETS_OPEN_SNAPSHOT))
         m->highest = 0;                               /* planted: forgets the others */
+    set_guard(m);                                     /* inv. 13: H, or V while tracking */
     return 0;
 }
 
@@ -1394,6 +1527,7 @@ static PyObject *Map_snapshot(MapObject *m, PyObject *Py_UNUSED(ignored))
         goto fail;
     m->version++;
     m->highest = m->version;                  /* inv. 5: the newest is the highest open */
+    m->guard = m->version;                    /* inv. 13: V == H now, tracking or not */
     s->owner = (MapObject *)Py_NewRef((PyObject *)m);
     s->version = m->version;
     s->r = m->rehash.dir != NULL ? m->rehash_index : 0;
@@ -1490,6 +1624,160 @@ static PyObject *Map_release_version(MapObject *m, PyObject *arg)
         return NULL;
     if (release_version(m, (int32_t)v) < 0)
         return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ------------------------------------------------------- change tracking */
+
+/* A version argument of the tracking methods as a C integer: ints beyond the
+ * range compare as the range's ends would. -1 with InvalidArgumentError
+ * (cowstate.map_contract.checked_version) for anything but an int. */
+static int version_arg(PyObject *arg, const char *what, long long *out)
+{
+    if (!PyLong_CheckExact(arg)) {
+        PyObject *r = PyObject_CallFunction(fn_checked_version, "Os", arg, what);
+        Py_XDECREF(r);
+        if (r != NULL)                /* the contract accepted it: it is no int here */
+            PyErr_Format(PyExc_TypeError, "expected an int %s", what);
+        return -1;
+    }
+    int overflow;
+    *out = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (overflow)
+        *out = overflow > 0 ? LLONG_MAX : LLONG_MIN;
+    return *out == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* track_changes(removal_limit=DEFAULT_REMOVAL_LIMIT): rules T and D from now
+ * on; already tracking, only the limit changes (a smaller one drops an
+ * overlong log, as an overflow does). The check and the default are
+ * map_contract.checked_removal_limit's: a bad limit changes nothing. */
+static PyObject *Map_track_changes(MapObject *m, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"removal_limit", NULL};
+    PyObject *arg = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:track_changes", kwlist, &arg))
+        return NULL;
+    PyObject *checked = arg == NULL ? PyObject_CallNoArgs(fn_checked_removal_limit)
+                                    : PyObject_CallOneArg(fn_checked_removal_limit, arg);
+    if (checked == NULL)
+        return NULL;
+    int overflow;
+    long long limit = PyLong_AsLongLongAndOverflow(checked, &overflow);
+    Py_DECREF(checked);
+    if (limit == -1 && PyErr_Occurred())
+        return NULL;
+    if (overflow > 0 || limit > PY_SSIZE_T_MAX)
+        limit = PY_SSIZE_T_MAX;                   /* a bound no log reaches */
+    Dropped log = {NULL, 0};
+    if (m->removal_limit == 0 || m->nremovals > limit) {
+        detach_log(m, &log);
+        m->tracking_since = m->version + 1;
+    }
+    m->removal_limit = (Py_ssize_t)limit;
+    set_guard(m);                                     /* inv. 13: V from now on */
+    drop_records(&log);                               /* last step: may run __del__ */
+    Py_RETURN_NONE;
+}
+
+static PyObject *Map_get_tracking_since(MapObject *m, void *closure)
+{
+    (void)closure;
+    if (m->removal_limit == 0)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(m->tracking_since);
+}
+
+static PyObject *Map_get_guard(MapObject *m, void *closure)
+{
+    (void)closure;
+    return PyLong_FromLong(m->guard);
+}
+
+/* The index of the first record of version >= `version` (versions never
+ * decrease: invariant 13). */
+static Py_ssize_t first_record_since(const MapObject *m, long long version)
+{
+    Py_ssize_t lo = 0, hi = m->nremovals;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (m->removals[mid].version < version)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* removals_since(version): the (key, ns) pairs removed since the snapshot of
+ * `version`, each once, in the order of their last removal; None when the
+ * log cannot tell (not tracking, or version < tracking_since). */
+static PyObject *Map_removals_since(MapObject *m, PyObject *arg)
+{
+    long long version;
+    if (version_arg(arg, "version", &version) < 0)
+        return NULL;
+    if (m->removal_limit == 0 || version < m->tracking_since)
+        Py_RETURN_NONE;
+    /* Phase 1: copy the records (new references) without allocating an
+     * object, so no collection runs code that changes the log meanwhile. */
+    Py_ssize_t first = first_record_since(m, version), n = m->nremovals - first;
+    PyObject **pairs = PyMem_Malloc((size_t)(2 * n + 1) * sizeof(PyObject *));
+    if (pairs == NULL)
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        pairs[2 * i] = Py_NewRef(m->removals[first + i].key);
+        pairs[2 * i + 1] = Py_NewRef(m->removals[first + i].ns);
+    }
+    /* Phase 2: newest first, each pair once, then reversed: the order of the
+     * last removals (hash and == are the keys' own: the pure map's dict). */
+    PyObject *out = PyList_New(0), *seen = PySet_New(NULL);
+    for (Py_ssize_t i = n - 1; out != NULL && seen != NULL && i >= 0; i--) {
+        PyObject *pair = PyTuple_Pack(2, pairs[2 * i], pairs[2 * i + 1]);
+        int known = pair == NULL ? -1 : PySet_Contains(seen, pair);
+        if (known < 0 || (!known && (PySet_Add(seen, pair) < 0 || PyList_Append(out, pair) < 0)))
+            Py_CLEAR(out);
+        Py_XDECREF(pair);
+    }
+    Py_XDECREF(seen);
+    if (seen == NULL)
+        Py_CLEAR(out);
+    if (out != NULL && PyList_Reverse(out) < 0)
+        Py_CLEAR(out);
+    for (Py_ssize_t i = 0; i < 2 * n; i++)
+        Py_DECREF(pairs[i]);
+    PyMem_Free(pairs);
+    return out;
+}
+
+/* trim_removals(version): drop the records older than `version`;
+ * tracking_since moves up to it (never past V + 1: invariant 13). */
+static PyObject *Map_trim_removals(MapObject *m, PyObject *arg)
+{
+    long long version;
+    if (version_arg(arg, "version", &version) < 0)
+        return NULL;
+    if (version > (long long)m->version + 1) {
+        raise_from_helper(Err_InvalidArgument, fn_trim_message,
+                          Py_BuildValue("(OL)", arg, (long long)m->version + 1));
+        return NULL;
+    }
+    if (m->removal_limit == 0 || version <= m->tracking_since)
+        Py_RETURN_NONE;
+    Py_ssize_t first = first_record_since(m, version);
+    Dropped old = {NULL, 0};
+    if (first > 0) {              /* detach the dropped prefix before dropping it */
+        old.records = PyMem_Malloc((size_t)first * sizeof(Removal));
+        if (old.records == NULL)
+            return PyErr_NoMemory();
+        old.n = first;
+        memcpy(old.records, m->removals, (size_t)first * sizeof(Removal));
+        memmove(m->removals, m->removals + first,
+                (size_t)(m->nremovals - first) * sizeof(Removal));
+        m->nremovals -= first;
+    }
+    m->tracking_since = (int32_t)version;
+    drop_records(&old);                               /* last step: may run __del__ */
     Py_RETURN_NONE;
 }
 
@@ -1784,6 +2072,22 @@ static PyObject *Snap_items(SnapObject *s, PyObject *Py_UNUSED(ignored))
     return out;
 }
 
+/* The bucket ranges of a snapshot's compact layout (primary[r:L],
+ * rehash[0:r], rehash[L:L+r]; primary[0:L] outside a rehash); their count. */
+static int snap_regions(const SnapObject *s, const Table *tables[3], Py_ssize_t begin[3],
+                        Py_ssize_t end[3])
+{
+    if (s->rehash.dir == NULL) {
+        tables[0] = &s->primary; begin[0] = 0; end[0] = s->primary.capacity;
+        return 1;
+    }
+    tables[0] = &s->primary; begin[0] = s->r; end[0] = s->primary.capacity;
+    tables[1] = &s->rehash; begin[1] = 0; end[1] = s->r;
+    tables[2] = &s->rehash; begin[2] = s->primary.capacity;
+    end[2] = s->primary.capacity + s->r;
+    return 3;
+}
+
 static PyObject *snap_items_pinned(SnapObject *s)
 {
     PyObject *out = PyList_New(s->size);
@@ -1791,18 +2095,9 @@ static PyObject *snap_items_pinned(SnapObject *s)
         return NULL;
     Py_ssize_t n = 0;
     const Table *tables[3];
-    Py_ssize_t begin[3], end[3], count;
-    if (s->rehash.dir == NULL) {
-        tables[0] = &s->primary; begin[0] = 0; end[0] = s->primary.capacity; count = 1;
-    }
-    else {
-        tables[0] = &s->primary; begin[0] = s->r; end[0] = s->primary.capacity;
-        tables[1] = &s->rehash; begin[1] = 0; end[1] = s->r;
-        tables[2] = &s->rehash; begin[2] = s->primary.capacity;
-        end[2] = s->primary.capacity + s->r;
-        count = 3;
-    }
-    for (Py_ssize_t k = 0; k < count; k++) {
+    Py_ssize_t begin[3], end[3];
+    int count = snap_regions(s, tables, begin, end);
+    for (int k = 0; k < count; k++) {
         const Table *t = tables[k];
         for (Py_ssize_t b = begin[k]; b < end[k]; b++) {
             Chunk *c = t->dir[b >> t->bits];
@@ -1827,6 +2122,47 @@ static PyObject *snap_items_pinned(SnapObject *s)
         PyErr_SetString(PyExc_AssertionError, "snapshot holds fewer entries than its size");
         return NULL;
     }
+    return out;
+}
+
+/* changed_items(since): the mappings with state_version >= since (rule T: with
+ * the map tracking since a base of version `since`, a superset of those that
+ * differ from the base's), as items() gives them. */
+static PyObject *Snap_changed_items(SnapObject *s, PyObject *arg)
+{
+    long long since;
+    if (version_arg(arg, "since", &since) < 0)
+        return NULL;
+    if (s->released) {
+        raise_from_helper(Err_SnapshotReleased, fn_released_message,
+                          Py_BuildValue("(is)", s->version, "released"));
+        return NULL;
+    }
+    snap_pin(s);           /* an allocation may run a finalizer that releases it */
+    PyObject *out = PyList_New(0);
+    const Table *tables[3];
+    Py_ssize_t begin[3], end[3];
+    int count = snap_regions(s, tables, begin, end);
+    for (int k = 0; out != NULL && k < count; k++) {
+        const Table *t = tables[k];
+        for (Py_ssize_t b = begin[k]; out != NULL && b < end[k]; b++) {
+            Chunk *c = t->dir[b >> t->bits];
+            if (c == NULL)
+                continue;
+            for (Entry *e = c->slots[b & (chunk_slots(t) - 1)]; e != NULL; e = e->next) {
+                if (e->state_version < since)
+                    continue;
+                PyObject *item = PyTuple_Pack(3, e->key, e->ns, e->state);
+                if (item == NULL || PyList_Append(out, item) < 0) {
+                    Py_XDECREF(item);
+                    Py_CLEAR(out);
+                    break;
+                }
+                Py_DECREF(item);
+            }
+        }
+    }
+    snap_unpin(s);
     return out;
 }
 
@@ -1930,6 +2266,8 @@ static PyMethodDef Snap_methods[] = {
      "(a few entries per keyed write, or reclaim())."},
     {"items", (PyCFunction)Snap_items, METH_NOARGS,
      "Every mapping as a plain (key, namespace, state) tuple, in one list."},
+    {"changed_items", (PyCFunction)Snap_changed_items, METH_O,
+     "The mappings whose state_version >= since, as items() gives them (rule T)."},
     {"__enter__", (PyCFunction)Snap_enter, METH_NOARGS, NULL},
     {"__exit__", (PyCFunction)(void (*)(void))Snap_exit, METH_FASTCALL, NULL},
     {"__class_getitem__", Py_GenericAlias, METH_O | METH_CLASS, NULL},
@@ -2019,6 +2357,12 @@ static PyObject *Map_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 static int Map_traverse(MapObject *m, visitproc visit, void *arg)
 {
     Py_VISIT(m->serializer);
+    for (Py_ssize_t i = 0; i < m->nremovals; i++) {          /* the removal log's (rule D) */
+        if (PyType_IS_GC(Py_TYPE(m->removals[i].key)))
+            Py_VISIT(m->removals[i].key);
+        if (PyType_IS_GC(Py_TYPE(m->removals[i].ns)))
+            Py_VISIT(m->removals[i].ns);
+    }
     if (m->gc_entries == 0)              /* nothing here can be in a cycle (inv. 12) */
         return 0;
     const Table *tables[2] = {&m->primary, &m->rehash};
@@ -2082,6 +2426,11 @@ static int Map_clear(MapObject *m)
     drop_tables(m, &primary, &rehash);
     Py_CLEAR(m->serializer);
     reclaim(m, -1);
+    Dropped log = {NULL, 0};                  /* rule D: tracking goes on, from V + 1 */
+    detach_log(m, &log);
+    if (m->removal_limit != 0)
+        m->tracking_since = m->version + 1;
+    drop_records(&log);
     return 0;
 }
 
@@ -2098,6 +2447,9 @@ static void Map_dealloc(MapObject *m)
     m->retired = m->retired_tail = NULL;
     free_batches(retired);
     reclaim(m, -1);
+    Dropped log = {NULL, 0};                  /* the removal log's references (rule D) */
+    detach_log(m, &log);
+    drop_records(&log);
     Py_CLEAR(m->serializer);
     PyMem_Free(m->open);
     m->open = NULL;
@@ -2160,6 +2512,7 @@ static int Map_set_version(MapObject *m, PyObject *value, void *closure)
         return -1;
     }
     m->version = (int32_t)v;
+    set_guard(m);                                     /* inv. 13 */
     return 0;
 }
 
@@ -2222,6 +2575,13 @@ static PyMethodDef Map_methods[] = {
      "The keys mapped in namespace (fail-fast, like iter)."},
     {"size_of_namespace", (PyCFunction)Map_size_of_namespace, METH_O,
      "Number of mappings whose namespace equals namespace."},
+    {"track_changes", (PyCFunction)(void (*)(void))Map_track_changes,
+     METH_VARARGS | METH_KEYWORDS,
+     "Track changes from the next snapshot on (rules T and D of cowstate.state_map)."},
+    {"removals_since", (PyCFunction)Map_removals_since, METH_O,
+     "The (key, namespace) pairs removed since the snapshot of version, or None."},
+    {"trim_removals", (PyCFunction)Map_trim_removals, METH_O,
+     "Drop the removal records older than version (tracking_since moves up to it)."},
     {"_release_version", (PyCFunction)Map_release_version, METH_O, NULL},
     {"_bookkeeping", (PyCFunction)Map_bookkeeping, METH_NOARGS,
      "Capacities, counters and versions, read-only (cowstate.introspection)."},
@@ -2236,6 +2596,10 @@ static PyGetSetDef Map_getset[] = {
      "The serializer that copies shared states.", NULL},
     {"_version", (getter)Map_get_version, (setter)Map_set_version, NULL, NULL},
     {"_highest_required", (getter)Map_get_highest, NULL, NULL, NULL},
+    {"_guard", (getter)Map_get_guard, NULL, NULL, NULL},
+    {"tracking_since", (getter)Map_get_tracking_since, NULL,
+     "The oldest base version a delta may be built against, or None when not tracking.",
+     NULL},
     {"_open_versions", (getter)Map_get_open, NULL, NULL, NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
@@ -2341,7 +2705,10 @@ PyMODINIT_FUNC CAT(PyInit_, COWSTATE_MODULE)(void)
         || lookup_attr(contract, "capacity_message", &fn_capacity_message)
         || lookup_attr(contract, "released_message", &fn_released_message)
         || lookup_attr(contract, "open_versions_message", &fn_open_versions_message)
-        || lookup_attr(contract, "reentrant_message", &fn_reentrant_message);
+        || lookup_attr(contract, "reentrant_message", &fn_reentrant_message)
+        || lookup_attr(contract, "checked_removal_limit", &fn_checked_removal_limit)
+        || lookup_attr(contract, "checked_version", &fn_checked_version)
+        || lookup_attr(contract, "trim_message", &fn_trim_message);
     Py_DECREF(errors);
     Py_DECREF(contract);
     if (rc != 0)

@@ -2,8 +2,8 @@
  * _cmap.h -- the memory layout of the C map, shared by the code that reads it
  * ===========================================================================
  *
- * cowstate/_cmap.c is the map (its header comment is the design: rules E, S
- * and C, retirement by version, invariants 1-12). This header holds only what
+ * cowstate/_cmap.c is the map (its header comment is the design: rules E, S,
+ * C, G, T and D, retirement by version, invariants 1-13). This header holds only what
  * another C module needs to READ a map or a snapshot: the structs, the two
  * slot accessors, and the layout record the map module publishes. Its readers:
  *
@@ -64,7 +64,7 @@
 #include <stdint.h>
 
 /* Raise with any change of a struct below or of what a field means. */
-#define COWSTATE_LAYOUT_VERSION 3
+#define COWSTATE_LAYOUT_VERSION 4        /* 4: the map's change tracking */
 #define COWSTATE_LAYOUT_CAPSULE "cowstate._cmap._LAYOUT"
 
 #define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
@@ -80,6 +80,14 @@ typedef struct Entry {
     int32_t entry_version;
     int32_t state_version;
 } Entry;
+
+/* One record of the removal log (rule D of _cmap.c): (key, ns) was removed
+ * at map version `version`. The log owns both references. */
+typedef struct Removal {
+    PyObject *key;
+    PyObject *ns;
+    int32_t version;
+} Removal;
 
 /* Entries retired at one version, freed when no open snapshot is that old. */
 typedef struct Batch {
@@ -112,6 +120,7 @@ typedef struct MapObject {
     Py_ssize_t threshold;
     int32_t version;
     int32_t highest;            /* H */
+    int32_t guard;              /* get's rule S/T bound: H, or V while tracking (inv. 13) */
     int32_t *open;              /* open snapshot versions, ascending */
     Py_ssize_t nopen;
     Py_ssize_t open_cap;
@@ -127,6 +136,12 @@ typedef struct MapObject {
     PyObject *serializer;
     PyObject *weakreflist;
     int scalars_as_is;          /* the serializer copies scalars as themselves (rule S) */
+    /* Change tracking (rules T and D, invariant 13); removal_limit 0: not tracking. */
+    Py_ssize_t removal_limit;   /* the log's bound, >= 1 while tracking */
+    int32_t tracking_since;     /* the oldest base a delta may be built against */
+    Removal *removals;          /* the removal log, oldest first (NULL: empty) */
+    Py_ssize_t nremovals;
+    Py_ssize_t removals_cap;
 } MapObject;
 
 typedef struct SnapObject {

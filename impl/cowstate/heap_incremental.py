@@ -84,6 +84,7 @@ from cowstate.errors import (
     SnapshotFormatError,
 )
 from cowstate.key_groups import KeyGroupRange
+from cowstate.map_contract import checked_removal_limit
 from cowstate.snapshot.checks import (
     DecodedBlock,
     check_key_groups,
@@ -134,8 +135,7 @@ class IncrementalOptions:
             raise InvalidArgumentError(
                 f"expected max_delta_ratio >= 0, got {self.max_delta_ratio!r}"
             )
-        if type(self.removal_limit) is not int or self.removal_limit < 1:
-            raise InvalidArgumentError(f"expected a removal limit >= 1, got {self.removal_limit!r}")
+        checked_removal_limit(self.removal_limit)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from typing import Generic, NamedTuple
 
 from cowstate.arithmetic import (
     DEFAULT_CAPACITY,
+    DEFAULT_REMOVAL_LIMIT,
     MAX_ARRAY_SIZE,
     MAX_VERSION,
     clamp_capacity,
@@ -62,7 +63,9 @@ __all__ = [
     "StateEntry",
     "apply_transform",
     "capacity_message",
+    "checked_removal_limit",
     "checked_serializer",
+    "checked_version",
     "constructor_arguments",
     "copies_scalars_as_is",
     "foreign_message",
@@ -74,6 +77,7 @@ __all__ = [
     "pair_message",
     "reentrant_message",
     "released_message",
+    "trim_message",
 ]
 
 
@@ -145,6 +149,25 @@ def checked_serializer(serializer: object) -> StateSerializer:
     return serializer
 
 
+def checked_removal_limit(removal_limit: object = DEFAULT_REMOVAL_LIMIT) -> int:
+    """``removal_limit`` of ``track_changes`` (rule D of :mod:`cowstate.state_map`),
+    an int >= 1 (default :data:`~cowstate.arithmetic.DEFAULT_REMOVAL_LIMIT`),
+    else InvalidArgumentError; the heap backend's ``IncrementalOptions`` too."""
+    if type(removal_limit) is not int or removal_limit < 1:
+        raise InvalidArgumentError(f"expected a removal limit >= 1, got {removal_limit!r}")
+    return removal_limit
+
+
+def checked_version(version: object, what: str = "version") -> int:
+    """A base version of change tracking (``removals_since``, ``trim_removals``,
+    ``changed_items``): an int, else InvalidArgumentError."""
+    if type(version) is not int:
+        raise InvalidArgumentError(
+            f"expected an int {what}, got {type(version).__name__} {version!r}"
+        )
+    return version
+
+
 # --------------------------------------------------------------------------
 # Messages
 # --------------------------------------------------------------------------
@@ -214,6 +237,12 @@ def released_message(version: int, how: str) -> str:
 def open_versions_message(open_versions: tuple[int, ...], version: int) -> str:
     """SnapshotReleasedError: ``version`` is none of the map's open versions."""
     return f"expected an open snapshot version of this map {sorted(open_versions)}, got {version}"
+
+
+def trim_message(version: int, newest: int) -> str:
+    """InvalidArgumentError: ``trim_removals(version)`` past ``V + 1`` (``newest``),
+    which would move ``tracking_since`` past it (invariant 13)."""
+    return f"expected a version <= V + 1 = {newest} to trim the removal log to, got {version}"
 
 
 def reentrant_message(what: str) -> str:

@@ -279,7 +279,9 @@ from cowstate.map_contract import (
     StateEntry,
     apply_transform,
     capacity_message,
+    checked_removal_limit,
     checked_serializer,
+    checked_version,
     constructor_arguments,
     foreign_message,
     keys_in,
@@ -290,6 +292,7 @@ from cowstate.map_contract import (
     pair_message,
     reentrant_message,
     released_message,
+    trim_message,
 )
 from cowstate.serializers import SCALAR_STATES, StateSerializer, copies_scalars_as_is
 from cowstate.type_vars import K, N, S, V
@@ -597,8 +600,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Track changes from the next snapshot on (rules T and D of the module
         doc); already tracking, only the limit changes (a smaller one clears
         an overlong log, as an overflow does)."""
-        if type(removal_limit) is not int or removal_limit < 1:
-            raise InvalidArgumentError(f"expected a removal limit >= 1, got {removal_limit!r}")
+        removal_limit = checked_removal_limit(removal_limit)
         with self._lock:
             self._removal_limit = removal_limit
             if self._removals is None or len(self._removals) > removal_limit:
@@ -619,6 +621,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         (rule D) -- or None if the log cannot tell (not tracking, or
         ``version < tracking_since``). Owner's thread: called right after the
         snapshot of a delta, it gives the removals between the two snapshots."""
+        version = checked_version(version)
         log = self._removals
         if log is None or version < self._tracking_since:
             return None
@@ -631,7 +634,11 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
 
     def trim_removals(self, version: int) -> None:
         """Drop the removal records older than ``version``: no delta will be
-        built against an older base (``tracking_since`` moves up to it)."""
+        built against an older base (``tracking_since`` moves up to it, at
+        most to ``V + 1``: invariant 13)."""
+        version = checked_version(version)
+        if version > self._version + 1:
+            raise InvalidArgumentError(trim_message(version, self._version + 1))
         log = self._removals
         if log is None or version <= self._tracking_since:
             return
@@ -921,10 +928,15 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         """Rule D: record a removal; past the limit, forget and start over."""
         log = self._removals
         assert log is not None
-        if len(log) >= self._removal_limit:  # overflow: older bases are unknown now
-            log.clear()
-            self._tracking_since = self._version + 1
-        log.append((self._version, key, namespace))
+        if len(log) < self._removal_limit:
+            log.append((self._version, key, namespace))
+            return
+        # Overflow: older bases are unknown now. The full log is dropped last,
+        # once the new one holds this record: dropping it may run a key's
+        # finalizer that removes (and logs) again (rule R; the C map likewise).
+        self._removals = [(self._version, key, namespace)]
+        self._tracking_since = self._version + 1
+        del log
 
     def _release_version(self, version: int) -> None:
         with self._lock:
@@ -1042,6 +1054,7 @@ class StateMapSnapshot(Generic[K, N, S]):
         ``since`` or later (``state_version >= since``): with the map tracking
         since a base of version ``since``, a superset of the mappings that
         differ from the base's (rule T of the module doc)."""
+        since = checked_version(since, "since")
         out: list[tuple[K, N, S]] = []
         append = out.append
         for head in self._check_open():

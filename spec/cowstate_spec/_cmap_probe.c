@@ -9,7 +9,7 @@
  *   structure(m), snapshot_structure(s)   every table, chunk, entry and batch
  *                                         as plain tuples (cowstate_spec.cmap_view)
  *   fingerprint(s, ...), check(m, fps)    the structural checker in C:
- *                                         invariants 1-12 of the map, what an
+ *                                         invariants 1-13 of the map, what an
  *                                         open snapshot reaches (6-8)
  *   rehash_progress(m), rehash_state(m)   the rehash, for coverage and the
  *                                         step check of invariant 9
@@ -60,7 +60,7 @@
  * as it is now along the recorded order: the heads first, then each entry's
  * key, state and successor, so it only ever follows pointers the snapshot
  * reaches now; recorded addresses are compared only. Order of judgement (the
- * reference's): 9, 2, 5 of the map; each live entry (1, 2, 4, 3, 5, 6, 7);
+ * reference's): 9, 2, 5 and 13 of the map; each live entry (1, 2, 4, 3, 5, 6, 7);
  * the counters (3); each fingerprint (8); 12; the batches (11); when every
  * open snapshot has a fingerprint, the chunk counts (10) and what each
  * snapshot reaches (11).
@@ -78,6 +78,9 @@
  * hand_back_live likewise appends a one-entry batch of the probe's to the
  * map's garbage (rule G) and unlinks it; only a keyed write meanwhile (which
  * would free that live entry: never do one while it is active) takes it.
+ * The four of invariant 13 change scalars of the tracking only (guard,
+ * tracking_since, removal_limit, a record's version, that record found again
+ * by its index and key before it is restored).
  * Entries a corruption takes out of the map (relink's successor,
  * write_shared's head, unretire's entry) are held by the Corruption and put
  * back (unretire's is freed instead if a release freed its batch meanwhile,
@@ -336,6 +339,9 @@ typedef struct MapFacts {
     const Entry **retired;
     Py_ssize_t ngarbage;
     const Entry **garbage;          /* handed back, not freed yet (rule G) */
+    int32_t guard, tracking_since;  /* change tracking (rules T and D, inv. 13) */
+    Py_ssize_t removal_limit, nremovals;
+    Removal *removals;              /* copies holding new references */
 } MapFacts;
 
 static void map_facts_clear(MapFacts *f)
@@ -349,7 +355,14 @@ static void map_facts_clear(MapFacts *f)
     PyMem_Free(f->batch_end);
     PyMem_Free((void *)f->retired);
     PyMem_Free((void *)f->garbage);
+    Removal *removals = f->removals;
+    Py_ssize_t nremovals = f->nremovals;
     memset(f, 0, sizeof(*f));
+    for (Py_ssize_t i = 0; i < nremovals; i++) {      /* last: decrefs may run code */
+        Py_DECREF(removals[i].key);
+        Py_DECREF(removals[i].ns);
+    }
+    PyMem_Free(removals);
 }
 
 /* Each live table's walk stops after len(map) + 2 entries: the reference's
@@ -370,6 +383,18 @@ static int gather_map(const MapObject *m, MapFacts *f)
     f->open = PyMem_Malloc((size_t)(m->nopen ? m->nopen : 1) * sizeof(int32_t));
     if (f->open == NULL)
         goto nomemory;
+    f->guard = m->guard;
+    f->tracking_since = m->tracking_since;
+    f->removal_limit = m->removal_limit;
+    f->removals = PyMem_Malloc((size_t)(m->nremovals + 1) * sizeof(Removal));
+    if (f->removals == NULL)
+        goto nomemory;
+    for (Py_ssize_t i = 0; i < m->nremovals; i++) {   /* new references: no code runs */
+        f->removals[i] = m->removals[i];
+        Py_INCREF(f->removals[i].key);
+        Py_INCREF(f->removals[i].ns);
+    }
+    f->nremovals = m->nremovals;
     if (m->nopen > 0)
         memcpy(f->open, m->open, (size_t)m->nopen * sizeof(int32_t));
     const Table *tables[2] = {&m->primary, &m->rehash};
@@ -667,10 +692,24 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
     }
     if (garbage == NULL)
         Py_CLEAR(retired);
+    /* the removal log as (version, key, ns) records, None while not tracking */
+    PyObject *removals = retired == NULL ? NULL
+        : f.removal_limit == 0 ? Py_NewRef(Py_None) : PyList_New(f.nremovals);
+    for (Py_ssize_t j = 0; removals != NULL && removals != Py_None && j < f.nremovals; j++) {
+        PyObject *record = Py_BuildValue("(iOO)", (int)f.removals[j].version,
+                                         f.removals[j].key, f.removals[j].ns);
+        if (record == NULL)
+            Py_CLEAR(removals);
+        else
+            PyList_SET_ITEM(removals, j, record);
+    }
+    if (removals == NULL)
+        Py_CLEAR(retired);
     PyObject *out = NULL;
     if (retired != NULL)
         out = Py_BuildValue(
-            "{s:n,s:N,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n,s:O,s:O}",
+            "{s:n,s:N,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n,s:O,s:O,"
+            "s:i,s:i,s:n,s:N}",
             "gc_entries", f.gc_entries, "retired", retired, "garbage", garbage, "primary",
             primary, "rehash", rehash,
             "rehash_index", f.rehash_index, "primary_size", f.primary_size, "rehash_size",
@@ -679,7 +718,9 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
             (unsigned long long)f.mod_count, "structure_count",
             (unsigned long long)f.structure_count, "chunk_buckets",
             (Py_ssize_t)1 << CHUNK_BITS_MAX, "primary_cut", f.cut[0] ? Py_True : Py_False,
-            "rehash_cut", f.cut[1] ? Py_True : Py_False);
+            "rehash_cut", f.cut[1] ? Py_True : Py_False, "guard", (int)f.guard,
+            "tracking_since", (int)f.tracking_since, "removal_limit", f.removal_limit,
+            "removals", removals);
     else {
         Py_XDECREF(primary);
         Py_XDECREF(rehash);
@@ -1249,6 +1290,49 @@ static PyObject *judge_entry(Check *c, Py_ssize_t at, Py_ssize_t index, int reha
     return Py_NewRef(Py_None);
 }
 
+/* Invariant 13 (rules T and D): the guard and the removal log, the
+ * reference's _check_tracking. */
+static PyObject *judge_tracking(const MapFacts *f)
+{
+    if (f->removal_limit == 0) {
+        if (f->guard != f->highest)
+            return violation(13, "guard %d != H while not tracking", (int)f->guard);
+        return Py_NewRef(Py_None);
+    }
+    long long version = f->version, since = f->tracking_since;
+    if (f->guard != f->version)
+        return violation(13, "guard %d != V = %d while tracking", (int)f->guard,
+                         (int)f->version);
+    if (since > version + 1)
+        return violation(13, "tracking since %lld > V + 1 = %lld", since, version + 1);
+    if (f->nremovals > f->removal_limit)
+        return violation(13, "removal log of %zd records above its limit %zd", f->nremovals,
+                         f->removal_limit);
+    int ordered = 1, inside = 1;
+    for (Py_ssize_t i = 0; i < f->nremovals; i++) {
+        long long at = f->removals[i].version;
+        ordered &= i == 0 || f->removals[i - 1].version <= at;
+        inside &= since - 1 <= at && at <= version;
+    }
+    if (ordered && inside)
+        return Py_NewRef(Py_None);
+    PyObject *at = PyList_New(f->nremovals);
+    for (Py_ssize_t i = 0; at != NULL && i < f->nremovals; i++) {
+        PyObject *v = PyLong_FromLong(f->removals[i].version);
+        if (v == NULL)
+            Py_CLEAR(at);
+        else
+            PyList_SET_ITEM(at, i, v);
+    }
+    if (at == NULL)
+        return NULL;
+    PyObject *out = !ordered
+        ? violation(13, "removal log versions %R out of order", at)
+        : violation(13, "removal log versions %R outside [%lld, %lld]", at, since - 1, version);
+    Py_DECREF(at);
+    return out;
+}
+
 /* Invariants 9, 2 and 5 of the map's scalars (the reference's first checks). */
 static PyObject *judge_scalars(const MapFacts *f)
 {
@@ -1285,14 +1369,24 @@ static PyObject *judge_scalars(const MapFacts *f)
             highest = f->open[i];
         in_range &= 0 < f->open[i] && f->open[i] <= f->version;
     }
-    if (f->highest != highest || !in_range) {
+    if (f->highest != highest) {
         PyObject *open = sorted_set(f->open, f->nopen);
         if (open == NULL)
             return NULL;
-        PyObject *out = f->highest != highest
-            ? violation(5, "highest required version %d != max of open %R", (int)f->highest,
-                        open)
-            : violation(5, "open versions %R outside (0, %d]", open, (int)f->version);
+        PyObject *out = violation(5, "highest required version %d != max of open %R",
+                                  (int)f->highest, open);
+        Py_DECREF(open);
+        return out;
+    }
+    PyObject *tracking = judge_tracking(f);
+    if (tracking != Py_None)
+        return tracking;
+    Py_DECREF(tracking);
+    if (!in_range) {
+        PyObject *open = sorted_set(f->open, f->nopen);
+        if (open == NULL)
+            return NULL;
+        PyObject *out = violation(5, "open versions %R outside (0, %d]", open, (int)f->version);
         Py_DECREF(open);
         return out;
     }
@@ -1603,7 +1697,7 @@ typedef enum {
     K_DUPLICATE, K_RELINK, K_WRITE_SHARED, K_RETIRE_LIVE, K_UNRETIRE, K_HAND_BACK_LIVE,
     K_PRIMARY_SIZE,
     K_PRIMARY_SIZE_SHORT, K_GC_ENTRIES, K_HIGHEST_REQUIRED, K_THRESHOLD, K_REHASH_INDEX,
-    K_CHUNK_REFS,
+    K_CHUNK_REFS, K_GUARD, K_TRACKING_SINCE, K_REMOVAL_LIMIT, K_REMOVAL_VERSION,
 } Kind;
 
 /* Each kind, the invariant it breaks, and what it does. `bucket` is a primary
@@ -1632,6 +1726,10 @@ static const struct {
     {"unretire", K_UNRETIRE, 11},                   /* a retired entry taken out of its batch */
     {"hand_back_live", K_HAND_BACK_LIVE, 11},       /* a live entry in the garbage (rule G) */
     {"gc_entries", K_GC_ENTRIES, 12},               /* the GC count zeroed */
+    {"guard", K_GUARD, 13},                         /* get's bound set to `to` */
+    {"tracking_since", K_TRACKING_SINCE, 13},       /* moved to V + 2 */
+    {"removal_limit", K_REMOVAL_LIMIT, 13},         /* one below the log's length */
+    {"removal_version", K_REMOVAL_VERSION, 13},     /* record `position` out of order */
 };
 
 #define NKINDS ((Py_ssize_t)(sizeof(corrupt_kinds) / sizeof(corrupt_kinds[0])))
@@ -1652,6 +1750,7 @@ typedef struct CorruptionObject {
     Batch *batch;                   /* retire_live: the probe's batch; unretire: the source */
     int32_t batch_version;
     int64_t saved;
+    const PyObject *record_key;     /* removal_version: the record's key, compared only */
 } CorruptionObject;
 
 static PyTypeObject Corruption_Type;
@@ -1891,6 +1990,21 @@ static void corruption_undo(CorruptionObject *c)
     case K_HIGHEST_REQUIRED:
         m->highest = m->nopen ? m->open[m->nopen - 1] : 0;
         break;
+    case K_GUARD:                       /* always: a scalar (rule T) */
+        m->guard = m->removal_limit != 0 ? m->version : m->highest;
+        break;
+    case K_TRACKING_SINCE:
+        m->tracking_since = (int32_t)c->saved;
+        break;
+    case K_REMOVAL_LIMIT:
+        m->removal_limit = (Py_ssize_t)c->saved;
+        break;
+    case K_REMOVAL_VERSION:             /* the record, if the log still holds it there */
+        if (c->to < m->nremovals && c->record_key == m->removals[c->to].key)
+            m->removals[c->to].version = (int32_t)c->saved;
+        else
+            left = 1;
+        break;
     case K_REHASH_INDEX:
         if (unchanged)
             m->rehash_index = (Py_ssize_t)c->saved;
@@ -2039,6 +2153,7 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
     c->bucket = bucket;
     c->to = to;
     c->saved = 0;
+    c->record_key = NULL;
     switch (kind) {
     case K_HASH:
     case K_STATE_VERSION:
@@ -2209,6 +2324,34 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
             goto nothing;
         chunk->refs++;
         c->chunk = chunk;
+        break;
+    case K_GUARD:
+        c->saved = m->guard;
+        m->guard = (int32_t)to;
+        break;
+    case K_TRACKING_SINCE:
+        c->saved = m->tracking_since;
+        m->tracking_since = m->version + 2;
+        break;
+    case K_REMOVAL_LIMIT:
+        if (m->removal_limit == 0 || m->nremovals < 2) {
+            Py_DECREF(c);
+            PyErr_SetString(PyExc_ValueError,
+                            "removal_limit needs a tracking map with two removals logged");
+            return NULL;
+        }
+        c->saved = m->removal_limit;
+        m->removal_limit = m->nremovals - 1;
+        break;
+    case K_REMOVAL_VERSION:
+        if (position >= m->nremovals)
+            goto nothing;
+        /* the record by its index and key (compared, never followed) */
+        c->to = position;
+        c->record_key = m->removals[position].key;
+        c->saved = m->removals[position].version;
+        m->removals[position].version =
+            position < m->nremovals - 1 ? m->version + 1 : 0;
         break;
     }
     m->stamp++;                     /* a structural write: operations in flight notice */

@@ -200,6 +200,11 @@ class MapView:
         #: addresses of the entries handed back to the owner (rule G), not freed yet
         self.garbage: tuple[int, ...] = st["garbage"]
         self.gc_entries: int = st["gc_entries"]
+        #: change tracking (rules T and D, invariant 13), as the pure map's attributes
+        self._guard: int = st["guard"]
+        self._removals: list[tuple[int, Any, Any]] | None = st["removals"]
+        self._tracking_since: int = st["tracking_since"]
+        self._removal_limit: int = st["removal_limit"]
 
     def __len__(self) -> int:
         return self._primary_size + self._rehash_size

@@ -247,8 +247,7 @@ def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
         5,
         f"highest required version {required} != max of open {sorted(m._open_versions)}",
     )
-    if hasattr(m, "_guard"):  # the pure map (the C map does not track changes)
-        _check_tracking(m)
+    _check_tracking(m)
     _require(
         all(0 < v <= version for v in m._open_versions),
         5,
@@ -332,8 +331,11 @@ def _check_map(m: Any, snapshots: Iterable[SnapshotFingerprint]) -> None:
 
 
 def changed_keys(m: Any, since: int) -> set[tuple[Any, Any]]:
-    """The ``(key, namespace)`` of the pure map ``m``'s live entries whose
-    ``state_version >= since`` (rule T of :mod:`cowstate.state_map`)."""
+    """The ``(key, namespace)`` of the map ``m``'s live entries whose
+    ``state_version >= since`` (rule T of :mod:`cowstate.state_map`); a C map
+    is read through its structure export."""
+    if is_c_map(m):
+        m = MapView(m)
     out: set[tuple[Any, Any]] = set()
     for tab in (m._primary, m._rehash or ()):
         for head in tab:
