@@ -2862,6 +2862,42 @@ def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
         backend.close()
 
 
+#: A checkpoint's handle resealed to list a prefix of its chain: an older
+#: checkpoint's chain, itself well formed (directory index, files kept).
+CHAIN_PREFIXES = {
+    "chk-3 without its last delta": (2, 3),
+    "chk-3 as its base alone": (2, 1),
+    "chk-2 as its base alone": (1, 1),
+}
+
+
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize("cut", sorted(CHAIN_PREFIXES))
+def test_a_resealed_heap_chain_cut_back_to_an_older_checkpoints_is_refused(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, cut: str, position: str
+) -> None:
+    """Regression (I3): every link of the shorter chain holds, so only the
+    checkpoint its last file was written for tells it is not the handle's --
+    a restore restored the older checkpoint's state for that subtask."""
+    _, directories = copied_chains(heap_chains, tmp_path)
+    which, kept = CHAIN_PREFIXES[cut]
+    directory = directories[which]
+    index = 0 if position == "first" else 1
+
+    def cut_back(document: Document) -> None:
+        subtask = document["subtasks"][index]
+        _chain_files(subtask, subtask["files"][:kept])
+
+    reseal(directory, cut_back)
+    target = fresh_backends("heap-incremental")
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    with pytest.raises(SnapshotFormatError, match="written for checkpoint"):
+        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+
+
 def _removal_rows(key_group: int, bad: str, position: str) -> list[tuple[bytes, bytes, bytes]]:
     """Three removals of ``key_group`` (default serializers), the one at
     ``position`` broken as ``bad`` says."""
