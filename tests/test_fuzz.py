@@ -23,10 +23,15 @@ from cowstate_spec.fuzz.dir_corruptions import DIR_CLASSES
 from cowstate_spec.fuzz.files import FILE_CLASSES, pickle_payload
 from cowstate_spec.fuzz.layout import parse
 from cowstate_spec.fuzz.outcomes import Watch, manifest, manifest_changes
+from cowstate_spec.fuzz.runner import DIR_KINDS
 
 SEED = 0
 REDUCED_FILE_CASES = 1000
-REDUCED_DIR_CASES = 200
+#: About 4.5 cases a class: each meets the five entry points, nearly.
+REDUCED_DIR_CASES = 230
+#: The heap-chain classes (cowstate_spec.fuzz.chains), on the chain fixture only.
+CHAIN_CLASSES = sorted(c for c in DIR_CLASSES if c.startswith("chain:"))
+RESTORES = ("claim", "no-claim", "legacy")
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +65,31 @@ def test_reduced_directory_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzze
     assert {r.case_id.split("/")[1] for r in results} == set(DIR_CLASSES)
     assert _bad(results) == []
     assert {r.entry for r in results} == {"claim", "no-claim", "legacy", "recover", "inspect"}
+    assert {r.description.split()[0] for r in results} == set(DIR_KINDS)
     outcomes = Counter(r.verdict.outcome for r in results)
     assert outcomes[Outcome.CLEAN] and outcomes[Outcome.EXACT] and outcomes[Outcome.FALLBACK]
+
+
+def test_every_chain_class_damages_a_heap_chain_and_every_restore_of_it_is_refused(
+    fuzzer: Fuzzer,
+) -> None:
+    """Each ``chain:*`` class damages a chain checkpoint (of at least the deltas
+    it needs) in every case; every restore of the damaged chain is refused
+    cleanly -- none of them restores, in whole or in part -- and recovery
+    falls back or refuses."""
+    results = fuzzer.run_dirs(len(CHAIN_CLASSES) * 6, CHAIN_CLASSES)
+    assert _bad(results) == []
+    targets = {"chain:reordered": ("chk-3",), "chain:resealed": ("chk-3",)}
+    for cls in CHAIN_CLASSES:
+        ours = [r for r in results if r.cls == cls]
+        assert len(ours) == 6
+        for result in ours:
+            kind, target = result.description.split()[:2]
+            assert kind == "heap-incremental"
+            assert target.rstrip(":") in targets.get(cls, ("chk-2", "chk-3")), result
+        restores = [r for r in ours if r.entry in RESTORES]
+        assert len(restores) >= 3
+        assert all(r.verdict.outcome is Outcome.CLEAN for r in restores), restores
 
 
 # ------------------------------------------------------------ the fuzzers can fail
@@ -80,6 +108,7 @@ def test_reduced_directory_run_restores_exactly_or_refuses_cleanly(fuzzer: Fuzze
             Outcome.OUTSIDE,
         ),
         ("deletes-unowned", "dirs", ["job:counter"], Outcome.OUTSIDE),
+        ("chain-checkpoints-unchecked", "dirs", ["chain:missing"], Outcome.WRONG),
     ],
 )
 def test_a_planted_defect_is_reported(

@@ -107,6 +107,7 @@ from cowstate_spec.bad_layers import (
     bad_layer_confinement,
     identity,
 )
+from cowstate_spec.fuzz.chains import CHAIN_EDITS, set_chain_files
 from cowstate_spec.implementations import PureMapsTable
 from cowstate_spec.profiles import hunt_settings
 
@@ -2750,8 +2751,9 @@ def test_a_torn_counter_never_hands_out_an_id_twice(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def heap_chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[str]]]:
     """Job ``job``'s checkpoints 1-3 over two subtasks (a base, a delta, a
-    second delta: removals and changes in each) and job ``other``'s first
-    checkpoint, in one storage root; read-only (each test copies them)."""
+    second delta: removals and changes in each) and job ``other``'s second
+    checkpoint (a base and a delta), in one storage root; read-only (each test
+    copies them)."""
     root = tmp_path_factory.mktemp("chains") / "root"
     job = Job(root, "heap-incremental", retained=3)
     other = Job(root, "heap-incremental")
@@ -2768,6 +2770,8 @@ def heap_chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path
             backend.get_state(VALUE).clear()
         directories.append(job.checkpoint())
     other.put(range(400), "other")
+    other.checkpoint()
+    other.put(range(10), "other again")
     directories.append(other.checkpoint())
     job.close()
     other.close()
@@ -2810,32 +2814,10 @@ def test_a_heap_chain_restores_the_fold_of_its_deltas_at_any_parallelism(
         assert contents_of(directories[2], parallelism) == expected
 
 
-def _chain_files(subtask: dict[str, Any], files: list[dict[str, Any]]) -> None:
-    subtask["files"] = files
-    subtask["full_size"] = sum(f["size"] for f in files)
-    subtask["checkpointed_size"] = min(subtask["checkpointed_size"], subtask["full_size"])
-
-
-def _other_job_file(directory: str) -> dict[str, Any]:
-    """The base file of job ``other``'s checkpoint beside ``directory``'s job."""
-    other = Path(directory).parent.parent / "other" / "chk-1"
-    return read_metadata(FileSystem(), str(other)).subtasks[0].files[0].model_dump()
-
-
-#: How a resealed ``_metadata`` breaks a heap chain (subtask ``position``'s
-#: handle), and what the restore must say.
-CHAIN_EDITS: dict[str, tuple[Callable[[list[dict[str, Any]], str], list[dict[str, Any]]], str]] = {
-    "deltas swapped": (lambda f, _: [f[0], f[3], f[4], f[1], f[2]], "to follow the file"),
-    "removals missing": (lambda f, _: [f[0], f[1], f[3], f[4]], "a base and pairs"),
-    "a delta pair missing": (lambda f, _: [f[0], f[3], f[4]], "to follow the file"),
-    "changes and removals swapped": (
-        lambda f, _: [f[0], f[2], f[1], f[3], f[4]],
-        "in format heap-delta",
-    ),
-    "a delta alone": (lambda f, _: [f[3]], "in format heap of max parallelism"),
-    "no base": (lambda f, _: f[1:], "a base and pairs"),
-    "another job's base": (lambda f, d: [_other_job_file(d), *f[1:]], "shared in job 'job'"),
-}
+def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any]]:
+    """Subtask ``subtask``'s chain in job ``other``'s checkpoint (a base, a delta)."""
+    handle = read_metadata(FileSystem(), directories[3]).subtasks[subtask]
+    return [f.model_dump() for f in handle.files]
 
 
 @pytest.mark.parametrize("position", ["first", "last"])
@@ -2847,15 +2829,52 @@ def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
     edit, message = CHAIN_EDITS[case]
     directory = directories[2]
     index = 0 if position == "first" else 1
+    foreign = _other_job_chain(directories, index)
 
     def broken(document: Document) -> None:
         subtask = document["subtasks"][index]
-        _chain_files(subtask, edit(subtask["files"], directory))
+        set_chain_files(subtask, edit(subtask["files"], foreign))
 
     reseal(directory, broken)
     target = fresh_backends("heap-incremental")
     storage = CheckpointStorage(str(tmp_path / "root"), "restored")
     with pytest.raises(SnapshotFormatError, match=re.escape(message)):
+        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+
+
+#: A checkpoint's handle resealed to list a prefix of its chain: an older
+#: checkpoint's chain, itself well formed (directory index, files kept).
+CHAIN_PREFIXES = {
+    "chk-3 without its last delta": (2, 3),
+    "chk-3 as its base alone": (2, 1),
+    "chk-2 as its base alone": (1, 1),
+}
+
+
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize("cut", sorted(CHAIN_PREFIXES))
+def test_a_resealed_heap_chain_cut_back_to_an_older_checkpoints_is_refused(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, cut: str, position: str
+) -> None:
+    """Regression (I3): every link of the shorter chain holds, so only the
+    checkpoint its last file was written for tells it is not the handle's --
+    a restore restored the older checkpoint's state for that subtask."""
+    _, directories = copied_chains(heap_chains, tmp_path)
+    which, kept = CHAIN_PREFIXES[cut]
+    directory = directories[which]
+    index = 0 if position == "first" else 1
+
+    def cut_back(document: Document) -> None:
+        subtask = document["subtasks"][index]
+        set_chain_files(subtask, subtask["files"][:kept])
+
+    reseal(directory, cut_back)
+    target = fresh_backends("heap-incremental")
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    with pytest.raises(SnapshotFormatError, match="written for checkpoint"):
         CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
     assert all(list(b.entries("value")) == [] for b in target)
     for backend in target:
@@ -2913,7 +2932,7 @@ def test_a_removal_the_checks_refuse_in_a_resealed_chain_is_refused(
     def rewritten(document: Document) -> None:
         subtask = document["subtasks"][1]
         subtask["files"][-1].update(size=len(data), crc32=zlib.crc32(data))
-        _chain_files(subtask, subtask["files"])
+        set_chain_files(subtask, subtask["files"])
 
     reseal(directory, rewritten)
     error, message = REMOVAL_CASES[bad]

@@ -92,6 +92,7 @@ from cowstate.heap_incremental import (
     IncrementalOptions,
     Removals,
     check_chain,
+    check_chain_base,
     fold_chain,
     read_removals,
     write_removals,
@@ -308,6 +309,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             for file in handle.files:
                 reader = SnapshotReader(source.read(file))
                 self._check_file_of(handle, source.path(file), reader.metadata)
+                check_chain_base(handle, reader.metadata, source.path(file))  # I3
                 readers.append(reader)
         return self._prepare(readers, chains)
 
@@ -754,7 +756,12 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         try:
             if removals is None or base is None:
                 stream = location.shared_stream(f"keyed-state-{suffix}")
-                write_snapshot(taken, stream, cancel=future.cancel_requested)
+                write_snapshot(
+                    taken,
+                    stream,
+                    cancel=future.cancel_requested,
+                    checkpoint_id=future.checkpoint_id,  # I3
+                )
                 files: tuple[FileHandle, ...] = (stream.close_and_get_handle(),)
                 new = files
                 deltas, delta_bytes = 0, 0
@@ -766,6 +773,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                     snapshot_format=SnapshotFormat.HEAP_DELTA,
                     cancel=future.cancel_requested,
                     parent=base.parent,
+                    checkpoint_id=future.checkpoint_id,
                 )
                 changes = stream.close_and_get_handle()
                 stream = location.shared_stream(f"heap-removals-{suffix}")
@@ -776,6 +784,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                     key_serializer=key_serializer,
                     states=states,
                     parent=(changes.size, changes.crc32),
+                    checkpoint_id=future.checkpoint_id,
                 )
                 write_removals(stream, metadata, removals, serializers)
                 new = (changes, stream.close_and_get_handle())

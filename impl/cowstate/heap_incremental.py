@@ -46,9 +46,14 @@ I2. A full checkpoint is written when there is no confirmed base (the first
     serializers, and when the chain would pass ``max_deltas`` deltas or its
     deltas' bytes ``max_delta_ratio`` times the base's.
 I3. Every file's metadata names its parent: ``(size, crc32)`` of the file
-    before it in the chain (none for the base). A restore refuses a chain
-    whose links do not match its handle's sizes and CRCs -- a delta written
-    against another base, reordered or missing files.
+    before it in the chain (none for the base), and the checkpoint it was
+    written for. A restore refuses a chain whose links do not match its
+    handle's sizes and CRCs -- a delta written against another base,
+    reordered or missing files -- and one whose checkpoints do not rise from
+    the base to its handle's checkpoint (a delta's two files: one
+    checkpoint): every link of an older checkpoint's chain holds, so only
+    its last file's checkpoint tells a handle cut back to it (and a base
+    listed alone, :func:`check_chain_base`).
 I4. A restore checks the chain's shape (base, then pairs), that every file
     is shared and in the job's own ``shared/`` directory (a heap chain
     never reaches into another job's files: after a restore the first
@@ -106,6 +111,7 @@ __all__ = [
     "IncrementalOptions",
     "Removals",
     "check_chain",
+    "check_chain_base",
     "fold_chain",
     "read_removals",
     "write_removals",
@@ -164,6 +170,32 @@ class Chain:
     def extends(self, states: tuple[StateMetadata, ...]) -> bool:
         """True if ``states`` keep every state of this chain as it was (I2)."""
         return states[: len(self.states)] == self.states
+
+
+def _check_written_for(
+    handle: KeyedStateHandle, readers: Sequence[SnapshotReader], index: int, where: str
+) -> None:
+    """I3: file ``index`` of a chain names the checkpoint it was written for --
+    the base any; a delta's changes one after its parent's; its removals its
+    changes' one; the last file its handle's."""
+    written = readers[index].metadata.checkpoint_id
+    previous = None if index == 0 else readers[index - 1].metadata.checkpoint_id
+    if index == 0:
+        ok, wanted = written is not None, "a checkpoint"
+    elif index % 2:
+        ok = written is not None and previous is not None and written > previous
+        wanted = f"a checkpoint after {previous} (its parent's)"
+    elif index == len(readers) - 1:
+        ok = written == previous == handle.checkpoint_id
+        wanted = f"checkpoint {handle.checkpoint_id} (its handle's and its changes')"
+    else:
+        ok, wanted = written == previous, f"checkpoint {previous} (its changes')"
+    if not ok:
+        raise SnapshotFormatError(
+            f"expected file {index} of the heap chain in {where} written for {wanted}, it was "
+            f"written for checkpoint {written}: a chain cut back to an older checkpoint's, or "
+            "files of other checkpoints"
+        )
 
 
 @dataclass
@@ -296,6 +328,7 @@ def check_chain(
                 f"the file of size and CRC32 {parent}, it names {meta.parent}: a delta of "
                 "another base, or files out of order"
             )
+        _check_written_for(handle, readers, index, f"{where} ({file.path!r})")
         shape = (tuple(meta.key_group_range), meta.max_parallelism, meta.key_serializer)
         own = (tuple(handle.key_group_range), handle.max_parallelism, handle.key_serializer)
         states = tuple(meta.states)
@@ -311,6 +344,19 @@ def check_chain(
                 f"{own[2]!r} and the handle's states {[s.name for s in handle.states]}, got "
                 f"{list(shape[0])}, {shape[1]}, {shape[2]!r}, {[s.name for s in states]}"
             )
+
+
+def check_chain_base(handle: KeyedStateHandle, meta: SnapshotMetadata, path: str) -> None:
+    """I3 for a handle of one heap file: a chain's base (a file that names the
+    checkpoint it was written for) is the handle's own checkpoint's, never an
+    older checkpoint's base listed alone."""
+    if meta.checkpoint_id is not None and meta.checkpoint_id != handle.checkpoint_id:
+        raise SnapshotFormatError(
+            f"expected {path!r}, the one file of checkpoint {handle.checkpoint_id}'s handle of "
+            f"key groups {list(handle.key_group_range)}, written for checkpoint "
+            f"{handle.checkpoint_id}, it was written for checkpoint {meta.checkpoint_id}: "
+            "the base of another checkpoint's chain"
+        )
 
 
 def fold_chain(

@@ -13,7 +13,8 @@ Format version 1. All integers are big-endian and unsigned unless marked
                       parallelism, key-group range [start, end], key serializer
                       id, and per state: id, name, kind, namespace and state
                       serializer ids; a file of a heap incremental chain also
-                      ``parent``: [size, crc32] of the file before it
+                      ``parent``: [size, crc32] of the file before it, and
+                      ``checkpoint_id``: the checkpoint it was written for
     16+M        4     CRC32 of bytes [0, 16+M)
     then, for every key group of the range, ascending -- one block each:
                 4     key group (i32)
@@ -123,13 +124,18 @@ class SnapshotMetadata(BaseModel):
     #: A file of a heap incremental chain: ``(size, crc32)`` of the file before
     #: it in the chain (None, and absent from the JSON, for every other file).
     parent: tuple[int, int] | None = None
+    #: A file of a heap incremental chain: the checkpoint it was written for
+    #: (None, and absent from the JSON, for every other file).
+    checkpoint_id: int | None = Field(default=None, ge=0)
 
     @model_serializer(mode="wrap")
     def _without_absent_parent(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """Every other file's metadata serializes as before ``parent`` existed."""
+        """Every other file's metadata serializes as before ``parent`` and
+        ``checkpoint_id`` existed."""
         data: dict[str, Any] = handler(self)
-        if data.get("parent") is None:
-            data.pop("parent", None)
+        for name in ("parent", "checkpoint_id"):
+            if data.get(name) is None:
+                data.pop(name, None)
         return data
 
     @property

@@ -200,6 +200,7 @@ def write_snapshot(
     release: bool = True,
     buffer_size: int = DEFAULT_BUFFER_SIZE,
     parent: tuple[int, int] | None = None,
+    checkpoint_id: int | None = None,
 ) -> SnapshotFileInfo:
     """Write table snapshots (one per state, same key-group range) to ``stream``.
 
@@ -209,11 +210,12 @@ def write_snapshot(
     ``release`` (the default), all of them in the end whatever happens.
     ``cancel`` is checked before each key group: once set,
     :class:`~cowstate.errors.SnapshotCancelledError` is raised. ``parent``
-    is recorded in the metadata (a file of a heap incremental chain).
+    and ``checkpoint_id`` are recorded in the metadata (a file of a heap
+    incremental chain).
     """
     tables = [snapshots] if isinstance(snapshots, StateTableSnapshot) else list(snapshots)
     try:
-        metadata = _metadata_of(tables, snapshot_format, parent)
+        metadata = _metadata_of(tables, snapshot_format, parent, checkpoint_id)
         if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or buffer_size < 0:
             raise InvalidArgumentError(
                 f"expected a buffer_size of 0 or more bytes, got {buffer_size!r}"
@@ -341,6 +343,7 @@ def _metadata_of(
     tables: Sequence[StateTableSnapshot[Any, Any, Any]],
     snapshot_format: SnapshotFormat,
     parent: tuple[int, int] | None = None,
+    checkpoint_id: int | None = None,
 ) -> SnapshotMetadata:
     if not tables:
         raise InvalidArgumentError("expected at least one table snapshot to write, got none")
@@ -380,4 +383,5 @@ def _metadata_of(
         key_serializer=serializer_identifier(first.key_serializer),
         states=tuple(snap.meta.metadata(state_id) for state_id, snap in enumerate(tables)),
         parent=parent,
+        checkpoint_id=checkpoint_id,
     )

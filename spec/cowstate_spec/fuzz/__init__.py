@@ -8,11 +8,13 @@ Method
 1. **Real inputs.** Fixtures are written by the library itself: heap snapshot
    files (all key groups, one subtask's, canonical) and a RocksDB canonical
    savepoint file (:mod:`~cowstate_spec.fuzz.files`); for directories, a
-   heap and a RocksDB job of two subtasks with two retained checkpoints
-   (RocksDB: incremental, sharing SSTs), a savepoint inside the job directory
-   and canonical and native savepoints outside the storage root
-   (:mod:`~cowstate_spec.fuzz.dirs`). Every state kind, two namespaces, 16
-   key groups; what each snapshot holds is recorded when it is taken.
+   heap, a RocksDB and a heap-chain job of two subtasks with two retained
+   checkpoints (RocksDB: incremental, sharing SSTs; heap chains: a base and
+   one, then two deltas with removals, beside another job of the same
+   shape), a savepoint inside the job directory and canonical and native
+   savepoints outside the storage root (:mod:`~cowstate_spec.fuzz.dirs`).
+   Every state kind, two namespaces, 16 key groups; what each snapshot holds
+   is recorded when it is taken.
 2. **Corruptions by class.** Files: truncations, bit flips, byte runs and
    insertions in every region of the format, and crafted files whose CRCs are
    all valid (:mod:`~cowstate_spec.fuzz.layout` re-encodes them): blocks
@@ -22,7 +24,10 @@ Method
    listed files damaged, deleted, replaced by links out of the root;
    ``_metadata`` torn, flipped, deleted, of another version; ``_metadata``
    *resealed* after structured edits (paths out of the root, ranges, ids,
-   sizes, files, kinds, formats, serializers); the job's own files forged.
+   sizes, files, kinds, formats, serializers); the job's own files forged;
+   heap chains broken (:mod:`~cowstate_spec.fuzz.chains`: deltas torn,
+   reordered, missing, swapped with their removals, of another job, resealed
+   chain edits).
 3. **Every entry point.** Files: ``restore`` of a heap backend (and
    ``restore_from`` of a RocksDB backend for canonical files), into a fresh
    backend and into one holding other state. Directories:
@@ -50,7 +55,8 @@ Method
 6. **Proof that it can fail** (:mod:`~cowstate_spec.fuzz.planted`): planted
    defects -- a reader that drops bad blocks, unconfined paths, a restore
    that clears before it reads, a cleanup that deletes what the job does not
-   own -- must each be reported (``tests/test_fuzz.py``).
+   own, chains whose files' checkpoints go unchecked -- must each be
+   reported (``tests/test_fuzz.py``).
 
 Run ``python -m cowstate_spec.fuzz`` (:mod:`~cowstate_spec.fuzz.cli`;
 ``make fuzz``: 100,000 file and 10,000 directory cases); the report is a
@@ -60,7 +66,8 @@ reproducer for every case that failed, all of them written to
 
 Modules: ``outcomes`` (classification, the watch, the manifest), ``jobs``
 (the state every fixture holds), ``layout`` (snapshot files as parts),
-``files`` and ``dirs`` / ``dir_corruptions`` (the two fuzzers), ``planted``,
+``files`` and ``dirs`` / ``dir_corruptions`` / ``chains`` (the two
+fuzzers), ``planted``,
 ``report``, ``runner``, ``cli``.
 """
 

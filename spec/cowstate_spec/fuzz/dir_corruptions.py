@@ -21,7 +21,12 @@ entry points each one is run through:
   hostile value;
 - ``job:*`` (``recover`` only): the job directory's own files -- ``_counter``
   junk, a forged ``_restore`` or ``_savepoint``, stray ``chk-<id>`` entries,
-  a ``chk-<id>`` or ``shared`` that is a symlink to a copy outside the root.
+  a ``chk-<id>`` or ``shared`` that is a symlink to a copy outside the root;
+- ``chain:*`` (every entry point; only checkpoints whose heap chain has a
+  delta: :attr:`DirClass.min_deltas`): a delta file torn, deleted or dropped
+  from the handle, deltas reordered, a changes file swapped with its removals
+  file, a delta or a whole chain of another job, any resealed chain edit
+  (:mod:`~cowstate_spec.fuzz.chains`).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from cowstate.checkpoint.handles import METADATA_FILE, METADATA_VERSION
 from cowstate.checkpoint.sealed import seal
 from cowstate.checkpoint.verify import METADATA_KIND
 from cowstate.state_meta import STATE_KINDS
+from cowstate_spec.fuzz.chains import CHAIN_CLASSES
 from cowstate_spec.fuzz.jobs import MAX_PARALLELISM, Original
 
 __all__ = ["DIR_CLASSES", "ENTRIES", "DirCase", "DirClass", "SnapshotInfo"]
@@ -57,6 +63,8 @@ class SnapshotInfo:
     path: str
     kind: str
     original: Original
+    #: Deltas in the snapshot's heap chain (0: not a chain).
+    deltas: int = 0
 
 
 @dataclass
@@ -79,6 +87,13 @@ class DirCase:
     @property
     def job_dir(self) -> str:
         return os.path.join(self.root, "root", "job")
+
+    @property
+    def newest(self) -> tuple[SnapshotInfo, int]:
+        """The newest retained checkpoint and its id."""
+        checkpoints = [s for s in self.snapshots.values() if s.kind == "checkpoint"]
+        newest = max(checkpoints, key=lambda s: int(s.name.split("-")[1]))
+        return newest, int(newest.name.split("-")[1])
 
     def directory(self, snapshot: SnapshotInfo | None = None) -> str:
         return os.path.join(self.root, (snapshot or self.target).path)
@@ -141,6 +156,12 @@ class DirClass:
 
     corrupt: Corrupt
     entries: tuple[str, ...] = ENTRIES
+    #: The fewest deltas a target's heap chain must have (0: any snapshot).
+    min_deltas: int = 0
+
+    def targets(self, snapshots: dict[str, SnapshotInfo]) -> list[SnapshotInfo]:
+        """The snapshots this class can damage, by name."""
+        return [snapshots[n] for n in sorted(snapshots) if snapshots[n].deltas >= self.min_deltas]
 
 
 # ---------------------------------------------------------------- file damage
@@ -781,8 +802,9 @@ def _job_stray(case: DirCase) -> str:
         case.write(os.path.join(job, "chk-7", METADATA_FILE), b"junk")
         what = "chk-7 with a junk _metadata"
     elif choice == 2:
-        shutil.copytree(os.path.join(job, "chk-2"), os.path.join(job, "chk-3"))
-        what = "chk-3, a copy of chk-2 (its _metadata says 2)"
+        _newest, n = case.newest
+        shutil.copytree(os.path.join(job, f"chk-{n}"), os.path.join(job, f"chk-{n + 1}"))
+        what = f"chk-{n + 1}, a copy of chk-{n} (its _metadata says {n})"
     elif choice == 3:
         case.write(os.path.join(job, "chk-x", "file"), b"x")
         what = "chk-x"
@@ -798,17 +820,17 @@ def _job_stray(case: DirCase) -> str:
 def _job_symlink_out(case: DirCase) -> str:
     job = case.job_dir
     if case.rng.random() < 0.5 or not os.path.isdir(os.path.join(job, "shared")):
-        copy = os.path.join(case.canary, "chk-3")
-        shutil.copytree(os.path.join(job, "chk-2"), copy)
-        newest = case.snapshots["chk-2"]
+        newest, n = case.newest
+        copy = os.path.join(case.canary, f"chk-{n + 1}")
+        shutil.copytree(os.path.join(job, f"chk-{n}"), copy)
         document = case.document(newest)
-        document["checkpoint_id"] = 3
+        document["checkpoint_id"] = n + 1
         for subtask in document["subtasks"]:
-            subtask["checkpoint_id"] = 3
+            subtask["checkpoint_id"] = n + 1
         body = json.dumps(document, indent=1).encode()
         case.write(os.path.join(copy, METADATA_FILE), case.seal(body))
-        os.symlink(copy, os.path.join(job, "chk-3"))
-        return "chk-3 is a symlink to a copy of chk-2 (resealed as 3) in the canary"
+        os.symlink(copy, os.path.join(job, f"chk-{n + 1}"))
+        return f"chk-{n + 1} is a symlink to a copy of chk-{n} (resealed as {n + 1}) in the canary"
     copy = os.path.join(case.canary, "shared")
     shutil.copytree(os.path.join(job, "shared"), copy)
     shutil.rmtree(os.path.join(job, "shared"))
@@ -871,6 +893,10 @@ def _dir_classes() -> dict[str, DirClass]:
         "job:savepoint-intent": DirClass(_job_savepoint_intent, recover_only),
         "job:stray": DirClass(_job_stray, recover_only),
         "job:symlink-out": DirClass(_job_symlink_out, recover_only),
+        **{
+            name: DirClass(corrupt, min_deltas=deltas)
+            for name, (corrupt, deltas) in CHAIN_CLASSES.items()
+        },
     }
 
 

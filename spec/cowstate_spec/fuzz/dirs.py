@@ -2,10 +2,15 @@
 damaged (:mod:`~cowstate_spec.fuzz.dir_corruptions`), then read through every
 entry point.
 
-A fixture (:func:`build_dir_fixture`, heap and RocksDB) is a tree::
+A fixture (:func:`build_dir_fixture`, heap, RocksDB and heap chains) is a
+tree::
 
     root/job/chk-1, chk-2, shared/    two retained checkpoints of 2 subtasks
-                                      (RocksDB: incremental, sharing SSTs)
+                                      (RocksDB: incremental, sharing SSTs;
+                                      heap chains: chk-2, chk-3, a base and
+                                      1 / 2 deltas with removals, in shared/)
+    root/other/chk-2, chk-3, shared/  heap chains: another job's of the same
+                                      shape, other values (``chain:*``)
     root/job/savepoints/sp-inside     a canonical savepoint inside the job directory
     savepoints/sp-canonical,          savepoints outside the storage root
     savepoints/sp-native
@@ -16,10 +21,12 @@ A case copies the tree, damages the copy, and runs one entry point:
 - ``claim`` / ``no-claim`` / ``legacy``: ``CheckpointCoordinator.restore``
   of the target snapshot into a new job (``root-b/job-b``), 1-3 fresh or
   state-holding subtasks of the fixture's backend (either backend for a
-  canonical savepoint); on success, new state and two checkpoints, so a
-  CLAIMed snapshot is subsumed and deleted;
+  canonical savepoint; a plain heap backend for a heap chain, at times); on
+  success, new state and two checkpoints, so a CLAIMed snapshot is subsumed
+  and deleted;
 - ``recover``: ``CheckpointCoordinator.recover`` of ``root/job`` into two new
-  subtasks (``chk-2`` expected, ``chk-1`` a fallback), then one checkpoint;
+  subtasks (the newest checkpoint expected, the older a fallback), then one
+  checkpoint;
 - ``inspect``: ``inspect_snapshot`` of the target (with or without CRCs)
   and ``format_report``.
 
@@ -45,7 +52,7 @@ from cowstate.checkpoint.coordinator import SAVEPOINT_MARKER, CheckpointCoordina
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import RestoreMode
 from cowstate.checkpoint.inspect import format_report, inspect_snapshot
-from cowstate.checkpoint.storage import CheckpointStorage
+from cowstate.checkpoint.storage import CheckpointStorage, read_metadata
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.errors import CowStateError
 from cowstate_model.key_groups import assign_to_key_group
@@ -59,6 +66,7 @@ from cowstate_spec.fuzz.jobs import (
     new_backend,
     original_of,
     prefill,
+    remove,
     subtask_ranges,
 )
 from cowstate_spec.fuzz.outcomes import (
@@ -118,32 +126,12 @@ def build_dir_fixture(scratch: str, kind: str) -> DirFixture:
     for name, text in (("secret", "do not read"), ("dir/file", "do not delete")):
         with open(os.path.join(tree, "canary", name), "w") as f:
             f.write(text)
-    storage = CheckpointStorage(os.path.join(tree, "root"), "job", FileSystem())
-    local = os.path.join(scratch, "rocks-local")
-    backends = [new_backend(kind, r, local) for r in subtask_ranges(2)]
-    coordinator = CheckpointCoordinator(storage, backends, num_retained=2, timeout=_TIMEOUT)
-    snapshots = {}
-    try:
-        for round_ in (1, 2):
-            fill(backends, round_, KEYS if round_ == 1 else KEYS[::2])
-            directory = coordinator.complete_checkpoint(coordinator.trigger_checkpoint()).directory
-            name = f"chk-{round_}"
-            snapshots[name] = SnapshotInfo(
-                name, os.path.relpath(directory, tree), "checkpoint", original_of(backends)
-            )
-        fill(backends, 3, KEYS[1::3])
-        savepoints: tuple[tuple[str, str, Literal["canonical", "native"]], ...] = (
-            ("sp-inside", "root/job/savepoints/sp-inside", "canonical"),
-            ("sp-canonical", "savepoints/sp-canonical", "canonical"),
-            ("sp-native", "savepoints/sp-native", "native"),
-        )
-        for name, where, savepoint_format in savepoints:
-            coordinator.trigger_savepoint(os.path.join(tree, where), savepoint_format)
-            snapshots[name] = SnapshotInfo(name, where, "savepoint", original_of(backends))
-    finally:
-        coordinator.close()
-        for backend in backends:
-            backend.close()
+    if kind == "heap-incremental":  # another job of the same shape, other values
+        _run_job(tree, scratch, kind, "other", 10)
+    snapshots = _run_job(tree, scratch, kind, "job", 0)
+    deltas = [s.deltas for s in snapshots.values()][:2]
+    if kind == "heap-incremental" and deltas != [1, 2]:
+        raise AssertionError(f"expected chains of 1 and 2 deltas, got {deltas}")
     return DirFixture(kind, tree, snapshots)
 
 
@@ -156,10 +144,13 @@ def run_dir_case(
     shutil.rmtree(root, ignore_errors=True)
     shutil.copytree(fixture.tree, root, symlinks=True)
     try:
+        targets = DIR_CLASSES[cls].targets(fixture.snapshots)
         if entry == "recover":
-            target = fixture.snapshots["chk-2" if rng.random() < 0.7 else "chk-1"]
+            checkpoints = [t for t in targets if t.kind == "checkpoint"]
+            newest, *older = sorted(checkpoints, key=lambda t: t.name, reverse=True)
+            target = newest if rng.random() < 0.7 or not older else rng.choice(older)
         else:
-            target = fixture.snapshots[rng.choice(sorted(fixture.snapshots))]
+            target = rng.choice(targets)
         case = DirCase(root, target, fixture.snapshots, rng)
         damage = DIR_CLASSES[cls].corrupt(case)
         runner = _Run(suite, fixture, case, entry)
@@ -170,6 +161,65 @@ def run_dir_case(
 
 
 # ------------------------------------------------------------ private helpers
+
+#: Each checkpoint of a fixture's job: (keys given new values, keys removed).
+#: The chain kind's three make a base and two deltas, with removals (one
+#: re-inserted later, one changed and removed in the same delta).
+_ROUNDS: dict[str, tuple[tuple[Sequence[Any], Sequence[Any]], ...]] = {
+    "heap-incremental": ((KEYS, ()), (KEYS[::2], KEYS[1::4]), (KEYS[1::3], KEYS[::5])),
+}
+_DEFAULT_ROUNDS = ((KEYS, ()), (KEYS[::2], ()))
+
+
+def _run_job(tree: str, scratch: str, kind: str, job: str, offset: int) -> dict[str, SnapshotInfo]:
+    """Job ``job``'s checkpoints (the last two retained) and, for ``job``, its
+    savepoints; ``offset`` shifts every value written."""
+    storage = CheckpointStorage(os.path.join(tree, "root"), job, FileSystem())
+    local = os.path.join(scratch, "rocks-local")
+    backends = [new_backend(kind, r, local) for r in subtask_ranges(2)]
+    coordinator = CheckpointCoordinator(storage, backends, num_retained=2, timeout=_TIMEOUT)
+    snapshots = {}
+    rounds = _ROUNDS.get(kind, _DEFAULT_ROUNDS)
+    try:
+        for round_, (keys, removed) in enumerate(rounds, 1):
+            fill(backends, round_ + offset, keys)
+            remove(backends, removed)
+            completed = coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
+            if round_ > len(rounds) - 2:
+                name = f"chk-{round_}"
+                snapshots[name] = SnapshotInfo(
+                    name,
+                    os.path.relpath(completed.directory, tree),
+                    "checkpoint",
+                    original_of(backends),
+                    _deltas(completed.directory, kind),
+                )
+        if job != "job":
+            return snapshots
+        fill(backends, len(rounds) + 1, KEYS[1::3])
+        savepoints: tuple[tuple[str, str, Literal["canonical", "native"]], ...] = (
+            ("sp-inside", "root/job/savepoints/sp-inside", "canonical"),
+            ("sp-canonical", "savepoints/sp-canonical", "canonical"),
+            ("sp-native", "savepoints/sp-native", "native"),
+        )
+        for name, where, savepoint_format in savepoints:
+            coordinator.trigger_savepoint(os.path.join(tree, where), savepoint_format)
+            snapshots[name] = SnapshotInfo(name, where, "savepoint", original_of(backends))
+    finally:
+        coordinator.close()
+        for backend in backends:
+            backend.close()
+    return snapshots
+
+
+def _deltas(directory: str, kind: str) -> int:
+    """The deltas of the checkpoint in ``directory``'s heap chains (0: none)."""
+    if kind != "heap-incremental":
+        return 0
+    files = {len(h.files) for h in read_metadata(FileSystem(), directory).subtasks}
+    if len(files) != 1:
+        raise AssertionError(f"expected chains of one length in {directory}, got {files}")
+    return (files.pop() - 1) // 2
 
 
 class _Run:
@@ -223,7 +273,9 @@ class _Run:
         target = self.case.target
         kind = self.fixture.kind
         if target.name in ("sp-inside", "sp-canonical") and rng.random() < 0.5:
-            kind = "rocksdb" if kind == "heap" else "heap"
+            kind = "heap" if kind == "rocksdb" else "rocksdb"
+        elif kind == "heap-incremental" and rng.random() < 0.3:
+            kind = "heap"  # a chain restores into any heap backend
         parallelism = rng.choice((1, 2, 2, 3))
         state = rng.choice(("fresh", "registered", "prefilled"))
         self.how = f"restore {self.entry} into {parallelism} {state} {kind} subtasks"
@@ -266,8 +318,9 @@ class _Run:
             )
         except Exception as exc:
             error = exc
-        snapshots = self.fixture.snapshots
-        expected = [expected_views(snapshots[n].original, ranges) for n in ("chk-2", "chk-1")]
+        retained = [s for s in self.fixture.snapshots.values() if s.kind == "checkpoint"]
+        retained.sort(key=lambda s: s.name, reverse=True)  # newest first
+        expected = [expected_views(s.original, ranges) for s in retained]
         verdict = classify(error, before, _views(self.backends), expected)
         if coordinator is not None and verdict.outcome in (Outcome.EXACT, Outcome.FALLBACK):
             verdict = worst([verdict, _carry_on(coordinator, self.backends, checkpoints=1)])

@@ -15,11 +15,13 @@ from typing import Any
 
 from cowstate.descriptors import StateDescriptor, ValueStateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend
+from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import KeyGroupRange, compute_key_group_range_for_operator_index
 from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate_model.key_groups import assign_to_key_group
 from cowstate_spec.backends import DESCRIPTORS
 from cowstate_spec.fuzz.outcomes import View, canon
+from cowstate_spec.implementations import PureMapsTable
 from cowstate_spec.kinds import KINDS
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "new_backend",
     "original_of",
     "prefill",
+    "remove",
     "subtask_ranges",
 ]
 
@@ -59,9 +62,19 @@ def subtask_ranges(parallelism: int) -> list[KeyGroupRange]:
 
 
 def new_backend(kind: str, key_group_range: KeyGroupRange, local_dir: str | None = None) -> Any:
-    """A heap or RocksDB backend (RocksDB's instance under ``local_dir``)."""
+    """A heap, incremental heap (``heap-incremental``: tables over the pure map,
+    which tracks changes; a base and up to 10 deltas) or RocksDB backend (RocksDB's instance under
+    ``local_dir``)."""
     if kind == "heap":
         return HeapKeyedStateBackend(key_group_range, MAX_PARALLELISM)
+    if kind == "heap-incremental":
+        return HeapKeyedStateBackend(
+            key_group_range,
+            MAX_PARALLELISM,
+            table_factory=PureMapsTable,
+            # deltas of a small job outweigh its base soon: never full for that
+            incremental=IncrementalOptions(max_delta_ratio=100.0),
+        )
     from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 
     if local_dir is not None:
@@ -81,6 +94,19 @@ def fill(backends: Sequence[Any], round_: int, keys: Sequence[Any] = KEYS) -> No
             backend.set_current_namespace(namespace)
             for name, kind in KINDS.items():  # each kind's fill (cowstate_spec.kinds)
                 kind.fill(states[name], round_, i, key)
+
+
+def remove(backends: Sequence[Any], keys: Sequence[Any]) -> None:
+    """Clear every state of each of ``keys`` (every other key: in one namespace
+    only): what an incremental checkpoint records as removals."""
+    handles = [[b.get_state(d) for d in STATES] for b in backends]
+    for i, key in enumerate(keys):
+        index = _owner(backends, key)
+        backends[index].set_current_key(key)
+        for namespace in NAMESPACES[i % 2 :]:
+            backends[index].set_current_namespace(namespace)
+            for state in handles[index]:
+                state.clear()
 
 
 def prefill(backend: Any) -> None:

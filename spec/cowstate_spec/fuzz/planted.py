@@ -16,7 +16,11 @@ Each is a context manager that breaks one guarantee while it is active:
   oracle of crafted moves must say);
 - ``deletes-unowned``: the job believes it owns everything under its
   directory -- recovery's cleanup deletes the savepoint inside it
-  (``outside``).
+  (``outside``);
+- ``chain-checkpoints-unchecked``: a heap chain's files are not checked for
+  the checkpoints they were written for (I3 of
+  :mod:`cowstate.heap_incremental`) -- a handle resealed to list an older
+  checkpoint's chain restores that checkpoint's state (``wrong``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from cowstate import heap_backend, heap_incremental
 from cowstate.checkpoint import location, verify
 from cowstate.checkpoint.storage import CheckpointStorage
 from cowstate.errors import SnapshotFormatError
@@ -97,6 +102,17 @@ def _no_key_group_check() -> Iterator[None]:
 
 
 @contextlib.contextmanager
+def _chain_checkpoints_unchecked() -> Iterator[None]:
+    def unchecked(*args: Any) -> None:
+        return None
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_patched(heap_incremental, "_check_written_for", unchecked))
+        stack.enter_context(_patched(heap_backend, "check_chain_base", unchecked))
+        yield
+
+
+@contextlib.contextmanager
 def _deletes_unowned() -> Iterator[None]:
     def owns(self: CheckpointStorage, path: str) -> bool:
         return path.startswith(self.job_dir + "/")
@@ -112,4 +128,5 @@ PLANTED: dict[str, Callable[[], contextlib.AbstractContextManager[None]]] = {
     "restore-clears-first": _restore_clears_first,
     "no-key-group-check": _no_key_group_check,
     "deletes-unowned": _deletes_unowned,
+    "chain-checkpoints-unchecked": _chain_checkpoints_unchecked,
 }

@@ -6,7 +6,8 @@ Case ``i`` of a run over classes ``C`` is class ``C[i % len(C)]``, its
 ``random.Random(f"{seed}/{suite}/{class}/{k}")``, so ``--case
 suite/class/k`` replays it alone, whatever else the run did. A directory
 case's entry point and fixture go round-robin with ``k`` too, so every class
-meets every entry point and both backends.
+meets every entry point and every fixture it applies to (a ``chain:*`` class:
+the heap-chain fixture only).
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from cowstate_spec.fuzz.files import FILE_CLASSES, FileSuite, build_file_fixture
 from cowstate_spec.fuzz.outcomes import Watch
 from cowstate_spec.fuzz.report import CaseResult
 
-__all__ = ["SUITES", "Fuzzer", "scratch_base"]
+__all__ = ["DIR_KINDS", "SUITES", "Fuzzer", "scratch_base"]
 
 SUITES = ("files", "dirs")
+#: The directory fixtures' backends: heap, RocksDB (incremental), heap chains.
+DIR_KINDS = ("heap", "rocksdb", "heap-incremental")
 Progress = Callable[[str, int, int, float], None]
 
 
@@ -87,7 +90,7 @@ class Fuzzer:
     def dir_suite(self) -> DirSuite:
         if self._dirs is None:
             scratch = os.path.join(self.scratch, "dirs")
-            fixtures = [build_dir_fixture(scratch, kind) for kind in ("heap", "rocksdb")]
+            fixtures = [build_dir_fixture(scratch, kind) for kind in DIR_KINDS]
             self._dirs = DirSuite(scratch, fixtures, Watch())
         return self._dirs
 
@@ -96,7 +99,8 @@ class Fuzzer:
         rng = self._rng("dirs", cls, k)
         entries = DIR_CLASSES[cls].entries
         entry = entries[k % len(entries)]
-        fixture = suite.fixtures[(k // len(entries)) % len(suite.fixtures)]
+        fixtures = [f for f in suite.fixtures if DIR_CLASSES[cls].targets(f.snapshots)]
+        fixture = fixtures[(k // len(entries)) % len(fixtures)]
         verdict, description = run_dir_case(suite, fixture, cls, entry, rng)
         return CaseResult("dirs", cls, k, entry, description, verdict)
 
