@@ -2845,6 +2845,51 @@ def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
         backend.close()
 
 
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize(
+    "case", ["another job's base", "another job's delta", "another job's chain"]
+)
+def test_a_heap_chain_naming_another_jobs_files_is_refused_before_any_file_is_read(
+    heap_chains: tuple[Path, list[str]],
+    tmp_path: Path,
+    case: str,
+    position: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Regression (I4): the chain's files were all read, then refused for
+    lying outside the job's own shared directory -- another job's files were
+    opened and checksummed first. The handle's check now comes first."""
+    _, directories = copied_chains(heap_chains, tmp_path)
+    edit, message = CHAIN_EDITS[case]
+    directory = directories[2]
+    index = 0 if position == "first" else 1
+    foreign = _other_job_chain(directories, index)
+    reseal(
+        directory,
+        lambda document: set_chain_files(
+            document["subtasks"][index], edit(document["subtasks"][index]["files"], foreign)
+        ),
+    )
+    read: list[str] = []
+    real_read = SnapshotSource.read
+
+    def recording(self: SnapshotSource, handle: Any) -> bytes:
+        read.append(handle.path)
+        return real_read(self, handle)
+
+    monkeypatch.setattr(SnapshotSource, "read", recording)
+    target = fresh_backends("heap-incremental")
+    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
+    with pytest.raises(SnapshotFormatError, match=re.escape(message)):
+        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
+    foreign_paths = {file["path"] for file in foreign}
+    assert not foreign_paths & set(read), read
+    assert bool(read) == (position == "last")  # the first subtask's files, read and checked
+    assert all(list(b.entries("value")) == [] for b in target)
+    for backend in target:
+        backend.close()
+
+
 #: A checkpoint's handle resealed to list a prefix of its chain: an older
 #: checkpoint's chain, itself well formed (directory index, files kept).
 CHAIN_PREFIXES = {

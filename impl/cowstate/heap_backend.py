@@ -93,6 +93,7 @@ from cowstate.heap_incremental import (
     Removals,
     check_chain,
     check_chain_base,
+    check_chain_handle,
     fold_chain,
     read_removals,
     write_removals,
@@ -300,10 +301,10 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         job = fs.name(fs.parent(source.directory))
         for handle in mine:
             if handle.format is SnapshotFormat.HEAP and len(handle.files) > 1:
+                where = f"the handle of key groups {list(handle.key_group_range)}"
+                check_chain_handle(handle, job, where)  # I4: before reading a file
                 chain = [SnapshotReader(source.read(file)) for file in handle.files]
-                check_chain(
-                    handle, chain, job, f"the handle of key groups {list(handle.key_group_range)}"
-                )
+                check_chain(handle, chain, job, where)
                 chains.append(chain)
                 continue
             for file in handle.files:

@@ -112,6 +112,7 @@ __all__ = [
     "Removals",
     "check_chain",
     "check_chain_base",
+    "check_chain_handle",
     "fold_chain",
     "read_removals",
     "write_removals",
@@ -292,18 +293,32 @@ def read_removals(
     return out
 
 
-def check_chain(
-    handle: KeyedStateHandle, readers: Sequence[SnapshotReader], job: str, where: str
-) -> None:
-    """I3, I4 (the shape, the links, the files' metadata against the handle):
-    ``readers[i]`` reads ``handle.files[i]``; ``job`` is the job whose
-    checkpoint lists the handle; ``where`` names the handle in errors."""
+def check_chain_handle(handle: KeyedStateHandle, job: str, where: str) -> None:
+    """I4's part a handle alone tells, checked before any file is read: the
+    chain's shape (a base, then pairs) and every file shared in ``job``'s own
+    ``shared/`` directory (a handle naming another job's files reads none)."""
     files = handle.files
     if len(files) < 3 or len(files) % 2 == 0:
         raise SnapshotFormatError(
             f"expected a heap chain of a base and pairs of delta files in {where}, got "
             f"{len(files)} files"
         )
+    for file in files:
+        if file.scope != "shared" or file.path.split("/")[0] != job:
+            raise SnapshotFormatError(
+                f"expected every file of the heap chain in {where} shared in job {job!r}'s "
+                f"shared directory, got {file.scope} file {file.path!r}"
+            )
+
+
+def check_chain(
+    handle: KeyedStateHandle, readers: Sequence[SnapshotReader], job: str, where: str
+) -> None:
+    """I3, I4 (the shape, the links, the files' metadata against the handle):
+    ``readers[i]`` reads ``handle.files[i]``; ``job`` is the job whose
+    checkpoint lists the handle; ``where`` names the handle in errors."""
+    check_chain_handle(handle, job, where)
+    files = handle.files
     for index, (file, reader) in enumerate(zip(files, readers, strict=True)):
         expected = (
             SnapshotFormat.HEAP
@@ -311,11 +326,6 @@ def check_chain(
             else (SnapshotFormat.HEAP_DELTA if index % 2 else SnapshotFormat.HEAP_REMOVALS)
         )
         meta = reader.metadata
-        if file.scope != "shared" or file.path.split("/")[0] != job:
-            raise SnapshotFormatError(
-                f"expected every file of the heap chain in {where} shared in job {job!r}'s "
-                f"shared directory, got {file.scope} file {file.path!r}"
-            )
         if meta.format is not expected:
             raise SnapshotFormatError(
                 f"expected file {index} of the heap chain in {where} ({file.path!r}) in "
