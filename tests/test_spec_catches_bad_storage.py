@@ -97,6 +97,17 @@ REPLAYS: dict[str, list[Step]] = {
         *load(range(16), 3),
         ("trigger_checkpoint", {"complete_now": True}),  # compacted: the claimed SSTs go
     ],
+    # A chain of max_deltas (3) deltas, then a full checkpoint, two retained: the
+    # full one subsumes chk-3, and the base is left with one user, chk-4, whose
+    # chain still names it.
+    "registry-deletes-a-chain-file-still-used": [
+        step
+        for round_ in range(1, 6)
+        for step in (
+            *load(range(round_, round_ + 2), round_),
+            ("trigger_checkpoint", {"complete_now": True}),
+        )
+    ],
     "delta-misses-a-removal": [
         *load(range(8), 1),
         ("trigger_checkpoint", {"complete_now": True}),  # the base

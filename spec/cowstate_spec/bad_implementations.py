@@ -53,7 +53,8 @@ a writer that drops the last key       writer-drops-the-last-key-group      back
 group
 an uncompared CRC (block path only)    uncompared-block-crc                 backend
 a native savepoint that shares SSTs    native-savepoint-shares-sst-files    storage
-subsumption deleting retained files    registry-deletes-files-still-used    storage
+subsumption deleting retained files    registry-deletes-files-still-used,   storage
+                                       registry-deletes-a-chain-file-still-used
 an incremental first checkpoint        no-claim-does-not-force-full         storage
 after NO_CLAIM
 a writer releasing key groups before   writer-releases-before-serializing   backend
@@ -447,7 +448,10 @@ DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
     "a writer that drops the last key group": (("backend", "writer-drops-the-last-key-group"),),
     "an uncompared CRC": (("backend", "uncompared-block-crc"),),
     "a native savepoint that shares SST files": (("storage", "native-savepoint-shares-sst-files"),),
-    "subsumption deleting retained files": (("storage", "registry-deletes-files-still-used"),),
+    "subsumption deleting retained files": (
+        ("storage", "registry-deletes-files-still-used"),
+        ("storage", "registry-deletes-a-chain-file-still-used"),
+    ),
     "an incremental first checkpoint after NO_CLAIM": (
         ("storage", "no-claim-does-not-force-full"),
     ),
@@ -627,6 +631,15 @@ STORAGE_BUGS += [
         SharedStateRegistry,
     ),
     Bug(
+        "registry-deletes-a-chain-file-still-used",
+        "unregister",
+        "if not users:",
+        "if len(users) <= 1:",
+        "rule 5 and heap chains: a subsumed checkpoint's base or delta goes only when "
+        "no retained checkpoint's chain still names it",
+        SharedStateRegistry,
+    ),
+    Bug(
         "subsume-deletes-what-a-pending-checkpoint-reuses",
         "_release_deferred",
         "for pending in self._pending.values()",
@@ -687,10 +700,12 @@ STORAGE_BUGS_BACKEND = {bug.name: "heap" for bug in STORAGE_BUGS} | {
     "restore-applies-removals-to-the-wrong-key-group": "heap-incremental",
     "registry-deletes-disowned-files": "rocksdb",
     "registry-deletes-files-still-used": "rocksdb",
+    "registry-deletes-a-chain-file-still-used": "heap-incremental",
     "no-claim-does-not-force-full": "rocksdb",
     "subsume-deletes-what-a-pending-checkpoint-reuses": "rocksdb",
     "recovery-forgets-a-settled-claim": "rocksdb",
 }
 STORAGE_BUGS_RETAINED = {bug.name: 1 for bug in STORAGE_BUGS} | {
-    "registry-deletes-files-still-used": 2
+    "registry-deletes-files-still-used": 2,
+    "registry-deletes-a-chain-file-still-used": 2,
 }
