@@ -493,6 +493,12 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
             )
         self._since = tuple(versions)
 
+    @property
+    def changed_since(self) -> tuple[int, ...] | None:
+        """The base versions :meth:`only_changed_since` set (what the table
+        reads is only what changed since them), or None: everything."""
+        return None if self._since is None else tuple(self._since)
+
     def map_snapshot(self, key_group: int) -> MapSnapshot[K, N, S]:
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
         return self._snapshots[self._open_index(key_group)]

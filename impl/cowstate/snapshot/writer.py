@@ -8,7 +8,8 @@ When the C codec is built (:mod:`cowstate.snapshot.ccodec`),
 table snapshot is one C map snapshot per key group, without a snapshot
 transformer, with built-in key, namespace and state serializers, is encoded
 straight from the snapshot's chunks, mostly without the GIL; every other
-state of the same block goes through :func:`_state_section` -- the Python
+state of the same block (and a heap delta's changes: a table snapshot set
+to ``only_changed_since``) goes through :func:`_state_section` -- the Python
 path, which encodes each state's entries of a key group in one call of the
 C codec's ``encode_section`` (built-in serializers in C, any other
 serializer, and any value the C codec hands back, through its Python method,
@@ -297,6 +298,10 @@ class _Sections:
                 snap_type is None
                 or maps is None
                 or snap.meta.snapshot_transformer is not None
+                or (  # a heap delta: its tables read changed_items
+                    isinstance(snap, CopyOnWriteStateTableSnapshot)
+                    and snap.changed_since is not None
+                )
                 or ccodec.KIND_PYTHON in kinds
                 or any(type(m) is not snap_type for m in maps)
             ):
