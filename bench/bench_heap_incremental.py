@@ -8,8 +8,8 @@ Run::
     .venv/bin/python bench/bench_heap_incremental.py --entries N --deltas D
 
 Data: one ``HeapKeyedStateBackend`` over key groups ``[0, 127]`` of max
-parallelism 128, with ``incremental=True`` and tables over the pure map (the
-maps that track changes), one ``ValueState`` of ``N`` int keys ``0..N-1``
+parallelism 128, with ``incremental=True`` and tables over the default map
+(the C map where built; both maps track changes), one ``ValueState`` of ``N`` int keys ``0..N-1``
 mapped to ints (default serializer), loaded untimed through the table.
 A *round* changes 1% of the keys (``N // 100``), drawn at random: half get a
 new value, a quarter are new keys, a quarter are removed. Rows:
@@ -18,7 +18,7 @@ new value, a quarter are new keys, a quarter are removed. Rows:
 - delta: bytes and wall time of each of ``D`` rounds' checkpoints (mean);
 - restore: wall time of restoring the checkpoint whose chain is a base and
   ``D`` deltas, beside a full checkpoint of the same contents (``force_full``);
-- put with tracking off / on: ``put`` of existing keys into one pure map of
+- put with tracking off / on: ``put`` of existing keys into one default map of
   ``N // 10`` entries, no snapshot open (best of 3).
 
 Everything lives in one temporary directory, deleted at exit; nothing is
@@ -36,28 +36,24 @@ import tempfile
 import time
 from typing import Any
 
+from cowstate import CopyOnWriteStateMap
 from cowstate.checkpoint import CheckpointCoordinator, CheckpointStorage, RestoreMode
 from cowstate.descriptors import ValueStateDescriptor
 from cowstate.heap_backend import HeapKeyedStateBackend
 from cowstate.heap_incremental import IncrementalOptions
 from cowstate.key_groups import KeyGroupRange
 from cowstate.keyed_state import VOID_NAMESPACE
-from cowstate.state_map import CopyOnWriteStateMap
 from cowstate.state_table import CopyOnWriteStateTable
 
 MAXP = 128
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("bench_value")
 
 
-class PureTable(CopyOnWriteStateTable[Any, Any, Any]):
-    map_class = CopyOnWriteStateMap
-
-
 def backend(deltas: int) -> HeapKeyedStateBackend:
     made = HeapKeyedStateBackend(
         KeyGroupRange(0, MAXP - 1),
         MAXP,
-        PureTable,
+        CopyOnWriteStateTable,
         incremental=IncrementalOptions(max_deltas=deltas, max_delta_ratio=10.0),
     )
     made.get_state(VALUE)
@@ -86,7 +82,7 @@ def restore_time(directory: str, root: str, job: str, deltas: int) -> float:
 
 
 def put_rate(n: int, tracking: bool) -> float:
-    """Puts per second into a pure map of ``n`` entries (best of 3)."""
+    """Puts per second into a default map of ``n`` entries (best of 3)."""
     m: CopyOnWriteStateMap[int, Any, int] = CopyOnWriteStateMap()
     for i in range(n):
         m.put(i, VOID_NAMESPACE, i)
