@@ -29,9 +29,9 @@ the keys are drawn at random (``--seed``) among the live ones. The RocksDB
 side runs the same rounds (the same seed) on a ``RocksDBKeyedStateBackend``
 (default options) with the same state, after the heap side is closed.
 
-While C maps do not track changes, a heap backend over them writes every
-checkpoint full (I2 of ``cowstate.heap_incremental``): ``--map c`` then stops
-with a message instead of printing full checkpoints as deltas.
+A map that does not track changes makes every checkpoint full (I2 of
+``cowstate.heap_incremental``): the bench checks every delta's handle and
+stops with a message rather than print full checkpoints as deltas.
 
 Rows (what each times)
 ======================

@@ -135,7 +135,8 @@ $PY -m pytest -q -p no:cacheprovider -k "not python and not random_modifications
     "tests/test_state_machine.py::test_implementation_agrees_with_the_model[c-map-128]" \
     tests/test_implementations.py tests/test_flink_map_scenarios.py tests/test_copy_costs.py \
     tests/test_seed_examples.py tests/test_bad_input.py tests/test_error_messages.py \
-    tests/test_restore_checks.py \
+    tests/test_restore_checks.py tests/test_change_tracking.py \
+    "tests/test_checkpoint_rules.py::test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint" \
     tests/test_table_contracts.py::test_void_namespace_is_one_named_value_the_collector_never_tracks \
     tests/test_backend.py::test_a_backend_of_int_and_str_states_costs_the_collector_nothing "$@" \
     || MAPS_STATUS=$?

@@ -78,7 +78,11 @@ class Objects:
         return [*self.keys, *self.probes, *self.namespaces, *self.states, *self.replacements]
 
     def refcounts(self) -> dict[str, int]:
-        return {repr(o): sys.getrefcount(o) for o in self.every()}
+        # Keys and probes are equal and print alike: labelled, or a probe's
+        # count would stand for its key's (a key's leak went unseen).
+        groups: list[tuple[str, list[Any]]] = [("key ", self.keys), ("probe ", self.probes)]
+        groups += [("", self.namespaces), ("", self.states), ("", self.replacements)]
+        return {label + repr(o): sys.getrefcount(o) for label, group in groups for o in group}
 
     def pairs(self) -> list[tuple[Named, Named]]:
         """``(probe, namespace)`` of every mapping a loaded map holds."""
@@ -214,6 +218,27 @@ def _drop_without_release(m: Any, o: Objects) -> None:
     del snapshot  # released by its deallocation
 
 
+def _track_changes(m: Any, o: Objects) -> None:
+    # Rules T and D: a get marks, the removal log overflows (its records are
+    # dropped), is read, trimmed, and dropped with the map still holding some.
+    m.track_changes(4)
+    base = m.snapshot()
+    base.release()
+    _get(m, o)  # marked: no copy
+    for key, ns in o.pairs()[:6]:
+        m.remove(key, ns)  # six records past a limit of four: an overflow
+    later = m.snapshot()
+    for key, ns in o.pairs()[6:8]:
+        m.remove_and_get_old(key, ns)
+    assert m.removals_since(later.version) is not None
+    assert m.removals_since(base.version) is None  # the overflow forgot it
+    assert len(later.changed_items(base.version)) == len(later)
+    m.trim_removals(later.version)
+    m.track_changes(2)  # smaller than the log: dropped, as an overflow
+    m.remove(*o.pairs()[9])
+    later.release()
+
+
 #: Every public operation of a map, each as a step on a loaded map (capacity 4:
 #: in a rehash). Loading is ``put`` of new mappings.
 MAP_OPERATIONS: dict[str, Callable[[Any, Objects], None]] = {
@@ -233,6 +258,7 @@ MAP_OPERATIONS: dict[str, Callable[[Any, Objects], None]] = {
     "release out of order": _release_out_of_order,
     "hand back, reclaim, drop with garbage": _hand_back_and_reclaim,
     "drop a snapshot without release": _drop_without_release,
+    "track changes: log, overflow, read, trim, drop": _track_changes,
 }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from cowstate.errors import InvalidArgumentError
+from cowstate.errors import InvalidArgumentError, TransformFunctionError
 from cowstate.maps import c_map_class
 from cowstate.state_map import DEFAULT_REMOVAL_LIMIT, CopyOnWriteStateMap
 from cowstate_spec.cmap_view import MapView, is_c_map
@@ -286,3 +286,27 @@ def test_a_removed_key_that_refers_to_its_map_is_collected(new_map: Callable[[],
     del m, key
     gc.collect()
     assert dead() is None
+
+
+def test_a_failed_transform_that_changed_the_state_in_place_is_tracked(
+    filled: Callable[..., Map],
+) -> None:
+    # The transform contract keeps an in-place change its function made to the
+    # stored state before raising; transform marked the state only once the
+    # function returned, so such a change was missing from the next delta
+    # (the hostile map machine on c-map-128 found it).
+    m = filled()
+    base = m.snapshot()
+    base.release()  # written: transform hands out the stored state
+
+    def mutate_then_raise(old: Any, value: int) -> Any:
+        old.append(value)
+        raise ValueError("after the change")
+
+    with pytest.raises(TransformFunctionError):
+        m.transform(3, "ns", 7, mutate_then_raise)
+    later = m.snapshot()  # (no get before it: a get would mark the state itself)
+    assert {k: s for k, _, s in later.items()}[3] == [3, 7]
+    assert [(k, s) for k, _, s in later.changed_items(base.version)] == [(3, [3, 7])]
+    later.release()
+    check_map(m)

@@ -81,11 +81,13 @@ from cowstate.key_groups import (
     assign_to_key_group,
     compute_key_group_range_for_operator_index,
 )
+from cowstate.nested_table import NestedMapsStateTable
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.serializers import ImmutableSerializer
 from cowstate.snapshot import read_snapshot
+from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_spec.cli import main as cowstate_main
-from cowstate_spec.implementations import C_MAP, CMapsTable, PureMapsTable
+from cowstate_spec.implementations import C_MAP, PureMapsTable
 
 MAXP = 16
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("value")
@@ -102,8 +104,13 @@ def rocksdb(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
 
 
 def heap_incremental(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
-    """A heap subtask with incremental checkpoints over maps that track changes
-    (the pure maps: the C map's subtasks write full checkpoints)."""
+    """A heap subtask with incremental checkpoints over the default maps (the
+    C map where built), which track changes."""
+    return HeapKeyedStateBackend(key_groups, max_parallelism, incremental=True)
+
+
+def heap_incremental_over_pure_maps(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+    """The same over the pure maps, which track changes alike."""
     return HeapKeyedStateBackend(key_groups, max_parallelism, PureMapsTable, incremental=True)
 
 
@@ -1648,9 +1655,7 @@ def chain_names(metadata: CheckpointMetadata) -> list[list[str | None]]:
 def heap_bounded(max_deltas: int, removal_limit: int = 4096) -> Factory:
     def factory(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
         options = IncrementalOptions(max_deltas=max_deltas, removal_limit=removal_limit)
-        return HeapKeyedStateBackend(
-            key_groups, max_parallelism, PureMapsTable, incremental=options
-        )
+        return HeapKeyedStateBackend(key_groups, max_parallelism, incremental=options)
 
     return factory
 
@@ -1677,8 +1682,15 @@ def test_a_heap_backend_refuses_incremental_that_is_not_a_bool_or_options() -> N
         HeapKeyedStateBackend(KeyGroupRange(0, MAXP - 1), MAXP, incremental="yes")  # type: ignore[arg-type]
 
 
-def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(jobs: Any) -> None:
-    job = jobs("job", heap_incremental, parallelism=1)
+@pytest.mark.parametrize(
+    "factory", [heap_incremental, heap_incremental_over_pure_maps], ids=["default", "pure-maps"]
+)
+def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(
+    jobs: Any, factory: Factory
+) -> None:
+    # Over C maps the C snapshot writer encoded every mapping of a delta's
+    # snapshots (it walks whole chunks): a delta then held everything.
+    job = jobs("job", factory, parallelism=1)
     job.put(range(1000), "a")
     first = job.checkpoint()
     assert chain_names(first) == [["keyed-state-0-15"]]
@@ -1698,7 +1710,7 @@ def test_a_heap_delta_holds_what_changed_since_the_confirmed_checkpoint(jobs: An
     changes = read_snapshot(source.read(handle.files[1]), KeyGroupRange(0, MAXP - 1))
     assert {k for _, k, _, _ in changes.entries("value")} == set(range(10))
     assert {k for _, k, _, _ in changes.entries("list")} == set(range(10))
-    assert restored_contents(heap_incremental, directory) == job.contents()
+    assert restored_contents(factory, directory) == job.contents()
 
 
 def _with_transformer(backend: HeapKeyedStateBackend) -> None:
@@ -1804,14 +1816,27 @@ def test_a_heap_chain_whose_deltas_outweigh_its_base_is_followed_by_a_full_check
     C_MAP is None,
     reason="the C map is not built: test_the_c_map_is_built_and_chosen fails for that",
 )
-def test_a_heap_backend_over_c_maps_writes_every_checkpoint_full(jobs: Any) -> None:
-    """The C map does not track changes (I2): incremental=True over it still
-    writes one full file per checkpoint, which restores."""
+def test_the_default_heap_backend_tracks_changes_in_c_maps() -> None:
+    backend = HeapKeyedStateBackend(KeyGroupRange(0, MAXP - 1), MAXP, incremental=True)
+    backend.set_current_key(1)
+    backend.get_state(VALUE).update(1)
+    table = backend.table("value")
+    assert isinstance(table, CopyOnWriteStateTable)
+    maps: list[Any] = [table.state_map(kg) for kg in table.key_group_range]
+    assert all(type(m) is C_MAP and m.tracking_since is not None for m in maps)
+    backend.close()
 
-    def over_c_maps(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
-        return HeapKeyedStateBackend(key_groups, max_parallelism, CMapsTable, incremental=True)
 
-    job = jobs("job", over_c_maps, parallelism=1)
+def test_a_heap_backend_over_nested_tables_writes_every_checkpoint_full(jobs: Any) -> None:
+    """The nested table's maps do not track changes (I2): incremental=True over
+    it still writes one full file per checkpoint, which restores."""
+
+    def over_nested_tables(key_groups: KeyGroupRange, max_parallelism: int) -> Any:
+        return HeapKeyedStateBackend(
+            key_groups, max_parallelism, NestedMapsStateTable, incremental=True
+        )
+
+    job = jobs("job", over_nested_tables, parallelism=1)
     for round_ in range(3):
         job.put(range(round_, 100), round_)
         metadata = job.checkpoint()

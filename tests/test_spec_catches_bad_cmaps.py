@@ -29,6 +29,7 @@ from cowstate_model import deep_copy
 from cowstate_spec.bad_cmaps import (
     C_BUGS,
     C_REWRITES,
+    C_TRACKING_REWRITES,
     CBug,
     CRewrite,
     bad_cmap_implementation,
@@ -74,7 +75,7 @@ def examples_to_catch(bug: CBug | CRewrite) -> int:
     return hunt(machine_for(bad_cmap_implementation(bug)), HUNT, (AssertionError,))
 
 
-@pytest.mark.parametrize("bug", PLANTED, ids=lambda bug: bug.name)
+@pytest.mark.parametrize("bug", [*PLANTED, *C_TRACKING_REWRITES], ids=lambda bug: bug.name)
 def test_state_machine_catches(bug: CBug | CRewrite) -> None:
     assert 0 < examples_to_catch(bug) <= HUNT.max_examples + 1
 

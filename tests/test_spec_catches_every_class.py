@@ -39,7 +39,13 @@ from cowstate.errors import CheckpointError
 from cowstate.key_groups import KeyGroupRange
 from cowstate.maps import c_map_class
 from cowstate_spec.backend_machine import MAX_PARALLELISM
-from cowstate_spec.bad_cmaps import C_BUGS, C_REWRITES, bad_cmap_implementation, c_identity
+from cowstate_spec.bad_cmaps import (
+    C_BUGS,
+    C_REWRITES,
+    C_TRACKING_REWRITES,
+    bad_cmap_implementation,
+    c_identity,
+)
 from cowstate_spec.bad_implementations import (
     BUGS,
     DEFECT_CLASSES,
@@ -87,7 +93,7 @@ def named(bugs: list[Any], names: list[str]) -> list[Any]:
 
 
 def test_every_defect_class_has_a_planted_bug_in_its_machine_list() -> None:
-    c_bugs: list[Any] = [*C_BUGS, *C_REWRITES]
+    c_bugs: list[Any] = [*C_BUGS, *C_REWRITES, *C_TRACKING_REWRITES]
     lists: dict[str, list[str]] = {
         "map": [b.name for b in BUGS],
         "c-map": [b.name for b in c_bugs],
@@ -208,14 +214,16 @@ NO_C_MAP = pytest.mark.skipif(
 
 @NO_C_MAP
 @pytest.mark.parametrize(
-    "bug", named([*C_BUGS, *C_REWRITES], of_machine("c-map")), ids=lambda bug: bug.name
+    "bug",
+    named([*C_BUGS, *C_REWRITES, *C_TRACKING_REWRITES], of_machine("c-map")),
+    ids=lambda bug: bug.name,
 )
 def test_the_c_map_machine_catches_within_ci(bug: Any) -> None:
     caught_after("c-map", bug)
 
 
 @NO_C_MAP
-@pytest.mark.parametrize("bug", C_REWRITES, ids=lambda bug: bug.name)
+@pytest.mark.parametrize("bug", [*C_REWRITES, *C_TRACKING_REWRITES], ids=lambda bug: bug.name)
 def test_the_c_map_machine_passes_the_identity_rewrite(bug: Any) -> None:
     """The rewritten copy compiles and loads like the real map: with its text
     replaced by itself it passes the same hunt."""

@@ -127,7 +127,10 @@
  *                    state with state_version < H is copied (rule S), and
  *                    any other is marked: rule E first, then state_version
  *                    = V. put, put_and_get_old and transform set
- *                    state_version = V anyway (entry_set_state).
+ *                    state_version = V anyway (entry_set_state), and
+ *                    transform marks the stored state before its
+ *                    function gets it (it may change it in place and
+ *                    raise: the transform contract keeps that change).
  * Rule D (deletion)  While tracking, every removal (remove,
  *                    remove_and_get_old: unlink_found) appends (V, key, ns)
  *                    to `removals`, an array of Removal records that owns
@@ -1395,8 +1398,17 @@ static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t n
         if (old == NULL)
             return NULL;
     }
-    else
+    else {
+        if (e->state_version < m->guard) {     /* rule T: fn gets the stored state and */
+            if (e->entry_version < m->highest) {   /* may change it in place, then raise: */
+                e = copy_chain(m, f.table, f.bucket, e);   /* marked first (rule E first) */
+                if (e == NULL)
+                    return NULL;
+            }
+            e->state_version = m->version;
+        }
         old = Py_NewRef(e->state);
+    }
     PyObject *new = PyObject_CallFunctionObjArgs(fn, old, value, NULL);
     Py_DECREF(old);
     if (new == NULL) {            /* rule U: TransformFunctionError.of(fn, exc, key, ns) */

@@ -36,8 +36,9 @@ a checkpoint taken by ``snapshot_to`` is a chain of shared files -- a full
 base, then deltas of what changed since the last confirmed checkpoint -- and
 a restore folds it (:mod:`cowstate.heap_incremental`, rules I1-I5: when a
 checkpoint is full, what a restore checks). Every table's maps then track
-changes (rules T and D of :mod:`cowstate.state_map`); a map that cannot (the
-C map) makes every checkpoint full. Savepoints and ``snapshot`` are as
+changes (rules T and D of :mod:`cowstate.state_map`, which the C map follows
+too); a table whose maps cannot (the nested table) makes every checkpoint
+full. Savepoints and ``snapshot`` are as
 without it.
 
 ``snapshot(id, stream_factory)`` is the same snapshot into a stream of the

@@ -7,8 +7,9 @@ those plus a log of removals. This module is that design for
 what a chain is, how its files are written and checked, and how a restore
 folds it. The maps' side -- which mappings changed since a base snapshot,
 which keys were removed, at what cost -- is rules T and D of
-:mod:`cowstate.state_map` (the pure map; the C map does not track changes,
-so a backend over C maps writes full checkpoints).
+:mod:`cowstate.state_map` (both maps: the C map's ``_cmap.c`` follows the
+same rules; a table whose maps do not track, the nested table, writes full
+checkpoints).
 
 The chain
 =========
@@ -41,7 +42,7 @@ I2. A full checkpoint is written when there is no confirmed base (the first
     checkpoint, after any restore -- so after NO_CLAIM too -- and after a
     forced full one), when a map cannot tell its removals since the base
     (its removal log overflowed: rule D), when a map does not track changes
-    (the C map), when a state has a snapshot transformer (a transformer may
+    (the nested table's), when a state has a snapshot transformer (a transformer may
     drop an unchanged mapping), when a state of the base changed its
     serializers, and when the chain would pass ``max_deltas`` deltas or its
     deltas' bytes ``max_delta_ratio`` times the base's.

@@ -96,7 +96,10 @@ Rule T (tracking)  While tracking, ``_guard = V`` (else ``_guard = H``).
                    ``state_version = V`` (rule E first). So once a snapshot
                    of version ``b`` was taken, every state a caller could
                    mutate has ``state_version >= b``: ``put``,
-                   ``put_and_get_old`` and ``transform`` set it anyway, and
+                   ``put_and_get_old`` and ``transform`` set it anyway
+                   (``transform`` marks the stored state before its
+                   function gets it: the function may change it in place
+                   and raise, and the transform contract keeps that), and
                    ``get`` marks the first time after each snapshot (a scalar
                    of rule S's exemption is neither copied nor marked: no
                    caller can change it but through ``put``).
@@ -552,6 +555,12 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                     old = self._serializer.copy(old)
                 except Exception as exc:
                     raise StateCopyError.of(key, namespace, exc) from exc
+            elif e.state_version < self._guard:  # rule T: fn gets the stored state
+                # and may change it in place even if it then raises: marked first
+                if e.entry_version < self._highest_required:  # rule E
+                    tab, index = self._select(h)
+                    e = self._copy_chain(tab, index, e)
+                e.state_version = self._version
         new = apply_transform(fn, old, value, key, namespace)
         if self._rehash is not None:  # this operation's rehash step, once fn succeeded
             self._incremental_rehash()

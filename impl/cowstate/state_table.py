@@ -493,10 +493,12 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
             )
         self._since = tuple(versions)
 
-    def changed_since(self) -> list[int] | None:
-        """The base versions :meth:`only_changed_since` set, by key-group index
-        (what the C snapshot writer filters its walk by), or None: everything."""
-        return None if self._since is None else list(self._since)
+    @property
+    def changed_since(self) -> tuple[int, ...] | None:
+        """The base versions :meth:`only_changed_since` set (what the table
+        reads, and the C snapshot writer walks, is only what changed since
+        them), or None: everything."""
+        return None if self._since is None else tuple(self._since)
 
     def map_snapshot(self, key_group: int) -> MapSnapshot[K, N, S]:
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""

@@ -664,7 +664,7 @@ class ChangeTracking(BackendMachine):
             assert isinstance(table, StateTable)
             maps: dict[int, tuple[Any, int]] = {}
             for key_group in table.key_group_range:
-                m: Any = table.state_map(key_group)  # a pure map: it tracks changes
+                m: Any = table.state_map(key_group)  # a map that tracks changes
                 snap = m.snapshot()
                 maps[key_group] = (m, snap.version)
                 snap.release()

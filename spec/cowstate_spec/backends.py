@@ -200,13 +200,14 @@ def heap_incremental_backend(
     backend_class: type[HeapKeyedStateBackend] = HeapKeyedStateBackend,
     options: IncrementalOptions = MACHINE_INCREMENTAL,
 ) -> HeapKeyedStateBackend:
-    """A heap backend with incremental checkpoints over pure maps (they track
-    changes) of 4 buckets per key group, bounded by :data:`MACHINE_INCREMENTAL`
-    (``backend_class``: a broken one the storage machine must catch)."""
+    """A heap backend with incremental checkpoints over the default maps (the
+    C map where built; both maps track changes) of 4 buckets per key group,
+    bounded by :data:`MACHINE_INCREMENTAL` (``backend_class``: a broken one the
+    storage machine must catch)."""
     return backend_class(
         key_groups,
         max_parallelism,
-        functools.partial(PureMapsTable, initial_capacity=4),
+        functools.partial(CopyOnWriteStateTable, initial_capacity=4),
         incremental=options,
     )
 

@@ -40,6 +40,7 @@ import cowstate
 __all__ = [
     "C_BUGS",
     "C_REWRITES",
+    "C_TRACKING_REWRITES",
     "LEAK_PROBE",
     "CBug",
     "CRewrite",
@@ -105,6 +106,9 @@ class CRewrite:
     old: str
     new: str
     breaks: str
+    #: The map tracks changes (rules T and D): the machine's ChangeTracking
+    #: rules check it (the pure map's ``Bug.tracked``).
+    tracked: bool = False
 
 
 #: The C forms of the pure map's bugs ``_cmap.c`` has no number for. Not the
@@ -114,8 +118,8 @@ class CRewrite:
 C_REWRITES = [
     CRewrite(
         "c-get-checks-entry-version",
-        "if (e->state_version < m->highest && !(m->scalars_as_is && is_scalar_state(e->state))",
-        "if (e->entry_version < m->highest && !(m->scalars_as_is && is_scalar_state(e->state))",
+        "if (e->state_version < m->guard && !(m->scalars_as_is && is_scalar_state(e->state))",
+        "if (e->entry_version < m->guard && !(m->scalars_as_is && is_scalar_state(e->state))",
         "rule S asks the state's version: a rule E copy still holds the snapshot's state",
     ),
     CRewrite(
@@ -149,6 +153,37 @@ C_REWRITES = [
 ]
 
 
+#: The C forms of the pure map's change-tracking bugs (``tracked``: the map
+#: tracks changes, and the machine's ChangeTracking rules catch them). Apart
+#: from C_REWRITES: a map that does not track (the differential runner's, the
+#: checkers' replay) cannot show them.
+C_TRACKING_REWRITES = [
+    CRewrite(
+        "c-get-mutation-not-recorded",
+        "            e->state_version = m->version;            /* rule T: marked */\n",
+        "",
+        "rule T: a state get hands out after the base is not marked, so a caller's "
+        "mutation is missing from the next delta",
+        tracked=True,
+    ),
+    CRewrite(
+        "c-remove-not-logged",
+        "        log_removal(m, e->key, e->ns, dropped);   /* rule D */",
+        "        (void)dropped;",
+        "rule D: a removal missing from the log, so the next delta keeps the key",
+        tracked=True,
+    ),
+    CRewrite(
+        "c-release-guard-ignores-tracking",
+        "    set_guard(m);                                     "
+        "/* inv. 13: H, or V while tracking */",
+        "    m->guard = m->highest;",
+        "rule T: after the base is released get no longer marks what it hands out",
+        tracked=True,
+    ),
+]
+
+
 #: Memory only, so no machine can see it: ``entry_free`` drops the entry's key,
 #: namespace and state but never frees the entry itself. The traced memory of
 #: the leak tests (tests/test_implementations.py) and LeakSanitizer's self-check
@@ -163,7 +198,7 @@ LEAK_PROBE = CRewrite(
 
 def c_identity(bug: CRewrite) -> CRewrite:
     """The control of ``bug``: its text replaced by itself."""
-    return CRewrite(f"identity-{bug.name}", bug.old, bug.old, "control")
+    return CRewrite(f"identity-{bug.name}", bug.old, bug.old, "control", bug.tracked)
 
 
 _LOADED: dict[int | tuple[str, str, str], ModuleType] = {}
@@ -246,4 +281,5 @@ def bad_cmap_implementation(bug: CBug | CRewrite, initial_capacity: int = 4) -> 
     from cowstate_spec.implementations import _cow
 
     module = build_bad_cmap(bug)
-    return _cow(f"bad-{bug.name}", initial_capacity, module.CopyOnWriteStateMap)
+    tracked = isinstance(bug, CRewrite) and bug.tracked
+    return _cow(f"bad-{bug.name}", initial_capacity, module.CopyOnWriteStateMap, tracked=tracked)

@@ -65,6 +65,9 @@ a leaked reference (issue 26)          c-put-leaks-replaced-state           C ma
 a change the tracking misses           get-mutation-not-recorded,           map
                                        remove-not-logged,
                                        release-guard-ignores-tracking
+                                       c-get-mutation-not-recorded,         C map
+                                       c-remove-not-logged,
+                                       c-release-guard-ignores-tracking
 a heap delta that misses a removal     delta-misses-a-removal               storage
 =====================================  ===================================  ========
 
@@ -465,6 +468,9 @@ DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
         ("map", "get-mutation-not-recorded"),
         ("map", "remove-not-logged"),
         ("map", "release-guard-ignores-tracking"),
+        ("c-map", "c-get-mutation-not-recorded"),
+        ("c-map", "c-remove-not-logged"),
+        ("c-map", "c-release-guard-ignores-tracking"),
     ),
     # delta-against-the-wrong-base (a pending checkpoint between base and delta)
     # is caught in replay (tests/test_spec_catches_bad_storage.py), not yet by

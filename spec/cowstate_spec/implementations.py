@@ -423,7 +423,7 @@ IMPLEMENTATIONS: list[Implementation] = [
     Implementation("reference-model", ReferenceStateMap),  # the model against itself
 ]
 if C_MAP is not None:  # the C map: the same spec, one line each
-    IMPLEMENTATIONS += [_cow("c-map", 4, C_MAP), _cow("c-map-128", 128, C_MAP)]
+    IMPLEMENTATIONS += [_cow("c-map", 4, C_MAP), _cow("c-map-128", 128, C_MAP, tracked=True)]
 IMPLEMENTATIONS += [
     table_implementation(table_type, key_groups)
     for table_type in TABLE_TYPES

@@ -7,7 +7,9 @@ When the C codec is built (:mod:`cowstate.snapshot.ccodec`),
 (``impl/cowstate/_writer.c``, whose header is the design): a state whose
 table snapshot is one C map snapshot per key group, without a snapshot
 transformer, with built-in key, namespace and state serializers, is encoded
-straight from the snapshot's chunks, mostly without the GIL; every other
+straight from the snapshot's chunks, mostly without the GIL (for a heap
+delta's changes, a table snapshot set to ``only_changed_since``, only the
+entries changed since the base: rule T of ``_cmap.c``); every other
 state of the same block goes through :func:`_state_section` -- the Python
 path, which encodes each state's entries of a key group in one call of the
 C codec's ``encode_section`` (built-in serializers in C, any other
@@ -305,7 +307,8 @@ class _Sections:
                 states.append(None)
                 continue
             assert isinstance(snap, CopyOnWriteStateTableSnapshot)  # maps is not None
-            since = snap.changed_since()
+            # a heap delta: the walk frames only what changed since the base (rule T)
+            since = None if snap.changed_since is None else list(snap.changed_since)
             states.append((maps, *kinds, *self.serializers[state_id], since))
         return states
 
