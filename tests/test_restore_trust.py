@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import given, settings
@@ -89,6 +89,7 @@ from cowstate.errors import (
     UnsupportedMetadataVersionError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
+from cowstate.heap_incremental import Removals, fold_chain
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -98,7 +99,8 @@ from cowstate.keyed_state import VOID_NAMESPACE
 from cowstate.rocksdb.backend import RocksDBKeyedStateBackend
 from cowstate.rocksdb.table import encode_rocks_key
 from cowstate.serializers import DefaultSerializer
-from cowstate.snapshot import SnapshotReader, SnapshotWriter
+from cowstate.snapshot import RestoredSnapshot, SnapshotReader, SnapshotWriter
+from cowstate.snapshot.checks import DecodedBlock
 from cowstate_spec.bad_layers import (
     CONFINEMENT,
     PATH_LAYER_BUGS,
@@ -2809,6 +2811,63 @@ def test_a_heap_chain_restores_the_fold_of_its_deltas_at_any_parallelism(
             del expected[key]
     for parallelism in (1, 2, 3):
         assert contents_of(directories[2], parallelism) == expected
+
+
+#: One file's mappings of one key group, and a delta's removals there.
+FOLD_PAIRS = st.tuples(st.integers(0, 12), st.sampled_from(["a", "b"]))
+
+
+def restored_of(key_group: int, rows: list[tuple[tuple[int, str], int]]) -> RestoredSnapshot:
+    restored = RestoredSnapshot(KeyGroupRange(0, 3), 4)
+    restored.metas["s"] = cast(Any, "meta")
+    block = DecodedBlock()
+    for (key, namespace), state in rows:
+        block.keys.append(key)
+        block.namespaces.append(namespace)
+        block.states.append(state)
+    if block:
+        restored.blocks["s"] = {key_group: block}
+    return restored
+
+
+@given(
+    st.dictionaries(FOLD_PAIRS, st.integers(), max_size=12),
+    st.lists(
+        st.tuples(st.lists(FOLD_PAIRS, max_size=5), st.dictionaries(FOLD_PAIRS, st.integers())),
+        max_size=4,
+    ),
+)
+def test_a_folded_heap_chain_is_its_deltas_applied_to_a_dict_in_the_dicts_order(
+    base: dict[tuple[int, str], int],
+    deltas: list[tuple[list[tuple[int, str]], dict[tuple[int, str], int]]],
+) -> None:
+    """I5 against a dict: per delta its removals, then its mappings; a base
+    mapping keeps its place, a mapping put after its removal goes last."""
+    model = dict(base)
+    chain: list[tuple[Removals, RestoredSnapshot]] = []
+    for removed, put in deltas:
+        for pair in removed:
+            model.pop(pair, None)
+        model.update(put)
+        chain.append(({"s": {2: removed}} if removed else {}, restored_of(2, list(put.items()))))
+    folded, removed_keys = fold_chain(restored_of(2, list(base.items())), chain)
+    block = folded.blocks.get("s", {}).get(2, DecodedBlock())
+    pairs = zip(block.keys, block.namespaces, strict=True)
+    assert list(zip(pairs, block.states, strict=True)) == list(model.items())
+    assert removed_keys.get("s", {}).get(2, []) == [k for removed, _ in deltas for k, _ in removed]
+
+
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_base_holding_a_mapping_twice_that_a_delta_changes_is_refused(at: str) -> None:
+    """E4 where the fold reads the base: a mapping twice in the base, first, in
+    the middle or last, is refused if a delta removes or puts it (one a delta
+    leaves alone reaches the table, which refuses it as every restore does)."""
+    rows = [((k, "a"), k) for k in range(5)]
+    twice = {"first": 0, "middle": 2, "last": 4}[at]
+    rows.insert(twice + 1, ((twice, "a"), 99))
+    for removals, put in [({"s": {2: [(twice, "a")]}}, []), ({}, [((twice, "a"), 7)])]:
+        with pytest.raises(DuplicateMappingError, match=rf"\({twice}, 'a'\) twice in key group 2"):
+            fold_chain(restored_of(2, rows), [(removals, restored_of(2, put))])
 
 
 def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any]]:

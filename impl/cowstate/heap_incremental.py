@@ -376,51 +376,101 @@ def fold_chain(
     """The chain folded (I5): ``base`` with each delta's removals, then its
     mappings, applied in order; and every removal's key per state and key
     group (for the restore's key-type check, E6). Refuses a mapping given
-    twice in one file (E4)."""
-    folded: dict[str, dict[int, dict[tuple[Any, Any], Any]]] = {}
+    twice in one delta file (E4); a mapping the base holds twice is refused
+    here if a delta touched it, else by the table the fold fills.
 
-    def absorb(restored: RestoredSnapshot) -> None:
-        for name, groups in restored.blocks.items():
-            target = folded.setdefault(name, {})
-            for key_group, block in groups.items():
+    The deltas are folded first, into what they change per state and key
+    group (:class:`_Changes`, small: the deltas' own mappings), then each
+    base block is read once and copied only where a delta changed it. The
+    result is what applying the chain to a dict gives, in its order: a base
+    mapping where the base has it (with its newest state), then what the
+    deltas added, in the order of their last insertion."""
+    changes: dict[str, dict[int, _Changes]] = {}
+    removed_keys: dict[str, dict[int, list[Any]]] = {}
+    for removals, delta in deltas:
+        for name, groups in removals.items():
+            for key_group, pairs in groups.items():
+                changes.setdefault(name, {}).setdefault(key_group, _Changes()).remove(pairs)
+                removed_keys.setdefault(name, {}).setdefault(key_group, []).extend(
+                    k for k, _ in pairs
+                )
+        for name, blocks in delta.blocks.items():
+            for key_group, block in blocks.items():
                 duplicate = find_duplicate(block)
                 if duplicate is not None:
                     raise duplicate_error(name, key_group, *duplicate)
-                mappings = target.setdefault(key_group, {})
-                for key, namespace, state in zip(
-                    block.keys, block.namespaces, block.states, strict=True
-                ):
-                    mappings[(key, namespace)] = state
-
-    removed_keys: dict[str, dict[int, list[Any]]] = {}
-    absorb(base)
+                changes.setdefault(name, {}).setdefault(key_group, _Changes()).put(block)
     result = RestoredSnapshot(base.key_group_range, base.max_parallelism)
     result.formats.add(SnapshotFormat.HEAP)
     result.key_serializer = base.key_serializer
     result.key_groups.update(base.key_groups)
     result.all_states.update(base.all_states)
     result.metas.update(base.metas)
-    for removals, changes in deltas:
-        for name, groups in removals.items():
-            for key_group, pairs in groups.items():
-                mappings = folded.get(name, {}).get(key_group, {})
-                for pair in pairs:
-                    mappings.pop(pair, None)
-                removed_keys.setdefault(name, {}).setdefault(key_group, []).extend(
-                    k for k, _ in pairs
-                )
-        absorb(changes)
-        result.all_states.update(changes.all_states)
-        for name, meta in changes.metas.items():
+    for _, delta in deltas:
+        result.all_states.update(delta.all_states)
+        for name, meta in delta.metas.items():
             result.metas.setdefault(name, meta)
     for name in result.metas:
         blocks = result.blocks.setdefault(name, {})
-        for key_group, mappings in folded.get(name, {}).items():
-            if mappings:
-                block = DecodedBlock()
-                for (key, namespace), state in mappings.items():
-                    block.keys.append(key)
-                    block.namespaces.append(namespace)
-                    block.states.append(state)
-                blocks[key_group] = block
+        of_state = changes.get(name, {})
+        base_blocks = base.blocks.get(name, {})
+        for key_group in sorted(set(base_blocks) | set(of_state)):
+            block = base_blocks.get(key_group, DecodedBlock())
+            changed = of_state.get(key_group)
+            folded = block if changed is None else changed.apply(name, key_group, block)
+            if folded:
+                blocks[key_group] = folded
     return result, removed_keys
+
+
+class _Changes:
+    """What a chain's deltas do to one state's key group, in order: the
+    mappings they remove (``gone``: the base's, or none) and the newest state
+    of each mapping they put (``newest``, in the order a dict would hold
+    them); a mapping put after its removal goes last (``readded``)."""
+
+    __slots__ = ("gone", "newest", "readded")
+
+    def __init__(self) -> None:
+        self.gone: set[tuple[Any, Any]] = set()
+        self.newest: dict[tuple[Any, Any], Any] = {}
+        self.readded: set[tuple[Any, Any]] = set()
+
+    def remove(self, pairs: Sequence[tuple[Any, Any]]) -> None:
+        for pair in pairs:
+            self.newest.pop(pair, None)
+            self.readded.discard(pair)
+            self.gone.add(pair)
+
+    def put(self, block: DecodedBlock) -> None:
+        newest, gone, readded = self.newest, self.gone, self.readded
+        for key, namespace, state in zip(block.keys, block.namespaces, block.states, strict=True):
+            pair = (key, namespace)
+            if pair in gone:
+                readded.add(pair)
+            newest[pair] = state
+
+    def apply(self, name: str, key_group: int, base: DecodedBlock) -> DecodedBlock:
+        """``base`` with these changes: one pass over it, then what was added."""
+        out = DecodedBlock()
+        keys, namespaces, states = out.keys, out.namespaces, out.states
+        gone, newest, readded = self.gone, self.newest, self.readded
+        seen: set[tuple[Any, Any]] = set()  # the base's changed mappings, once each (E4)
+        for key, namespace, state in zip(base.keys, base.namespaces, base.states, strict=True):
+            pair = (key, namespace)
+            if pair in gone or pair in newest:
+                if pair in seen:
+                    raise duplicate_error(name, key_group, key, namespace)
+                seen.add(pair)
+                if pair in gone:  # removed (and if put again, it goes last)
+                    continue
+                state = newest[pair]
+            keys.append(key)
+            namespaces.append(namespace)
+            states.append(state)
+        for pair, state in newest.items():
+            if pair in readded or pair not in seen:
+                keys.append(pair[0])
+                namespaces.append(pair[1])
+                states.append(state)
+        return out
