@@ -80,6 +80,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import compress
 from typing import Any
 
 from cowstate.arithmetic import DEFAULT_REMOVAL_LIMIT
@@ -451,26 +452,39 @@ class _Changes:
             newest[pair] = state
 
     def apply(self, name: str, key_group: int, base: DecodedBlock) -> DecodedBlock:
-        """``base`` with these changes: one pass over it, then what was added."""
-        out = DecodedBlock()
-        keys, namespaces, states = out.keys, out.namespaces, out.states
+        """``base`` with these changes, then what was added. Only the base's
+        entries of a key a delta touched are looked at in Python: the others
+        are found and copied by loops that run in C (``compress``)."""
         gone, newest, readded = self.gone, self.newest, self.readded
+        keys, namespaces = base.keys, base.namespaces
+        states = list(base.states)
+        touched = {key for key, _ in gone} | {key for key, _ in newest}
         seen: set[tuple[Any, Any]] = set()  # the base's changed mappings, once each (E4)
-        for key, namespace, state in zip(base.keys, base.namespaces, base.states, strict=True):
-            pair = (key, namespace)
+        dropped: list[int] = []
+        for at in compress(range(len(keys)), map(touched.__contains__, keys)):
+            pair = (keys[at], namespaces[at])
             if pair in gone or pair in newest:
                 if pair in seen:
-                    raise duplicate_error(name, key_group, key, namespace)
+                    raise duplicate_error(name, key_group, *pair)
                 seen.add(pair)
                 if pair in gone:  # removed (and if put again, it goes last)
-                    continue
-                state = newest[pair]
-            keys.append(key)
-            namespaces.append(namespace)
-            states.append(state)
+                    dropped.append(at)
+                else:
+                    states[at] = newest[pair]
+        if dropped:
+            kept = bytearray(b"\x01") * len(keys)
+            for at in dropped:
+                kept[at] = 0
+            out = DecodedBlock(
+                list(compress(keys, kept)),
+                list(compress(namespaces, kept)),
+                list(compress(states, kept)),
+            )
+        else:
+            out = DecodedBlock(list(keys), list(namespaces), states)
         for pair, state in newest.items():
             if pair in readded or pair not in seen:
-                keys.append(pair[0])
-                namespaces.append(pair[1])
-                states.append(state)
+                out.keys.append(pair[0])
+                out.namespaces.append(pair[1])
+                out.states.append(state)
         return out
