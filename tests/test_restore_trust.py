@@ -89,7 +89,7 @@ from cowstate.errors import (
     UnsupportedMetadataVersionError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
-from cowstate.heap_incremental import Removals, fold_chain
+from cowstate.heap_incremental import Removals, fold_deltas
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -101,6 +101,7 @@ from cowstate.rocksdb.table import encode_rocks_key
 from cowstate.serializers import DefaultSerializer
 from cowstate.snapshot import RestoredSnapshot, SnapshotReader, SnapshotWriter
 from cowstate.snapshot.checks import DecodedBlock
+from cowstate.state_table import CopyOnWriteStateTable
 from cowstate_spec.bad_layers import (
     CONFINEMENT,
     PATH_LAYER_BUGS,
@@ -2837,12 +2838,12 @@ def restored_of(key_group: int, rows: list[tuple[tuple[int, str], int]]) -> Rest
         max_size=4,
     ),
 )
-def test_a_folded_heap_chain_is_its_deltas_applied_to_a_dict_in_the_dicts_order(
+def test_folded_heap_deltas_applied_to_the_base_are_each_delta_applied_to_a_dict_in_turn(
     base: dict[tuple[int, str], int],
     deltas: list[tuple[list[tuple[int, str]], dict[tuple[int, str], int]]],
 ) -> None:
-    """I5 against a dict: per delta its removals, then its mappings; a base
-    mapping keeps its place, a mapping put after its removal goes last."""
+    """I5 against a dict: per delta its removals, then its mappings (a mapping
+    removed and put again, put and removed, removed twice, or never there)."""
     model = dict(base)
     chain: list[tuple[Removals, RestoredSnapshot]] = []
     for removed, put in deltas:
@@ -2850,24 +2851,27 @@ def test_a_folded_heap_chain_is_its_deltas_applied_to_a_dict_in_the_dicts_order(
             model.pop(pair, None)
         model.update(put)
         chain.append(({"s": {2: removed}} if removed else {}, restored_of(2, list(put.items()))))
-    folded, removed_keys = fold_chain(restored_of(2, list(base.items())), chain)
-    block = folded.blocks.get("s", {}).get(2, DecodedBlock())
-    pairs = zip(block.keys, block.namespaces, strict=True)
-    assert list(zip(pairs, block.states, strict=True)) == list(model.items())
+    table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4)
+    for (key, namespace), state in base.items():
+        table.put(key, namespace, state, key_group=2)
+    changes, removed_keys = fold_deltas(chain)
+    for key_group, change in changes.get("s", {}).items():
+        assert key_group == 2
+        change.apply_to(table, key_group)
+    snapshot = table.snapshot()
+    assert {(k, n): s for k, n, s in snapshot.key_group_items(2)} == model
+    snapshot.release()
     assert removed_keys.get("s", {}).get(2, []) == [k for removed, _ in deltas for k, _ in removed]
 
 
 @pytest.mark.parametrize("at", ["first", "middle", "last"])
-def test_a_base_holding_a_mapping_twice_that_a_delta_changes_is_refused(at: str) -> None:
-    """E4 where the fold reads the base: a mapping twice in the base, first, in
-    the middle or last, is refused if a delta removes or puts it (one a delta
-    leaves alone reaches the table, which refuses it as every restore does)."""
+def test_a_delta_file_holding_a_mapping_twice_is_refused(at: str) -> None:
+    """E4 in a delta's changes: a mapping twice, first, in the middle or last."""
     rows = [((k, "a"), k) for k in range(5)]
     twice = {"first": 0, "middle": 2, "last": 4}[at]
     rows.insert(twice + 1, ((twice, "a"), 99))
-    for removals, put in [({"s": {2: [(twice, "a")]}}, []), ({}, [((twice, "a"), 7)])]:
-        with pytest.raises(DuplicateMappingError, match=rf"\({twice}, 'a'\) twice in key group 2"):
-            fold_chain(restored_of(2, rows), [(removals, restored_of(2, put))])
+    with pytest.raises(DuplicateMappingError, match=rf"\({twice}, 'a'\) twice in key group 2"):
+        fold_deltas([({}, restored_of(2, rows))])
 
 
 def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any]]:

@@ -90,12 +90,13 @@ from cowstate.errors import (
 )
 from cowstate.heap_incremental import (
     Chain,
+    DeltaChanges,
     IncrementalOptions,
     Removals,
     check_chain,
     check_chain_base,
     check_chain_handle,
-    fold_chain,
+    fold_deltas,
     read_removals,
     write_removals,
 )
@@ -508,6 +509,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         chain: I5) and fill new tables (the backend unchanged; see :meth:`restore`)."""
         readers = [s if isinstance(s, SnapshotReader) else SnapshotReader(s) for s in snapshots]
         removed: list[tuple[str, int, list[Any]]] = []
+        added: list[tuple[str, int, list[Any]]] = []  # the deltas' keys
+        chain_changes: list[dict[str, dict[int, DeltaChanges]]] = []
         try:
             for chain in chains:  # every file's metadata before any byte is decoded
                 for reader in chain:
@@ -537,8 +540,19 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                     namespace_serializer=self._namespace_serializer,
                 )
             for chain in chains:
-                folded, removed_keys = self._fold(chain, metas)
-                _merge(restored, folded)
+                base, deltas = self._decode_chain(chain, metas)
+                _merge(restored, base)
+                for _, delta in deltas:  # a state new since the base is in its deltas only
+                    restored.all_states |= delta.all_states
+                    for name, meta in delta.metas.items():
+                        restored.metas.setdefault(name, meta)
+                    added += [
+                        (name, key_group, block.keys)
+                        for name, groups in delta.blocks.items()
+                        for key_group, block in groups.items()
+                    ]
+                changes, removed_keys = fold_deltas(deltas)
+                chain_changes.append(changes)
                 removed += [
                     (name, key_group, keys)
                     for name, groups in removed_keys.items()
@@ -554,11 +568,15 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         for name, blocks in restored.blocks.items():
             for key_group, block in blocks.items():
                 check_key_types(name, key_group, block.keys, key_types)
-        for name, key_group, keys in removed:  # a removal's key is a key too (I4)
+        for name, key_group, keys in added + removed:  # a removal's key is a key too (I4)
             check_key_types(name, key_group, keys, key_types)
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
+        for changes in chain_changes:  # I5: the bases are in, the deltas on top
+            for name, groups in changes.items():
+                for key_group, change in groups.items():
+                    change.apply_to(tables[name], key_group)
         for name, holder in self._holders.items():  # registered, absent: empty
             if name not in tables:
                 tables[name] = self._new_table(metas.get(name, holder.table.meta))
@@ -832,10 +850,11 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             self._written.clear()
             self._aborted.clear()
 
-    def _fold(
+    def _decode_chain(
         self, chain: Sequence[SnapshotReader], metas: dict[str, StateMetaInfo]
-    ) -> tuple[RestoredSnapshot, dict[str, dict[int, list[Any]]]]:
-        """Decode and check every file of a checked chain and fold it (I4, I5)."""
+    ) -> tuple[RestoredSnapshot, list[tuple[Removals, RestoredSnapshot]]]:
+        """Decode and check every file of a checked chain (I4): its base, and
+        each delta's removals and changes."""
         decode = functools.partial(
             read_snapshot,
             key_group_range=self.key_group_range,
@@ -855,7 +874,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 self._namespace_serializer,
             )
             deltas.append((removals, decode(chain[index])))
-        return fold_chain(base, deltas)
+        return base, deltas
 
 
 def _open_snapshot(item: Any, opened: contextlib.ExitStack) -> IO[bytes] | bytes | None:

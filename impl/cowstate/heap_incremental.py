@@ -65,7 +65,9 @@ I4. A restore checks the chain's shape (base, then pairs), that every file
     key twice in one file).
 I5. A restore folds the chain in order, per state and key group: the base's
     mappings, then for each delta its removals first and its mappings
-    second. Only then are tables built (all or nothing, as every restore).
+    second. The deltas are folded first (:func:`fold_deltas`), then new
+    tables are filled with the base and the folded deltas applied to them,
+    before anything is installed (all or nothing, as every restore).
 
 What a chain costs: a delta's write reads every mapping of the snapshot once
 in Python (the versions decide) and serializes the changed ones -- about a
@@ -78,9 +80,9 @@ twice a full one's bytes and ten files per subtask.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import compress
 from typing import Any
 
 from cowstate.arithmetic import DEFAULT_REMOVAL_LIMIT
@@ -105,17 +107,19 @@ from cowstate.snapshot.reader import SnapshotReader
 from cowstate.snapshot.restore import RestoredSnapshot, resolve_serializer
 from cowstate.snapshot.writer import SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
+from cowstate.state_table import CopyOnWriteStateTable, StateTable
 
 __all__ = [
     "DEFAULT_MAX_DELTAS",
     "DEFAULT_MAX_DELTA_RATIO",
     "Chain",
+    "DeltaChanges",
     "IncrementalOptions",
     "Removals",
     "check_chain",
     "check_chain_base",
     "check_chain_handle",
-    "fold_chain",
+    "fold_deltas",
     "read_removals",
     "write_removals",
 ]
@@ -371,120 +375,68 @@ def check_chain_base(handle: KeyedStateHandle, meta: SnapshotMetadata, path: str
         )
 
 
-def fold_chain(
-    base: RestoredSnapshot, deltas: Sequence[tuple[Removals, RestoredSnapshot]]
-) -> tuple[RestoredSnapshot, dict[str, dict[int, list[Any]]]]:
-    """The chain folded (I5): ``base`` with each delta's removals, then its
-    mappings, applied in order; and every removal's key per state and key
-    group (for the restore's key-type check, E6). Refuses a mapping given
-    twice in one delta file (E4); a mapping the base holds twice is refused
-    here if a delta touched it, else by the table the fold fills.
-
-    The deltas are folded first, into what they change per state and key
-    group (:class:`_Changes`, small: the deltas' own mappings), then each
-    base block is read once and copied only where a delta changed it. The
-    result is what applying the chain to a dict gives, in its order: a base
-    mapping where the base has it (with its newest state), then what the
-    deltas added, in the order of their last insertion."""
-    changes: dict[str, dict[int, _Changes]] = {}
+def fold_deltas(
+    deltas: Sequence[tuple[Removals, RestoredSnapshot]],
+) -> tuple[dict[str, dict[int, DeltaChanges]], dict[str, dict[int, list[Any]]]]:
+    """A chain's deltas folded (I5), in order, into what they change per state
+    and key group (:class:`DeltaChanges`: small, the deltas' own mappings),
+    and every removal's key per state and key group (for the restore's
+    key-type check, E6). Refuses a mapping given twice in one delta file (E4).
+    A restore fills its new tables with the base, then applies these."""
+    changes: dict[str, dict[int, DeltaChanges]] = {}
     removed_keys: dict[str, dict[int, list[Any]]] = {}
     for removals, delta in deltas:
         for name, groups in removals.items():
             for key_group, pairs in groups.items():
-                changes.setdefault(name, {}).setdefault(key_group, _Changes()).remove(pairs)
+                changes.setdefault(name, {}).setdefault(key_group, DeltaChanges()).remove(pairs)
                 removed_keys.setdefault(name, {}).setdefault(key_group, []).extend(
                     k for k, _ in pairs
                 )
         for name, blocks in delta.blocks.items():
             for key_group, block in blocks.items():
-                duplicate = find_duplicate(block)
-                if duplicate is not None:
-                    raise duplicate_error(name, key_group, *duplicate)
-                changes.setdefault(name, {}).setdefault(key_group, _Changes()).put(block)
-    result = RestoredSnapshot(base.key_group_range, base.max_parallelism)
-    result.formats.add(SnapshotFormat.HEAP)
-    result.key_serializer = base.key_serializer
-    result.key_groups.update(base.key_groups)
-    result.all_states.update(base.all_states)
-    result.metas.update(base.metas)
-    for _, delta in deltas:
-        result.all_states.update(delta.all_states)
-        for name, meta in delta.metas.items():
-            result.metas.setdefault(name, meta)
-    for name in result.metas:
-        blocks = result.blocks.setdefault(name, {})
-        of_state = changes.get(name, {})
-        base_blocks = base.blocks.get(name, {})
-        for key_group in sorted(set(base_blocks) | set(of_state)):
-            block = base_blocks.get(key_group, DecodedBlock())
-            changed = of_state.get(key_group)
-            folded = block if changed is None else changed.apply(name, key_group, block)
-            if folded:
-                blocks[key_group] = folded
-    return result, removed_keys
+                changes.setdefault(name, {}).setdefault(key_group, DeltaChanges()).put(
+                    name, key_group, block
+                )
+    return changes, removed_keys
 
 
-class _Changes:
-    """What a chain's deltas do to one state's key group, in order: the
+class DeltaChanges:
+    """What a chain's deltas do to one state's key group, folded in order: the
     mappings they remove (``gone``: the base's, or none) and the newest state
-    of each mapping they put (``newest``, in the order a dict would hold
-    them); a mapping put after its removal goes last (``readded``)."""
+    of each mapping they put (``newest``). Applied to a table holding the
+    base -- ``gone`` removed, then ``newest`` put -- it gives what applying
+    each delta in turn gives (a mapping removed and put again is in both)."""
 
-    __slots__ = ("gone", "newest", "readded")
+    __slots__ = ("gone", "newest")
 
     def __init__(self) -> None:
         self.gone: set[tuple[Any, Any]] = set()
         self.newest: dict[tuple[Any, Any], Any] = {}
-        self.readded: set[tuple[Any, Any]] = set()
 
     def remove(self, pairs: Sequence[tuple[Any, Any]]) -> None:
         for pair in pairs:
             self.newest.pop(pair, None)
-            self.readded.discard(pair)
-            self.gone.add(pair)
+        self.gone.update(pairs)
 
-    def put(self, block: DecodedBlock) -> None:
-        newest, gone, readded = self.newest, self.gone, self.readded
-        for key, namespace, state in zip(block.keys, block.namespaces, block.states, strict=True):
-            pair = (key, namespace)
-            if pair in gone:
-                readded.add(pair)
-            newest[pair] = state
+    def put(self, name: str, key_group: int, block: DecodedBlock) -> None:
+        """One delta file's mappings of the key group (E4: each once)."""
+        pairs = list(zip(block.keys, block.namespaces, strict=True))
+        if len(set(pairs)) != len(pairs):
+            duplicate = find_duplicate(block)
+            assert duplicate is not None
+            raise duplicate_error(name, key_group, *duplicate)
+        self.newest.update(zip(pairs, block.states, strict=True))
 
-    def apply(self, name: str, key_group: int, base: DecodedBlock) -> DecodedBlock:
-        """``base`` with these changes, then what was added. Only the base's
-        entries of a key a delta touched are looked at in Python: the others
-        are found and copied by loops that run in C (``compress``)."""
-        gone, newest, readded = self.gone, self.newest, self.readded
-        keys, namespaces = base.keys, base.namespaces
-        states = list(base.states)
-        touched = {key for key, _ in gone} | {key for key, _ in newest}
-        seen: set[tuple[Any, Any]] = set()  # the base's changed mappings, once each (E4)
-        dropped: list[int] = []
-        for at in compress(range(len(keys)), map(touched.__contains__, keys)):
-            pair = (keys[at], namespaces[at])
-            if pair in gone or pair in newest:
-                if pair in seen:
-                    raise duplicate_error(name, key_group, *pair)
-                seen.add(pair)
-                if pair in gone:  # removed (and if put again, it goes last)
-                    dropped.append(at)
-                else:
-                    states[at] = newest[pair]
-        if dropped:
-            kept = bytearray(b"\x01") * len(keys)
-            for at in dropped:
-                kept[at] = 0
-            out = DecodedBlock(
-                list(compress(keys, kept)),
-                list(compress(namespaces, kept)),
-                list(compress(states, kept)),
-            )
+    def apply_to(self, table: StateTable[Any, Any, Any], key_group: int) -> None:
+        """Remove ``gone`` from, then put ``newest`` into the key group of a new
+        table holding the base (a copy-on-write table's map directly)."""
+        if isinstance(table, CopyOnWriteStateTable):
+            state_map = table.state_map(key_group)
+            remove, put = state_map.remove, state_map.put
         else:
-            out = DecodedBlock(list(keys), list(namespaces), states)
-        for pair, state in newest.items():
-            if pair in readded or pair not in seen:
-                out.keys.append(pair[0])
-                out.namespaces.append(pair[1])
-                out.states.append(state)
-        return out
+            remove = functools.partial(table.remove, key_group=key_group)
+            put = functools.partial(table.put, key_group=key_group)
+        for key, namespace in self.gone:
+            remove(key, namespace)
+        for (key, namespace), state in self.newest.items():
+            put(key, namespace, state)

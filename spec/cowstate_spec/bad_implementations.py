@@ -680,9 +680,10 @@ STORAGE_BUGS += [
     ),
     Bug(
         "restore-applies-removals-to-the-wrong-key-group",
-        "_fold",
+        "_decode_chain",
         "deltas.append((removals, decode(chain[index])))",
-        "deltas.append(({name: {kg + 1: pairs for kg, pairs in groups.items()} "
+        "deltas.append(({name: {(kg + 1 if kg < self.key_group_range.end_key_group "
+        "else kg - 1): pairs for kg, pairs in groups.items()} "
         "for name, groups in removals.items()}, decode(chain[index])))",
         "I5 of cowstate.heap_incremental: a restore (here rescaling) must apply each "
         "removal in its own key group",
