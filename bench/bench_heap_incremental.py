@@ -752,20 +752,6 @@ def targets(cfg: Config) -> list[Target]:
 # ---------------------------------------------------------------------- run
 
 
-def check_map(cfg: Config) -> None:
-    """Stop early when ``--map c`` cannot write deltas (the C map does not
-    track changes) -- the checkpoints would all be full."""
-    if cfg.map != "c":
-        return
-    from cowstate import _cmap
-
-    if not hasattr(_cmap.CopyOnWriteStateMap, "track_changes"):
-        raise SystemExit(
-            "--map c: the C map does not track changes yet (no track_changes), so every heap "
-            "checkpoint over it is full (I2 of cowstate.heap_incremental); run with --map pure"
-        )
-
-
 def writer_of(cfg: Config) -> str:
     if ccodec.CODEC is None:
         return "Python (the C codec is not built)"
@@ -773,7 +759,6 @@ def writer_of(cfg: Config) -> str:
 
 
 def run(cfg: Config) -> dict[str, Any]:
-    check_map(cfg)
     started = time.perf_counter()
     notes: dict[str, Any] = {"load_before": os.getloadavg(), "writer": writer_of(cfg)}
     rows = Rows()

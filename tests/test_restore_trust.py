@@ -2880,11 +2880,12 @@ def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any
     return [f.model_dump() for f in handle.files]
 
 
-@pytest.mark.parametrize("position", ["first", "last"])
-@pytest.mark.parametrize("case", sorted(CHAIN_EDITS))
-def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
+def refuse_resealed_chain(
     heap_chains: tuple[Path, list[str]], tmp_path: Path, case: str, position: str
-) -> None:
+) -> tuple[list[str], set[str]]:
+    """Reseal chk-3's handle of the first or last subtask with ``case``'s edit
+    of CHAIN_EDITS and restore it: refused with the edit's message, nothing
+    restored. The paths read, in order, and the other job's chain's paths."""
     _, directories = copied_chains(heap_chains, tmp_path)
     edit, message = CHAIN_EDITS[case]
     directory = directories[2]
@@ -2896,40 +2897,6 @@ def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
         set_chain_files(subtask, edit(subtask["files"], foreign))
 
     reseal(directory, broken)
-    target = fresh_backends("heap-incremental")
-    storage = CheckpointStorage(str(tmp_path / "root"), "restored")
-    with pytest.raises(SnapshotFormatError, match=re.escape(message)):
-        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
-    assert all(list(b.entries("value")) == [] for b in target)
-    for backend in target:
-        backend.close()
-
-
-@pytest.mark.parametrize("position", ["first", "last"])
-@pytest.mark.parametrize(
-    "case", ["another job's base", "another job's delta", "another job's chain"]
-)
-def test_a_heap_chain_naming_another_jobs_files_is_refused_before_any_file_is_read(
-    heap_chains: tuple[Path, list[str]],
-    tmp_path: Path,
-    case: str,
-    position: str,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Regression (I4): the chain's files were all read, then refused for
-    lying outside the job's own shared directory -- another job's files were
-    opened and checksummed first. The handle's check now comes first."""
-    _, directories = copied_chains(heap_chains, tmp_path)
-    edit, message = CHAIN_EDITS[case]
-    directory = directories[2]
-    index = 0 if position == "first" else 1
-    foreign = _other_job_chain(directories, index)
-    reseal(
-        directory,
-        lambda document: set_chain_files(
-            document["subtasks"][index], edit(document["subtasks"][index]["files"], foreign)
-        ),
-    )
     read: list[str] = []
     real_read = SnapshotSource.read
 
@@ -2937,17 +2904,43 @@ def test_a_heap_chain_naming_another_jobs_files_is_refused_before_any_file_is_re
         read.append(handle.path)
         return real_read(self, handle)
 
-    monkeypatch.setattr(SnapshotSource, "read", recording)
     target = fresh_backends("heap-incremental")
     storage = CheckpointStorage(str(tmp_path / "root"), "restored")
-    with pytest.raises(SnapshotFormatError, match=re.escape(message)):
-        CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
-    foreign_paths = {file["path"] for file in foreign}
-    assert not foreign_paths & set(read), read
+    try:
+        with (
+            pytest.MonkeyPatch.context() as patch,
+            pytest.raises(SnapshotFormatError, match=re.escape(message)),
+        ):
+            patch.setattr(SnapshotSource, "read", recording)
+            CheckpointCoordinator.restore(storage, target, directory, RestoreMode.NO_CLAIM)
+        assert all(list(b.entries("value")) == [] for b in target)
+    finally:
+        for backend in target:
+            backend.close()
+    return read, {file["path"] for file in foreign}
+
+
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize("case", sorted(CHAIN_EDITS))
+def test_a_resealed_heap_chain_out_of_order_incomplete_or_foreign_is_refused(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, case: str, position: str
+) -> None:
+    refuse_resealed_chain(heap_chains, tmp_path, case, position)
+
+
+@pytest.mark.parametrize("position", ["first", "last"])
+@pytest.mark.parametrize(
+    "case", ["another job's base", "another job's delta", "another job's chain"]
+)
+def test_a_heap_chain_naming_another_jobs_files_is_refused_before_any_file_is_read(
+    heap_chains: tuple[Path, list[str]], tmp_path: Path, case: str, position: str
+) -> None:
+    """Regression (I4): the chain's files were all read, then refused for
+    lying outside the job's own shared directory -- another job's files were
+    opened and checksummed first. The handle's check now comes first."""
+    read, foreign = refuse_resealed_chain(heap_chains, tmp_path, case, position)
+    assert not foreign & set(read), read
     assert bool(read) == (position == "last")  # the first subtask's files, read and checked
-    assert all(list(b.entries("value")) == [] for b in target)
-    for backend in target:
-        backend.close()
 
 
 #: A checkpoint's handle resealed to list a prefix of its chain: an older

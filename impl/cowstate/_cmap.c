@@ -1199,6 +1199,21 @@ static int keyed_prologue(MapObject *m, PyObject *const *args, Py_ssize_t nargs,
     return find(m, found->hash, args[0], args[1], found);
 }
 
+/* Rule T: mark the state of `e`, which `f` found and no snapshot holds
+ * (state_version >= H), as handed out at V -- on the owner's copy of the
+ * entry if a snapshot shares it (rule E first). The entry that stands for
+ * `e` now, or NULL with an error (the copy failed; nothing marked). */
+static Entry *mark_state(MapObject *m, Found *f, Entry *e)
+{
+    if (e->entry_version < m->highest) {                      /* rule E */
+        e = copy_chain(m, f->table, f->bucket, e);
+        if (e == NULL)
+            return NULL;
+    }
+    e->state_version = m->version;                            /* rule T: marked */
+    return e;
+}
+
 /* ------------------------------------------------------------ map methods */
 
 static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
@@ -1212,13 +1227,8 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
     if (e->state_version < m->guard && !(m->scalars_as_is && is_scalar_state(e->state))
         && !PLANTED(BUG_GET_SKIPS_STATE_COPY)) {    /* rule S or rule T (scalars exempt) */
         if (e->state_version >= m->highest) {       /* rule T: no snapshot holds it: mark */
-            if (e->entry_version < m->highest) {                  /* rule E */
-                e = copy_chain(m, f.table, f.bucket, e);
-                if (e == NULL)
-                    return NULL;
-            }
-            e->state_version = m->version;            /* rule T: marked */
-            return Py_NewRef(e->state);
+            e = mark_state(m, &f, e);
+            return e == NULL ? NULL : Py_NewRef(e->state);
         }
         PyObject *copy = copy_shared_state(m, e->state, args[0], args[1]);
         if (copy == NULL)
@@ -1400,12 +1410,9 @@ static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t n
     }
     else {
         if (e->state_version < m->guard) {     /* rule T: fn gets the stored state and */
-            if (e->entry_version < m->highest) {   /* may change it in place, then raise: */
-                e = copy_chain(m, f.table, f.bucket, e);   /* marked first (rule E first) */
-                if (e == NULL)
-                    return NULL;
-            }
-            e->state_version = m->version;
+            e = mark_state(m, &f, e);          /* may change it in place, then raise: */
+            if (e == NULL)                     /* marked first */
+                return NULL;
         }
         old = Py_NewRef(e->state);
     }

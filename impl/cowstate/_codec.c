@@ -738,7 +738,7 @@ static cs_status enc_obj(Enc *e, PyObject *v, int depth)
         put1(b, v == Py_None ? 0xc0 : v == Py_True ? 0xc3 : 0xc2);
         return CS_OK;
     }
-    if (v == void_namespace && v != NULL) {
+    if (v == void_namespace) { /* by address (NULL before cs_prepare: no v is) */
         if (cs_buf_reserve(b, 3) < 0)
             return CS_NOMEM;
         put1(b, 0xc7);

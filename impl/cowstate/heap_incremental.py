@@ -84,7 +84,6 @@ bytes and ten files per subtask.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +110,7 @@ from cowstate.snapshot.reader import SnapshotReader
 from cowstate.snapshot.restore import RestoredSnapshot, resolve_serializer
 from cowstate.snapshot.writer import SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
-from cowstate.state_table import CopyOnWriteStateTable, StateTable
+from cowstate.state_table import StateTable
 
 __all__ = [
     "DEFAULT_MAX_DELTAS",
@@ -433,13 +432,9 @@ class DeltaChanges:
 
     def apply_to(self, table: StateTable[Any, Any, Any], key_group: int) -> None:
         """Remove ``gone`` from, then put ``newest`` into the key group of a new
-        table holding the base (a copy-on-write table's map directly)."""
-        if isinstance(table, CopyOnWriteStateTable):
-            state_map = table.state_map(key_group)
-            remove, put = state_map.remove, state_map.put
-        else:
-            remove = functools.partial(table.remove, key_group=key_group)
-            put = functools.partial(table.put, key_group=key_group)
+        table holding the base (straight into its map, as the base was)."""
+        state_map = table.state_map(key_group)
+        remove, put = state_map.remove, state_map.put
         for key, namespace in self.gone:
             remove(key, namespace)
         for (key, namespace), state in self.newest.items():

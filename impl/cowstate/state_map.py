@@ -557,10 +557,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
                     raise StateCopyError.of(key, namespace, exc) from exc
             elif e.state_version < self._guard:  # rule T: fn gets the stored state
                 # and may change it in place even if it then raises: marked first
-                if e.entry_version < self._highest_required:  # rule E
-                    tab, index = self._select(h)
-                    e = self._copy_chain(tab, index, e)
-                e.state_version = self._version
+                self._mark(*self._select(h), e)
         new = apply_transform(fn, old, value, key, namespace)
         if self._rehash is not None:  # this operation's rehash step, once fn succeeded
             self._incremental_rehash()
@@ -837,10 +834,7 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
             scalar: S = e.state
             return scalar
         if e.state_version >= self._highest_required:  # rule T: mark, no copy
-            if e.entry_version < self._highest_required:  # rule E
-                e = self._copy_chain(tab, index, e)
-            e.state_version = self._version
-            handed: S = e.state
+            handed: S = self._mark(tab, index, e).state
             return handed
         stamp = self._stamp
         try:  # rule U: before any write
@@ -854,6 +848,16 @@ class CopyOnWriteStateMap(Generic[K, N, S]):
         e.state = state
         e.state_version = self._version
         return state
+
+    def _mark(self, tab: list[_Entry | None], index: int, e: _Entry) -> _Entry:
+        """Rule T: mark the state of ``e`` (in ``tab[index]``'s chain), which no
+        snapshot holds, as handed out at ``V`` -- on the owner's copy of the
+        entry if a snapshot shares it (rule E first); the entry standing for
+        ``e`` now."""
+        if e.entry_version < self._highest_required:  # rule E
+            e = self._copy_chain(tab, index, e)
+        e.state_version = self._version
+        return e
 
     def _copy_chain(self, tab: list[_Entry | None], index: int, until: _Entry) -> _Entry:
         """Rule E: copy every shared entry from the head of ``tab[index]`` up to

@@ -160,8 +160,9 @@ C_REWRITES = [
 C_TRACKING_REWRITES = [
     CRewrite(
         "c-get-mutation-not-recorded",
-        "            e->state_version = m->version;            /* rule T: marked */\n",
-        "",
+        "            e = mark_state(m, &f, e);\n"
+        "            return e == NULL ? NULL : Py_NewRef(e->state);",
+        "            return Py_NewRef(e->state);",
         "rule T: a state get hands out after the base is not marked, so a caller's "
         "mutation is missing from the next delta",
         tracked=True,

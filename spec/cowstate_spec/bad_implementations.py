@@ -273,7 +273,7 @@ BUGS: list[Bug] = [
     Bug(
         "get-mutation-not-recorded",
         "_copy_state_for_caller",
-        "e.state_version = self._version\n        handed: S = e.state",
+        "handed: S = self._mark(tab, index, e).state",
         "handed: S = e.state",
         "rule T: a state get hands out after the base is not marked, so a caller's "
         "mutation is missing from the next delta",
