@@ -4086,6 +4086,21 @@ def writer_deltas(draw: st.DrawFn) -> tuple[str, list[WriterState], list[DeltaCh
     return key_name, states, draw(st.lists(change, max_size=40))
 
 
+@st.composite
+def writer_deltas_across_a_later_snapshot(
+    draw: st.DrawFn,
+) -> tuple[str, list[WriterState], list[DeltaChange], list[DeltaChange]]:
+    """``writer_deltas``, and the changes made after a snapshot that is not the
+    base."""
+    key_name, states, changes = draw(writer_deltas())
+    change = st.tuples(
+        st.sampled_from(["put", "remove", "get", "get and mutate"]),
+        st.integers(0, 60),
+        st.integers(0, 60),
+    )
+    return key_name, states, changes, draw(st.lists(change, min_size=1, max_size=20))
+
+
 def mappings_of(table: Table) -> list[tuple[Any, Any]]:
     """The table's (key, namespace) pairs (through a snapshot: take it before
     the base, so the changes are made at the base's version)."""
@@ -4128,11 +4143,18 @@ def change_tables(
 
 
 def check_delta_file(
-    codec: Any, key_name: str, states: list[WriterState], changes: list[DeltaChange]
+    codec: Any,
+    key_name: str,
+    states: list[WriterState],
+    changes: list[DeltaChange],
+    later: Sequence[DeltaChange] = (),
 ) -> None:
     """A heap delta's changes file (a snapshot read ``only_changed_since`` its
     base) by the C writer (``codec``) is the Python loops' byte for byte, or both
-    writes fail alike."""
+    writes fail alike. ``later``: changes made after a snapshot that is not the
+    base (taken and released after ``changes``): the chunks they touch start
+    their marks over after the base (rule M of _cmap.c), so the writer must walk
+    those chunks whole."""
     tables = writer_tables(key_name, states)
     for table in tables:
         for key_group in table.key_group_range:
@@ -4143,6 +4165,10 @@ def check_delta_file(
     for snap in base:
         snap.release()
     change_tables(tables, mappings, states, changes)  # at the base's version, as a backend
+    if later:
+        for snap in [t.snapshot() for t in tables]:
+            snap.release()
+        change_tables(tables, mappings, states, list(later))
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ccodec, "CODEC", codec)
         first = [t.snapshot() for t in tables]
@@ -4167,8 +4193,25 @@ def test_the_c_writer_writes_the_python_loops_bytes_for_a_heap_delta(
 
 
 @needs_codec
+@given(writer_deltas_across_a_later_snapshot())
+def test_the_c_writer_writes_the_python_loops_bytes_for_a_delta_across_a_later_snapshot(
+    case: tuple[str, list[WriterState], list[DeltaChange], list[DeltaChange]],
+) -> None:
+    """A snapshot that is not the base (a savepoint, a failed checkpoint) taken
+    between the base and the delta: the chunks changed after it are walked
+    whole, not by their marks (rule M of _cmap.c)."""
+    key_name, states, changes, later = case
+    check_delta_file(ccodec.CODEC, key_name, states, changes, later)
+
+
+@needs_codec
 def test_the_c_writer_writes_a_delta_of_every_kind_of_change_across_chunks() -> None:
     check_a_delta_of_every_kind_of_change(ccodec.CODEC)
+
+
+@needs_codec
+def test_the_c_writer_walks_whole_the_chunks_changed_after_a_later_snapshot() -> None:
+    check_a_delta_across_a_later_snapshot(ccodec.CODEC)
 
 
 def check_a_delta_of_every_kind_of_change(codec: Any) -> None:
@@ -4186,6 +4229,20 @@ def check_a_delta_of_every_kind_of_change(codec: Any) -> None:
         for k, operation in enumerate(operations)
     ]
     check_delta_file(codec, "default", [changed, unchanged], changes)
+
+
+def check_a_delta_across_a_later_snapshot(codec: Any) -> None:
+    """Changes at the base's version near the first, middle and last mapping (in
+    bucket order), then a snapshot that is not the base, then a put beside each
+    of them: in the same chunk, whose marks then start after the base."""
+    entries = [(i, "n", [i]) for i in range(0, 3000, 7)]
+    changed = WriterState(CopyOnWriteStateTable, "default", "default", False, entries, 2400)
+    n = len(entries) + 2400
+    operations = ("put", "remove", "get and mutate")
+    at = (0, n // 2, n - 8)
+    changes = [(operation, a + k, a + 1) for a in at for k, operation in enumerate(operations)]
+    later = [("put", a + 5, a + 2) for a in at]
+    check_delta_file(codec, "default", [changed], changes, later)
 
 
 CHUNK_SIZES = [700, 1540, 1700, 2100, 3500]  # 1540, 1700, 3500: while it rehashes
@@ -4249,6 +4306,7 @@ WRITER_BUG_CATCHERS: dict[str, Callable[[Any], None]] = {
         CopyOnWriteStateTable, codec
     ),
     "writer-delta-misses-changes-at-the-base-version": check_a_delta_of_every_kind_of_change,
+    "writer-trusts-marks-of-a-later-era": check_a_delta_across_a_later_snapshot,
 }
 
 

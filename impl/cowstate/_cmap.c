@@ -142,9 +142,38 @@
  *                    the log starts over empty as on an overflow: the bases
  *                    that would need it are refused, nothing is raised.
  *
- * Not tracking costs a removal one predictable branch and nothing else.
- * Memory: at most removal_limit records of 24 bytes (the array grows by
- * doubling up to the limit), plus the key and namespace each keeps alive.
+ * Rule M (marks)    While tracking, each chunk also marks its buckets
+ *                   that changed: `marks` (one bit per bucket) and
+ *                   `marks_since` (a version). Wherever a state_version
+ *                   >= tracking_since is set (entry_set_state, mark_state:
+ *                   V) or moved into a bucket (the rehash), mark_bucket
+ *                   first starts a chunk whose marks_since < V over (bits
+ *                   cleared, marks_since = V), then sets the bucket's bit if
+ *                   the state_version >= marks_since. The chunk is the live
+ *                   table's alone then (rule C: these are writes to it);
+ *                   rule C's copy carries the marks. A snapshot records the
+ *                   version its chunks' marks hold from (`marks_from`: the
+ *                   tracking_since when taken, else none).
+ *
+ *     chunk: marks_since = 7        bucket:  0   1   2   3   4   5  ...
+ *            marks                           0   1   0   0   1   0
+ *     an entry of bucket 1 or 4 has state_version >= 7; no entry of the
+ *     other buckets has (invariant 14)
+ *
+ * So a delta against a base b (a checkpoint's snapshot of version b; the
+ * owner's changes since are made at V >= b) need visit, in each chunk with
+ * marks_since <= b (and b >= marks_from), only the marked buckets: the
+ * writer reads 1,024 bits instead of 1,024 bucket heads and their entries
+ * (_writer.c's walk). A chunk first changed after b shows marks_since == b;
+ * one not changed since keeps older marks, a superset; only a chunk that
+ * changed after a later snapshot (one that was not the base: a savepoint, a
+ * failed checkpoint) or that the rehash filled is walked whole.
+ *
+ * Not tracking costs a removal one predictable branch, a write one branch in
+ * mark_bucket, and nothing else; every chunk carries its 136 bytes of marks
+ * (beside 8 KiB of slots at 1,024 buckets). Memory: at most removal_limit
+ * records of 24 bytes (the array grows by doubling up to the limit), plus
+ * the key and namespace each keeps alive.
  * The log is dropped by the map's tp_clear (tracking goes on:
  * tracking_since = V + 1) and deallocation; tp_traverse visits its keys and
  * namespaces of a GC type. removals_since copies the records it reads (new
@@ -209,7 +238,8 @@
  *
  * Invariants
  * ----------
- * 1-9 and 13 are the pure map's (cowstate/state_map.py). The C map adds:
+ * 1-9 and 13 are the pure map's (cowstate/state_map.py). The C map adds 10-12
+ * and 14:
  *
  * 10. Chunks: every chunk's `refs` equals the number of directories (live and
  *     open snapshots) that hold it; a chunk with refs > 1 is never written.
@@ -223,6 +253,10 @@
  *     the log is empty; tracking, guard == V, tracking_since <= V + 1, the
  *     log holds at most removal_limit records, their versions never
  *     decrease and lie in [tracking_since - 1, V].
+ * 14. Marks (rule M): tracking, every allocated chunk of the live table has
+ *     marks_since <= V, and every entry of its bucket j whose state_version
+ *     >= max(marks_since, tracking_since) has bit j of marks set; no bit is
+ *     set for a bucket the chunk does not have.
  *
  * What checks them is not here
  * ----------------------------
@@ -472,6 +506,9 @@ static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
             return NULL;
         }
         copy->refs = 1;
+        copy->marks_since = c->marks_since;                  /* rule M: the same buckets */
+        copy->unused = 0;
+        memcpy(copy->marks, c->marks, sizeof copy->marks);
         memcpy(copy->slots, c->slots, (size_t)slots * sizeof(Entry *));
         c->refs--;                                           /* still held by a snapshot */
         t->dir[index] = c = copy;
@@ -657,6 +694,38 @@ static inline void reclaim_step(MapObject *m)
 static inline void set_guard(MapObject *m)
 {
     m->guard = m->removal_limit != 0 ? m->version : m->highest;
+}
+
+/* Rule M: bucket b of the live table t now holds an entry whose state_version
+ * is sv (just set to V, or moved by the rehash). Keeps invariant 14: nothing
+ * to do unless tracking and sv >= tracking_since; a chunk whose marks are
+ * older than V starts over at V (they only served bases older than V); the
+ * bit is set when sv >= marks_since. Never fails: the chunk is the live
+ * table's alone here (an entry of version >= H sits only in chunks written
+ * since the newest open snapshot: rule C copied them), and if it were not,
+ * rule C copies it first; out of memory for that copy, tracking_since moves
+ * to V + 1 as on a log overflow (rule D: the next checkpoint is full). */
+static void mark_bucket(MapObject *m, Table *t, Py_ssize_t b, int32_t sv)
+{
+    if (m->removal_limit == 0 || sv < m->tracking_since)
+        return;
+    Chunk *c = t->dir[b >> t->bits];
+    if (c == NULL || c->refs > 1) {                            /* rule C (not expected) */
+        if (slot_for_write(t, b) == NULL) {
+            PyErr_Clear();
+            m->tracking_since = m->version + 1;
+            return;
+        }
+        c = t->dir[b >> t->bits];
+    }
+    if (c->marks_since < m->version) {
+        memset(c->marks, 0, sizeof c->marks);
+        c->marks_since = m->version;
+    }
+    if (sv >= c->marks_since) {
+        Py_ssize_t j = b & (chunk_slots(t) - 1);
+        c->marks[j >> 6] |= (uint64_t)1 << (j & 63);
+    }
 }
 
 /* Records taken out of the log, for the caller to drop as its last step. */
@@ -1025,6 +1094,7 @@ static int move_bucket(MapObject *m, Py_ssize_t r, Py_ssize_t *moved)
             e->next = *dst;                                  /* private: relinked in place */
             *dst = e;
         }
+        mark_bucket(m, new, pos, (*dst)->state_version);     /* rule M: its chunk is private */
         e = successor;
         (*moved)++;
     }
@@ -1096,7 +1166,7 @@ static int find(MapObject *m, uint64_t h, PyObject *key, PyObject *ns, Found *f)
  * its chain's head (state NULL) when absent. `f` must be current (no structural
  * change since the lookup). */
 static Entry *put_found(MapObject *m, Found *f, PyObject *key, PyObject *ns)
-{
+{   /* on return f->table and f->bucket say where the entry is (rule M marks there) */
     Table *t = f->table;
     Py_ssize_t b = f->bucket;
     uint64_t h = f->hash;
@@ -1110,6 +1180,8 @@ static Entry *put_found(MapObject *m, Found *f, PyObject *key, PyObject *ns)
         if (double_capacity(m) < 0)
             return NULL;
         t = select_table(m, h, &b);       /* a new rehash starts at index 0: the primary */
+        f->table = t;
+        f->bucket = b;
     }
     Entry **slot = slot_for_write(t, b);
     if (slot == NULL)
@@ -1129,23 +1201,23 @@ static Entry *put_found(MapObject *m, Found *f, PyObject *key, PyObject *ns)
     return e;
 }
 
-static Entry *put_entry(MapObject *m, uint64_t h, PyObject *key, PyObject *ns)
+static Entry *put_entry(MapObject *m, Found *f, uint64_t h, PyObject *key, PyObject *ns)
 {
-    Found f;
-    if (find(m, h, key, ns, &f) < 0)
+    if (find(m, h, key, ns, f) < 0)
         return NULL;
-    return put_found(m, &f, key, ns);
+    return put_found(m, f, key, ns);
 }
 
-/* Set the state of a private entry; returns the replaced state (a new
- * reference, or NULL) for the caller to drop last. */
-static inline PyObject *entry_set_state(MapObject *m, Entry *e, PyObject *state)
+/* Set the state of a private entry, which `f` says where it is; returns the
+ * replaced state (a new reference, or NULL) for the caller to drop last. */
+static inline PyObject *entry_set_state(MapObject *m, const Found *f, Entry *e, PyObject *state)
 {
     PyObject *old = e->state;
     if (!holds_gc(e->key, e->ns, NULL))           /* else it counts whatever its state */
         m->gc_entries += is_gc(state) - is_gc(old);
     e->state = Py_NewRef(state);
     e->state_version = m->version;
+    mark_bucket(m, f->table, f->bucket, m->version);          /* rule M */
     return old;
 }
 
@@ -1211,6 +1283,7 @@ static Entry *mark_state(MapObject *m, Found *f, Entry *e)
             return NULL;
     }
     e->state_version = m->version;                            /* rule T: marked */
+    mark_bucket(m, f->table, f->bucket, m->version);          /* rule M */
     return e;
 }
 
@@ -1240,7 +1313,7 @@ static PyObject *Map_get(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
                 return NULL;
             }
         }
-        PyObject *old = entry_set_state(m, e, copy);
+        PyObject *old = entry_set_state(m, &f, e, copy);
         Py_XDECREF(old);              /* a snapshot (or our copy's source) still holds it */
         return copy;                  /* the reference we made is the caller's */
     }
@@ -1276,11 +1349,12 @@ static PyObject *Map_put(MapObject *m, PyObject *const *args, Py_ssize_t nargs)
     if (hash_pair(key, ns, &h) < 0 || rehash_step(m) < 0)
         return NULL;
     uint64_t count = m->mod_count;                  /* put_entry counts an insertion */
-    Entry *e = put_entry(m, h, key, ns);
+    Found f;
+    Entry *e = put_entry(m, &f, h, key, ns);
     if (e == NULL)
         return NULL;
     int inserted = m->mod_count != count;
-    PyObject *old = entry_set_state(m, e, state);
+    PyObject *old = entry_set_state(m, &f, e, state);
     if (!PLANTED(BUG_PUT_LEAKS_REPLACED_STATE))
         Py_XDECREF(old);                                      /* last step: may run __del__ */
     reclaim_step(m);                                          /* rule G, after it */
@@ -1310,7 +1384,7 @@ static PyObject *Map_put_and_get_old(MapObject *m, PyObject *const *args, Py_ssi
         Py_XDECREF(result);
         return NULL;
     }
-    PyObject *old = entry_set_state(m, e, state);
+    PyObject *old = entry_set_state(m, &f, e, state);
     if (result == NULL)
         result = old != NULL ? old : Py_NewRef(Py_None);      /* the entry's reference is ours */
     else
@@ -1437,12 +1511,12 @@ static PyObject *Map_transform(MapObject *m, PyObject *const *args, Py_ssize_t n
         Py_DECREF(new);
         return NULL;
     }
-    e = put_entry(m, h, key, ns);
+    e = put_entry(m, &f, h, key, ns);
     if (e == NULL) {
         Py_DECREF(new);
         return NULL;
     }
-    PyObject *replaced = entry_set_state(m, e, new);
+    PyObject *replaced = entry_set_state(m, &f, e, new);
     Py_DECREF(new);
     Py_XDECREF(replaced);
     reclaim_step(m);                                          /* rule G */
@@ -1551,6 +1625,7 @@ static PyObject *Map_snapshot(MapObject *m, PyObject *Py_UNUSED(ignored))
     s->version = m->version;
     s->r = m->rehash.dir != NULL ? m->rehash_index : 0;
     s->size = map_len(m);
+    s->marks_from = m->removal_limit != 0 ? m->tracking_since : INT32_MAX;   /* rule M */
     s->released = 0;
     PyObject_GC_Track(s);
     return (PyObject *)s;

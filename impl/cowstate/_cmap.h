@@ -64,10 +64,11 @@
 #include <stdint.h>
 
 /* Raise with any change of a struct below or of what a field means. */
-#define COWSTATE_LAYOUT_VERSION 4        /* 4: the map's change tracking */
+#define COWSTATE_LAYOUT_VERSION 5        /* 5: the chunks' change marks (rule M) */
 #define COWSTATE_LAYOUT_CAPSULE "cowstate._cmap._LAYOUT"
 
 #define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
+#define MARK_WORDS ((1 << CHUNK_BITS_MAX) / 64)   /* a chunk's marks: one bit per bucket */
 
 /* ------------------------------------------------------------------ types */
 
@@ -98,8 +99,14 @@ typedef struct Batch {
     Entry **entries;
 } Batch;
 
+/* marks_since and marks are rule M of _cmap.c (invariant 14): while the map
+ * tracks changes, every entry of bucket j whose state_version >=
+ * max(marks_since, the map's tracking_since) has bit j of marks set. */
 typedef struct Chunk {
     Py_ssize_t refs;
+    int32_t marks_since;
+    int32_t unused;
+    uint64_t marks[MARK_WORDS];
     Entry *slots[];
 } Chunk;
 
@@ -156,6 +163,8 @@ typedef struct SnapObject {
     int readers;                /* C calls reading the directories right now */
     int release_pending;        /* released while read: finish when readers == 0 */
     int hand_back;              /* released by hand_back(): the owner frees (rule G) */
+    int32_t marks_from;         /* rule M: the chunks' marks hold from this version on
+                                   (the map's tracking_since when taken; INT32_MAX: none) */
 } SnapObject;
 
 /* What the map module publishes in its `_LAYOUT` capsule (see the top). */
@@ -172,6 +181,18 @@ typedef struct CmapLayout {
 /* ------------------------------------------------------------- accessors */
 
 static inline Py_ssize_t chunk_slots(const Table *t) { return (Py_ssize_t)1 << t->bits; }
+
+/* Rule M: may a delta against base version `since` visit only the marked
+ * buckets of chunk `c` of snapshot `s`? (Else every bucket of it.) */
+static inline int marks_cover(const SnapObject *s, const Chunk *c, long long since)
+{
+    return since >= s->marks_from && since >= c->marks_since;
+}
+
+static inline int bucket_marked(const Chunk *c, Py_ssize_t slot)
+{
+    return (int)((c->marks[slot >> 6] >> (slot & 63)) & 1);
+}
 
 static inline Entry *slot_get(const Table *t, Py_ssize_t bucket)
 {

@@ -36,7 +36,9 @@
  *                   state_version >= it are written (what changed since the
  *                   base, rule T of _cmap.c; a key group with none writes no
  *                   section for the state, as the Python path's
- *                   changed_items does)
+ *                   changed_items does). In a chunk whose marks serve the
+ *                   base (rule M of _cmap.c: marks_cover), only the marked
+ *                   buckets are visited.
  *   cancelled(kg)   or None: raises to stop (SnapshotCancelledError)
  *   written(kg)     kg's block was handed over: releases its key group
  *   python_section(state_id, kg) -> (count, bytes of the framed section)
@@ -86,15 +88,16 @@
  * ------------------------------------------------------------------
  * Only these, and only of snapshots pinned in the window's preparation:
  *
- *   SnapObject   primary, rehash (dir, capacity, bits), r, size
- *   Chunk        slots[] (the snapshot's directory copies hold the chunks)
+ *   SnapObject   primary, rehash (dir, capacity, bits), r, size, marks_from
+ *   Chunk        slots[], marks_since, marks[] (the snapshot's directory
+ *                copies hold the chunks)
  *   Entry        next, key, ns, state, state_version
  *   objects      what cs_encode(gil_held = 0) reads of exact None, bool,
  *                int, float, str, bytes, tuple and VOID_NAMESPACE (_codec.c's
  *                header: their fields are fixed from creation, (1)-(4)),
  *                and Python-path section bytes the window holds
  *
- * (a) The snapshot's fields: primary, rehash, r and size are set when it is
+ * (a) The snapshot's fields: primary, rehash, r, size and marks_from are set when it is
  *     taken and never written again while it is pinned: a release() by any
  *     thread meanwhile only marks it released (`released`,
  *     `release_pending`, which are not read here) and the last unpin, with
@@ -102,8 +105,9 @@
  * (b) The chunks: each holds a count (`refs`) for the snapshot's directory,
  *     so it has refs > 1 or is the snapshot's alone, and rule C forbids the
  *     owner to write a slot of a chunk with refs > 1: it copies the chunk
- *     into its live directory first. The owner's change of `refs` (a word
- *     not read here) is all it writes on such a chunk.
+ *     into its live directory first; rule M marks only the live table's own
+ *     chunks (refs == 1) too. The owner's change of `refs` (a word not read
+ *     here) is all it writes on such a chunk.
  * (c) The entries: every entry a pinned snapshot reaches has an entry
  *     version below the snapshot's version, which stays open (the highest
  *     open version H is at least it), so rule E makes the owner copy the
@@ -136,7 +140,10 @@
  * off by one for a non-ASCII str, 4 a key group released (written(kg)) as
  * soon as it is prepared, before its entries are encoded -- the pin keeps
  * the memory valid, so what it breaks is the release order: a key group
- * released before its block reaches the stream.
+ * released before its block reaches the stream; 5 a delta that leaves out
+ * the changes made at the base's own version; 6 a delta that trusts a
+ * chunk's marks although they start after its base (a chunk changed after a
+ * later snapshot than the base: its earlier changes are not marked).
  */
 #include "_writer.h"
 
@@ -157,6 +164,7 @@
 #define WBUG_NON_ASCII_FRAME_OFF_BY_ONE 3
 #define WBUG_RELEASES_BEFORE_ENCODING 4
 #define WBUG_DELTA_SINCE_OFF_BY_ONE 5
+#define WBUG_TRUSTS_MARKS_OF_A_LATER_ERA 6
 
 #define WINDOW_ENTRIES ((Py_ssize_t)1 << 16)
 #define WINDOW_KEY_GROUPS 1024
@@ -361,7 +369,60 @@ static int encode_entry(Writer *w, const Spec *sp, const Entry *e)
     return 0;
 }
 
-/* Frame the section of a pinned snapshot: its entries in items() order. */
+/* Frame the chain of one bucket (a delta: only state_version >= since). */
+static int walk_chain(Writer *w, const Spec *sp, const Entry *e, long long since,
+                      Py_ssize_t *n, Py_ssize_t *written)
+{
+    for (; e != NULL; e = e->next) {
+        (*n)++;
+        /* A delta (`since`): an entry whose state_version is below the base's
+         * version holds the base's mapping (rule T of _cmap.c). */
+        if (e->state_version < since + PLANTED(WBUG_DELTA_SINCE_OFF_BY_ONE))
+            continue;
+        if (encode_entry(w, sp, e) < 0)
+            return -1;
+        (*written)++;
+    }
+    return 0;
+}
+
+/* Rule M of _cmap.c: a delta may visit only the marked buckets of `c`. */
+static inline int marks_serve(const SnapObject *s, const Chunk *c, long long since)
+{
+    if (since == LLONG_MIN) /* a full snapshot: every bucket */
+        return 0;
+    if (PLANTED(WBUG_TRUSTS_MARKS_OF_A_LATER_ERA))
+        return since >= s->marks_from; /* planted: the chunk's marks_since unread */
+    return marks_cover(s, c, since);
+}
+
+/* Frame the marked buckets [lo, hi) of chunk `c` (bucket numbers of table t). */
+static int walk_marked(Writer *w, const Spec *sp, const Table *t, const Chunk *c,
+                       Py_ssize_t lo, Py_ssize_t hi, long long since, Py_ssize_t *n,
+                       Py_ssize_t *written)
+{
+    Py_ssize_t per = chunk_slots(t), base = lo & ~(per - 1);
+    Py_ssize_t first = lo - base, last = hi - base; /* slots [first, last) */
+    for (Py_ssize_t word = first >> 6; word <= (last - 1) >> 6; word++) {
+        uint64_t bits = c->marks[word];
+        if (word == first >> 6)
+            bits &= ~(uint64_t)0 << (first & 63);
+        if (word == (last - 1) >> 6 && (last & 63) != 0)
+            bits &= ~(~(uint64_t)0 << (last & 63));
+        while (bits != 0) {
+            Py_ssize_t slot = word * 64 + __builtin_ctzll(bits);
+            bits &= bits - 1;
+            if (walk_chain(w, sp, c->slots[slot], since, n, written) < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Frame the section of a pinned snapshot: its entries in items() order. A
+ * delta visits, in each chunk whose marks serve its base (rule M), only the
+ * marked buckets: then not every entry is counted, and the count is not
+ * compared with the snapshot's size. */
 static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, long long since,
                 uint32_t *count)
 {
@@ -387,6 +448,7 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
         regions = 3;
     }
     Py_ssize_t n = 0, written = 0; /* entries walked, entries framed */
+    int counted = 1;               /* every entry walked: n must be the size */
     for (Py_ssize_t k = 0; k < regions; k++) {
         const Table *t = tables[k];
         if (t->dir == NULL)
@@ -396,6 +458,16 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
             const Chunk *c = t->dir[b >> t->bits];
             if (c == NULL) { /* an unallocated chunk: all empty */
                 b = (((b >> t->bits) + 1) << t->bits) - 1;
+                continue;
+            }
+            if (marks_serve(s, c, since)) { /* the rest of this chunk by its marks */
+                Py_ssize_t hi = ((b >> t->bits) + 1) << t->bits;
+                if (hi > end[k])
+                    hi = end[k];
+                if (walk_marked(w, sp, t, c, b, hi, since, &n, &written) < 0)
+                    return -1;
+                counted = 0;
+                b = hi - 1;
                 continue;
             }
             /* Entries sit in memory in insertion order, buckets in hash order:
@@ -423,19 +495,11 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
                 e = e->next; /* planted: counted, never written */
                 n++;
             }
-            for (; e != NULL; e = e->next) {
-                n++;
-                /* A delta (`since`): an entry whose state_version is below the
-                 * base's version holds the base's mapping (rule T of _cmap.c). */
-                if (e->state_version < since + PLANTED(WBUG_DELTA_SINCE_OFF_BY_ONE))
-                    continue;
-                if (encode_entry(w, sp, e) < 0)
-                    return -1;
-                written++;
-            }
+            if (walk_chain(w, sp, e, since, &n, &written) < 0)
+                return -1;
         }
     }
-    if (n != s->size || n > 0xFFFFFFFF) {
+    if ((counted && n != s->size) || n > 0xFFFFFFFF || written > 0xFFFFFFFF) {
         w->size_mismatch = 1;
         return -1;
     }

@@ -120,6 +120,15 @@ WRITER_BUGS = [
         "_codec_wbug",
         "writer",
     ),
+    CodecBug(
+        "writer-trusts-marks-of-a-later-era",
+        6,
+        "a heap delta's walk: a chunk's marks trusted although they start after the "
+        "base (rule M: changed after a later snapshot), so its earlier changes are left out",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
 ]
 
 _LOADED: dict[str, ModuleType] = {}
