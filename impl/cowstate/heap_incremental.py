@@ -99,11 +99,10 @@ from cowstate.key_groups import KeyGroupRange
 from cowstate.map_contract import checked_removal_limit
 from cowstate.snapshot.checks import (
     DecodedBlock,
+    EntryDecoder,
     check_key_groups,
     duplicate_error,
     find_duplicate,
-    none_error,
-    undecodable_error,
 )
 from cowstate.snapshot.format import BinaryWriter, SnapshotFileInfo, SnapshotMetadata
 from cowstate.snapshot.reader import SnapshotReader
@@ -247,58 +246,43 @@ def read_removals(
 ) -> Removals:
     """The removed pairs of ``key_group_range`` in a ``heap-removals`` file, every
     one checked (I4): decodable, no ``None``, hashable, in its key group, state
-    bytes empty, no pair twice."""
+    bytes empty, no pair twice. Decoded as a snapshot's blocks are (the C
+    codec's loop where it is built), each entry's state read as its length."""
     meta = reader.metadata
     key_ser = resolve_serializer(key_serializer, meta.key_serializer, "the key serializer")
-    by_id = {state.id: state for state in meta.states}
+    decoders: dict[int, EntryDecoder] = {}
+    caches: dict[int, dict[bytes, Any]] = {}  # one namespace cache per serializer
+    for state in meta.states:
+        given = metas.get(state.name)
+        namespace_ser = resolve_serializer(
+            given.namespace_serializer if given else namespace_serializer,
+            state.namespace_serializer,
+            f"the namespace serializer of {state.name!r}",
+        )
+        decoders[state.id] = EntryDecoder(
+            state.name,
+            key_ser.deserialize,
+            namespace_ser.deserialize,
+            len,  # a removal's state bytes must be empty: checked below
+            caches.setdefault(id(namespace_ser), {}),
+        )
     out: Removals = {}
     for key_group in key_group_range.intersection(meta.range):
-        for state_id, rows in reader.read_key_group(key_group).items():
-            state = by_id.get(state_id)
-            if state is None:
-                raise SnapshotFormatError(
-                    f"expected the removals of the file's states {sorted(by_id)}, got state id "
-                    f"{state_id} in key group {key_group}"
+        for state_id, block in reader.decode_key_group(key_group, decoders).items():
+            name = decoders[state_id].name
+            extra = next((length for length in block.states if length), 0)
+            if extra:
+                raise SnapshotEntryError(
+                    f"expected removals without state bytes in state {name!r}, key group "
+                    f"{key_group}, got {extra} bytes"
                 )
-            given = metas.get(state.name)
-            namespace_ser = resolve_serializer(
-                given.namespace_serializer if given else namespace_serializer,
-                state.namespace_serializer,
-                f"the namespace serializer of {state.name!r}",
-            )
-            block = DecodedBlock()
-            for namespace_bytes, key_bytes, state_bytes in rows:
-                if state_bytes:
-                    raise SnapshotEntryError(
-                        f"expected removals without state bytes in state {state.name!r}, key "
-                        f"group {key_group}, got {len(state_bytes)} bytes"
-                    )
-                try:
-                    key = key_ser.deserialize(key_bytes)
-                    namespace = namespace_ser.deserialize(namespace_bytes)
-                except Exception as exc:
-                    raise undecodable_error(state.name, key_group, exc) from exc
-                if key is None or namespace is None:
-                    role = "key" if key is None else "namespace"
-                    raise none_error(state.name, key_group, role)
-                try:
-                    hash(namespace)
-                except Exception as exc:
-                    raise SnapshotEntryError(
-                        f"expected hashable namespaces in the removals of {state.name!r}, key "
-                        f"group {key_group}, got {type(namespace).__name__} "
-                        f"({type(exc).__name__}: {exc})"
-                    ) from None
-                block.keys.append(key)
-                block.namespaces.append(namespace)
-                block.states.append(None)
-            check_key_groups(state.name, key_group, block.keys, meta.max_parallelism, key_ser)
-            duplicate = find_duplicate(block)
-            if duplicate is not None:
-                raise duplicate_error(state.name, key_group, *duplicate)
-            out.setdefault(state.name, {})[key_group] = list(
-                zip(block.keys, block.namespaces, strict=True)
-            )
+            check_key_groups(name, key_group, block.keys, meta.max_parallelism, key_ser)
+            pairs = list(zip(block.keys, block.namespaces, strict=True))
+            if len(set(pairs)) != len(pairs):  # E4; which pair, only then
+                duplicate = find_duplicate(block)
+                assert duplicate is not None
+                raise duplicate_error(name, key_group, *duplicate)
+            out.setdefault(name, {})[key_group] = pairs
     return out
 
 
@@ -423,12 +407,13 @@ class DeltaChanges:
 
     def put(self, name: str, key_group: int, block: DecodedBlock) -> None:
         """One delta file's mappings of the key group (E4: each once)."""
-        pairs = list(zip(block.keys, block.namespaces, strict=True))
-        if len(set(pairs)) != len(pairs):
+        pairs = zip(block.keys, block.namespaces, strict=True)
+        mappings = dict(zip(pairs, block.states, strict=True))
+        if len(mappings) != len(block.keys):
             duplicate = find_duplicate(block)
             assert duplicate is not None
             raise duplicate_error(name, key_group, *duplicate)
-        self.newest.update(zip(pairs, block.states, strict=True))
+        self.newest.update(mappings)
 
     def apply_to(self, table: StateTable[Any, Any, Any], key_group: int) -> None:
         """Remove ``gone`` from, then put ``newest`` into the key group of a new
