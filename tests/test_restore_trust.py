@@ -89,7 +89,7 @@ from cowstate.errors import (
     UnsupportedMetadataVersionError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
-from cowstate.heap_incremental import Removals, fold_deltas
+from cowstate.heap_incremental import Removals, apply_deltas
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -2838,7 +2838,7 @@ def restored_of(key_group: int, rows: list[tuple[tuple[int, str], int]]) -> Rest
         max_size=4,
     ),
 )
-def test_folded_heap_deltas_applied_to_the_base_are_each_delta_applied_to_a_dict_in_turn(
+def test_heap_deltas_applied_to_the_base_are_each_delta_applied_to_a_dict_in_turn(
     base: dict[tuple[int, str], int],
     deltas: list[tuple[list[tuple[int, str]], dict[tuple[int, str], int]]],
 ) -> None:
@@ -2854,14 +2854,10 @@ def test_folded_heap_deltas_applied_to_the_base_are_each_delta_applied_to_a_dict
     table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4)
     for (key, namespace), state in base.items():
         table.put(key, namespace, state, key_group=2)
-    changes, removed_keys = fold_deltas(chain)
-    for key_group, change in changes.get("s", {}).items():
-        assert key_group == 2
-        change.apply_to(table, key_group)
+    apply_deltas(chain, {"s": table})
     snapshot = table.snapshot()
     assert {(k, n): s for k, n, s in snapshot.key_group_items(2)} == model
     snapshot.release()
-    assert removed_keys.get("s", {}).get(2, []) == [k for removed, _ in deltas for k, _ in removed]
 
 
 @pytest.mark.parametrize("at", ["first", "middle", "last"])
@@ -2870,8 +2866,9 @@ def test_a_delta_file_holding_a_mapping_twice_is_refused(at: str) -> None:
     rows = [((k, "a"), k) for k in range(5)]
     twice = {"first": 0, "middle": 2, "last": 4}[at]
     rows.insert(twice + 1, ((twice, "a"), 99))
+    table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4)
     with pytest.raises(DuplicateMappingError, match=rf"\({twice}, 'a'\) twice in key group 2"):
-        fold_deltas([({}, restored_of(2, rows))])
+        apply_deltas([({}, restored_of(2, rows))], {"s": table})
 
 
 def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any]]:

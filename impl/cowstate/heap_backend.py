@@ -90,13 +90,12 @@ from cowstate.errors import (
 )
 from cowstate.heap_incremental import (
     Chain,
-    DeltaChanges,
     IncrementalOptions,
     Removals,
+    apply_deltas,
     check_chain,
     check_chain_base,
     check_chain_handle,
-    fold_deltas,
     read_removals,
     write_removals,
 )
@@ -510,7 +509,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         readers = [s if isinstance(s, SnapshotReader) else SnapshotReader(s) for s in snapshots]
         removed: list[tuple[str, int, list[Any]]] = []
         added: list[tuple[str, int, list[Any]]] = []  # the deltas' keys
-        chain_changes: list[dict[str, dict[int, DeltaChanges]]] = []
+        chain_deltas: list[list[tuple[Removals, RestoredSnapshot]]] = []
         try:
             for chain in chains:  # every file's metadata before any byte is decoded
                 for reader in chain:
@@ -551,12 +550,12 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                         for name, groups in delta.blocks.items()
                         for key_group, block in groups.items()
                     ]
-                changes, removed_keys = fold_deltas(deltas)
-                chain_changes.append(changes)
+                chain_deltas.append(deltas)
                 removed += [
-                    (name, key_group, keys)
-                    for name, groups in removed_keys.items()
-                    for key_group, keys in groups.items()
+                    (name, key_group, [key for key, _ in pairs])
+                    for removals, _ in deltas
+                    for name, groups in removals.items()
+                    for key_group, pairs in groups.items()
                 ]
         finally:
             for reader in readers:
@@ -573,10 +572,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
-        for changes in chain_changes:  # I5: the bases are in, the deltas on top
-            for name, groups in changes.items():
-                for key_group, change in groups.items():
-                    change.apply_to(tables[name], key_group)
+        for deltas in chain_deltas:  # I5: the bases are in, each delta on top in turn
+            apply_deltas(deltas, tables)
         for name, holder in self._holders.items():  # registered, absent: empty
             if name not in tables:
                 tables[name] = self._new_table(metas.get(name, holder.table.meta))

@@ -65,19 +65,18 @@ I4. A restore checks the chain's shape (base, then pairs), that every file
     key twice in one file).
 I5. A restore folds the chain in order, per state and key group: the base's
     mappings, then for each delta its removals first and its mappings
-    second. The deltas are folded first (:func:`fold_deltas`), then new
-    tables are filled with the base and the folded deltas applied to them,
-    before anything is installed (all or nothing, as every restore).
+    second: new tables are filled with the base, then each delta is applied
+    to them in turn (:func:`apply_deltas`), before anything is installed
+    (all or nothing, as every restore).
 
-What a chain costs: a delta's write walks every entry of the snapshot once
--- the C snapshot writer, without the GIL, reading each entry's state
-version, framing only the changed ones -- about a quarter of a full write's
-time at 1M int mappings, 1% changed (``bench/bench_heap_incremental.py``: the
-walk alone, a cache and TLB miss per entry, is about 100 ms of it; an index
-of the changed buckets, kept by the owner's writes, would make it
-proportional to the change). A restore reads the base and every delta,
-fills the tables with the base and applies the folded deltas: about 1.9x a
-full restore at 1M with 10 deltas. The defaults -- ``max_deltas = 10``,
+What a chain costs: a delta's write visits only the buckets the C map's
+chunks mark as changed since the base (rule M of ``_cmap.c``) -- the C
+snapshot writer, without the GIL, framing the entries whose state version is
+the base's or later -- about 4% of a full write's time at 1M int mappings,
+1% changed (``bench/bench_heap_incremental.py``); a chunk changed after a
+snapshot that was not the base is walked whole. A restore reads the base and
+every delta, fills the tables with the base and applies each delta in turn:
+about 1.4x a full restore at 1M with 10 deltas. The defaults -- ``max_deltas = 10``,
 ``max_delta_ratio = 1.0`` -- bound a restore to about twice a full one's
 bytes and ten files per subtask.
 """
@@ -98,7 +97,6 @@ from cowstate.errors import (
 from cowstate.key_groups import KeyGroupRange
 from cowstate.map_contract import checked_removal_limit
 from cowstate.snapshot.checks import (
-    DecodedBlock,
     EntryDecoder,
     check_key_groups,
     duplicate_error,
@@ -115,13 +113,12 @@ __all__ = [
     "DEFAULT_MAX_DELTAS",
     "DEFAULT_MAX_DELTA_RATIO",
     "Chain",
-    "DeltaChanges",
     "IncrementalOptions",
     "Removals",
+    "apply_deltas",
     "check_chain",
     "check_chain_base",
     "check_chain_handle",
-    "fold_deltas",
     "read_removals",
     "write_removals",
 ]
@@ -362,65 +359,30 @@ def check_chain_base(handle: KeyedStateHandle, meta: SnapshotMetadata, path: str
         )
 
 
-def fold_deltas(
+def apply_deltas(
     deltas: Sequence[tuple[Removals, RestoredSnapshot]],
-) -> tuple[dict[str, dict[int, DeltaChanges]], dict[str, dict[int, list[Any]]]]:
-    """A chain's deltas folded (I5), in order, into what they change per state
-    and key group (:class:`DeltaChanges`: small, the deltas' own mappings),
-    and every removal's key per state and key group (for the restore's
-    key-type check, E6). Refuses a mapping given twice in one delta file (E4).
-    A restore fills its new tables with the base, then applies these."""
-    changes: dict[str, dict[int, DeltaChanges]] = {}
-    removed_keys: dict[str, dict[int, list[Any]]] = {}
+    tables: Mapping[str, StateTable[Any, Any, Any]],
+) -> None:
+    """I5: a chain's deltas, in order, each per state and key group its
+    removals first and its mappings second, applied to ``tables`` -- new
+    tables a restore filled with the base, not installed yet (straight into
+    their maps, as the base's fill). Refuses a mapping given twice in one
+    delta file (E4), so a refusal leaves only tables nobody sees."""
     for removals, delta in deltas:
         for name, groups in removals.items():
+            table = tables[name]
             for key_group, pairs in groups.items():
-                changes.setdefault(name, {}).setdefault(key_group, DeltaChanges()).remove(pairs)
-                removed_keys.setdefault(name, {}).setdefault(key_group, []).extend(
-                    k for k, _ in pairs
-                )
+                remove = table.state_map(key_group).remove
+                for key, namespace in pairs:
+                    remove(key, namespace)
         for name, blocks in delta.blocks.items():
+            table = tables[name]
             for key_group, block in blocks.items():
-                changes.setdefault(name, {}).setdefault(key_group, DeltaChanges()).put(
-                    name, key_group, block
-                )
-    return changes, removed_keys
-
-
-class DeltaChanges:
-    """What a chain's deltas do to one state's key group, folded in order: the
-    mappings they remove (``gone``: the base's, or none) and the newest state
-    of each mapping they put (``newest``). Applied to a table holding the
-    base -- ``gone`` removed, then ``newest`` put -- it gives what applying
-    each delta in turn gives (a mapping removed and put again is in both)."""
-
-    __slots__ = ("gone", "newest")
-
-    def __init__(self) -> None:
-        self.gone: set[tuple[Any, Any]] = set()
-        self.newest: dict[tuple[Any, Any], Any] = {}
-
-    def remove(self, pairs: Sequence[tuple[Any, Any]]) -> None:
-        for pair in pairs:
-            self.newest.pop(pair, None)
-        self.gone.update(pairs)
-
-    def put(self, name: str, key_group: int, block: DecodedBlock) -> None:
-        """One delta file's mappings of the key group (E4: each once)."""
-        pairs = zip(block.keys, block.namespaces, strict=True)
-        mappings = dict(zip(pairs, block.states, strict=True))
-        if len(mappings) != len(block.keys):
-            duplicate = find_duplicate(block)
-            assert duplicate is not None
-            raise duplicate_error(name, key_group, *duplicate)
-        self.newest.update(mappings)
-
-    def apply_to(self, table: StateTable[Any, Any, Any], key_group: int) -> None:
-        """Remove ``gone`` from, then put ``newest`` into the key group of a new
-        table holding the base (straight into its map, as the base was)."""
-        state_map = table.state_map(key_group)
-        remove, put = state_map.remove, state_map.put
-        for key, namespace in self.gone:
-            remove(key, namespace)
-        for (key, namespace), state in self.newest.items():
-            put(key, namespace, state)
+                keys, namespaces = block.keys, block.namespaces
+                if len(set(zip(keys, namespaces, strict=True))) != len(keys):  # E4
+                    duplicate = find_duplicate(block)
+                    assert duplicate is not None
+                    raise duplicate_error(name, key_group, *duplicate)
+                put = table.state_map(key_group).put
+                for key, namespace, state in zip(keys, namespaces, block.states, strict=True):
+                    put(key, namespace, state)
