@@ -85,7 +85,15 @@
  * would free that live entry: never do one while it is active) takes it.
  * The four of invariant 13 change scalars of the tracking only (guard,
  * tracking_since, removal_limit, a record's version, that record found again
- * by its index and key before it is restored).
+ * by its index and key before it is restored). The three of invariant 14
+ * write the marks of a tracking map's chunk that no snapshot holds (rule C):
+ * unmark clears the bit of a bucket that needs it, marks_since moves the
+ * chunk's to V + 1, stray_mark sets bit `to` beyond the chunk's buckets. Their
+ * undo keeps no chunk pointer: while the primary keeps its capacity, the
+ * chunk at the bucket's index is the damaged one or rule C's copy of it
+ * (which carries its marks) and is mended (marks_since only while it still
+ * holds the value written: else its marks started over); a grown map freed
+ * the damaged chunk and marked what its rehash moved.
  * Entries a corruption takes out of the map (relink's successor,
  * write_shared's head, unretire's entry) are held by the Corruption and put
  * back (unretire's is freed instead if a release freed its batch meanwhile,
@@ -1817,6 +1825,7 @@ typedef enum {
     K_PRIMARY_SIZE,
     K_PRIMARY_SIZE_SHORT, K_GC_ENTRIES, K_HIGHEST_REQUIRED, K_THRESHOLD, K_REHASH_INDEX,
     K_CHUNK_REFS, K_GUARD, K_TRACKING_SINCE, K_REMOVAL_LIMIT, K_REMOVAL_VERSION,
+    K_UNMARK, K_MARKS_SINCE, K_STRAY_MARK,
 } Kind;
 
 /* Each kind, the invariant it breaks, and what it does. `bucket` is a primary
@@ -1849,6 +1858,9 @@ static const struct {
     {"tracking_since", K_TRACKING_SINCE, 13},       /* moved to V + 2 */
     {"removal_limit", K_REMOVAL_LIMIT, 13},         /* one below the log's length */
     {"removal_version", K_REMOVAL_VERSION, 13},     /* record `position` out of order */
+    {"unmark", K_UNMARK, 14},                       /* the bucket's bit cleared (it needs it) */
+    {"marks_since", K_MARKS_SINCE, 14},             /* its chunk's marks_since moved to V + 1 */
+    {"stray_mark", K_STRAY_MARK, 14},               /* bit `to` >= the chunk's buckets set */
 };
 
 #define NKINDS ((Py_ssize_t)(sizeof(corrupt_kinds) / sizeof(corrupt_kinds[0])))
@@ -1870,6 +1882,7 @@ typedef struct CorruptionObject {
     int32_t batch_version;
     int64_t saved;
     const PyObject *record_key;     /* removal_version: the record's key, compared only */
+    Py_ssize_t capacity;            /* the marks' kinds: the primary's capacity then */
 } CorruptionObject;
 
 static PyTypeObject Corruption_Type;
@@ -2129,6 +2142,29 @@ static void corruption_undo(CorruptionObject *c)
             m->rehash_index = (Py_ssize_t)c->saved;
         left = !unchanged;
         break;
+    case K_UNMARK:
+    case K_MARKS_SINCE:
+    case K_STRAY_MARK: {                /* always: the chunk found again by its bucket */
+        /* While the primary keeps its capacity, the chunk at the bucket's index
+         * is the damaged one, or rule C's copy of it (which carries its marks),
+         * or none (the rehash moved its buckets and marked them anew): the
+         * pointer is read from the directory now, never kept. A new table
+         * marked what it holds itself. */
+        Table *t = &m->primary;
+        Chunk *now = t->dir != NULL && t->capacity == c->capacity
+            ? t->dir[c->bucket >> t->bits] : NULL;
+        if (now == NULL)
+            break;
+        if (c->kind == K_UNMARK) {      /* a mark more never breaks invariant 14 */
+            Py_ssize_t j = c->bucket & (chunk_slots(t) - 1);
+            now->marks[j >> 6] |= (uint64_t)1 << (j & 63);
+        }
+        else if (c->kind == K_STRAY_MARK)   /* never a bucket's bit at this capacity */
+            now->marks[c->to >> 6] &= ~((uint64_t)1 << (c->to & 63));
+        else if (now->marks_since == c->to)     /* else its marks started over since */
+            now->marks_since = (int32_t)c->saved;
+        break;
+    }
     case K_CHUNK_REFS:                  /* always: our count kept the chunk alive */
         if (--c->chunk->refs == 0)
             PyMem_Free(c->chunk);
@@ -2273,6 +2309,7 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
     c->to = to;
     c->saved = 0;
     c->record_key = NULL;
+    c->capacity = t->capacity;
     switch (kind) {
     case K_HASH:
     case K_STATE_VERSION:
@@ -2289,6 +2326,18 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
     case K_WRITE_SHARED:
         if (e == NULL || position != 0)
             goto nothing;
+        break;
+    case K_UNMARK:
+    case K_MARKS_SINCE:
+    case K_STRAY_MARK:              /* rule M: the live table's own chunks, while tracking */
+        if (m->removal_limit == 0 || chunk == NULL || chunk->refs > 1
+            || m->version == INT32_MAX) {
+            Py_DECREF(c);
+            PyErr_Format(PyExc_ValueError, "%s needs a map that tracks changes (at a version "
+                         "below 2**31 - 1) and bucket %zd in a chunk no snapshot holds", what,
+                         bucket);
+            return NULL;
+        }
         break;
     default:
         break;
@@ -2461,6 +2510,34 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
         }
         c->saved = m->removal_limit;
         m->removal_limit = m->nremovals - 1;
+        break;
+    case K_UNMARK: {
+        /* a bucket that needs its bit: an entry of state_version >= max(marks_since,
+         * tracking_since) */
+        int32_t bound = chunk->marks_since > m->tracking_since ? chunk->marks_since
+                                                                : m->tracking_since;
+        Entry *x = slot_get(t, bucket);
+        while (x != NULL && x->state_version < bound)
+            x = x->next;
+        Py_ssize_t j = bucket & (chunk_slots(t) - 1);
+        if (x == NULL || !bucket_marked(chunk, j))
+            goto nothing;
+        chunk->marks[j >> 6] &= ~((uint64_t)1 << (j & 63));
+        break;
+    }
+    case K_MARKS_SINCE:
+        c->saved = chunk->marks_since;
+        c->to = m->version + 1;         /* the value written: compared at the undo */
+        chunk->marks_since = (int32_t)c->to;
+        break;
+    case K_STRAY_MARK:
+        if (to < chunk_slots(t) || to >= MARK_WORDS * 64) {
+            Py_DECREF(c);
+            PyErr_Format(PyExc_ValueError, "stray_mark needs `to` in [%zd, %d): a bit beyond "
+                         "the chunk's buckets, got %zd", chunk_slots(t), MARK_WORDS * 64, to);
+            return NULL;
+        }
+        chunk->marks[to >> 6] |= (uint64_t)1 << (to & 63);
         break;
     case K_REMOVAL_VERSION:
         if (position >= m->nremovals)
