@@ -512,9 +512,9 @@ def healthy_for(kind: str) -> tuple[Any, list[Any], list[Any]]:
     return m, fps, reference_fps
 
 
-def violation_message(m: Any, fps: list[Any]) -> str:
+def violation_message(m: Any, fps: list[Any], *, reference: bool = False) -> str:
     with pytest.raises(InvariantViolation) as info:
-        check_map(m, fps)
+        check_map(m, fps, reference=reference)
     return str(info.value)
 
 
@@ -536,9 +536,157 @@ def test_both_checkers_name_the_same_violation_of_every_corruption(
     check_map(m, reference_fps)
 
 
+#: The corruptions of invariant 14 (rule M: each live chunk marks its changed
+#: buckets), each where the table's first bucket, one in the middle and its last
+#: break it: (kind, bucket) of a map of four chunks; for a stray mark (a map of
+#: one chunk of 8 buckets) the first bit beyond its buckets, one in the middle
+#: of the marks and the last.
+MARK_CORRUPTIONS = [
+    *[("unmark", bucket) for bucket in (0, 2748, 4095)],
+    *[("marks_since", bucket) for bucket in (0, 2748, 4095)],
+    *[("stray_mark", bit) for bit in (8, 700, 1023)],
+]
+#: The buckets of healthy_marked's map of four chunks that hold a mapping: each
+#: chunk's first and last, slots in the middle of a word of marks and at a word's
+#: edge.
+MARKED_BUCKETS = (0, 1, 63, 64, 1023, 1500, 2748, 3071, 3072, 4095)
+
+
 def test_every_corruption_of_the_probe_is_tested() -> None:
-    assert {kind for kind, _ in CORRUPTIONS} == set(probe().KINDS)
-    assert set(probe().KINDS.values()) == set(range(1, 14))  # every invariant has one
+    kinds = {kind for kind, _ in CORRUPTIONS} | {kind for kind, _ in MARK_CORRUPTIONS}
+    assert kinds == set(probe().KINDS)
+    assert set(probe().KINDS.values()) == set(range(1, 15))  # every invariant has one
+
+
+def healthy_marked(kind: str) -> Any:
+    """A C map that tracks changes, every mapping changed after a snapshot (as
+    after a checkpoint: its bucket's mark is needed), both checkers passing:
+    four chunks of 1,024 buckets holding MARKED_BUCKETS, or for a stray mark one
+    chunk of 8 buckets holding five."""
+    capacity = 8 if kind == "stray_mark" else 4 * CHUNK_BUCKETS
+    buckets = (0, 1, 3, 6, 7) if kind == "stray_mark" else MARKED_BUCKETS
+    m = c_map(initial_capacity=capacity)
+    for bucket in buckets:
+        m.put(HashKey(bucket, bucket), 0, [bucket])
+    m.track_changes(8)
+    m.snapshot().release()
+    for bucket in buckets:
+        m.put(HashKey(bucket, bucket), 0, [bucket, 1])
+    view = MapView(m)
+    assert view._primary_size == len(buckets) and view._rehash is None
+    assert all(view._primary[bucket] is not None for bucket in buckets)
+    check_map(m)
+    check_map(m, reference=True)
+    return m
+
+
+def where_the_marks_break(kind: str, at: int) -> str:
+    """What both messages of a corruption of the marks name: the bucket, its
+    chunk, or the stray bit."""
+    if kind == "unmark":
+        return f"in primary bucket {at} has state version "
+    if kind == "marks_since":
+        return f"primary chunk {at // CHUNK_BUCKETS} has marks since "
+    return f"primary chunk 0 of 8 buckets marks bucket {at} of it"
+
+
+@needs_c
+@pytest.mark.parametrize(("kind", "at"), MARK_CORRUPTIONS, ids=lambda x: str(x))
+def test_both_checkers_name_the_same_violation_of_every_corruption_of_the_marks(
+    kind: str, at: int
+) -> None:
+    m = healthy_marked(kind)
+    bucket, to = (3, at) if kind == "stray_mark" else (at, 0)
+    with probe().corrupt(m, kind, bucket, to=to) as corruption:
+        assert corruption.active
+        by_the_probe = violation_message(m, [])
+        by_the_reference = violation_message(m, [], reference=True)
+        assert by_the_probe == by_the_reference
+        assert by_the_probe.startswith("invariant 14 violated: ")
+        assert where_the_marks_break(kind, at) in by_the_probe, by_the_probe
+    assert not corruption.active
+    check_map(m)  # undone: both pass again
+    check_map(m, reference=True)
+
+
+@needs_c
+def test_the_marks_are_corrupted_only_where_a_tracking_map_needs_them() -> None:
+    # Only the live table's own chunks are written (rule C: a chunk a snapshot
+    # holds is never), only while tracking (else invariant 14 claims nothing);
+    # unmark only a bucket whose bit is needed, a stray mark only beyond the
+    # chunk's buckets. A refusal changes nothing.
+    untracked = c_map(initial_capacity=8)
+    untracked.put(HashKey(3, 3), 0, [3])
+    m = healthy_marked("unmark")
+    snapshot = m.snapshot()
+    refusals = [
+        (untracked, "unmark", 3, 0, "needs a map that tracks changes"),
+        (m, "marks_since", 2748, 0, "in a chunk no snapshot holds"),
+    ]
+    for target, kind, bucket, to, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            probe().corrupt(target, kind, bucket, to=to)
+    snapshot.release()
+    for kind, bucket, to, message in [
+        ("unmark", 2, 0, "nothing there to corrupt: bucket 2 "),  # no mapping there
+        ("stray_mark", 2748, 1023, "a bit beyond the chunk's buckets, got 1023"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            probe().corrupt(m, kind, bucket, to=to)
+    m.snapshot().release()
+    m.put(HashKey(0, 0), 0, [0, 2])  # chunk 0's marks start over: bucket 0's bit only
+    with pytest.raises(ValueError, match="nothing there to corrupt: bucket 1 "):
+        probe().corrupt(m, "unmark", 1)
+    probe().corrupt(m, "unmark", 0).undo()
+    for target in (untracked, m):
+        check_map(target)
+        check_map(target, reference=True)
+
+
+def chunk_marks(m: Any, bucket: int) -> tuple[int, tuple[int, ...]]:
+    """(marks_since, set bits) of the live primary chunk holding ``bucket``."""
+    view = MapView(m)
+    slots: int = view.primary_directory[2]
+    chunk = view.primary_marks[bucket // slots]
+    assert chunk is not None
+    return chunk
+
+
+@needs_c
+@pytest.mark.parametrize("change", ["copied", "grown"])
+@pytest.mark.parametrize("kind", ["unmark", "marks_since", "stray_mark"])
+def test_a_corruption_of_the_marks_is_undone_after_the_map_changed(kind: str, change: str) -> None:
+    """The undo finds the damaged chunk again by its bucket, never by a kept
+    pointer: rule C's copy (a snapshot holds the chunk, a removal copies it
+    and marks nothing) carries the damage and is mended; a map grown meanwhile
+    marked what its rehash moved itself, and freed the damaged chunk."""
+    m = healthy_marked(kind)
+    bucket, to, neighbour = (3, 700, 6) if kind == "stray_mark" else (2748, 0, 3071)
+    slot = bucket % CHUNK_BUCKETS
+    with probe().corrupt(m, kind, bucket, to=to):
+        damaged = chunk_marks(m, bucket)
+        if change == "copied":
+            snapshot = m.snapshot()
+            before = MapView(m).primary_directory[3]
+            m.remove(HashKey(neighbour, neighbour), 0)  # the same chunk: rule C copies it
+            after = MapView(m).primary_directory[3]
+            index = bucket // MapView(m).primary_directory[2]
+            assert after[index][0] != before[index][0]  # a copy, carrying the damage
+            assert chunk_marks(m, bucket) == damaged
+            snapshot.release()
+        else:
+            keys = (HashKey(10_000 + i, 10_000 + i) for i in range(10_000))
+            while probe().rehash_progress(m) is None:  # until it starts,
+                m.put(next(keys), 1, 0)
+            while probe().rehash_progress(m) is not None:  # and until it ends
+                m.put(next(keys), 1, 0)
+    check_map(m)
+    check_map(m, reference=True)
+    if change == "copied":  # mended in the copy
+        since, bits = chunk_marks(m, bucket)
+        assert since == 1
+        assert slot in bits or kind != "unmark"
+        assert to not in bits or kind != "stray_mark"
 
 
 #: What a corruption cannot undo once the map changed structurally: damage that

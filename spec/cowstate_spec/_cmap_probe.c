@@ -6,10 +6,11 @@
  * its structure or breaks it; this module does both, for the specification,
  * by reading the map's structs through impl/cowstate/_cmap.h:
  *
- *   structure(m), snapshot_structure(s)   every table, chunk, entry and batch
- *                                         as plain tuples (cowstate_spec.cmap_view)
+ *   structure(m), snapshot_structure(s)   every table, chunk (a live one's
+ *                                         marks too), entry and batch as plain
+ *                                         tuples (cowstate_spec.cmap_view)
  *   fingerprint(s, ...), check(m, fps)    the structural checker in C:
- *                                         invariants 1-13 of the map, what an
+ *                                         invariants 1-14 of the map, what an
  *                                         open snapshot reaches (6-8)
  *   rehash_progress(m), rehash_state(m)   the rehash, for coverage and the
  *                                         step check of invariant 9
@@ -63,7 +64,11 @@
  * reference's): 9, 2, 5 and 13 of the map; each live entry (1, 2, 4, 3, 5, 6, 7);
  * the counters (3); each fingerprint (8); 12; the batches (11); when every
  * open snapshot has a fingerprint, the chunk counts (10) and what each
- * snapshot reaches (11).
+ * snapshot reaches (11); last, while the map tracks changes, the marks of
+ * each live table's chunks (14, rule M: per chunk in directory order its
+ * marks_since, a bit beyond its buckets, then each entry of its buckets).
+ * The marks are gathered with the directory (each chunk's marks_since and
+ * MARK_WORDS words, copied), so the judge reads no chunk either.
  *
  * Corruptions
  * -----------
@@ -80,7 +85,15 @@
  * would free that live entry: never do one while it is active) takes it.
  * The four of invariant 13 change scalars of the tracking only (guard,
  * tracking_since, removal_limit, a record's version, that record found again
- * by its index and key before it is restored).
+ * by its index and key before it is restored). The three of invariant 14
+ * write the marks of a tracking map's chunk that no snapshot holds (rule C):
+ * unmark clears the bit of a bucket that needs it, marks_since moves the
+ * chunk's to V + 1, stray_mark sets bit `to` beyond the chunk's buckets. Their
+ * undo keeps no chunk pointer: while the primary keeps its capacity, the
+ * chunk at the bucket's index is the damaged one or rule C's copy of it
+ * (which carries its marks) and is mended (marks_since only while it still
+ * holds the value written: else its marks started over); a grown map freed
+ * the damaged chunk and marked what its rehash moved.
  * Entries a corruption takes out of the map (relink's successor,
  * write_shared's head, unretire's entry) are held by the Corruption and put
  * back (unretire's is freed instead if a release freed its batch meanwhile,
@@ -266,16 +279,19 @@ static void recs_clear(Recs *r)
     PyMem_Free(at);
 }
 
-/* One directory: its address (the table's identity), geometry and chunks. */
+/* One directory: its address (the table's identity), geometry and chunks;
+ * a live table's with each chunk's marks (rule M, invariant 14) too. */
 typedef struct DirFacts {
     int present;
     uintptr_t address;
     Py_ssize_t capacity, slots, ndir;
     const Chunk **chunks;           /* ndir pointers (NULL: never allocated) */
     Py_ssize_t *refs;               /* their counts when read */
+    int32_t *marks_since;           /* with marks: ndir of them (0 where no chunk) */
+    uint64_t *marks;                /* with marks: MARK_WORDS words per chunk */
 } DirFacts;
 
-static int gather_dir(const Table *t, DirFacts *d)
+static int gather_dir(const Table *t, DirFacts *d, int with_marks)
 {
     memset(d, 0, sizeof(*d));
     if (t->dir == NULL)
@@ -285,23 +301,42 @@ static int gather_dir(const Table *t, DirFacts *d)
     d->capacity = t->capacity;
     d->slots = chunk_slots(t);
     d->ndir = t->ndir;
-    d->chunks = PyMem_Malloc((size_t)(t->ndir ? t->ndir : 1) * sizeof(Chunk *));
-    d->refs = PyMem_Malloc((size_t)(t->ndir ? t->ndir : 1) * sizeof(Py_ssize_t));
-    if (d->chunks == NULL || d->refs == NULL) {
+    size_t n = (size_t)(t->ndir ? t->ndir : 1);
+    d->chunks = PyMem_Malloc(n * sizeof(Chunk *));
+    d->refs = PyMem_Malloc(n * sizeof(Py_ssize_t));
+    if (with_marks) {
+        d->marks_since = PyMem_Calloc(n, sizeof(int32_t));
+        d->marks = PyMem_Calloc(n * MARK_WORDS, sizeof(uint64_t));
+    }
+    if (d->chunks == NULL || d->refs == NULL
+        || (with_marks && (d->marks_since == NULL || d->marks == NULL))) {
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < t->ndir; i++) {
-        d->chunks[i] = t->dir[i];
-        d->refs[i] = t->dir[i] == NULL ? 0 : t->dir[i]->refs;
+        const Chunk *c = t->dir[i];
+        d->chunks[i] = c;
+        d->refs[i] = c == NULL ? 0 : c->refs;
+        if (with_marks && c != NULL) {
+            d->marks_since[i] = c->marks_since;
+            memcpy(&d->marks[i * MARK_WORDS], c->marks, sizeof c->marks);
+        }
     }
     return 0;
+}
+
+/* Bit `slot` of chunk i's marks as gathered. */
+static inline int dir_marked(const DirFacts *d, Py_ssize_t i, Py_ssize_t slot)
+{
+    return (int)((d->marks[i * MARK_WORDS + (slot >> 6)] >> (slot & 63)) & 1);
 }
 
 static void dir_clear(DirFacts *d)
 {
     PyMem_Free((void *)d->chunks);
     PyMem_Free(d->refs);
+    PyMem_Free(d->marks_since);
+    PyMem_Free(d->marks);
     memset(d, 0, sizeof(*d));
 }
 
@@ -400,7 +435,7 @@ static int gather_map(const MapObject *m, MapFacts *f)
     const Table *tables[2] = {&m->primary, &m->rehash};
     Py_ssize_t total = m->primary_size + m->rehash_size;
     for (int k = 0; k < 2; k++) {
-        if (gather_dir(tables[k], &f->dir[k]) < 0)
+        if (gather_dir(tables[k], &f->dir[k], 1) < 0)
             goto fail;
         if (!f->dir[k].present)
             continue;
@@ -520,7 +555,7 @@ static int gather_snap(const SnapObject *s, SnapFacts *f)
         return 0;
     }
     f->r = s->rehash.dir != NULL ? s->r : 0;
-    if (gather_dir(&s->primary, &f->dir[0]) < 0 || gather_dir(&s->rehash, &f->dir[1]) < 0)
+    if (gather_dir(&s->primary, &f->dir[0], 0) < 0 || gather_dir(&s->rehash, &f->dir[1], 0) < 0)
         goto fail;
     Layout l = compact_layout(&s->primary, &s->rehash, s->r);
     f->nslots = l.nslots;
@@ -621,6 +656,41 @@ static PyObject *export_table(const DirFacts *d, const Recs *recs)
     return Py_BuildValue("(NN)", dir, chains);
 }
 
+/* A live table's marks (rule M): per chunk None (never allocated) or
+ * (marks_since, (the indexes of its set bits, ascending)), every bit of the
+ * MARK_WORDS words, those beyond the chunk's buckets too. */
+static PyObject *export_marks(const DirFacts *d)
+{
+    if (!d->present)
+        Py_RETURN_NONE;
+    PyObject *out = PyTuple_New(d->ndir);
+    for (Py_ssize_t i = 0; out != NULL && i < d->ndir; i++) {
+        PyObject *chunk;
+        if (d->chunks[i] == NULL)
+            chunk = Py_NewRef(Py_None);
+        else {
+            PyObject *bits = PyList_New(0);
+            for (Py_ssize_t j = 0; bits != NULL && j < MARK_WORDS * 64; j++) {
+                if (!dir_marked(d, i, j))
+                    continue;
+                PyObject *index = PyLong_FromSsize_t(j);
+                if (index == NULL || PyList_Append(bits, index) < 0)
+                    Py_CLEAR(bits);
+                Py_XDECREF(index);
+            }
+            PyObject *indexes = bits == NULL ? NULL : PyList_AsTuple(bits);
+            Py_XDECREF(bits);
+            chunk = indexes == NULL ? NULL
+                : Py_BuildValue("(iN)", (int)d->marks_since[i], indexes);
+        }
+        if (chunk == NULL)
+            Py_CLEAR(out);
+        else
+            PyTuple_SET_ITEM(out, i, chunk);
+    }
+    return out;
+}
+
 static PyObject *int32_tuple(const int32_t *values, Py_ssize_t n)
 {
     PyObject *out = PyTuple_New(n);
@@ -690,10 +760,8 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
         else
             PyTuple_SET_ITEM(garbage, j, a);
     }
-    if (garbage == NULL)
-        Py_CLEAR(retired);
     /* the removal log as (version, key, ns) records, None while not tracking */
-    PyObject *removals = retired == NULL ? NULL
+    PyObject *removals = garbage == NULL ? NULL
         : f.removal_limit == 0 ? Py_NewRef(Py_None) : PyList_New(f.nremovals);
     for (Py_ssize_t j = 0; removals != NULL && removals != Py_None && j < f.nremovals; j++) {
         PyObject *record = Py_BuildValue("(iOO)", (int)f.removals[j].version,
@@ -703,13 +771,13 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
         else
             PyList_SET_ITEM(removals, j, record);
     }
-    if (removals == NULL)
-        Py_CLEAR(retired);
+    PyObject *primary_marks = removals == NULL ? NULL : export_marks(&f.dir[0]); /* rule M */
+    PyObject *rehash_marks = primary_marks == NULL ? NULL : export_marks(&f.dir[1]);
     PyObject *out = NULL;
-    if (retired != NULL)
+    if (rehash_marks != NULL)           /* each above only if the one before it was made */
         out = Py_BuildValue(
-            "{s:n,s:N,s:N,s:N,s:N,s:n,s:n,s:n,s:n,s:i,s:i,s:N,s:K,s:K,s:n,s:O,s:O,"
-            "s:i,s:i,s:n,s:N}",
+            "{s:n,s:O,s:O,s:O,s:O,s:n,s:n,s:n,s:n,s:i,s:i,s:O,s:K,s:K,s:n,s:O,s:O,"
+            "s:i,s:i,s:n,s:O,s:O,s:O}",
             "gc_entries", f.gc_entries, "retired", retired, "garbage", garbage, "primary",
             primary, "rehash", rehash,
             "rehash_index", f.rehash_index, "primary_size", f.primary_size, "rehash_size",
@@ -720,12 +788,16 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
             (Py_ssize_t)1 << CHUNK_BITS_MAX, "primary_cut", f.cut[0] ? Py_True : Py_False,
             "rehash_cut", f.cut[1] ? Py_True : Py_False, "guard", (int)f.guard,
             "tracking_since", (int)f.tracking_since, "removal_limit", f.removal_limit,
-            "removals", removals);
-    else {
-        Py_XDECREF(primary);
-        Py_XDECREF(rehash);
-        Py_XDECREF(open);
-    }
+            "removals", removals, "primary_marks", primary_marks, "rehash_marks",
+            rehash_marks);
+    Py_XDECREF(primary);                /* the dict holds its own references (O) */
+    Py_XDECREF(rehash);
+    Py_XDECREF(open);
+    Py_XDECREF(retired);
+    Py_XDECREF(garbage);
+    Py_XDECREF(removals);
+    Py_XDECREF(primary_marks);
+    Py_XDECREF(rehash_marks);
     map_facts_clear(&f);
     return out;
 }
@@ -1474,6 +1546,86 @@ static int hold_chunks(Check *c, const DirFacts *d)
     return 0;
 }
 
+/* Invariant 14 (rule M), the reference's check_marks: while tracking, per
+ * live table (primary, rehash) and allocated chunk in directory order: its
+ * marks_since <= V, no bit set beyond its buckets, then every entry of its
+ * buckets (in bucket order, each chain head first) whose state_version >=
+ * max(marks_since, tracking_since) has its bucket's bit set. */
+static PyObject *judge_marks(const MapFacts *f)
+{
+    if (f->removal_limit == 0)                              /* not tracking: no claim */
+        return Py_NewRef(Py_None);
+    for (int k = 0; k < 2; k++) {
+        const DirFacts *d = &f->dir[k];
+        if (!d->present)
+            continue;
+        const char *name = k ? "rehash" : "primary";
+        const Recs *recs = &f->live[k];
+        Py_ssize_t at = 0;                                  /* recs are in bucket order */
+        for (Py_ssize_t i = 0; i < d->ndir; i++) {
+            if (d->chunks[i] == NULL)                       /* no chunk, no entry */
+                continue;
+            int32_t since = d->marks_since[i];
+            if (since > f->version)
+                return violation(14, "%s chunk %zd has marks since %d > V = %d", name, i,
+                                 (int)since, (int)f->version);
+            for (Py_ssize_t j = d->slots; j < MARK_WORDS * 64; j++)
+                if (dir_marked(d, i, j))
+                    return violation(14, "%s chunk %zd of %zd buckets marks bucket %zd of it",
+                                     name, i, d->slots, j);
+            int32_t bound = since > f->tracking_since ? since : f->tracking_since;
+            Py_ssize_t first = i * d->slots, end = first + d->slots;
+            while (at < recs->n && recs->at[at].slot < first)
+                at++;
+            for (; at < recs->n && recs->at[at].slot < end; at++) {
+                const Rec *x = &recs->at[at];
+                if (x->state_version >= bound && !dir_marked(d, i, x->slot - first))
+                    return violation(14, "entry (%R, %R) in %s bucket %zd has state version "
+                                         "%d >= %d but its chunk does not mark the bucket",
+                                     x->key, x->ns, name, x->slot, (int)x->state_version,
+                                     (int)bound);
+            }
+        }
+    }
+    return Py_NewRef(Py_None);
+}
+
+/* 10 and what each open snapshot reaches (11), every open snapshot known. */
+static PyObject *judge_snapshot_chunks(Check *c)
+{
+    const MapFacts *f = &c->map;
+    if (hold_chunks(c, &f->dir[0]) < 0 || hold_chunks(c, &f->dir[1]) < 0)
+        return NULL;
+    for (Py_ssize_t k = 0; k < c->nfp; k++)
+        if (!c->now[k].released
+            && (hold_chunks(c, &c->now[k].dir[0]) < 0 || hold_chunks(c, &c->now[k].dir[1]) < 0))
+            return NULL;
+    for (Py_ssize_t k = 0; k < c->nchunks; k++)
+        if (c->chunk_refs[k] != c->chunk_held[k])
+            return violation(10, "chunk %p counts %zd directories, %zd hold it",
+                             (void *)c->chunk_order[k], c->chunk_refs[k], c->chunk_held[k]);
+    for (Py_ssize_t k = 0; k < c->nfp; k++) {
+        const SnapFacts *now = &c->now[k];
+        if (now->released)
+            continue;
+        for (Py_ssize_t i = 0; i < now->recs.n; i++) {
+            const Rec *x = &now->recs.at[i];
+            int64_t at = -1;
+            int retained = ptrmap_get(&c->retired_at, x->entry, &at);
+            if (ptrmap_get(&c->live, x->entry, NULL) || (retained && at >= now->version))
+                continue;
+            if (retained)
+                return violation(11, "snapshot %d reaches entry (%R, %R), which is neither "
+                                     "live nor retained for it (batch %d)", (int)now->version,
+                                 x->key, x->ns, (int)at);
+            return violation(11, "snapshot %d reaches entry (%R, %R), which is neither live "
+                                 "nor retained for it (batch None)", (int)now->version, x->key,
+                             x->ns);
+        }
+    }
+    return Py_NewRef(Py_None);
+}
+
 /* The whole judgement, in the reference's order. */
 static PyObject *judge(Check *c)
 {
@@ -1606,38 +1758,13 @@ static PyObject *judge(Check *c)
     Py_ssize_t open_known = 0;
     for (Py_ssize_t k = 0; k < c->nfp; k++)
         open_known += !c->now[k].released;
-    if (open_known != f->nopen)
-        return Py_NewRef(Py_None);
-    if (hold_chunks(c, &f->dir[0]) < 0 || hold_chunks(c, &f->dir[1]) < 0)
-        return NULL;
-    for (Py_ssize_t k = 0; k < c->nfp; k++)
-        if (!c->now[k].released
-            && (hold_chunks(c, &c->now[k].dir[0]) < 0 || hold_chunks(c, &c->now[k].dir[1]) < 0))
-            return NULL;
-    for (Py_ssize_t k = 0; k < c->nchunks; k++)
-        if (c->chunk_refs[k] != c->chunk_held[k])
-            return violation(10, "chunk %p counts %zd directories, %zd hold it",
-                             (void *)c->chunk_order[k], c->chunk_refs[k], c->chunk_held[k]);
-    for (Py_ssize_t k = 0; k < c->nfp; k++) {
-        const SnapFacts *now = &c->now[k];
-        if (now->released)
-            continue;
-        for (Py_ssize_t i = 0; i < now->recs.n; i++) {
-            const Rec *x = &now->recs.at[i];
-            int64_t at = -1;
-            int retained = ptrmap_get(&c->retired_at, x->entry, &at);
-            if (ptrmap_get(&c->live, x->entry, NULL) || (retained && at >= now->version))
-                continue;
-            if (retained)
-                return violation(11, "snapshot %d reaches entry (%R, %R), which is neither "
-                                     "live nor retained for it (batch %d)", (int)now->version,
-                                 x->key, x->ns, (int)at);
-            return violation(11, "snapshot %d reaches entry (%R, %R), which is neither live "
-                                 "nor retained for it (batch None)", (int)now->version, x->key,
-                             x->ns);
-        }
+    if (open_known == f->nopen) {
+        verdict = judge_snapshot_chunks(c);
+        if (verdict != Py_None)
+            return verdict;
+        Py_DECREF(verdict);
     }
-    return Py_NewRef(Py_None);
+    return judge_marks(f);                                   /* 14, last */
 }
 
 /* check(m, fingerprints): None when every invariant holds, else the message
@@ -1698,6 +1825,7 @@ typedef enum {
     K_PRIMARY_SIZE,
     K_PRIMARY_SIZE_SHORT, K_GC_ENTRIES, K_HIGHEST_REQUIRED, K_THRESHOLD, K_REHASH_INDEX,
     K_CHUNK_REFS, K_GUARD, K_TRACKING_SINCE, K_REMOVAL_LIMIT, K_REMOVAL_VERSION,
+    K_UNMARK, K_MARKS_SINCE, K_STRAY_MARK,
 } Kind;
 
 /* Each kind, the invariant it breaks, and what it does. `bucket` is a primary
@@ -1730,6 +1858,9 @@ static const struct {
     {"tracking_since", K_TRACKING_SINCE, 13},       /* moved to V + 2 */
     {"removal_limit", K_REMOVAL_LIMIT, 13},         /* one below the log's length */
     {"removal_version", K_REMOVAL_VERSION, 13},     /* record `position` out of order */
+    {"unmark", K_UNMARK, 14},                       /* the bucket's bit cleared (it needs it) */
+    {"marks_since", K_MARKS_SINCE, 14},             /* its chunk's marks_since moved to V + 1 */
+    {"stray_mark", K_STRAY_MARK, 14},               /* bit `to` >= the chunk's buckets set */
 };
 
 #define NKINDS ((Py_ssize_t)(sizeof(corrupt_kinds) / sizeof(corrupt_kinds[0])))
@@ -1751,6 +1882,7 @@ typedef struct CorruptionObject {
     int32_t batch_version;
     int64_t saved;
     const PyObject *record_key;     /* removal_version: the record's key, compared only */
+    Py_ssize_t capacity;            /* the marks' kinds: the primary's capacity then */
 } CorruptionObject;
 
 static PyTypeObject Corruption_Type;
@@ -2010,6 +2142,29 @@ static void corruption_undo(CorruptionObject *c)
             m->rehash_index = (Py_ssize_t)c->saved;
         left = !unchanged;
         break;
+    case K_UNMARK:
+    case K_MARKS_SINCE:
+    case K_STRAY_MARK: {                /* always: the chunk found again by its bucket */
+        /* While the primary keeps its capacity, the chunk at the bucket's index
+         * is the damaged one, or rule C's copy of it (which carries its marks),
+         * or none (the rehash moved its buckets and marked them anew): the
+         * pointer is read from the directory now, never kept. A new table
+         * marked what it holds itself. */
+        Table *t = &m->primary;
+        Chunk *now = t->dir != NULL && t->capacity == c->capacity
+            ? t->dir[c->bucket >> t->bits] : NULL;
+        if (now == NULL)
+            break;
+        if (c->kind == K_UNMARK) {      /* a mark more never breaks invariant 14 */
+            Py_ssize_t j = c->bucket & (chunk_slots(t) - 1);
+            now->marks[j >> 6] |= (uint64_t)1 << (j & 63);
+        }
+        else if (c->kind == K_STRAY_MARK)   /* never a bucket's bit at this capacity */
+            now->marks[c->to >> 6] &= ~((uint64_t)1 << (c->to & 63));
+        else if (now->marks_since == c->to)     /* else its marks started over since */
+            now->marks_since = (int32_t)c->saved;
+        break;
+    }
     case K_CHUNK_REFS:                  /* always: our count kept the chunk alive */
         if (--c->chunk->refs == 0)
             PyMem_Free(c->chunk);
@@ -2154,6 +2309,7 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
     c->to = to;
     c->saved = 0;
     c->record_key = NULL;
+    c->capacity = t->capacity;
     switch (kind) {
     case K_HASH:
     case K_STATE_VERSION:
@@ -2170,6 +2326,18 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
     case K_WRITE_SHARED:
         if (e == NULL || position != 0)
             goto nothing;
+        break;
+    case K_UNMARK:
+    case K_MARKS_SINCE:
+    case K_STRAY_MARK:              /* rule M: the live table's own chunks, while tracking */
+        if (m->removal_limit == 0 || chunk == NULL || chunk->refs > 1
+            || m->version == INT32_MAX) {
+            Py_DECREF(c);
+            PyErr_Format(PyExc_ValueError, "%s needs a map that tracks changes (at a version "
+                         "below 2**31 - 1) and bucket %zd in a chunk no snapshot holds", what,
+                         bucket);
+            return NULL;
+        }
         break;
     default:
         break;
@@ -2343,6 +2511,34 @@ static PyObject *probe_corrupt(PyObject *self, PyObject *args, PyObject *kwds)
         c->saved = m->removal_limit;
         m->removal_limit = m->nremovals - 1;
         break;
+    case K_UNMARK: {
+        /* a bucket that needs its bit: an entry of state_version >= max(marks_since,
+         * tracking_since) */
+        int32_t bound = chunk->marks_since > m->tracking_since ? chunk->marks_since
+                                                                : m->tracking_since;
+        Entry *x = slot_get(t, bucket);
+        while (x != NULL && x->state_version < bound)
+            x = x->next;
+        Py_ssize_t j = bucket & (chunk_slots(t) - 1);
+        if (x == NULL || !bucket_marked(chunk, j))
+            goto nothing;
+        chunk->marks[j >> 6] &= ~((uint64_t)1 << (j & 63));
+        break;
+    }
+    case K_MARKS_SINCE:
+        c->saved = chunk->marks_since;
+        c->to = m->version + 1;         /* the value written: compared at the undo */
+        chunk->marks_since = (int32_t)c->to;
+        break;
+    case K_STRAY_MARK:
+        if (to < chunk_slots(t) || to >= MARK_WORDS * 64) {
+            Py_DECREF(c);
+            PyErr_Format(PyExc_ValueError, "stray_mark needs `to` in [%zd, %d): a bit beyond "
+                         "the chunk's buckets, got %zd", chunk_slots(t), MARK_WORDS * 64, to);
+            return NULL;
+        }
+        chunk->marks[to >> 6] |= (uint64_t)1 << (to & 63);
+        break;
     case K_REMOVAL_VERSION:
         if (position >= m->nremovals)
             goto nothing;
@@ -2384,7 +2580,7 @@ static PyMethodDef probe_methods[] = {
     {"fingerprint", (PyCFunction)(void (*)(void))probe_fingerprint, METH_FASTCALL,
      "What an open snapshot reaches (a Fingerprint), or the message of invariant 8."},
     {"check", (PyCFunction)(void (*)(void))probe_check, METH_FASTCALL,
-     "None if invariants 1-12 hold, else the message of the first that does not."},
+     "None if invariants 1-14 hold, else the message of the first that does not."},
     {"corrupt", (PyCFunction)(void (*)(void))probe_corrupt, METH_VARARGS | METH_KEYWORDS,
      "Break one invariant; the returned Corruption repairs it when it ends."},
     {NULL, NULL, 0, NULL},

@@ -154,9 +154,10 @@ C_REWRITES = [
 
 
 #: The C forms of the pure map's change-tracking bugs (``tracked``: the map
-#: tracks changes, and the machine's ChangeTracking rules catch them). Apart
-#: from C_REWRITES: a map that does not track (the differential runner's, the
-#: checkers' replay) cannot show them.
+#: tracks changes, and the machine's ChangeTracking rules catch them), and two
+#: of rule M's marks, which only the C map keeps (invariant 14 of both checkers
+#: catches them). Apart from C_REWRITES: a map that does not track (the
+#: differential runner's, the checkers' replay) cannot show them.
 C_TRACKING_REWRITES = [
     CRewrite(
         "c-get-mutation-not-recorded",
@@ -180,6 +181,23 @@ C_TRACKING_REWRITES = [
         "/* inv. 13: H, or V while tracking */",
         "    m->guard = m->highest;",
         "rule T: after the base is released get no longer marks what it hands out",
+        tracked=True,
+    ),
+    CRewrite(
+        "c-put-does-not-mark-its-bucket",
+        "    e->state_version = m->version;\n"
+        "    mark_bucket(m, f->table, f->bucket, m->version);          /* rule M */",
+        "    e->state_version = m->version;\n    (void)f;",
+        "rule M: a put's bucket is not marked, so a delta that walks its chunk by the "
+        "marks leaves the change out",
+        tracked=True,
+    ),
+    CRewrite(
+        "c-rehash-drops-marks",
+        "        mark_bucket(m, new, pos, (*dst)->state_version);     "
+        "/* rule M: its chunk is private */\n",
+        "",
+        "rule M: the rehash moves changed entries into chunks that do not mark them",
         tracked=True,
     ),
 ]

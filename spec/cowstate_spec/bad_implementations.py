@@ -67,7 +67,9 @@ a change the tracking misses           get-mutation-not-recorded,           map
                                        release-guard-ignores-tracking
                                        c-get-mutation-not-recorded,         C map
                                        c-remove-not-logged,
-                                       c-release-guard-ignores-tracking
+                                       c-release-guard-ignores-tracking,
+                                       c-put-does-not-mark-its-bucket,
+                                       c-rehash-drops-marks
 a heap delta that misses a removal     delta-misses-a-removal               storage
 =====================================  ===================================  ========
 
@@ -471,6 +473,8 @@ DEFECT_CLASSES: dict[str, tuple[tuple[str, str], ...]] = {
         ("c-map", "c-get-mutation-not-recorded"),
         ("c-map", "c-remove-not-logged"),
         ("c-map", "c-release-guard-ignores-tracking"),
+        ("c-map", "c-put-does-not-mark-its-bucket"),
+        ("c-map", "c-rehash-drops-marks"),
     ),
     # delta-against-the-wrong-base (a pending checkpoint between base and delta)
     # is caught in replay (tests/test_spec_catches_bad_storage.py), not yet by

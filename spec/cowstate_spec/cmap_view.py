@@ -27,7 +27,10 @@ is never reused while the fingerprint is checked.
 
 The C map's own invariants 10 (chunk counts), 11 (retirement) and 12 (the
 count of entries the garbage collector must visit), from the header of
-``_cmap.c``, are checked by :func:`check_chunks_and_retirement`.
+``_cmap.c``, are checked by :func:`check_chunks_and_retirement`; 14 (rule M:
+each live chunk marks its buckets that changed) by :func:`check_marks`, from
+the marks the export carries per chunk of each live table
+(``MapView.primary_marks``, ``rehash_marks``).
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ __all__ = [
     "MapView",
     "SnapshotView",
     "check_chunks_and_retirement",
+    "check_marks",
     "is_c_map",
     "is_c_snapshot",
     "rehash_progress",
@@ -167,6 +171,10 @@ def _heads(
     return heads
 
 
+#: One chunk's marks as exported: (marks_since, the indexes of its set bits).
+Marks = tuple[int, tuple[int, ...]]
+
+
 class MapView:
     """The pure map's internal attributes, read from one export of a C map."""
 
@@ -205,6 +213,11 @@ class MapView:
         self._removals: list[tuple[int, Any, Any]] | None = st["removals"]
         self._tracking_since: int = st["tracking_since"]
         self._removal_limit: int = st["removal_limit"]
+        #: rule M (invariant 14): per chunk of each live table, None (never
+        #: allocated) or (marks_since, the indexes of its set bits, ascending);
+        #: rehash_marks is None outside a rehash
+        self.primary_marks: tuple[Marks | None, ...] = st["primary_marks"]
+        self.rehash_marks: tuple[Marks | None, ...] | None = st["rehash_marks"]
 
     def __len__(self) -> int:
         return self._primary_size + self._rehash_size
@@ -363,3 +376,56 @@ def check_chunks_and_retirement(m: Any, snapshots: Iterable[Any]) -> None:
                         f"for it (batch {retired.get(e.address)})"
                     )
                 e = e.next
+
+
+def check_marks(m: Any) -> None:
+    """Invariant 14 of the C map (rule M of ``_cmap.c``), the last it checks.
+
+    While the map tracks changes, per live table (primary, then rehash) and
+    allocated chunk in directory order: its ``marks_since`` is at most V, no
+    bit is set beyond its buckets, and every entry of its buckets (in bucket
+    order, each chain head first) whose ``state_version`` is at least
+    ``max(marks_since, tracking_since)`` has its bucket's bit set. Not
+    tracking: no claim.
+    """
+    from cowstate_spec.invariants import InvariantViolation
+
+    view = m if isinstance(m, MapView) else MapView(m)
+    if view._removals is None:
+        return
+    version = view._version
+    for name, table, directory, marks in (
+        ("primary", view._primary, view.primary_directory, view.primary_marks),
+        ("rehash", view._rehash, view.rehash_directory, view.rehash_marks),
+    ):
+        if table is None or directory is None or marks is None:
+            continue
+        slots = directory[2]
+        for index, chunk in enumerate(marks):
+            if chunk is None:
+                continue
+            since, bits = chunk
+            if since > version:
+                raise InvariantViolation(
+                    f"invariant 14 violated: {name} chunk {index} has marks since {since} "
+                    f"> V = {version}"
+                )
+            stray = [bit for bit in bits if bit >= slots]
+            if stray:
+                raise InvariantViolation(
+                    f"invariant 14 violated: {name} chunk {index} of {slots} buckets marks "
+                    f"bucket {stray[0]} of it"
+                )
+            bound = max(since, view._tracking_since)
+            marked = set(bits)
+            first = index * slots
+            for bucket in range(first, first + slots):
+                e = table[bucket]
+                while e is not None:
+                    if e.state_version >= bound and bucket - first not in marked:
+                        raise InvariantViolation(
+                            f"invariant 14 violated: entry ({e.key!r}, {e.namespace!r}) in "
+                            f"{name} bucket {bucket} has state version {e.state_version} >= "
+                            f"{bound} but its chunk does not mark the bucket"
+                        )
+                    e = e.next

@@ -22,7 +22,9 @@ the implementation's own helpers: a wrong helper cannot blind its judge.
 The C map (``cowstate._cmap``) has two judges. The reference is this code:
 the structure export of its probe (``cowstate_spec._cmap_probe``) read
 through :mod:`cowstate_spec.cmap_view`, which also checks the C map's own
-invariants 10 (chunk counts), 11 (retirement) and 12 (the GC count). The
+invariants 10 (chunk counts), 11 (retirement), 12 (the GC count) and, last,
+14 (rule M: each live chunk marks its changed buckets; 13, the change
+tracking, is the pure map's and checked here for both). The
 fast one is the probe's checker in C: the same facts judged in the same
 order, the same messages, without building a Python object per entry (an
 export cost more than the map's own work: ``cowstate check`` ran the C map
@@ -58,6 +60,7 @@ from cowstate_spec.cmap_view import (
     MapView,
     SnapshotView,
     check_chunks_and_retirement,
+    check_marks,
     is_c_map,
     is_c_snapshot,
 )
@@ -175,10 +178,11 @@ def check_map(
     *,
     reference: bool = False,
 ) -> None:
-    """Assert invariants 1-9 of ``m``; ``snapshots`` are the open ones' fingerprints.
-    For the C map also invariants 10-12: by the probe's checker when the
-    fingerprints are the probe's (and ``reference`` is false), else by the
-    reference (``cmap_view``: the export and ``check_chunks_and_retirement``)."""
+    """Assert invariants 1-9 and 13 of ``m``; ``snapshots`` are the open ones'
+    fingerprints. For the C map also invariants 10-12 and 14: by the probe's
+    checker when the fingerprints are the probe's (and ``reference`` is false),
+    else by the reference (``cmap_view``: the export, ``check_chunks_and_retirement``
+    and ``check_marks``)."""
     fps = list(snapshots)
     by_reference = [fp for fp in fps if isinstance(fp, SnapshotFingerprint)]
     by_probe = [fp for fp in fps if not isinstance(fp, SnapshotFingerprint)]
@@ -194,6 +198,7 @@ def check_map(
         view = MapView(m)
         _check_map(view, by_reference)
         check_chunks_and_retirement(view, [fp.snapshot for fp in by_reference])
+        check_marks(view)
     else:
         assert PROBE is not None
         verdict = PROBE.check(m, by_probe)
