@@ -266,7 +266,7 @@
  * _cmap.h with a test-only module built beside this one,
  * cowstate_spec._cmap_probe (spec/cowstate_spec/_cmap_probe.c): the
  * structure export for the reference checker (cowstate_spec.cmap_view and
- * cowstate_spec.invariants), the same checker in C for invariants 1-13 (what
+ * cowstate_spec.invariants), the same checker in C for invariants 1-14 (what
  * the machines and `cowstate check` run), and the corruption hooks of the
  * checker's tests. The probe reads a map only after finding its exact type in
  * a module whose `_LAYOUT` has the probe's own layout version and sizes.

@@ -3,7 +3,7 @@
  * ===========================================================================
  *
  * cowstate/_cmap.c is the map (its header comment is the design: rules E, S,
- * C, G, T and D, retirement by version, invariants 1-13). This header holds only what
+ * C, G, T, D and M, retirement by version, invariants 1-14). This header holds only what
  * another C module needs to READ a map or a snapshot: the structs, the two
  * slot accessors, and the layout record the map module publishes. Its readers:
  *
