@@ -9,6 +9,7 @@ environment (no Java, no Spark extra, a closed pipe) and Ctrl-C run
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -724,6 +725,51 @@ def test_ctrl_c_met_in_code_compiled_from_a_string_is_status_130_not_death_by_si
     meet = "def meet_ctrl_c():\n    exec(CTRL_C)\n"
     status, stderr, stdout = ctrl_c_met_in(tmp_path, moment, meet)
     assert (status, stderr, stdout) == (130, "cowstate check: interrupted\n", "")
+
+
+@pytest.mark.parametrize("moment", list(CTRL_C_MOMENTS))
+def test_ctrl_c_met_in_a_descriptors_set_name_is_one_line_status_130(
+    tmp_path: Path, moment: str
+) -> None:
+    # Regression: "before Spark is up" printed a traceback with status 1 when
+    # the Ctrl-C came in a dataclass field's __set_name__: Python 3.11 turns
+    # the KeyboardInterrupt into "RuntimeError: Error calling __set_name__"
+    # (cowstate_spec.interrupt, rule 4). A code object, not a string: no
+    # record of rule 5 is involved.
+    meet = (
+        "class _Descriptor:\n"
+        "    def __set_name__(self, owner, name):\n"
+        "        exec(compile(CTRL_C, 'ctrl_c', 'exec'))\n"
+        "def meet_ctrl_c():\n"
+        "    class _Made:\n"
+        "        field = _Descriptor()\n"
+    )
+    status, stderr, stdout = ctrl_c_met_in(tmp_path, moment, meet)
+    assert (status, stderr, stdout) == (130, "cowstate check: interrupted\n", "")
+
+
+def test_an_error_is_raised_by_an_interrupt_when_one_is_in_its_chain() -> None:
+    from cowstate.cli import raised_by_interrupt
+
+    def chained(*links: BaseException, how: str) -> BaseException:
+        """``links[0]`` raised while ``links[1]`` propagated, and so on."""
+        for outer, inner in itertools.pairwise(links):
+            setattr(outer, how, inner)
+        return links[0]
+
+    interrupt, error, other = KeyboardInterrupt, RuntimeError, ValueError
+    assert raised_by_interrupt(interrupt())
+    for how in ("__cause__", "__context__"):
+        assert raised_by_interrupt(chained(interrupt(), error(), other(), how=how))  # first
+        assert raised_by_interrupt(chained(error(), interrupt(), other(), how=how))  # middle
+        assert raised_by_interrupt(chained(error(), other(), interrupt(), how=how))  # last
+        assert not raised_by_interrupt(chained(error(), other(), error(), how=how))
+    cycle = chained(error(), other(), how="__context__")
+    cycle.__context__.__context__ = cycle  # type: ignore[union-attr]
+    assert not raised_by_interrupt(cycle)
+    both = error()
+    both.__cause__, both.__context__ = other(), interrupt()  # the context counts too
+    assert raised_by_interrupt(both)
 
 
 def in_process_report(

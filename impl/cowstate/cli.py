@@ -39,7 +39,8 @@ and the process exits with the status the command returns, never by SIGINT
 after its line: CPython counts a ``KeyboardInterrupt`` that left code
 compiled from a string (the methods ``dataclasses`` makes) as unhandled
 even once caught, and ``python -m`` then ends the process by SIGINT;
-:func:`guarded` clears that record.
+:func:`guarded` clears that record. An error raised from a
+``KeyboardInterrupt`` is the interrupt too (:func:`raised_by_interrupt`).
 
 A reader that stops reading early (``cowstate savepoint inspect DIR | head``)
 ends the output quietly, with the status the command would have had.
@@ -70,6 +71,7 @@ __all__ = [
     "inspect_command",
     "main",
     "print_output",
+    "raised_by_interrupt",
 ]
 
 EXIT_OK = 0
@@ -124,9 +126,9 @@ def guarded(
 ) -> int:
     """Run a command's ``body`` and turn what it raises into one line and a
     status: :class:`~cowstate.errors.InvalidArgumentError` is 2, the
-    ``environment`` errors are 3, a ``KeyboardInterrupt`` is 130 (and the
-    process's status: :func:`_interrupt_handled`), argparse's exits keep
-    their status."""
+    ``environment`` errors are 3, a ``KeyboardInterrupt`` or an error
+    :func:`raised_by_interrupt` is 130 (and the process's status:
+    :func:`_interrupt_handled`), argparse's exits keep their status."""
     try:
         return body()
     except SystemExit as exc:  # argparse: --help (0), a usage error (2, already printed)
@@ -140,8 +142,29 @@ def guarded(
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_OK
+    except Exception as exc:
+        if not raised_by_interrupt(exc):
+            raise
+        return fail(prog, "interrupted", EXIT_INTERRUPTED)
     finally:
         _interrupt_handled()  # whatever the body caught, the status is the command's
+
+
+def raised_by_interrupt(exc: BaseException) -> bool:
+    """``exc`` is a ``KeyboardInterrupt`` or was raised while one propagated
+    (one is in its chain of ``__cause__`` and ``__context__``): Python 3.11
+    turns what a descriptor's ``__set_name__`` raises into a
+    ``RuntimeError`` from it, so a Ctrl-C that came while a dataclass was
+    being made (its fields have one) arrived as that error."""
+    todo, seen = [exc], set()
+    while todo:
+        current = todo.pop()
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        if id(current) not in seen:
+            seen.add(id(current))
+            todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return False
 
 
 def print_output(text: str) -> None:
@@ -217,7 +240,9 @@ def _run_plug_in(args: list[str], entries: list[EntryPoint]) -> int:
         command = entries[0].load()
     except ImportError as exc:
         return fail(prog, f"{what} could not be loaded ({exc}); {hint}", EXIT_ENVIRONMENT)
-    except KeyboardInterrupt:  # while it loads; from then on, the command takes Ctrl-C
+    except BaseException as exc:  # Ctrl-C while it loads; from then on, the command takes it
+        if not raised_by_interrupt(exc):
+            raise
         _interrupt_handled()
         return fail(prog, "interrupted", EXIT_INTERRUPTED)
     if not callable(command):

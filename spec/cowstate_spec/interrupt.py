@@ -41,7 +41,11 @@ that goes wrong, so ``cowstate check`` takes SIGINT itself, with these rules:
    and its JVM, bounded in time (``spark_env.stop_session``) -- is not
    itself interrupted halfway. An exception that comes while an interrupt
    is pending is the interrupt's doing (a cancelled job, a call to an ended
-   JVM): the caller reports the interrupt instead.
+   JVM): the caller reports the interrupt instead. So is an error raised
+   from the interrupt (``cowstate.cli.raised_by_interrupt``): Python 3.11
+   turns what a descriptor's ``__set_name__`` raises into a
+   ``RuntimeError`` from it, and a Ctrl-C that met a dataclass being made
+   (its fields have one) printed that traceback with status 1.
 5. **The command's status is the process's.** Wherever the interrupt is raised, the
    process exits with the status the command returns, not by SIGINT.
    CPython records a ``KeyboardInterrupt`` that leaves an ``exec`` or
