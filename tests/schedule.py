@@ -34,6 +34,9 @@ G4. The files of :data:`LAST` go late, whatever they weigh: after the
     workers, the Ctrl-C tests met each other's Spark and the flake came
     back). Handed out last, they ran alone for their 60 s while two workers
     idled (measured 2026-11-27: one worker ended 55 s after the others).
+    That flake's cause was not the load but where the signal landed (a
+    dataclass being made: ``cowstate_spec.interrupt``, rule 5, fixed
+    2026-11-28); whether these files may now go earlier is not measured.
 G5. A test listed in :data:`SHARES` joins the group of the test it names:
     it reuses that test's run, which only a test in the same process can
     (``cowstate_spec.coverage.run_counted``: the coverage tests count the

@@ -34,6 +34,14 @@ exits with one of :data:`EXIT_STATUSES`:
 3. environment: no Java, Spark missing or unable to start, an extra not
    installed, a cluster out of reach, a Spark job that failed.
 
+A Ctrl-C is the line ``cowstate <command>: interrupted`` and status 130,
+and the process exits with the status the command returns, never by SIGINT
+after its line: CPython counts a ``KeyboardInterrupt`` that left code
+compiled from a string (the methods ``dataclasses`` makes) as unhandled
+even once caught, and ``python -m`` then ends the process by SIGINT;
+:func:`guarded` clears that record. An error raised from a
+``KeyboardInterrupt`` is the interrupt too (:func:`raised_by_interrupt`).
+
 A reader that stops reading early (``cowstate savepoint inspect DIR | head``)
 ends the output quietly, with the status the command would have had.
 """
@@ -63,6 +71,7 @@ __all__ = [
     "inspect_command",
     "main",
     "print_output",
+    "raised_by_interrupt",
 ]
 
 EXIT_OK = 0
@@ -117,7 +126,9 @@ def guarded(
 ) -> int:
     """Run a command's ``body`` and turn what it raises into one line and a
     status: :class:`~cowstate.errors.InvalidArgumentError` is 2, the
-    ``environment`` errors are 3, argparse's exits keep their status."""
+    ``environment`` errors are 3, a ``KeyboardInterrupt`` or an error
+    :func:`raised_by_interrupt` is 130 (and the process's status:
+    :func:`_interrupt_handled`), argparse's exits keep their status."""
     try:
         return body()
     except SystemExit as exc:  # argparse: --help (0), a usage error (2, already printed)
@@ -131,6 +142,29 @@ def guarded(
     except BrokenPipeError:
         _discard_stdout()
         return EXIT_OK
+    except Exception as exc:
+        if not raised_by_interrupt(exc):
+            raise
+        return fail(prog, "interrupted", EXIT_INTERRUPTED)
+    finally:
+        _interrupt_handled()  # whatever the body caught, the status is the command's
+
+
+def raised_by_interrupt(exc: BaseException) -> bool:
+    """``exc`` is a ``KeyboardInterrupt`` or was raised while one propagated
+    (one is in its chain of ``__cause__`` and ``__context__``): Python 3.11
+    turns what a descriptor's ``__set_name__`` raises into a
+    ``RuntimeError`` from it, so a Ctrl-C that came while a dataclass was
+    being made (its fields have one) arrived as that error."""
+    todo, seen = [exc], set()
+    while todo:
+        current = todo.pop()
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        if id(current) not in seen:
+            seen.add(id(current))
+            todo += [e for e in (current.__cause__, current.__context__) if e is not None]
+    return False
 
 
 def print_output(text: str) -> None:
@@ -206,7 +240,10 @@ def _run_plug_in(args: list[str], entries: list[EntryPoint]) -> int:
         command = entries[0].load()
     except ImportError as exc:
         return fail(prog, f"{what} could not be loaded ({exc}); {hint}", EXIT_ENVIRONMENT)
-    except KeyboardInterrupt:  # while it loads; from then on, the command takes Ctrl-C
+    except BaseException as exc:  # Ctrl-C while it loads; from then on, the command takes it
+        if not raised_by_interrupt(exc):
+            raise
+        _interrupt_handled()
         return fail(prog, "interrupted", EXIT_INTERRUPTED)
     if not callable(command):
         return fail(
@@ -251,6 +288,17 @@ def _parser(registered: dict[str, list[EntryPoint]]) -> OneLineParser:
 def _dispatch(args: list[str], registered: dict[str, list[EntryPoint]]) -> int:
     parsed = _parser(registered).parse_args(args)
     return inspect_command(parsed.directory)
+
+
+def _interrupt_handled() -> None:
+    """Forget CPython's record of a ``KeyboardInterrupt`` that left code
+    compiled from a string, so that the process exits with the status the
+    command chose. Every ``exec`` or ``eval`` of a string that a
+    ``KeyboardInterrupt`` leaves records it as unhandled, even when it is
+    caught later, and ``python -m`` ends the process by SIGINT for it after
+    the exit status was set (Python 3.11 to 3.13 alike); each such run
+    starts by clearing the record, so an empty one clears it."""
+    exec("")
 
 
 def _discard_stdout() -> None:

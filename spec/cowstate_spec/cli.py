@@ -48,6 +48,7 @@ from cowstate.cli import (
     OneLineParser,
     guarded,
     print_output,
+    raised_by_interrupt,
 )
 from cowstate.cli import main as cowstate_main
 from cowstate.errors import InvalidArgumentError
@@ -197,14 +198,15 @@ def describe_validation_error(exc: ValidationError, where: str) -> str:
 def _interruptible(argv: list[str]) -> int:
     """:func:`_check`; interrupted, it stops Spark before the one line is
     printed. What fails while an interrupt is pending (a cancelled job, a
-    call to an ended JVM) is the interrupt (cowstate_spec.interrupt, rule 4)."""
+    call to an ended JVM) or is raised from one is the interrupt
+    (cowstate_spec.interrupt, rule 4)."""
     try:
         return _check(argv)
     except KeyboardInterrupt:
         stop_session()
         raise
-    except Exception:
-        if not interrupt.pending():
+    except Exception as exc:
+        if not (interrupt.pending() or raised_by_interrupt(exc)):
             raise
         stopped = interrupt.take()  # before stopping: nothing interrupts the stop
         stop_session()

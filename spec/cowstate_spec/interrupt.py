@@ -41,12 +41,31 @@ that goes wrong, so ``cowstate check`` takes SIGINT itself, with these rules:
    and its JVM, bounded in time (``spark_env.stop_session``) -- is not
    itself interrupted halfway. An exception that comes while an interrupt
    is pending is the interrupt's doing (a cancelled job, a call to an ended
-   JVM): the caller reports the interrupt instead.
+   JVM): the caller reports the interrupt instead. So is an error raised
+   from the interrupt (``cowstate.cli.raised_by_interrupt``): Python 3.11
+   turns what a descriptor's ``__set_name__`` raises into a
+   ``RuntimeError`` from it, and a Ctrl-C that met a dataclass being made
+   (its fields have one) printed that traceback with status 1.
+5. **The command's status is the process's.** Wherever the interrupt is raised, the
+   process exits with the status the command returns, not by SIGINT.
+   CPython records a ``KeyboardInterrupt`` that leaves an ``exec`` or
+   ``eval`` of a string as unhandled, even when a caller catches it, and
+   ``python -m`` (``runpy``) ends the process by SIGINT for that record
+   once the interpreter is finalized -- after the one line was printed,
+   without a traceback. Those strings are everywhere while a run starts:
+   ``dataclasses`` and ``namedtuple`` make their methods so, and a SIGINT
+   that arrives while one is compiled is raised at the first instruction of
+   the string's code. "Before Spark is up" (the imports) met this in 16 of
+   60 runs of its steps: status -2 after "cowstate check: interrupted".
+   The handler cannot avoid such code (the whole start-up is imports), so
+   ``cowstate.cli.guarded``, where every interrupt ends up as status 130,
+   clears the record (an ``exec`` of a string clears it when it starts).
 
 The caller's side: ``cowstate_spec.cli`` installs the handler, turns what
 comes while an interrupt is pending into it, stops the session on the way
-out and prints the one line; ``cowstate_spec.spark_env`` aborts the JVM's
-start, re-installs the handler over PySpark's and names the session.
+out and prints the one line (``cowstate.cli.guarded``, rule 5);
+``cowstate_spec.spark_env`` aborts the JVM's start, re-installs the handler
+over PySpark's and names the session.
 """
 
 from __future__ import annotations

@@ -63,6 +63,7 @@ from pathlib import Path
 from types import FrameType
 from typing import IO, Any
 
+from cowstate.cli import raised_by_interrupt
 from cowstate.errors import CowStateError, InvalidArgumentError
 from cowstate_spec import interrupt
 
@@ -456,7 +457,7 @@ def _start_context(spark_conf: Any, log: Path | None) -> Any:
         context = SparkContext(conf=spark_conf, gateway=gateway)
         _take_interrupts(context)
     except BaseException as exc:
-        interrupted = isinstance(exc, KeyboardInterrupt) or interrupt.pending()
+        interrupted = raised_by_interrupt(exc) or interrupt.pending()
         if interrupted:
             interrupt.take()  # before stopping: nothing interrupts the stop
         stop_session()
