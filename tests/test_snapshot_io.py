@@ -78,6 +78,7 @@ from cowstate.errors import (
     UnknownStateError,
     UnsupportedVersionError,
 )
+from cowstate.heap_incremental import write_removals
 from cowstate.introspection import describe
 from cowstate.key_groups import (
     KeyGroupRange,
@@ -4202,6 +4203,44 @@ def test_the_c_writer_writes_the_python_loops_bytes_for_a_delta_across_a_later_s
     whole, not by their marks (rule M of _cmap.c)."""
     key_name, states, changes, later = case
     check_delta_file(ccodec.CODEC, key_name, states, changes, later)
+
+
+@needs_codec
+@given(
+    st.sampled_from(sorted(CODEC_KEYS)),
+    st.sampled_from(sorted(CODEC_NAMESPACES)),
+    st.data(),
+)
+def test_the_c_codec_frames_a_removals_file_as_the_python_loop_does(
+    key_name: str, namespace_name: str, data: st.DataObject
+) -> None:
+    """A heap delta's removals file (empty state bytes) by the C codec's
+    encode_section is the Python loop's byte for byte, or both fail alike:
+    built-in serializers and others (pickle, rows), two states."""
+    key_ser, keys = CODEC_KEYS[key_name]
+    namespace_ser, namespaces = CODEC_NAMESPACES[namespace_name]
+    pairs = st.lists(st.tuples(keys, namespaces), min_size=1, max_size=4)
+    removals = [data.draw(st.dictionaries(st.integers(0, 3), pairs, max_size=4)) for _ in (0, 1)]
+    metadata = SnapshotMetadata(
+        format=SnapshotFormat.HEAP_REMOVALS,
+        max_parallelism=4,
+        key_group_range=(0, 3),
+        key_serializer=key_name,
+        states=(COUNTS, NAMES),
+    )
+    serializers = [(key_ser, namespace_ser)] * 2
+
+    def removals_file() -> bytes:
+        stream = io.BytesIO()
+        write_removals(stream, metadata, removals, serializers)
+        return stream.getvalue()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ccodec, "CODEC", ccodec.BUILT)
+        with_c = outcome(removals_file)
+        patch.setattr(ccodec, "CODEC", None)
+        with_python = outcome(removals_file)
+    assert with_c == with_python
 
 
 @needs_codec

@@ -96,16 +96,23 @@ from cowstate.errors import (
 )
 from cowstate.key_groups import KeyGroupRange
 from cowstate.map_contract import checked_removal_limit
+from cowstate.serializers import BytesSerializer
+from cowstate.snapshot import ccodec
 from cowstate.snapshot.checks import (
     EntryDecoder,
     check_key_groups,
     duplicate_error,
     find_duplicate,
 )
-from cowstate.snapshot.format import BinaryWriter, SnapshotFileInfo, SnapshotMetadata
+from cowstate.snapshot.format import (
+    BinaryWriter,
+    EncodedEntries,
+    SnapshotFileInfo,
+    SnapshotMetadata,
+)
 from cowstate.snapshot.reader import SnapshotReader
 from cowstate.snapshot.restore import RestoredSnapshot, resolve_serializer
-from cowstate.snapshot.writer import SnapshotWriter
+from cowstate.snapshot.writer import Entries, SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import StateTable
 
@@ -219,19 +226,48 @@ def write_removals(
 ) -> SnapshotFileInfo:
     """Write a ``heap-removals`` file: ``removals[state id][key group]`` are the
     removed pairs, serialized by ``serializers[state id]`` = (key serializer,
-    namespace serializer); every entry's state bytes are empty."""
+    namespace serializer); every entry's state bytes are empty. Framed by the
+    C codec's ``encode_section`` where it is built (its built-in serializers
+    in C, any other called once per value), byte for byte the Python loop's."""
     writer = SnapshotWriter(stream, metadata)
+    codec = ccodec.CODEC
     for key_group in metadata.range:
-        per_state: dict[int, list[tuple[bytes, bytes, bytes]]] = {}
+        per_state: dict[int, Entries] = {}
         for state_id, groups in enumerate(removals):
             pairs = groups.get(key_group, ())
             if pairs:
-                key_ser, namespace_ser = serializers[state_id]
-                per_state[state_id] = [
-                    (namespace_ser.serialize(n), key_ser.serialize(k), b"") for k, n in pairs
-                ]
+                per_state[state_id] = _removal_entries(codec, pairs, *serializers[state_id])
         writer.write_key_group(key_group, per_state)
     return writer.finish()
+
+
+def _removal_entries(
+    codec: ccodec.Codec | None,
+    pairs: Sequence[tuple[Any, Any]],
+    key_ser: Any,
+    namespace_ser: Any,
+) -> Entries:
+    """One state's removals of a key group as a section's entries (empty state
+    bytes: the bytes serializer's of ``b""``)."""
+    if codec is not None:
+        encoded = codec.encode_section(
+            [(key, namespace, b"") for key, namespace in pairs],
+            ccodec.encoder_kind(key_ser.serialize),
+            key_ser.serialize,
+            ccodec.encoder_kind(namespace_ser.serialize),
+            namespace_ser.serialize,
+            ccodec.encoder_kind(_NO_STATE.serialize),
+            _NO_STATE.serialize,
+        )
+        if isinstance(encoded, bytes):
+            return EncodedEntries(len(pairs), encoded)
+        if encoded is not None:  # rows: a serializer returned other than bytes
+            return encoded
+    return [(namespace_ser.serialize(n), key_ser.serialize(k), b"") for k, n in pairs]
+
+
+#: A removal's state: no bytes (``serialize(b"") == b""``, built into the C codec).
+_NO_STATE = BytesSerializer()
 
 
 def read_removals(
