@@ -83,8 +83,8 @@ bytes and ten files per subtask.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cowstate.arithmetic import DEFAULT_REMOVAL_LIMIT
@@ -112,7 +112,7 @@ from cowstate.snapshot.format import (
 )
 from cowstate.snapshot.reader import SnapshotReader
 from cowstate.snapshot.restore import RestoredSnapshot, resolve_serializer
-from cowstate.snapshot.writer import Entries, SnapshotWriter
+from cowstate.snapshot.writer import DEFAULT_BUFFER_SIZE, Entries, SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import StateTable
 
@@ -211,13 +211,6 @@ def _check_written_for(
         )
 
 
-@dataclass
-class _Folded:
-    """One state's mappings of one key group while a chain is folded (I5)."""
-
-    mappings: dict[tuple[Any, Any], Any] = field(default_factory=dict)
-
-
 def write_removals(
     stream: BinaryWriter,
     metadata: SnapshotMetadata,
@@ -229,41 +222,48 @@ def write_removals(
     namespace serializer); every entry's state bytes are empty. Framed by the
     C codec's ``encode_section`` where it is built (its built-in serializers
     in C, any other called once per value), byte for byte the Python loop's."""
-    writer = SnapshotWriter(stream, metadata)
-    codec = ccodec.CODEC
+    writer = SnapshotWriter(stream, metadata, buffer_size=DEFAULT_BUFFER_SIZE)  # one write
+    frame = [_removal_framer(ccodec.CODEC, *pair) for pair in serializers]
     for key_group in metadata.range:
         per_state: dict[int, Entries] = {}
         for state_id, groups in enumerate(removals):
             pairs = groups.get(key_group, ())
             if pairs:
-                per_state[state_id] = _removal_entries(codec, pairs, *serializers[state_id])
+                per_state[state_id] = frame[state_id](pairs)
         writer.write_key_group(key_group, per_state)
     return writer.finish()
 
 
-def _removal_entries(
-    codec: ccodec.Codec | None,
-    pairs: Sequence[tuple[Any, Any]],
-    key_ser: Any,
-    namespace_ser: Any,
-) -> Entries:
-    """One state's removals of a key group as a section's entries (empty state
-    bytes: the bytes serializer's of ``b""``)."""
-    if codec is not None:
-        encoded = codec.encode_section(
-            [(key, namespace, b"") for key, namespace in pairs],
-            ccodec.encoder_kind(key_ser.serialize),
-            key_ser.serialize,
-            ccodec.encoder_kind(namespace_ser.serialize),
-            namespace_ser.serialize,
-            ccodec.encoder_kind(_NO_STATE.serialize),
-            _NO_STATE.serialize,
-        )
-        if isinstance(encoded, bytes):
-            return EncodedEntries(len(pairs), encoded)
-        if encoded is not None:  # rows: a serializer returned other than bytes
-            return encoded
-    return [(namespace_ser.serialize(n), key_ser.serialize(k), b"") for k, n in pairs]
+def _removal_framer(
+    codec: ccodec.Codec | None, key_ser: Any, namespace_ser: Any
+) -> Callable[[Sequence[tuple[Any, Any]]], Entries]:
+    """How one state's removals of a key group become a section's entries
+    (empty state bytes: the bytes serializer's of ``b""``)."""
+    key_bytes, namespace_bytes, state_bytes = (
+        key_ser.serialize,
+        namespace_ser.serialize,
+        _NO_STATE.serialize,
+    )
+    kinds = [ccodec.encoder_kind(f) for f in (key_bytes, namespace_bytes, state_bytes)]
+
+    def entries(pairs: Sequence[tuple[Any, Any]]) -> Entries:
+        if codec is not None:
+            encoded = codec.encode_section(
+                [(key, namespace, b"") for key, namespace in pairs],
+                kinds[0],
+                key_bytes,
+                kinds[1],
+                namespace_bytes,
+                kinds[2],
+                state_bytes,
+            )
+            if isinstance(encoded, bytes):
+                return EncodedEntries(len(pairs), encoded)
+            if encoded is not None:  # rows: a serializer returned other than bytes
+                return encoded
+        return [(namespace_bytes(n), key_bytes(k), b"") for k, n in pairs]
+
+    return entries
 
 
 #: A removal's state: no bytes (``serialize(b"") == b""``, built into the C codec).
