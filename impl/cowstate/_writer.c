@@ -171,6 +171,7 @@
 #define KEEP_GIL_BELOW 1024
 #define GIL_SLICE_NS 1000000ULL
 #define HAND_OVER_NS 50000L
+#define PREFETCH_SLOT 24    /* marked buckets ahead: the slot (flush_marked) */
 #define PREFETCH_ENTRY 16   /* buckets ahead: the head entry */
 #define PREFETCH_OBJECTS 8  /* buckets ahead: its key and state */
 
@@ -233,6 +234,8 @@ typedef struct {
     int nomem;          /* out of memory without the GIL: raised once it is back */
     int size_mismatch;  /* a snapshot's chains hold another count than its size */
     cs_buf out;         /* blocks not handed over yet */
+    Entry *const **marked;  /* slots of marked buckets queued by walk_marked (malloc) */
+    size_t nmarked, marked_cap;
     size_t last_entry;  /* where the last entry framed starts (WBUG_CRC_OVER_STALE_BUFFER) */
 } Writer;
 
@@ -396,10 +399,9 @@ static inline int marks_serve(const SnapObject *s, const Chunk *c, long long sin
     return marks_cover(s, c, since);
 }
 
-/* Frame the marked buckets [lo, hi) of chunk `c` (bucket numbers of table t). */
-static int walk_marked(Writer *w, const Spec *sp, const Table *t, const Chunk *c,
-                       Py_ssize_t lo, Py_ssize_t hi, long long since, Py_ssize_t *n,
-                       Py_ssize_t *written)
+/* Queue the slots of the marked buckets [lo, hi) of chunk `c` (bucket numbers
+ * of table t), in bucket order, for flush_marked. */
+static int walk_marked(Writer *w, const Table *t, const Chunk *c, Py_ssize_t lo, Py_ssize_t hi)
 {
     Py_ssize_t per = chunk_slots(t), base = lo & ~(per - 1);
     Py_ssize_t first = lo - base, last = hi - base; /* slots [first, last) */
@@ -412,9 +414,47 @@ static int walk_marked(Writer *w, const Spec *sp, const Table *t, const Chunk *c
         while (bits != 0) {
             Py_ssize_t slot = word * 64 + __builtin_ctzll(bits);
             bits &= bits - 1;
-            if (walk_chain(w, sp, c->slots[slot], since, n, written) < 0)
-                return -1;
+            if (w->nmarked == w->marked_cap) {
+                size_t cap = w->marked_cap ? 2 * w->marked_cap : 1024;
+                Entry *const **grown = realloc((void *)w->marked, cap * sizeof *grown);
+                if (grown == NULL) {
+                    w->nomem = 1;
+                    return -1;
+                }
+                w->marked = grown;
+                w->marked_cap = cap;
+            }
+            w->marked[w->nmarked++] = &c->slots[slot];
         }
+    }
+    return 0;
+}
+
+/* Frame the chains of the queued slots, in order. A marked bucket is a
+ * random place in memory, and so are its entry and objects: a pipeline of
+ * prefetches (the slot PREFETCH_SLOT ahead, its head entry PREFETCH_ENTRY
+ * ahead, that entry's key and state PREFETCH_OBJECTS ahead) overlaps
+ * their misses, as the whole walk's does for consecutive buckets. */
+static int flush_marked(Writer *w, const Spec *sp, long long since, Py_ssize_t *n,
+                        Py_ssize_t *written)
+{
+    size_t count = w->nmarked;
+    Entry *const **queued = w->marked;
+    w->nmarked = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (i + PREFETCH_SLOT < count)
+            __builtin_prefetch(queued[i + PREFETCH_SLOT]);
+        if (i + PREFETCH_ENTRY < count && *queued[i + PREFETCH_ENTRY] != NULL)
+            __builtin_prefetch(*queued[i + PREFETCH_ENTRY]);
+        if (i + PREFETCH_OBJECTS < count) {
+            const Entry *ahead = *queued[i + PREFETCH_OBJECTS];
+            if (ahead != NULL) {
+                __builtin_prefetch(ahead->key);
+                __builtin_prefetch(ahead->state);
+            }
+        }
+        if (walk_chain(w, sp, *queued[i], since, n, written) < 0)
+            return -1;
     }
     return 0;
 }
@@ -449,6 +489,7 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
     }
     Py_ssize_t n = 0, written = 0; /* entries walked, entries framed */
     int counted = 1;               /* every entry walked: n must be the size */
+    w->nmarked = 0;                /* nothing queued of another snapshot (a walk that failed) */
     for (Py_ssize_t k = 0; k < regions; k++) {
         const Table *t = tables[k];
         if (t->dir == NULL)
@@ -464,12 +505,15 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
                 Py_ssize_t hi = ((b >> t->bits) + 1) << t->bits;
                 if (hi > end[k])
                     hi = end[k];
-                if (walk_marked(w, sp, t, c, b, hi, since, &n, &written) < 0)
+                if (walk_marked(w, t, c, b, hi) < 0)
                     return -1;
                 counted = 0;
                 b = hi - 1;
                 continue;
             }
+            /* a bucket walked whole: the queued ones come first (items() order) */
+            if (w->nmarked > 0 && flush_marked(w, sp, since, &n, &written) < 0)
+                return -1;
             /* Entries sit in memory in insertion order, buckets in hash order:
              * each is a cache miss, and so are its objects. Prefetch the head
              * of bucket b + PREFETCH_ENTRY and the key and state of bucket
@@ -499,6 +543,8 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
                 return -1;
         }
     }
+    if (w->nmarked > 0 && flush_marked(w, sp, since, &n, &written) < 0)
+        return -1;
     if ((counted && n != s->size) || n > 0xFFFFFFFF || written > 0xFFFFFFFF) {
         w->size_mismatch = 1;
         return -1;
@@ -918,6 +964,7 @@ finally:
     for (int k = 0; k < 3; k++)
         Py_XDECREF(job.pending[k]);
     cs_buf_free(&w.out);
+    free((void *)w.marked);
     Py_DECREF(offsets);
     Py_DECREF(job.states);
     return result;
