@@ -111,7 +111,11 @@ from cowstate.snapshot.format import (
     SnapshotMetadata,
 )
 from cowstate.snapshot.reader import SnapshotReader
-from cowstate.snapshot.restore import RestoredSnapshot, resolve_serializer
+from cowstate.snapshot.restore import (
+    RestoredSnapshot,
+    resolve_namespace_serializer,
+    resolve_serializer,
+)
 from cowstate.snapshot.writer import DEFAULT_BUFFER_SIZE, Entries, SnapshotWriter
 from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import StateTable
@@ -287,11 +291,7 @@ def read_removals(
     caches: dict[int, dict[bytes, Any]] = {}  # one namespace cache per serializer
     for state in meta.states:
         given = metas.get(state.name)
-        namespace_ser = resolve_serializer(
-            given.namespace_serializer if given else namespace_serializer,
-            state.namespace_serializer,
-            f"the namespace serializer of {state.name!r}",
-        )
+        namespace_ser = resolve_namespace_serializer(state, given, namespace_serializer)
         decoders[state.id] = EntryDecoder(
             state.name,
             key_ser.deserialize,

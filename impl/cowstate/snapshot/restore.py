@@ -38,10 +38,16 @@ from cowstate.snapshot.compat import (
     check_serializer,
 )
 from cowstate.snapshot.reader import SnapshotReader
-from cowstate.state_meta import SnapshotFormat, StateMetaInfo
+from cowstate.state_meta import SnapshotFormat, StateMetadata, StateMetaInfo
 from cowstate.state_table import StateTable
 
-__all__ = ["RestoredSnapshot", "read_snapshot", "resolve_serializer", "restore_table"]
+__all__ = [
+    "RestoredSnapshot",
+    "read_snapshot",
+    "resolve_namespace_serializer",
+    "resolve_serializer",
+    "restore_table",
+]
 
 
 @dataclass
@@ -223,11 +229,7 @@ def _decode(
         known = result.metas.get(state.name) or given
         if known is not None:
             check_kind(state.name, known.kind, state.kind, "file")  # C4
-        namespace_ser = _resolve(  # C5
-            given.namespace_serializer if given else namespace_serializer,
-            state.namespace_serializer,
-            f"the namespace serializer of {state.name!r}",
-        )
+        namespace_ser = resolve_namespace_serializer(state, given, namespace_serializer)  # C5
         state_ser = _resolve(  # C5
             given.state_serializer if given else None,
             state.state_serializer,
@@ -276,6 +278,19 @@ def resolve_serializer(
     """The serializer to decode with: ``given`` if its identifier matches the
     file's, else the built-in one ``identifier`` names."""
     return _resolve(given, identifier, role)
+
+
+def resolve_namespace_serializer(
+    state: StateMetadata, given: StateMetaInfo | None, default: StateSerializer | None
+) -> StateSerializer:
+    """C5 for the namespaces of the file's ``state``: the registered state's
+    serializer (``given``), else ``default``, if its identifier matches the
+    file's, else the built-in one the file names."""
+    return _resolve(
+        given.namespace_serializer if given else default,
+        state.namespace_serializer,
+        f"the namespace serializer of {state.name!r}",
+    )
 
 
 def _resolve(given: StateSerializer | None, identifier: str, role: str) -> StateSerializer:
