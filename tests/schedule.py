@@ -82,8 +82,6 @@ SPLIT: dict[str, Callable[[str], str]] = {
 #: prefix matches.
 SECONDS: dict[str, float] = {
     "test_cluster.py::": 20.0,  # its 4 tests (2 in the reduced form): one cluster run, ~70 s
-    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
-    "[no-claim-does-not-force-full]": 80.0,
     "test_backend_machine.py::test_backend_agrees_with_the_model[rocksdb-": 33.0,
     "test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]": 31.0,
     "test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-1]": 25.0,
@@ -97,9 +95,8 @@ SECONDS: dict[str, float] = {
     "test_checkpoint_rules.py::test_a_crash_at_any_write_leaves_the_last_completed_"
     "checkpoint_restorable[rocksdb]": 18.0,
     "test_spark.py::": 8.0,
-    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci": 5.0,
-    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
-    "[native-savepoint-shares-sst-files]": 14.0,
+    "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci": 3.0,
+    "test_spec_catches_every_class.py::test_the_storage_machine_passes_the_identity_rewrite": 6.0,
     "test_spec_catches_every_class.py::test_the_backend_machine_": 4.0,
     "test_flink_map_scenarios.py::test_random_modifications_keep_snapshots_isolated_20": 8.0,
     "test_backend_machine.py::test_backend_agrees_with_the_model": 11.0,

@@ -44,12 +44,9 @@ def test_a_tests_weight_is_its_longest_listed_prefix() -> None:
     heap = "test_storage_machine.py::test_storage_agrees_with_the_model[heap-"
     assert seconds(f"{heap}2]") == SECONDS[heap]
     # a longer prefix wins over a shorter one that matches too
-    nodeid = (
-        "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
-        "[no-claim-does-not-force-full]"
-    )
-    shorter = "test_spec_catches_every_class.py::test_the_storage_machine_catches_within_ci"
-    assert seconds(nodeid) == SECONDS[nodeid] != SECONDS[shorter]
+    longer, shorter = "test_fuzz.py::test_reduced_file_run", "test_fuzz.py::"
+    nodeid = f"{longer}_restores_exactly_or_refuses_cleanly"
+    assert seconds(nodeid) == SECONDS[longer] != SECONDS[shorter]
     assert seconds("test_errors.py::test_unlisted") == UNLISTED
 
 

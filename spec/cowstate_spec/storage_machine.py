@@ -1,20 +1,20 @@
 """The storage state machine: a job's backends and checkpoint storage against
 :class:`cowstate_model.storage.ReferenceStorage`.
 
-A job is ``parallelism`` backends (subtasks with split key-group ranges) and a
-:class:`~cowstate.checkpoint.coordinator.CheckpointCoordinator` over a real
-directory. The rules: state operations (routed to the subtask owning the
-key), trigger / complete / abort checkpoints (several pending at once),
+A job is ``parallelism`` backends (subtasks with split key-group ranges) and
+a :class:`~cowstate.checkpoint.coordinator.CheckpointCoordinator` over a
+real directory. The rules: state operations (routed to the subtask owning
+the key), trigger / complete / abort checkpoints (several pending at once),
 savepoints in both formats, moving and deleting savepoint directories,
 restoring a new job from any existing snapshot in each restore mode (and
 another parallelism; a restart from the latest checkpoint at the same
-parallelism as its own rule), rounds of a few updates and a checkpoint
-completed at once, crash-and-recover, and injected faults -- the k-th
-file-system write fails (leaving a partial file behind until the abort
-cleans it up), or the process "crashes" at the k-th file-system operation:
-from then on every file-system call fails, so no cleanup code runs, exactly
-as if the process had died; the machine then recovers a new coordinator from
-what is on disk.
+parallelism as its own rule, and followed at once by a checkpoint as
+another), rounds of a few updates and a checkpoint completed at once,
+crash-and-recover, and injected faults -- the k-th file-system write fails
+(leaving a partial file behind until the abort cleans it up), or the process
+"crashes" at the k-th file-system operation: from then on every file-system
+call fails, so no cleanup code runs, exactly as if the process had died; the
+machine then recovers a new coordinator from what is on disk.
 
 Invariants, after every step:
 
@@ -646,6 +646,21 @@ class StorageMachine(RuleBasedStateMachine):
         for key in cleared:
             self.change_state("clear", key, 0)
         self.trigger_checkpoint(complete_now=True)
+
+    @precondition(lambda self: bool(self.model.retained))
+    @rule(mode=st.sampled_from(sorted(MODES)))
+    def restart_and_checkpoint(self, mode: str) -> None:
+        """A restarted job checkpoints: a restart from the latest checkpoint
+        (``restart_from_the_latest_checkpoint``), then a checkpoint completed
+        at once, in one step: rule 7's first checkpoint after a restore in
+        each mode. Drawn apart, the two rules meet only in an example that
+        enables both (Hypothesis enables a random subset of the rules in each)
+        and draws them in a row: the no-claim hunt
+        (tests/test_spec_catches_every_class.py) took 27 of its 30 examples
+        to meet it, 4 with this rule."""
+        self.restart_from_the_latest_checkpoint(mode)
+        if len(self.model.pending) < 3:  # the old job may not have stopped (an injected error)
+            self.trigger_checkpoint(complete_now=True)
 
     def teardown(self) -> None:
         self.faults.revive()
