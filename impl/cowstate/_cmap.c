@@ -1164,9 +1164,10 @@ static int find(MapObject *m, uint64_t h, PyObject *key, PyObject *ns, Found *f)
 
 /* The entry of a lookup's mapping, private to the live table (rule E), added at
  * its chain's head (state NULL) when absent. `f` must be current (no structural
- * change since the lookup). */
+ * change since the lookup); on return its table and bucket are where the entry
+ * is (where rule M marks). */
 static Entry *put_found(MapObject *m, Found *f, PyObject *key, PyObject *ns)
-{   /* on return f->table and f->bucket say where the entry is (rule M marks there) */
+{
     Table *t = f->table;
     Py_ssize_t b = f->bucket;
     uint64_t h = f->hash;
