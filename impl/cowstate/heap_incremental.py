@@ -76,7 +76,7 @@ the base's or later -- about 4% of a full write's time at 1M int mappings,
 1% changed (``bench/bench_heap_incremental.py``); a chunk changed after a
 snapshot that was not the base is walked whole. A restore reads the base and
 every delta, fills the tables with the base and applies each delta in turn:
-about 1.4x a full restore at 1M with 10 deltas. The defaults -- ``max_deltas = 10``,
+about 1.5x a full restore at 1M with 10 deltas. The defaults -- ``max_deltas = 10``,
 ``max_delta_ratio = 1.0`` -- bound a restore to about twice a full one's
 bytes and ten files per subtask.
 """
