@@ -5,6 +5,13 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 CMAP   := $(VENV)/.cmap-built
 
+## Python writes the bytecode it compiles (__pycache__/, ignored by git) whatever the
+## environment says: with PYTHONDONTWRITEBYTECODE set (as where make test is gated),
+## each of make test's processes compiled every module it imported again, and each
+## pytest process rewrote the asserts of every test file again -- about 15 CPU s per
+## pytest process (make sanitize starts three) and 1 per CrossHair job (32).
+export PYTHONDONTWRITEBYTECODE :=
+
 .PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter
 
 ## The install builds the C map (cowstate._cmap) and its test-only probe
