@@ -91,7 +91,7 @@ SECONDS: dict[str, float] = {
     "test_cli_errors.py::test_ctrl_c_whenever_it_comes": 10.0,
     "test_cli_errors.py::test_a_job_failing_on_the_executors": 16.0,
     "test_user_code_errors.py::test_the_backend_machine_with_hostile_user_code_agrees_"
-    "with_the_model[rocksdb]": 19.0,
+    "with_the_model[rocksdb]": 10.0,
     "test_checkpoint_rules.py::test_a_crash_at_any_write_leaves_the_last_completed_"
     "checkpoint_restorable[rocksdb]": 18.0,
     "test_spark.py::": 8.0,

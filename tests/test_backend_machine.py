@@ -28,18 +28,19 @@ def test_backend_agrees_with_the_model(
     # Twice the profile's steps: a snapshot, mutations while it is written,
     # its completion and a restore from it need room in one run. RocksDB's
     # steps cost three times the heap's (a database opened per restore and
-    # per snapshot), and a sub-range repeats the full range's runs but for
-    # its restores: each runs half the profile's examples, to keep make test
-    # within its 15 minutes (make deep: the deep profile's half, 2,000 runs).
+    # per snapshot: its example_share is a half), and a sub-range repeats the
+    # full range's runs but for its restores: each runs half the profile's
+    # examples, to keep make test within its 15 minutes (make deep: the deep
+    # profile's half, 2,000 runs).
     # (Through run_counted: the coverage test reuses the heap-cow-pure run.)
     current = settings()
-    halved = implementation.name == "rocksdb" or key_group_range != RANGES[0]
+    share = min(implementation.example_share, 1.0 if key_group_range == RANGES[0] else 0.5)
     run_counted(
         backend_machine_for(implementation, key_group_range),
         settings(
             current,
             stateful_step_count=2 * current.stateful_step_count,
-            max_examples=current.max_examples // 2 if halved else current.max_examples,
+            max_examples=round(current.max_examples * share),
         ),
     )
 

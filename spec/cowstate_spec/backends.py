@@ -183,6 +183,9 @@ class BackendImplementation:
     #: The backend's maps track changes (the backend machine checks them:
     #: ``cowstate_spec.backend_machine.ChangeTracking``).
     tracks_changes: bool = False
+    #: The share of the profile's examples the backend machine runs on it, its
+    #: hostile form the same share of its own (a backend slow to step runs fewer).
+    example_share: float = 1.0
 
     def __repr__(self) -> str:
         return self.name
@@ -431,5 +434,6 @@ BACKENDS: list[BackendImplementation] = [
         read=read_rocksdb_snapshot,
         snapshot=snapshot_rocksdb,
         mutations_persist=False,
+        example_share=1 / 2,  # a database opened per snapshot and restore: 3x a heap's step
     ),
 ]
