@@ -195,7 +195,8 @@ def test_the_cluster_demo_runs_exactly_the_readmes_cluster_commands_on_other_por
 @pytest.mark.parametrize("form", ["full", "reduced"])
 def test_the_cluster_test_runs_exactly_the_readmes_cluster_commands(form: str) -> None:
     """tests/test_cluster.py runs the README's commands: other ports, its own
-    outputs, the venv by its path and the planted bug added to the check --
+    outputs, the venv by its path and the planted bug (with the executors'
+    JVM options) added to the check --
     every other character as written; the reduced form (make test's) leaves
     out the spark-submit command and nothing else."""
     from test_cluster import PLANTED, VENV, cluster_test_script, is_spark_submit
@@ -211,7 +212,7 @@ def test_the_cluster_test_runs_exactly_the_readmes_cluster_commands(form: str) -
     if form == "reduced":
         del readme[submits[0]]
     assert len(written) == len(readme) >= 10
-    planted = " " + " ".join(PLANTED)
+    planted = "".join(f" {shlex.quote(argument)}" for argument in PLANTED)
     checks = [n for n, line in enumerate(readme) if ".venv/bin/cowstate check " in line]
     assert len(checks) == 1 and not readme[checks[0]].endswith(planted)
 
