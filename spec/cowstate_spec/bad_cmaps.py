@@ -14,7 +14,8 @@ Defects ``_cmap.c`` does not plant under a number are :class:`CRewrite` objects:
 one exact text of the source (one occurrence) replaced, in a copy compiled
 the same way (``-DCOWSTATE_MODULE=_cmap_rw_<name>``) -- the C form of the pure
 map's one-line bugs. Each has an identity control (the text replaced by
-itself), which the machine must pass.
+itself), which the machine must pass: all of them one build, the source as
+it is compiled the same way (``_cmap_rw_identity``).
 
 ``build_bad_cmap(bug)`` needs a C compiler and the Python headers (as
 ``pip install -e .`` does); it raises ``RuntimeError`` with the compiler's
@@ -220,31 +221,40 @@ def c_identity(bug: CRewrite) -> CRewrite:
     return CRewrite(f"identity-{bug.name}", bug.old, bug.old, "control", bug.tracked)
 
 
-_LOADED: dict[int | tuple[str, str, str], ModuleType] = {}
+_LOADED: dict[int | tuple[str, ...], ModuleType] = {}
 SANITIZER_VARIABLES = frozenset(
     {"LD_PRELOAD", "ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS", "PYTHONMALLOC"}
 )
 
 
 def build_bad_cmap(bug: CBug | CRewrite) -> ModuleType:
-    """Compile (once per source version) and import the map with ``bug`` planted."""
-    key = bug.number if isinstance(bug, CBug) else (bug.name, bug.old, bug.new)
+    """Compile (once per source version) and import the map with ``bug`` planted.
+    Every identity control (a text replaced by itself) is the same copy, the
+    source as it is: one build (``_cmap_rw_identity``) serves them all."""
+    text = SOURCE.read_text()
+    if isinstance(bug, CRewrite) and text.count(bug.old) != 1:
+        raise ValueError(
+            f"bug {bug.name}: expected exactly one {bug.old!r} in {SOURCE.name}, "
+            f"found {text.count(bug.old)}"
+        )
+    identity = isinstance(bug, CRewrite) and bug.old == bug.new
+    key: int | tuple[str, ...] = (
+        bug.number
+        if isinstance(bug, CBug)
+        else ("identity",)
+        if identity
+        else (bug.name, bug.old, bug.new)
+    )
     if key in _LOADED:
         return _LOADED[key]
-    text = SOURCE.read_text()
     if isinstance(bug, CBug):
         name = f"_cmap_bug{bug.number}"
         source, defines = SOURCE, [f"-DCOWSTATE_BUG={bug.number}"]
     else:
-        if text.count(bug.old) != 1:
-            raise ValueError(
-                f"bug {bug.name}: expected exactly one {bug.old!r} in {SOURCE.name}, "
-                f"found {text.count(bug.old)}"
-            )
-        name = "_cmap_rw_" + bug.name.replace("-", "_")
+        name = "_cmap_rw_identity" if identity else "_cmap_rw_" + bug.name.replace("-", "_")
         defines = []
     # The rewrite's own text too: a rewrite changed in place is a new variant.
-    planted = b"" if isinstance(bug, CBug) else f"{bug.old}\0{bug.new}".encode()
+    planted = b"" if isinstance(bug, CBug) or identity else f"{bug.old}\0{bug.new}".encode()
     digest = hashlib.sha256(SOURCE.read_bytes() + HEADER.read_bytes() + planted).hexdigest()[:12]
     suffix = importlib.machinery.EXTENSION_SUFFIXES[0]
     target = BUILD / digest / f"{name}{suffix}"
