@@ -119,6 +119,21 @@ def test_the_seam_names_the_modules_kinds() -> None:
     assert ccodec.decoder_kind(lambda data: data) == CODEC.KIND_PYTHON
 
 
+def test_a_decoders_codec_kinds_follow_a_deserializer_put_in_its_place() -> None:
+    """EntryDecoder.codec_kinds finds the kinds once per decoder (not per block)
+    and again when a deserializer is replaced: the key first, then the state,
+    then both back."""
+    ints, strs = KINDS["int64"][1], KINDS["utf8"][1]
+    decoder = EntryDecoder("s", ints.deserialize, strs.deserialize, strs.deserialize)
+    assert decoder.codec_kinds() == (CODEC.KIND_INT64, CODEC.KIND_UTF8)
+    decoder.key = lambda data: data
+    assert decoder.codec_kinds() == (CODEC.KIND_PYTHON, CODEC.KIND_UTF8)
+    decoder.state = ints.deserialize
+    assert decoder.codec_kinds() == (CODEC.KIND_PYTHON, CODEC.KIND_INT64)
+    decoder.key, decoder.state = ints.deserialize, strs.deserialize
+    assert decoder.codec_kinds() == (CODEC.KIND_INT64, CODEC.KIND_UTF8)
+
+
 # ================================================================= encoding
 
 

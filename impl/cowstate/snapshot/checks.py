@@ -147,6 +147,22 @@ class EntryDecoder:
     namespaces: dict[bytes, Any] = field(default_factory=dict)
     #: E5: the type every state must have (:func:`state_type_of` its kind), or None.
     holds: type | None = None
+    #: The C codec's kinds of ``key`` and ``state``, for the callables they were
+    #: found for (:meth:`codec_kinds`: found once per decoder, not per block).
+    _kinds: tuple[Callable[[bytes], Any], Callable[[bytes], Any], int, int] | None = field(
+        default=None, repr=False, compare=False
+    )
+
+    def codec_kinds(self) -> tuple[int, int]:
+        """The C codec's kinds of the key and state deserializers
+        (:func:`cowstate.snapshot.ccodec.decoder_kind`)."""
+        kinds = self._kinds
+        if kinds is None or kinds[0] is not self.key or kinds[1] is not self.state:
+            from cowstate.snapshot.ccodec import decoder_kind
+
+            kinds = (self.key, self.state, decoder_kind(self.key), decoder_kind(self.state))
+            self._kinds = kinds
+        return kinds[2], kinds[3]
 
     def decode_namespace(self, key_group: int, data: bytes) -> Any:
         """The namespace of ``data`` (E1, E2 checked once per distinct bytes)."""

@@ -57,21 +57,29 @@ class SnapshotReader:
     """
 
     def __init__(self, stream: IO[bytes] | bytes) -> None:
+        #: The file's bytes when it was given as bytes (or read whole from a
+        #: stream that cannot seek): reads are slices of them then, with no seek
+        #: and read per field (a delta's many small blocks). A stream given is
+        #: read where it stands, on demand.
+        self._data: bytes | None = None
         if isinstance(stream, bytes | bytearray | memoryview):
-            stream = io.BytesIO(bytes(stream))
+            self._data = bytes(stream)
+            stream = io.BytesIO(self._data)
         elif not callable(getattr(stream, "read", None)):
             raise InvalidArgumentError(
                 f"expected the bytes of a snapshot file or a binary stream, got "
                 f"{type(stream).__name__} {stream!r:.60}"
             )
         elif not _seekable(stream):
-            stream = io.BytesIO(stream.read())
+            self._data = bytes(stream.read())
+            stream = io.BytesIO(self._data)
         self._stream = stream
         self._base = stream.tell()
         stream.seek(0, io.SEEK_END)
         self._size = stream.tell() - self._base
         self.metadata = self._read_metadata()
         self.offsets = self._read_index()
+        self._state_ids = frozenset(s.id for s in self.metadata.states)
 
     @property
     def size(self) -> int:
@@ -111,6 +119,8 @@ class SnapshotReader:
                 f"expected {length} bytes of {what} at offset {offset}, but the file has "
                 f"{self._size} bytes"
             )
+        if self._data is not None:  # in memory (its bounds checked above)
+            return self._data[offset : offset + length]
         self._stream.seek(self._base + offset)
         data = self._stream.read(length)
         while len(data) < length:  # a raw stream may return fewer bytes than it holds
@@ -264,7 +274,7 @@ class SnapshotReader:
         position = 0
         total = 0
         end = len(payload)
-        known = {s.id for s in self.metadata.states}
+        known = self._state_ids
         try:
             while position < end:
                 state_id, entries = _STATE.unpack_from(payload, position)
@@ -346,12 +356,13 @@ def _decoded_section(
     """
     codec = ccodec.CODEC
     if codec is not None and type(payload) is bytes:
+        key_kind, state_kind = decoder.codec_kinds()
         position, done = codec.decode_section(
             payload,
             position,
             entries,
-            ccodec.decoder_kind(decoder.key),
-            ccodec.decoder_kind(decoder.state),
+            key_kind,
+            state_kind,
             decoder,
             key_group,
             block,
