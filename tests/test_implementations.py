@@ -390,6 +390,85 @@ def test_a_snapshot_shares_chunks_and_the_first_write_copies_one() -> None:
     assert all(refs == 1 for address, refs in MapView(m).primary_directory[3] if address)
 
 
+def spare_addresses(m: Any) -> list[int]:
+    """The map's spare chunks (rule P of ``_cmap.c``), as the probe walks them."""
+    return [address for address, _refs in MapView(m).spares]
+
+
+def chunks_of(m: Any) -> list[int]:
+    return [address for address, _refs in MapView(m).primary_directory[3]]
+
+
+def map_of_four_chunks() -> Any:
+    m = c_map(initial_capacity=4 * CHUNK_BUCKETS)
+    for i in range(3 * CHUNK_BUCKETS):  # the threshold: no rehash
+        m.put(i, "ns", i)
+    return m
+
+
+def write_every_chunk(m: Any, value: int) -> None:
+    """Writes to 300 keys: each of the four chunks gets some (rule C copies each
+    once while a snapshot holds it; checked by the callers)."""
+    for i in range(300):
+        m.put(i, "ns", value)
+
+
+@needs_c
+def test_a_release_keeps_the_chunks_it_frees_as_spares_that_the_next_copies_take() -> None:
+    m = map_of_four_chunks()
+    snap = m.snapshot()
+    shared = chunks_of(m)
+    write_every_chunk(m, -1)
+    assert not set(chunks_of(m)) & set(shared) and spare_addresses(m) == []
+    snap.release()  # the four chunks only the snapshot held now
+    spares = spare_addresses(m)
+    assert sorted(spares) == sorted(shared)
+    check_map(m)
+    snap = m.snapshot()
+    recorded = fingerprint(snap)
+    write_every_chunk(m, -2)  # the copies take the spares: no allocation
+    assert sorted(chunks_of(m)) == sorted(shared) and spare_addresses(m) == []
+    check_map(m, [recorded])
+    snap.release()
+
+
+@needs_c
+def test_a_map_keeps_no_more_spares_than_its_directories_have_slots() -> None:
+    """The memory bound of rule P: one spare per directory slot of the live
+    tables, however many snapshots free their chunks at once (three snapshots
+    hold a copy of all four chunks each here)."""
+    m = map_of_four_chunks()
+    snapshots = []
+    for round_ in range(3):
+        snapshots.append(m.snapshot())
+        write_every_chunk(m, round_)
+    for snap in snapshots:
+        snap.release()
+    assert len(spare_addresses(m)) == 4  # 12 chunks freed, 4 slots
+    check_map(m)
+
+
+@needs_c
+def test_a_rehash_to_another_chunk_size_frees_the_spares_of_the_old_size() -> None:
+    m = c_map(initial_capacity=64)  # one chunk of 64 buckets
+    for i in range(40):
+        m.put(i, "ns", i)
+    snap = m.snapshot()
+    m.put(0, "ns", -1)
+    snap.release()
+    assert len(spare_addresses(m)) == 1
+    for i in range(40, 60):  # past the threshold: a table of one chunk of 128 buckets
+        m.put(i, "ns", i)
+    while MapView(m).rehash_directory is not None:
+        m.get(0, "ns")
+    assert MapView(m).primary_directory[2] == 128 and spare_addresses(m) == []
+    snap = m.snapshot()
+    m.put(0, "ns", -2)  # the copy of the new size, kept at the release
+    snap.release()
+    assert len(spare_addresses(m)) == 1
+    check_map(m)
+
+
 @needs_c
 def test_growth_allocates_the_new_tables_chunks_as_the_rehash_reaches_them() -> None:
     capacity = 8 * CHUNK_BUCKETS

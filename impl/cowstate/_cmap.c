@@ -57,6 +57,24 @@
  * rule S guards the states' insides: together nothing an open snapshot can
  * reach changes (invariant 8).
  *
+ * Rule P (spares)   A chunk whose last directory drops it (a snapshot's
+ *                   release, the rehash leaving an old chunk) is kept on the
+ *                   map's `spare` list instead of freed, if it has as many
+ *                   buckets as the live primary's chunks and fewer than
+ *                   spare_limit() spares are kept (one per directory slot
+ *                   of the live tables); rule C's copies and new chunks take
+ *                   one from there before they allocate. A release that
+ *                   frees what the owner copied since the snapshot hands the
+ *                   next snapshot's copies warm memory: freed, those chunks
+ *                   went back to the allocator, which gave the pages back to
+ *                   the system, and the owner's next first write to each
+ *                   chunk paid a page fault (a sixth of its time in the
+ *                   first 6,000 updates after a snapshot of 1M entries).
+ *                   Memory: at most one chunk per directory slot, what an
+ *                   open snapshot holds anyway once the owner wrote every
+ *                   chunk; a completed rehash that changes the chunk size
+ *                   and the map's clear free them all.
+ *
  * Incremental rehash with lazy chunks
  * -----------------------------------
  * As in the pure map: past the threshold a table of 2L buckets starts, and
@@ -238,8 +256,8 @@
  *
  * Invariants
  * ----------
- * 1-9 and 13 are the pure map's (cowstate/state_map.py). The C map adds 10-12
- * and 14:
+ * 1-9 and 13 are the pure map's (cowstate/state_map.py). The C map adds 10-12,
+ * 14 and 15:
  *
  * 10. Chunks: every chunk's `refs` equals the number of directories (live and
  *     open snapshots) that hold it; a chunk with refs > 1 is never written.
@@ -257,6 +275,9 @@
  *     marks_since <= V, and every entry of its bucket j whose state_version
  *     >= max(marks_since, tracking_since) has bit j of marks set; no bit is
  *     set for a bucket the chunk does not have.
+ * 15. Spares (rule P): the `spare` list holds exactly `nspare` chunks, at most
+ *     spare_limit() (the directory slots of the live tables); each has refs
+ *     0 and no directory -- live or an open snapshot's -- holds it.
  *
  * What checks them is not here
  * ----------------------------
@@ -266,12 +287,12 @@
  * _cmap.h with a test-only module built beside this one,
  * cowstate_spec._cmap_probe (spec/cowstate_spec/_cmap_probe.c): the
  * structure export for the reference checker (cowstate_spec.cmap_view and
- * cowstate_spec.invariants), the same checker in C for invariants 1-14 (what
+ * cowstate_spec.invariants), the same checker in C for invariants 1-15 (what
  * the machines and `cowstate check` run), and the corruption hooks of the
  * checker's tests. The probe reads a map only after finding its exact type in
  * a module whose `_LAYOUT` has the probe's own layout version and sizes.
  *
- * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..6) plants one of the
+ * Test knobs: compiling with -DCOWSTATE_BUG=n (n = 1..7) plants one of the
  * defects the specification must catch (cowstate_spec.bad_cmaps); each site
  * is a PLANTED(BUG_...) condition, a constant 0 in the real build. The module
  * name then comes from -DCOWSTATE_MODULE=name.
@@ -299,6 +320,7 @@
 #define BUG_DIRECTORY_COPY_MISSES_A_CHUNK 4
 #define BUG_RELEASE_FORGETS_OPEN_SNAPSHOT 5
 #define BUG_PUT_LEAKS_REPLACED_STATE 6
+#define BUG_SPARE_UNCOUNTED 7
 
 #ifndef COWSTATE_MODULE
 #define COWSTATE_MODULE _cmap
@@ -421,10 +443,53 @@ static void entry_free(Entry *e)
 
 /* ------------------------------------------------------------------- chunks */
 
-static Chunk *chunk_new(Py_ssize_t slots)
+/* Rule P: the spare chunks. A spare is linked to the next through the bytes
+ * of its slots[0] (no directory holds it: its slots are not read). */
+static Chunk *spare_next(const Chunk *c)
 {
-    Chunk *c = PyMem_Calloc(1, sizeof(Chunk) + (size_t)slots * sizeof(Entry *));
-    if (c == NULL) {
+    Chunk *next;
+    memcpy(&next, &c->slots[0], sizeof next);
+    return next;
+}
+
+/* How many spares the map may keep (invariant 15): one per directory slot of
+ * its live tables. */
+static Py_ssize_t spare_limit(const MapObject *m)
+{
+    return (m->primary.dir != NULL ? m->primary.ndir : 0)
+        + (m->rehash.dir != NULL ? m->rehash.ndir : 0);
+}
+
+/* A spare chunk of `slots` buckets, or NULL (the caller allocates). */
+static Chunk *spare_take(MapObject *m, Py_ssize_t slots)
+{
+    Chunk *c = m->spare;
+    if (c == NULL || slots != m->spare_slots)
+        return NULL;
+    m->spare = spare_next(c);
+    m->nspare--;
+    return c;
+}
+
+/* Free spares beyond `limit` (after the limit fell: a rehash completed, the
+ * map was cleared; 0: all of them). */
+static void spare_trim(MapObject *m, Py_ssize_t limit)
+{
+    while (m->nspare > limit) {
+        Chunk *c = m->spare;
+        m->spare = spare_next(c);
+        m->nspare--;
+        PyMem_Free(c);
+    }
+}
+
+static Chunk *chunk_new(MapObject *m, Py_ssize_t slots)
+{
+    size_t size = sizeof(Chunk) + (size_t)slots * sizeof(Entry *);
+    Chunk *c = spare_take(m, slots);
+    if (c != NULL)
+        memset(c, 0, size);
+    else if ((c = PyMem_Calloc(1, size)) == NULL) {
         PyErr_NoMemory();
         return NULL;
     }
@@ -432,11 +497,24 @@ static Chunk *chunk_new(Py_ssize_t slots)
     return c;
 }
 
-/* Drop one directory's count; the last frees the chunk (never its entries). */
-static void chunk_decref(Chunk *c)
+/* Drop one directory's count (of a table of chunks of 1 << bits buckets);
+ * the last one frees the chunk (never its entries) or makes it one of
+ * `pool`'s spares (rule P; pool NULL: freed). */
+static void chunk_decref(MapObject *pool, Chunk *c, int bits)
 {
-    if (c != NULL && --c->refs == 0)
-        PyMem_Free(c);
+    if (c == NULL || --c->refs > 0)
+        return;
+    Py_ssize_t slots = (Py_ssize_t)1 << bits;
+    if (pool != NULL && pool->nspare < spare_limit(pool)                  /* rule P */
+        && pool->primary.dir != NULL && slots == chunk_slots(&pool->primary)
+        && (pool->nspare == 0 || pool->spare_slots == slots)) {
+        memcpy(&c->slots[0], &pool->spare, sizeof pool->spare);
+        pool->spare = c;
+        pool->spare_slots = slots;
+        pool->nspare += !PLANTED(BUG_SPARE_UNCOUNTED);       /* planted: kept, not counted */
+        return;
+    }
+    PyMem_Free(c);
 }
 
 /* ------------------------------------------------------------------- tables */
@@ -457,7 +535,9 @@ static int table_init(Table *t, Py_ssize_t capacity)
     return 0;
 }
 
-static void table_free(Table *t)
+/* Drop a directory and its counts; chunks it held last become `pool`'s spares
+ * (rule P) or are freed. */
+static void table_free(MapObject *pool, Table *t)
 {
     if (t->dir == NULL)
         return;
@@ -465,7 +545,7 @@ static void table_free(Table *t)
     Py_ssize_t n = t->ndir;
     t->dir = NULL;
     for (Py_ssize_t i = 0; i < n; i++)
-        chunk_decref(dir[i]);
+        chunk_decref(pool, dir[i], t->bits);
     PyMem_Free(dir);
 }
 
@@ -488,20 +568,21 @@ static int table_share(const Table *src, Table *dst)
     return 0;
 }
 
-/* The slot of `bucket`, writable by the live table (rule C). */
-static Entry **slot_for_write(Table *t, Py_ssize_t bucket)
+/* The slot of `bucket`, writable by the live table `t` of map `m` (rule C). */
+static Entry **slot_for_write(MapObject *m, Table *t, Py_ssize_t bucket)
 {
     Py_ssize_t index = bucket >> t->bits, slots = chunk_slots(t);
     Chunk *c = t->dir[index];
     if (c == NULL) {
-        c = chunk_new(slots);
+        c = chunk_new(m, slots);
         if (c == NULL)
             return NULL;
         t->dir[index] = c;
     }
     else if (c->refs > 1 && !PLANTED(BUG_WRITES_SHARED_CHUNK)) {          /* rule C */
-        Chunk *copy = PyMem_Malloc(sizeof(Chunk) + (size_t)slots * sizeof(Entry *));
-        if (copy == NULL) {
+        Chunk *copy = spare_take(m, slots);                  /* rule P */
+        if (copy == NULL
+            && (copy = PyMem_Malloc(sizeof(Chunk) + (size_t)slots * sizeof(Entry *))) == NULL) {
             PyErr_NoMemory();
             return NULL;
         }
@@ -711,7 +792,7 @@ static void mark_bucket(MapObject *m, Table *t, Py_ssize_t b, int32_t sv)
         return;
     Chunk *c = t->dir[b >> t->bits];
     if (c == NULL || c->refs > 1) {                            /* rule C (not expected) */
-        if (slot_for_write(t, b) == NULL) {
+        if (slot_for_write(m, t, b) == NULL) {
             PyErr_Clear();
             m->tracking_since = m->version + 1;
             return;
@@ -998,7 +1079,7 @@ restart:;
  * `until`; return what stands for `until` in the live chain. */
 static Entry *copy_chain(MapObject *m, Table *t, Py_ssize_t bucket, Entry *until)
 {
-    Entry **link = slot_for_write(t, bucket);               /* rule C first */
+    Entry **link = slot_for_write(m, t, bucket);               /* rule C first */
     if (link == NULL)
         return NULL;
     int32_t required = m->highest, version = m->version;
@@ -1047,9 +1128,9 @@ static int move_bucket(MapObject *m, Py_ssize_t r, Py_ssize_t *moved)
     int32_t required = m->highest, version = m->version;
 
     /* Allocate first: the writable slots and every copy rule E needs. */
-    Entry **old_slot = slot_for_write(old, r);
-    if (old_slot == NULL || slot_for_write(new, r) == NULL
-        || slot_for_write(new, r + capacity) == NULL)
+    Entry **old_slot = slot_for_write(m, old, r);
+    if (old_slot == NULL || slot_for_write(m, new, r) == NULL
+        || slot_for_write(m, new, r + capacity) == NULL)
         return -1;
     Py_ssize_t shared = 0;
     for (Entry *e = head; e != NULL; e = e->next)
@@ -1118,11 +1199,11 @@ static int incremental_rehash(MapObject *m)
         r++;
         if ((r & (chunk_slots(&m->primary) - 1)) == 0) {      /* an old chunk is empty */
             Py_ssize_t index = (r - 1) >> m->primary.bits;
-            chunk_decref(m->primary.dir[index]);
+            chunk_decref(m, m->primary.dir[index], m->primary.bits);   /* rule P */
             m->primary.dir[index] = NULL;
         }
         if (r == capacity) {                                 /* complete: install the table */
-            table_free(&m->primary);
+            table_free(m, &m->primary);
             m->primary = m->rehash;
             m->rehash.dir = NULL;
             m->rehash.capacity = m->rehash.ndir = 0;
@@ -1130,6 +1211,8 @@ static int incremental_rehash(MapObject *m)
             m->rehash_size = 0;
             m->rehash_index = 0;
             m->stamp++;
+            /* inv. 15: the limit fell; spares of the old chunk size go */
+            spare_trim(m, m->spare_slots == chunk_slots(&m->primary) ? spare_limit(m) : 0);
             return 0;
         }
     }
@@ -1184,7 +1267,7 @@ static Entry *put_found(MapObject *m, Found *f, PyObject *key, PyObject *ns)
         f->table = t;
         f->bucket = b;
     }
-    Entry **slot = slot_for_write(t, b);
+    Entry **slot = slot_for_write(m, t, b);
     if (slot == NULL)
         return NULL;
     e = entry_new(key, ns, NULL, h, m->version, m->version);
@@ -1403,7 +1486,7 @@ static int unlink_found(MapObject *m, Found *f, Dropped *dropped)
     Py_ssize_t b = f->bucket;
     Entry *e = f->entry, *prev = f->prev;
     if (prev == NULL) {
-        Entry **slot = slot_for_write(t, b);                  /* rule C */
+        Entry **slot = slot_for_write(m, t, b);                  /* rule C */
         if (slot == NULL)
             return -1;
         *slot = e->next;                                      /* the live bucket list */
@@ -1631,8 +1714,8 @@ static PyObject *Map_snapshot(MapObject *m, PyObject *Py_UNUSED(ignored))
     PyObject_GC_Track(s);
     return (PyObject *)s;
 fail:
-    table_free(&s->primary);
-    table_free(&s->rehash);
+    table_free(m, &s->primary);
+    table_free(m, &s->rehash);
     s->released = 1;
     PyObject_GC_Del(s);
     return NULL;
@@ -1644,8 +1727,8 @@ static void snap_free_held(SnapObject *s)
 {
     Table primary = s->primary, rehash = s->rehash;
     s->primary.dir = s->rehash.dir = NULL;
-    table_free(&primary);                       /* chunks only: no Python code runs */
-    table_free(&rehash);
+    table_free(s->owner, &primary);             /* chunks only: no Python code runs */
+    table_free(s->owner, &rehash);
     if (s->hand_back) {                         /* rule G: the owner frees them */
         hand_back_batches(s->owner, detach_unreachable_batches(s->owner));
         return;
@@ -2339,8 +2422,8 @@ static int Snap_clear(SnapObject *s)
             PyErr_WriteUnraisable((PyObject *)s);
         PyErr_Restore(type, value, tb);
     }
-    table_free(&s->primary);
-    table_free(&s->rehash);
+    table_free(s->owner, &s->primary);
+    table_free(s->owner, &s->rehash);
     s->released = 1;
     Py_CLEAR(s->owner);
     return 0;
@@ -2506,8 +2589,8 @@ static void drop_tables(MapObject *m, Table *primary, Table *rehash)
      * before the snapshots of the same cycle), then the directories. */
     table_drop_entries(m, primary);
     table_drop_entries(m, rehash);
-    table_free(primary);
-    table_free(rehash);
+    table_free(NULL, primary);                  /* the live tables: no spares kept */
+    table_free(NULL, rehash);
 }
 
 static int Map_clear(MapObject *m)
@@ -2519,6 +2602,7 @@ static int Map_clear(MapObject *m)
     m->threshold = threshold_for(MINIMUM_CAPACITY);
     m->rehash.capacity = m->rehash.ndir = 0;
     drop_tables(m, &primary, &rehash);
+    spare_trim(m, 0);                         /* inv. 15: a new table */
     Py_CLEAR(m->serializer);
     reclaim(m, -1);
     Dropped log = {NULL, 0};                  /* rule D: tracking goes on, from V + 1 */
@@ -2538,6 +2622,7 @@ static void Map_dealloc(MapObject *m)
     map_reset(m, &primary, &rehash);
     m->nopen = 0;                      /* snapshots hold their map: none is open now */
     drop_tables(m, &primary, &rehash);
+    spare_trim(m, 0);
     Batch *retired = m->retired;
     m->retired = m->retired_tail = NULL;
     free_batches(retired);

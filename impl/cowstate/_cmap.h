@@ -3,7 +3,7 @@
  * ===========================================================================
  *
  * cowstate/_cmap.c is the map (its header comment is the design: rules E, S,
- * C, G, T, D and M, retirement by version, invariants 1-14). This header holds only what
+ * C, G, T, D, M and P, retirement by version, invariants 1-15). This header holds only what
  * another C module needs to READ a map or a snapshot: the structs, the two
  * slot accessors, and the layout record the map module publishes. Its readers:
  *
@@ -64,7 +64,7 @@
 #include <stdint.h>
 
 /* Raise with any change of a struct below or of what a field means. */
-#define COWSTATE_LAYOUT_VERSION 5        /* 5: the chunks' change marks (rule M) */
+#define COWSTATE_LAYOUT_VERSION 6        /* 6: the map's spare chunks (rule P) */
 #define COWSTATE_LAYOUT_CAPSULE "cowstate._cmap._LAYOUT"
 
 #define CHUNK_BITS_MAX 10                 /* C = 1024 buckets per chunk */
@@ -103,7 +103,7 @@ typedef struct Batch {
  * tracks changes, every entry of bucket j whose state_version >=
  * max(marks_since, the map's tracking_since) has bit j of marks set. */
 typedef struct Chunk {
-    Py_ssize_t refs;
+    Py_ssize_t refs;            /* 0: a spare chunk of the map (rule P), on `spare` */
     int32_t marks_since;
     int32_t unused;
     uint64_t marks[MARK_WORDS];
@@ -149,6 +149,11 @@ typedef struct MapObject {
     Removal *removals;          /* the removal log, oldest first (NULL: empty) */
     Py_ssize_t nremovals;
     Py_ssize_t removals_cap;
+    /* Rule P (invariant 15): chunks no directory holds, all of spare_slots
+     * buckets, kept for rule C's copies; linked through slots[0]. */
+    struct Chunk *spare;
+    Py_ssize_t nspare;
+    Py_ssize_t spare_slots;
 } MapObject;
 
 typedef struct SnapObject {

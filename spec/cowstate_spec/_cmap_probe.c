@@ -10,7 +10,7 @@
  *                                         marks too), entry and batch as plain
  *                                         tuples (cowstate_spec.cmap_view)
  *   fingerprint(s, ...), check(m, fps)    the structural checker in C:
- *                                         invariants 1-14 of the map, what an
+ *                                         invariants 1-15 of the map, what an
  *                                         open snapshot reaches (6-8)
  *   rehash_progress(m), rehash_state(m)   the rehash, for coverage and the
  *                                         step check of invariant 9
@@ -66,7 +66,9 @@
  * open snapshot has a fingerprint, the chunk counts (10) and what each
  * snapshot reaches (11); last, while the map tracks changes, the marks of
  * each live table's chunks (14, rule M: per chunk in directory order its
- * marks_since, a bit beyond its buckets, then each entry of its buckets).
+ * marks_since, a bit beyond its buckets, then each entry of its buckets);
+ * then the spare chunks (15, rule P: their count, their bound, then per spare
+ * its count and the directories holding it).
  * The marks are gathered with the directory (each chunk's marks_since and
  * MARK_WORDS words, copied), so the judge reads no chunk either.
  *
@@ -377,6 +379,10 @@ typedef struct MapFacts {
     int32_t guard, tracking_since;  /* change tracking (rules T and D, inv. 13) */
     Py_ssize_t removal_limit, nremovals;
     Removal *removals;              /* copies holding new references */
+    /* rule P (inv. 15): the spare list as walked (at most nspare + 1 chunks) */
+    Py_ssize_t nspare, nspares_walked;
+    const Chunk **spares;
+    Py_ssize_t *spare_refs;
 } MapFacts;
 
 static void map_facts_clear(MapFacts *f)
@@ -390,6 +396,8 @@ static void map_facts_clear(MapFacts *f)
     PyMem_Free(f->batch_end);
     PyMem_Free((void *)f->retired);
     PyMem_Free((void *)f->garbage);
+    PyMem_Free((void *)f->spares);
+    PyMem_Free(f->spare_refs);
     Removal *removals = f->removals;
     Py_ssize_t nremovals = f->nremovals;
     memset(f, 0, sizeof(*f));
@@ -473,6 +481,20 @@ static int gather_map(const MapObject *m, MapFacts *f)
     for (const Batch *b = m->garbage; b != NULL; b = b->next, skip = 0)
         for (Py_ssize_t j = skip; j < b->size; j++)
             f->garbage[n++] = b->entries[j];
+    /* rule P: walk at most nspare + 1 spares (a longer list shows as one too many) */
+    f->nspare = m->nspare;
+    Py_ssize_t cap = (m->nspare > 0 ? m->nspare : 0) + 1;
+    f->spares = PyMem_Malloc((size_t)cap * sizeof(Chunk *));
+    f->spare_refs = PyMem_Malloc((size_t)cap * sizeof(Py_ssize_t));
+    if (f->spares == NULL || f->spare_refs == NULL)
+        goto nomemory;
+    for (const Chunk *c = m->spare; c != NULL && f->nspares_walked < cap;) {
+        f->spares[f->nspares_walked] = c;
+        f->spare_refs[f->nspares_walked++] = c->refs;
+        Chunk *next;
+        memcpy(&next, &c->slots[0], sizeof next);       /* the link (rule P of _cmap.c) */
+        c = next;
+    }
     return 0;
 nomemory:
     PyErr_NoMemory();
@@ -773,11 +795,21 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
     }
     PyObject *primary_marks = removals == NULL ? NULL : export_marks(&f.dir[0]); /* rule M */
     PyObject *rehash_marks = primary_marks == NULL ? NULL : export_marks(&f.dir[1]);
+    /* rule P: the spares as walked, (address, refs) each */
+    PyObject *spares = rehash_marks == NULL ? NULL : PyTuple_New(f.nspares_walked);
+    for (Py_ssize_t j = 0; spares != NULL && j < f.nspares_walked; j++) {
+        PyObject *pair = Py_BuildValue("(Kn)", (unsigned long long)(uintptr_t)f.spares[j],
+                                       f.spare_refs[j]);
+        if (pair == NULL)
+            Py_CLEAR(spares);
+        else
+            PyTuple_SET_ITEM(spares, j, pair);
+    }
     PyObject *out = NULL;
-    if (rehash_marks != NULL)           /* each above only if the one before it was made */
+    if (spares != NULL)                 /* each above only if the one before it was made */
         out = Py_BuildValue(
             "{s:n,s:O,s:O,s:O,s:O,s:n,s:n,s:n,s:n,s:i,s:i,s:O,s:K,s:K,s:n,s:O,s:O,"
-            "s:i,s:i,s:n,s:O,s:O,s:O}",
+            "s:i,s:i,s:n,s:O,s:O,s:O,s:n,s:O}",
             "gc_entries", f.gc_entries, "retired", retired, "garbage", garbage, "primary",
             primary, "rehash", rehash,
             "rehash_index", f.rehash_index, "primary_size", f.primary_size, "rehash_size",
@@ -789,7 +821,8 @@ static PyObject *probe_structure(PyObject *self, PyObject *obj)
             "rehash_cut", f.cut[1] ? Py_True : Py_False, "guard", (int)f.guard,
             "tracking_since", (int)f.tracking_since, "removal_limit", f.removal_limit,
             "removals", removals, "primary_marks", primary_marks, "rehash_marks",
-            rehash_marks);
+            rehash_marks, "nspare", f.nspare, "spares", spares);
+    Py_XDECREF(spares);
     Py_XDECREF(primary);                /* the dict holds its own references (O) */
     Py_XDECREF(rehash);
     Py_XDECREF(open);
@@ -1590,6 +1623,39 @@ static PyObject *judge_marks(const MapFacts *f)
     return Py_NewRef(Py_None);
 }
 
+/* Invariant 15 (rule P), the reference's check_spares: the list walked holds
+ * nspare chunks, no more than the live directories' slots; each has refs 0,
+ * and no live directory holds one -- nor an open snapshot's, when every open
+ * snapshot is known (`held`: the chunks judge_snapshot_chunks counted). */
+static PyObject *judge_spares(Check *c, int all_known)
+{
+    const MapFacts *f = &c->map;
+    if (f->nspares_walked != f->nspare)
+        return violation(15, "the map counts %zd spare chunks, its list holds %s%zd", f->nspare,
+                         f->nspares_walked > f->nspare ? "more than " : "",
+                         f->nspares_walked > f->nspare ? f->nspare : f->nspares_walked);
+    Py_ssize_t limit = 0;
+    for (int k = 0; k < 2; k++)
+        limit += f->dir[k].present ? f->dir[k].ndir : 0;
+    if (f->nspare > limit)
+        return violation(15, "the map keeps %zd spare chunks, its directories have %zd slots",
+                         f->nspare, limit);
+    for (Py_ssize_t j = 0; j < f->nspares_walked; j++) {
+        const Chunk *spare = f->spares[j];
+        if (f->spare_refs[j] != 0)
+            return violation(15, "spare chunk %p counts %zd directories", (void *)spare,
+                             f->spare_refs[j]);
+        for (int k = 0; k < 2; k++)
+            for (Py_ssize_t i = 0; f->dir[k].present && i < f->dir[k].ndir; i++)
+                if (f->dir[k].chunks[i] == spare)
+                    return violation(15, "spare chunk %p is chunk %zd of the live %s table",
+                                     (void *)spare, i, k ? "rehash" : "primary");
+        if (all_known && ptrmap_get(&c->chunk_holds, spare, NULL))
+            return violation(15, "spare chunk %p is held by an open snapshot", (void *)spare);
+    }
+    return Py_NewRef(Py_None);
+}
+
 /* 10 and what each open snapshot reaches (11), every open snapshot known. */
 static PyObject *judge_snapshot_chunks(Check *c)
 {
@@ -1764,7 +1830,11 @@ static PyObject *judge(Check *c)
             return verdict;
         Py_DECREF(verdict);
     }
-    return judge_marks(f);                                   /* 14, last */
+    verdict = judge_marks(f);                                /* 14 */
+    if (verdict != Py_None)
+        return verdict;
+    Py_DECREF(verdict);
+    return judge_spares(c, open_known == f->nopen);          /* 15, last */
 }
 
 /* check(m, fingerprints): None when every invariant holds, else the message
@@ -2580,7 +2650,7 @@ static PyMethodDef probe_methods[] = {
     {"fingerprint", (PyCFunction)(void (*)(void))probe_fingerprint, METH_FASTCALL,
      "What an open snapshot reaches (a Fingerprint), or the message of invariant 8."},
     {"check", (PyCFunction)(void (*)(void))probe_check, METH_FASTCALL,
-     "None if invariants 1-14 hold, else the message of the first that does not."},
+     "None if invariants 1-15 hold, else the message of the first that does not."},
     {"corrupt", (PyCFunction)(void (*)(void))probe_corrupt, METH_VARARGS | METH_KEYWORDS,
      "Break one invariant; the returned Corruption repairs it when it ends."},
     {NULL, NULL, 0, NULL},

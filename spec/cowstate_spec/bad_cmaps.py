@@ -95,6 +95,11 @@ C_BUGS = [
         6,
         "put never drops its reference to the state it replaced: a leak on a hot path",
     ),
+    CBug(
+        "c-spare-uncounted",
+        7,
+        "rule P: a chunk kept as a spare is not counted: the map keeps memory it never gives back",
+    ),
 ]
 
 

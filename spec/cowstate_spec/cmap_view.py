@@ -218,6 +218,10 @@ class MapView:
         #: rehash_marks is None outside a rehash
         self.primary_marks: tuple[Marks | None, ...] = st["primary_marks"]
         self.rehash_marks: tuple[Marks | None, ...] | None = st["rehash_marks"]
+        #: rule P (invariant 15): the count of spare chunks, and the list as
+        #: walked (at most that count plus one), (address, refs) each
+        self.nspare: int = st["nspare"]
+        self.spares: tuple[tuple[int, int], ...] = st["spares"]
 
     def __len__(self) -> int:
         return self._primary_size + self._rehash_size
@@ -429,3 +433,56 @@ def check_marks(m: Any) -> None:
                             f"{bound} but its chunk does not mark the bucket"
                         )
                     e = e.next
+
+
+def check_spares(m: Any, snapshots: Iterable[Any]) -> None:
+    """Invariant 15 of the C map (rule P of ``_cmap.c``), checked last.
+
+    The spare list as walked holds ``nspare`` chunks, no more than the slots
+    of the live directories; each has ``refs`` 0 and no live directory holds
+    one, nor an open snapshot's when every open snapshot is known
+    (``snapshots``: :class:`SnapshotView` objects, as for invariant 10).
+    """
+    from cowstate_spec.invariants import InvariantViolation
+
+    view = m if isinstance(m, MapView) else MapView(m)
+    walked = len(view.spares)
+    if walked != view.nspare:
+        more = walked > view.nspare
+        raise InvariantViolation(
+            f"invariant 15 violated: the map counts {view.nspare} spare chunks, its list holds "
+            f"{'more than ' if more else ''}{view.nspare if more else walked}"
+        )
+    live = [d for d in (view.primary_directory, view.rehash_directory) if d is not None]
+    limit = sum(len(chunks) for _address, _capacity, _slots, chunks in live)
+    if view.nspare > limit:
+        raise InvariantViolation(
+            f"invariant 15 violated: the map keeps {view.nspare} spare chunks, its "
+            f"directories have {limit} slots"
+        )
+    open_views = [s for s in snapshots if not s.is_released]
+    held: set[int] = set()
+    if len(open_views) == len(view._open_versions):
+        for s in open_views:
+            for _address, _capacity, _slots, chunks in s.directories():
+                held.update(chunk for chunk, _refs in chunks if chunk)
+    for spare, refs in view.spares:
+        if refs != 0:
+            raise InvariantViolation(
+                f"invariant 15 violated: spare chunk {spare:#x} counts {refs} directories"
+            )
+        for name, directory in (
+            ("primary", view.primary_directory),
+            ("rehash", view.rehash_directory),
+        ):
+            chunks = [] if directory is None else directory[3]
+            for index, (chunk, _refs) in enumerate(chunks):
+                if chunk == spare:
+                    raise InvariantViolation(
+                        f"invariant 15 violated: spare chunk {spare:#x} is chunk {index} of "
+                        f"the live {name} table"
+                    )
+        if spare in held:
+            raise InvariantViolation(
+                f"invariant 15 violated: spare chunk {spare:#x} is held by an open snapshot"
+            )

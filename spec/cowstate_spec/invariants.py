@@ -61,6 +61,7 @@ from cowstate_spec.cmap_view import (
     SnapshotView,
     check_chunks_and_retirement,
     check_marks,
+    check_spares,
     is_c_map,
     is_c_snapshot,
 )
@@ -179,10 +180,10 @@ def check_map(
     reference: bool = False,
 ) -> None:
     """Assert invariants 1-9 and 13 of ``m``; ``snapshots`` are the open ones'
-    fingerprints. For the C map also invariants 10-12 and 14: by the probe's
+    fingerprints. For the C map also invariants 10-12, 14 and 15: by the probe's
     checker when the fingerprints are the probe's (and ``reference`` is false),
-    else by the reference (``cmap_view``: the export, ``check_chunks_and_retirement``
-    and ``check_marks``)."""
+    else by the reference (``cmap_view``: the export, ``check_chunks_and_retirement``,
+    ``check_marks`` and ``check_spares``)."""
     fps = list(snapshots)
     by_reference = [fp for fp in fps if isinstance(fp, SnapshotFingerprint)]
     by_probe = [fp for fp in fps if not isinstance(fp, SnapshotFingerprint)]
@@ -197,8 +198,10 @@ def check_map(
     elif reference or by_reference:
         view = MapView(m)
         _check_map(view, by_reference)
-        check_chunks_and_retirement(view, [fp.snapshot for fp in by_reference])
+        open_views = [fp.snapshot for fp in by_reference]
+        check_chunks_and_retirement(view, open_views)
         check_marks(view)
+        check_spares(view, open_views)
     else:
         assert PROBE is not None
         verdict = PROBE.check(m, by_probe)
