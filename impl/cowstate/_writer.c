@@ -107,7 +107,8 @@
  *     owner to write a slot of a chunk with refs > 1: it copies the chunk
  *     into its live directory first; rule M marks only the live table's own
  *     chunks (refs == 1) too. The owner's change of `refs` (a word not read
- *     here) is all it writes on such a chunk.
+ *     here) is all it writes on such a chunk. Rule P reuses only a chunk no
+ *     directory holds (refs 0): never one of a pinned snapshot's.
  * (c) The entries: every entry a pinned snapshot reaches has an entry
  *     version below the snapshot's version, which stays open (the highest
  *     open version H is at least it), so rule E makes the owner copy the
