@@ -303,8 +303,8 @@ def read_removals(
     for key_group in key_group_range.intersection(meta.range):
         for state_id, block in reader.decode_key_group(key_group, decoders).items():
             name = decoders[state_id].name
-            extra = next((length for length in block.states if length), 0)
-            if extra:
+            if any(block.states):  # a state's length, found only then
+                extra = next(length for length in block.states if length)
                 raise SnapshotEntryError(
                     f"expected removals without state bytes in state {name!r}, key group "
                     f"{key_group}, got {extra} bytes"

@@ -367,6 +367,8 @@ def _decoded_section(
             key_group,
             block,
         )
+        if done == entries:  # the usual case: nothing left for the loop below
+            return int(position)
         entries -= done
     unpack = _U32.unpack_from
     # list.append called as a method of a local list: the interpreter's fast path
