@@ -82,7 +82,7 @@ SPLIT: dict[str, Callable[[str], str]] = {
 #: prefix matches.
 SECONDS: dict[str, float] = {
     "test_cluster.py::": 20.0,  # its 4 tests (2 in the reduced form): one cluster run, ~70 s
-    "test_backend_machine.py::test_backend_agrees_with_the_model[rocksdb-": 33.0,
+    "test_backend_machine.py::test_backend_agrees_with_the_model[rocksdb-": 17.0,  # 30 examples
     "test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-2]": 31.0,
     "test_storage_machine.py::test_storage_agrees_with_the_model[rocksdb-1]": 25.0,
     "test_fuzz.py::": 5.0,
