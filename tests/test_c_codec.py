@@ -38,6 +38,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from leak_support import cycles
 from test_value_codec import BAD_INPUTS, VALUES, canon, ext, mutated_encodings, v1
 
 import cowstate_model.value_codec as plain
@@ -854,11 +855,12 @@ def test_encoding_and_decoding_leak_no_reference_and_no_memory() -> None:
     cycle()
     baseline = [sys.getrefcount(o) for o in objects]
     before = malloc_in_use()
-    for _ in range(100):  # free lists and caches fill up first
+    warming, counted = cycles(100), cycles(1000)  # make sanitize: 10 and 100
+    for _ in range(warming):  # free lists and caches fill up first
         cycle()
     gc.collect()
     start = sys.getallocatedblocks()
-    for _ in range(1000):
+    for _ in range(counted):
         cycle()
     gc.collect()
     blocks = sys.getallocatedblocks() - start
@@ -866,5 +868,7 @@ def test_encoding_and_decoding_leak_no_reference_and_no_memory() -> None:
     assert [sys.getrefcount(o) for o in objects] == baseline
     # a few hundred blocks fill free lists and caches whatever the count; a leak
     # of one object per cycle would be a thousand
-    assert blocks < 500, f"{blocks} more Python memory blocks after 1000 cycles"
-    assert grown < 1024 * 1024, f"malloc'd memory grew by {grown} bytes over 1100 cycles"
+    assert blocks < 500, f"{blocks} more Python memory blocks after {counted} cycles"
+    assert grown < 1024 * 1024, (
+        f"malloc'd memory grew by {grown} bytes over {warming + counted} cycles"
+    )

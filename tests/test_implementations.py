@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from conftest import MAPS
-from leak_support import MAP_OPERATIONS, Objects, operation_leaks, traced_growth
+from leak_support import MAP_OPERATIONS, Objects, cycles, operation_leaks, traced_growth
 
 import cowstate
 from cowstate import maps, state_map
@@ -136,9 +136,10 @@ def test_build_snapshot_mutate_release_drop_leaks_nothing() -> None:
         open_and_dropped = m.snapshot()  # released by its deallocation
         del open_and_dropped
 
-    growth = traced_growth(cycle, 200)
+    count = cycles(200)
+    growth = traced_growth(cycle, count)
     assert [sys.getrefcount(s) for s in states] == baseline
-    assert growth < 64 * 1024, f"memory grew by {growth} bytes over 200 cycles"
+    assert growth < 64 * 1024, f"memory grew by {growth} bytes over {count} cycles"
 
 
 @pytest.mark.parametrize("operation", list(MAP_OPERATIONS))
@@ -148,10 +149,11 @@ def test_every_operation_returns_every_reference_and_leaves_memory_flat(
 ) -> None:
     # Issue 26: a state put replaced and never released passed the suite; the
     # cycle above missed it. Keys, equal probes, namespaces, states: each back
-    # to its count; the traced memory flat over 200 cycles.
-    moved, growth = operation_leaks(MAPS[impl], operation, 200)
+    # to its count; the traced memory flat over 200 cycles (make sanitize: 20).
+    count = cycles(200)
+    moved, growth = operation_leaks(MAPS[impl], operation, count)
     assert moved == {}, f"{operation}: reference counts moved {moved}"
-    assert growth < 64 * 1024, f"{operation}: memory grew by {growth} bytes over 200 cycles"
+    assert growth < 64 * 1024, f"{operation}: memory grew by {growth} bytes over {count} cycles"
 
 
 @needs_c
