@@ -135,15 +135,14 @@ CODEC_LOG="$OUT/codec-tests.log"
 # build -- planted bugs, and the controls built the same way -- which are compiled
 # without the sanitizer (make test runs them): "planted" and "built_the_same_way" in
 # the codec's names, "leak_test_catches" in the maps'.
-(
-    export COWSTATE_PROFILE=$CODEC_PROFILE
-    # the codec (its test names say "python" for the Python serializers: no "python" filter)
-    $PY -m pytest -q -p no:cacheprovider tests/test_c_codec.py \
-        -k "not planted and not built_the_same_way" "$@" &&
-    $PY -m pytest -q -p no:cacheprovider tests/test_snapshot_io.py \
-        -k "(codec or c_reader or c_writer or hands_back or keyboard or long_section) and not planted" \
-        "$@"
-) > "$CODEC_LOG" 2>&1 &
+# One process for both files (each Python under ASan takes seconds to start and
+# collect): the codec's tests (their names say "python" for the Python serializers:
+# no "python" filter), and the writer's and reader's of test_snapshot_io.py.
+COWSTATE_PROFILE=$CODEC_PROFILE $PY -m pytest -q -p no:cacheprovider \
+    tests/test_c_codec.py tests/test_snapshot_io.py \
+    -k "(test_c_codec.py and not planted and not built_the_same_way) or (test_snapshot_io.py \
+        and (codec or c_reader or c_writer or hands_back or keyboard or long_section) \
+        and not planted)" "$@" > "$CODEC_LOG" 2>&1 &
 CODEC=$!
 MAPS_STATUS=0
 COWSTATE_PROFILE=$MAPS_PROFILE $PY -m pytest -q -p no:cacheprovider \
