@@ -97,10 +97,10 @@ export PYTHONMALLOC=malloc PYTHONHASHSEED=0
 # every cycle and compares the counts and the memory.
 export COWSTATE_SANITIZED=1
 # Hypothesis (ASan makes each example cost 2-3x): the codec's and the writer's tests
-# under the sanitize profile (ci's examples halved), the maps' under sanitize-maps
-# (an eighth: they reach every line and branch of the C map, its probe, _keygroups and
-# _void there that they reach under sanitize; see cowstate_spec.profiles). A
-# COWSTATE_PROFILE given replaces both.
+# under the sanitize profile (a quarter of ci's examples), the maps' under
+# sanitize-maps (an eighth): the two processes together reach every line and branch
+# of the C code there that they reach with 60 examples (gcov; see
+# cowstate_spec.profiles). A COWSTATE_PROFILE given replaces both.
 CODEC_PROFILE=${COWSTATE_PROFILE:-sanitize}
 MAPS_PROFILE=${COWSTATE_PROFILE:-sanitize-maps}
 $PY -c 'import cowstate, cowstate._cmap as c, cowstate._keygroups as k, cowstate._void as v, cowstate._codec as d, cowstate_spec._cmap_probe as p; assert cowstate.IMPLEMENTATION == "c" and type(cowstate.VOID_NAMESPACE) is v.VoidNamespace; print("sanitized:", c.__file__, k.__file__, v.__file__, d.__file__, p.__file__)'

@@ -3912,12 +3912,16 @@ def test_the_c_reader_reuses_a_namespace_only_for_the_same_bytes(
 @needs_codec
 @pytest.mark.parametrize("at", ["none", "first", "middle", "last"])
 @pytest.mark.parametrize("needs", ["a list state", "a value handed back", "a big int"])
+@pytest.mark.parametrize(
+    "cls", [CopyOnWriteStateTable, NestedMapsStateTable], ids=["c-writer", "encode-section"]
+)
 def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
-    at: str, needs: str, monkeypatch: pytest.MonkeyPatch
+    cls: TableClass, at: str, needs: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One key group of 3,000 entries (the C writer releases the GIL from 1,024
-    on): immutable states, and one that needs the GIL back (or, a big int, does
-    not) first, in the middle or last."""
+    """One key group of 3,000 entries (the C writer, and the C codec's
+    encode_section that the Python writer calls for other tables, release the
+    GIL from 1,024 on): immutable states, and one that needs the GIL back (or,
+    a big int, does not) first, in the middle or last."""
     entries: list[tuple[Any, Any, Any]] = [
         (i, VOID_NAMESPACE if i % 7 else "é", (i, f"s{i}é", b"x" * (i % 5), 0.5))
         for i in range(3000)
@@ -3926,7 +3930,7 @@ def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
         where = {"first": 0, "middle": 1500, "last": 2999}[at]
         special = {"a list state": [1, 2], "a value handed back": bytearray(b"q")}
         entries[where] = (where, VOID_NAMESPACE, special.get(needs, 2**100))
-    table: Table = CopyOnWriteStateTable(KeyGroupRange(0, 0), 1)
+    table: Table = cls(KeyGroupRange(0, 0), 1)
     fill(table, None, entries)
 
     def write() -> bytes:
@@ -3940,6 +3944,35 @@ def test_a_long_section_framed_without_the_gil_is_the_python_loops_bytes(
         (k, n, bytes(s) if type(s) is bytearray else s) for k, n, s in entries
     ]  # the value codec writes a bytearray as bin: it comes back as bytes
     assert restored_contents(restored) == contents(expected)
+
+
+@needs_codec
+@pytest.mark.parametrize("role", ["key", "namespace", "state"])
+def test_a_long_section_with_a_serializer_c_does_not_run_is_the_python_loops_bytes(
+    role: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python writer's section of 3,000 entries through the C codec's
+    encode_section (a nested table: no C walk) whose key, namespace or state
+    serializer C does not run (pickle): framed with the GIL, the Python
+    loop's bytes."""
+    serializers: dict[str, StateSerializer] = {
+        "key": DefaultSerializer(),
+        "namespace": DefaultSerializer(),
+        "state": DefaultSerializer(),
+    }
+    serializers[role] = PickleSerializer()
+    meta = StateMetaInfo("state", StateKind.VALUE, serializers["namespace"], serializers["state"])
+    table: Table = NestedMapsStateTable(
+        KeyGroupRange(0, 0), 1, meta=meta, key_serializer=serializers["key"]
+    )
+    fill(table, None, [(i, "é" if i % 7 == 0 else "n", (i, f"s{i}")) for i in range(3000)])
+
+    def write() -> bytes:
+        return written(table.snapshot())
+
+    with_c, with_python = both_ways(write, monkeypatch)
+    assert with_c == with_python
+    assert with_c[0] == "ok"
 
 
 # ======================================== the snapshot writer in C (_writer.c)
