@@ -12,7 +12,7 @@ CMAP   := $(VENV)/.cmap-built
 ## pytest process (make sanitize starts three) and 1 per CrossHair job (32).
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter
+.PHONY: test demo cluster-demo bench lint typecheck crosshair pytest strength deep verify mutate sanitize fuzz clean flink-adapter hypothesis-tables
 
 ## The install builds the C map (cowstate._cmap) and its test-only probe
 ## (cowstate_spec._cmap_probe) in place; $(CMAP) rebuilds them when a source
@@ -76,7 +76,7 @@ TEST_PROFILE ?= ci
 TEST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR == 2 {print $$4}')" -ge 2097152 ] 2>/dev/null && echo /dev/shm)
 PYTEST_RUN = COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest \
 	-n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder
-pytest: $(CMAP)
+pytest: $(CMAP) hypothesis-tables
 ifeq ($(TEST_TMPDIR),)
 	$(PYTEST_RUN)
 else
@@ -183,8 +183,14 @@ mutate: $(STAMP)
 ## make sanitize: the C map and the C codec under AddressSanitizer + UBSan (gcc runtimes),
 ## running the map machines over the C map, the C-map tests and the codec's tests
 ## (see scripts/sanitize.sh)
-sanitize: $(CMAP)
+sanitize: $(CMAP) hypothesis-tables
 	bash scripts/sanitize.sh
+
+## Hypothesis's Unicode tables (.hypothesis/unicode_data), written once before the
+## processes that draw text start side by side: each computed them when missing, 6 CPU
+## s each in the plain Python, 19 under ASan (see cowstate_spec.profiles)
+hypothesis-tables: $(STAMP)
+	$(PY) -c 'from cowstate_spec.profiles import warm_unicode_tables; warm_unicode_tables()'
 
 ## make fuzz: corrupt snapshot files and checkpoint directories (100,000 + 10,000 cases),
 ## restore them through every entry point, print the outcome of each class; exit 1 on any
