@@ -460,11 +460,12 @@ static Py_ssize_t spare_limit(const MapObject *m)
         + (m->rehash.dir != NULL ? m->rehash.ndir : 0);
 }
 
-/* A spare chunk of `slots` buckets, or NULL (the caller allocates). */
+/* A spare chunk of `slots` buckets, or NULL (the caller allocates). Every
+ * spare has as many buckets as the live primary's chunks (rule P). */
 static Chunk *spare_take(MapObject *m, Py_ssize_t slots)
 {
     Chunk *c = m->spare;
-    if (c == NULL || slots != m->spare_slots)
+    if (c == NULL || slots != chunk_slots(&m->primary))
         return NULL;
     m->spare = spare_next(c);
     m->nspare--;
@@ -504,13 +505,10 @@ static void chunk_decref(MapObject *pool, Chunk *c, int bits)
 {
     if (c == NULL || --c->refs > 0)
         return;
-    Py_ssize_t slots = (Py_ssize_t)1 << bits;
     if (pool != NULL && pool->nspare < spare_limit(pool)                  /* rule P */
-        && pool->primary.dir != NULL && slots == chunk_slots(&pool->primary)
-        && (pool->nspare == 0 || pool->spare_slots == slots)) {
+        && pool->primary.dir != NULL && bits == pool->primary.bits) {
         memcpy(&c->slots[0], &pool->spare, sizeof pool->spare);
         pool->spare = c;
-        pool->spare_slots = slots;
         pool->nspare += !PLANTED(BUG_SPARE_UNCOUNTED);       /* planted: kept, not counted */
         return;
     }
@@ -1203,6 +1201,7 @@ static int incremental_rehash(MapObject *m)
             m->primary.dir[index] = NULL;
         }
         if (r == capacity) {                                 /* complete: install the table */
+            int old_bits = m->primary.bits;
             table_free(m, &m->primary);
             m->primary = m->rehash;
             m->rehash.dir = NULL;
@@ -1212,7 +1211,7 @@ static int incremental_rehash(MapObject *m)
             m->rehash_index = 0;
             m->stamp++;
             /* inv. 15: the limit fell; spares of the old chunk size go */
-            spare_trim(m, m->spare_slots == chunk_slots(&m->primary) ? spare_limit(m) : 0);
+            spare_trim(m, m->primary.bits == old_bits ? spare_limit(m) : 0);
             return 0;
         }
     }

@@ -149,11 +149,11 @@ typedef struct MapObject {
     Removal *removals;          /* the removal log, oldest first (NULL: empty) */
     Py_ssize_t nremovals;
     Py_ssize_t removals_cap;
-    /* Rule P (invariant 15): chunks no directory holds, all of spare_slots
-     * buckets, kept for rule C's copies; linked through slots[0]. */
+    /* Rule P (invariant 15): chunks no directory holds, each of as many
+     * buckets as the live primary's chunks, kept for rule C's copies; linked
+     * through slots[0]. */
     struct Chunk *spare;
     Py_ssize_t nspare;
-    Py_ssize_t spare_slots;
 } MapObject;
 
 typedef struct SnapObject {
