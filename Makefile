@@ -65,6 +65,12 @@ crosshair: $(STAMP)
 ## (about 16 minutes in all).
 ## The spec-strength suites (STRENGTH_TESTS) run here in their reduced form
 ## (COWSTATE_STRENGTH=reduced, the default): see make strength.
+## --max-worker-restart=0: a worker that crashes fails the run at once (its test
+## is reported failed, the other workers finish). pytest-xdist 3.8's group
+## scheduler replaces a crashed worker by one that hangs: it runs the crashed
+## test again, and the dead worker's finished groups come back as empty units
+## the end of the run waits on (xdist issues 1323, 1327, 1378). Stop 37's CI
+## run crashed one worker and then hung until its 90 minutes were up.
 ## TEST_TMPDIR (default /dev/shm when it is a directory with 2 GiB free, else
 ## none: the usual temporary directory): where the tests' temporary files go, a
 ## fresh directory per run (pytest's --basetemp, removed when the suite passed)
@@ -75,7 +81,7 @@ PYTEST_JOBS ?= 3
 TEST_PROFILE ?= ci
 TEST_TMPDIR ?= $(shell [ -d /dev/shm ] && [ "$$(df -Pk /dev/shm | awk 'NR == 2 {print $$4}')" -ge 2097152 ] 2>/dev/null && echo /dev/shm)
 PYTEST_RUN = COWSTATE_PROFILE=$(TEST_PROFILE) PYTHONHASHSEED=0 $(PY) -m pytest \
-	-n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder
+	-n $(PYTEST_JOBS) --dist loadgroup --no-loadscope-reorder --max-worker-restart=0
 pytest: $(CMAP) hypothesis-tables
 ifeq ($(TEST_TMPDIR),)
 	$(PYTEST_RUN)

@@ -473,15 +473,22 @@ static Chunk *spare_take(MapObject *m, Py_ssize_t slots)
 }
 
 /* Free spares beyond `limit` (after the limit fell: a rehash completed, the
- * map was cleared; 0: all of them). */
+ * map was cleared; 0: all of them). The loop follows the list, not only the
+ * count: a count that drifted from the list (invariant 15 broken, as by
+ * planted bug 7) may keep spares past the bound until the next trim to 0, but
+ * never walks past the list's end, and a trim to 0 (the chunk size changed,
+ * the map is cleared or freed) frees every chunk on it, so no spare of a size
+ * the map no longer has can ever be taken. */
 static void spare_trim(MapObject *m, Py_ssize_t limit)
 {
-    while (m->nspare > limit) {
+    while (m->spare != NULL && (limit == 0 || m->nspare > limit)) {
         Chunk *c = m->spare;
         m->spare = spare_next(c);
         m->nspare--;
         PyMem_Free(c);
     }
+    if (limit == 0)
+        m->nspare = 0;
 }
 
 static Chunk *chunk_new(MapObject *m, Py_ssize_t slots)

@@ -17,6 +17,18 @@ map's one-line bugs. Each has an identity control (the text replaced by
 itself), which the machine must pass: all of them one build, the source as
 it is compiled the same way (``_cmap_rw_identity``).
 
+**Caught before memory goes wrong.** A planted C defect must be named by
+a check before it makes the map read or write memory it freed: a defect
+that crashes the interpreter first (or loops on a chain through reused
+memory) is found by ``make sanitize``, not by the specification, and it
+takes a test process down with it. So the rehash relinking a shared entry
+in place is not planted (below), and bugs 5 and 7 are safe because the
+differential runner judges a C map's structure before each release's read
+(:mod:`cowstate_spec.differential`, "Structure first") and because rule P's
+trim to 0 frees every spare the list holds, whatever the count says.
+``tests/test_spec_catches_bad_cmaps.py`` holds the runner to it: it meets
+every planted bug in a process that poisons what is freed.
+
 ``build_bad_cmap(bug)`` needs a C compiler and the Python headers (as
 ``pip install -e .`` does); it raises ``RuntimeError`` with the compiler's
 output when the build fails.
@@ -98,7 +110,8 @@ C_BUGS = [
     CBug(
         "c-spare-uncounted",
         7,
-        "rule P: a chunk kept as a spare is not counted: the map keeps memory it never gives back",
+        "rule P: a chunk kept as a spare is not counted: the map keeps spares past its bound "
+        "(one per directory slot) until it is cleared or its chunk size changes",
     ),
 ]
 
@@ -316,4 +329,10 @@ def bad_cmap_implementation(bug: CBug | CRewrite, initial_capacity: int = 4) -> 
 
     module = build_bad_cmap(bug)
     tracked = isinstance(bug, CRewrite) and bug.tracked
-    return _cow(f"bad-{bug.name}", initial_capacity, module.CopyOnWriteStateMap, tracked=tracked)
+    return _cow(
+        f"bad-{bug.name}",
+        initial_capacity,
+        module.CopyOnWriteStateMap,
+        tracked=tracked,
+        memory_unsafe=True,
+    )

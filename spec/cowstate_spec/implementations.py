@@ -160,7 +160,12 @@ class Implementation:
     ``capabilities`` say what the machine may expect; ``close(instance)``
     frees what the factory took (the machine calls it in its teardown).
     ``example_share`` is the share of the profile's examples the machine
-    runs on it (an implementation slow to make runs fewer).
+    runs on it (an implementation slow to make runs fewer). ``memory_unsafe``: its
+    memory is managed by hand (the C maps, and the tables of them), so a
+    broken bookkeeping can free what an open snapshot reaches and a read
+    through that snapshot may crash the process; the differential runner
+    then judges its structure before each release's read
+    (:mod:`cowstate_spec.differential`, "Structure first").
     """
 
     name: str
@@ -173,6 +178,7 @@ class Implementation:
     capabilities: Capabilities = HEAP
     close: Callable[[Any], None] = _keep
     example_share: float = 1.0
+    memory_unsafe: bool = False
 
     def create(self, initial_capacity: int | None = None) -> Any:
         """A fresh instance, with ``initial_capacity`` if given."""
@@ -190,7 +196,12 @@ TRACKED_REMOVAL_LIMIT = 6
 
 
 def _cow(
-    name: str, capacity: int, cls: type[Any] = CopyOnWriteStateMap, *, tracked: bool = False
+    name: str,
+    capacity: int,
+    cls: type[Any] = CopyOnWriteStateMap,
+    *,
+    tracked: bool = False,
+    memory_unsafe: bool = False,
 ) -> Implementation:
     def factory(initial_capacity: int = capacity) -> Any:
         m = cls(initial_capacity=initial_capacity)
@@ -205,6 +216,7 @@ def _cow(
         fingerprint,
         rehash_step_check,
         capabilities=TRACKED if tracked else HEAP,
+        memory_unsafe=memory_unsafe,
     )
 
 
@@ -250,7 +262,8 @@ class TableType(Generic[TableT]):
     nothing to judge), ``capabilities`` say what it offers, and
     ``close(table)`` frees what making it took: a test that makes tables
     closes each when it ends (``tests/conftest.py``: the ``table_type``
-    fixture). ``example_share`` goes to the machine's implementations.
+    fixture). ``example_share`` and ``memory_unsafe`` (a table of C maps) go to the
+    machine's implementations.
     """
 
     name: str
@@ -260,6 +273,7 @@ class TableType(Generic[TableT]):
     capabilities: Capabilities = HEAP
     close: Callable[[TableT], None] = _keep
     example_share: float = 1.0
+    memory_unsafe: bool = False
 
     def __call__(
         self,
@@ -379,7 +393,9 @@ TABLE_TYPES: list[TableType[Any]] = [
     ),
 ]
 if C_MAP is not None:
-    TABLE_TYPES.insert(1, TableType("c-table", CMapsTable, fingerprint=table_fingerprint))
+    TABLE_TYPES.insert(
+        1, TableType("c-table", CMapsTable, fingerprint=table_fingerprint, memory_unsafe=True)
+    )
 
 
 def table_implementation(
@@ -414,6 +430,7 @@ def table_implementation(
         capabilities=table_type.capabilities,
         close=table_type.close,
         example_share=table_type.example_share,
+        memory_unsafe=table_type.memory_unsafe,
     )
 
 
@@ -423,7 +440,10 @@ IMPLEMENTATIONS: list[Implementation] = [
     Implementation("reference-model", ReferenceStateMap),  # the model against itself
 ]
 if C_MAP is not None:  # the C map: the same spec, one line each
-    IMPLEMENTATIONS += [_cow("c-map", 4, C_MAP), _cow("c-map-128", 128, C_MAP, tracked=True)]
+    IMPLEMENTATIONS += [
+        _cow("c-map", 4, C_MAP, memory_unsafe=True),
+        _cow("c-map-128", 128, C_MAP, tracked=True, memory_unsafe=True),
+    ]
 IMPLEMENTATIONS += [
     table_implementation(table_type, key_groups)
     for table_type in TABLE_TYPES
