@@ -15,6 +15,7 @@ handles' paths absolute under ``restore_support.ABSOLUTE``)."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import gc
@@ -48,7 +49,7 @@ from restore_support import (
 )
 from restore_support import STATE_META as META
 
-from cowstate import keyed_state
+from cowstate import heap_backend, keyed_state
 from cowstate.checkpoint.filesystem import FileSystem
 from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import SnapshotLocation, SnapshotSource
@@ -1629,6 +1630,72 @@ def test_restore_refusals_leave_the_backend_as_it_was() -> None:
             assert dump(b) == before
         b.restore([good])
         assert dump(b) == dump_of(good)
+
+
+def collections_while_decoding(restore: Callable[[], Any], monkeypatch: pytest.MonkeyPatch) -> int:
+    """How many collections the cyclic collector began while ``restore()``
+    decoded its files and filled its tables (``_decode_and_fill``)."""
+    inside = [False]
+    started: list[int] = []
+    decode_and_fill = HeapKeyedStateBackend._decode_and_fill
+
+    def watched(self: HeapKeyedStateBackend, *args: Any) -> Any:
+        inside[0] = True
+        try:
+            return decode_and_fill(self, *args)
+        finally:
+            inside[0] = False
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start" and inside[0]:
+            started.append(info["generation"])
+
+    monkeypatch.setattr(HeapKeyedStateBackend, "_decode_and_fill", watched)
+    gc.callbacks.append(count)
+    try:
+        restore()
+    finally:
+        gc.callbacks.remove(count)
+        monkeypatch.setattr(HeapKeyedStateBackend, "_decode_and_fill", decode_and_fill)
+    return len(started)
+
+
+def test_a_restore_decodes_and_fills_with_the_collector_paused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # cowstate.collector: decoding 2,000 list states (each a tracked
+    # allocation) runs automatic collections unless the collector is paused,
+    # on success and on a refusal, and the collector is on again after each.
+    assert gc.isenabled()
+    with HeapKeyedStateBackend(FULL, 128) as source:
+        fill(source, range(1000))
+        good = snapshot_bytes(source)
+    flipped, error = corruptions(good)[2]  # a block's byte: refused while decoding
+    with HeapKeyedStateBackend(FULL, 128) as b:
+        assert collections_while_decoding(lambda: b.restore([good]), monkeypatch) == 0
+        assert gc.isenabled()
+        assert dump(b) == dump_of(good)
+        with pytest.raises(error, match="CRC"):
+            collections_while_decoding(lambda: b.restore([flipped]), monkeypatch)
+        assert gc.isenabled()
+        assert dump(b) == dump_of(good)
+        # the control: the same restore, not paused, meets collections
+        monkeypatch.setattr(heap_backend, "paused_collector", contextlib.nullcontext)
+        assert collections_while_decoding(lambda: b.restore([good]), monkeypatch) > 0
+        assert dump(b) == dump_of(good)
+
+
+def test_a_restore_leaves_a_collector_that_was_off_off() -> None:
+    with HeapKeyedStateBackend(FULL, 128) as source:
+        fill(source, range(20))
+        good = snapshot_bytes(source)
+    gc.disable()
+    try:
+        with HeapKeyedStateBackend(FULL, 128) as b:
+            b.restore([good])
+            assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 def dump_of(data: bytes) -> dict[str, dict[tuple[Any, Any], Any]]:

@@ -62,6 +62,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "cowstate.key_types",
             "cowstate.void_namespace",
             "cowstate._void",
+            "cowstate.collector",
             "cowstate._keygroups",
         ),
     ),

@@ -84,6 +84,7 @@ from typing import IO, Any, Protocol, TypeVar, cast
 from cowstate.arithmetic import DEFAULT_CAPACITY, clamp_capacity
 from cowstate.checkpoint.handles import FileHandle, KeyedStateHandle, SnapshotOptions
 from cowstate.checkpoint.location import LocationStream, SnapshotLocation, SnapshotSource
+from cowstate.collector import paused_collector
 from cowstate.errors import (
     InvalidArgumentError,
     KeyGroupMismatchError,
@@ -505,7 +506,19 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         chains: Sequence[Sequence[SnapshotReader]] = (),
     ) -> HeapPreparedRestore:
         """Check every file's metadata, then decode every file (and fold every
-        chain: I5) and fill new tables (the backend unchanged; see :meth:`restore`)."""
+        chain: I5) and fill new tables (the backend unchanged; see :meth:`restore`),
+        the cyclic garbage collector paused meanwhile (:mod:`cowstate.collector`:
+        nothing a restore makes is garbage before it ends, and each automatic
+        collection would walk the decoded columns)."""
+        with paused_collector():
+            return self._decode_and_fill(snapshots, chains)
+
+    def _decode_and_fill(
+        self,
+        snapshots: Sequence[SnapshotReader | IO[bytes] | bytes],
+        chains: Sequence[Sequence[SnapshotReader]],
+    ) -> HeapPreparedRestore:
+        """:meth:`_prepare`'s work."""
         readers = [s if isinstance(s, SnapshotReader) else SnapshotReader(s) for s in snapshots]
         removed: list[tuple[str, int, list[Any]]] = []
         added: list[tuple[str, int, list[Any]]] = []  # the deltas' keys
