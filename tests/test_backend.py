@@ -1840,7 +1840,7 @@ def test_a_committed_restore_fixes_the_key_type_and_a_discarded_one_does_not(
 def test_a_state_registered_between_prepare_and_commit_is_emptied_by_the_commit(
     tmp_path: Path,
 ) -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 78 (the registered metas the
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 78 (the registered metas the
     # commit makes the empty tables of states absent from the files with).
     backend, staged, _ = _prepared(tmp_path)
     late: ValueStateDescriptor[int] = ValueStateDescriptor("late")
@@ -2390,7 +2390,7 @@ def _file_with(**changes: Any) -> bytes:
 
 @pytest.mark.kills(module="cowstate.heap_backend")
 def test_restore_refuses_another_backends_native_file_by_its_format() -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 6-9.
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 6-9.
     data = _file_with(format=SnapshotFormat.ROCKSDB_NATIVE)
     assert _restore_refusal([data]) == (
         IncompatibleSnapshotError,
@@ -2401,7 +2401,7 @@ def test_restore_refuses_another_backends_native_file_by_its_format() -> None:
 
 @pytest.mark.kills(module="cowstate.heap_backend")
 def test_restore_refuses_a_file_of_another_key_serializer_naming_the_file() -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 10-17 ("the file", not "the snapshot").
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 10-17 ("the file", not "the snapshot").
     assert _restore_refusal([_file_with(key_serializer="utf8")]) == (
         SerializerMismatchError,
         "expected the key serializer 'tests.trusted-pickle', the file was written with 'utf8'",
@@ -2415,7 +2415,7 @@ def test_restore_refuses_a_file_of_another_key_serializer_naming_the_file() -> N
 
 @pytest.mark.kills(module="cowstate.heap_backend")
 def test_restore_refuses_a_file_of_another_namespace_serializer_naming_the_file() -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 18-25.
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 18-25.
     blocks = raw_blocks(crafted(by_group(ENTRIES)))
     data = crafted_raw(blocks, namespace_serializer="utf8")
     assert _restore_refusal([crafted(by_group(ENTRIES)), data]) == (
@@ -2440,7 +2440,7 @@ def test_a_mapping_given_twice_is_refused_naming_state_key_namespace_and_key_gro
 
 @pytest.mark.kills(module="cowstate.heap_backend")
 def test_a_restore_of_keys_of_another_type_is_refused_naming_state_and_key_group() -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 46-54 (E6's message).
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 46-54 (E6's message).
     entries = [(f"k{i}", "a", i) for i in range(3)]
     first = min(by_group(entries))
     backend = heap()
@@ -2463,7 +2463,7 @@ def test_a_restore_of_keys_of_another_type_is_refused_naming_state_and_key_group
 
 @pytest.mark.kills(module="cowstate.heap_backend")
 def test_a_restored_state_absent_from_the_next_restore_keeps_its_kind_and_serializer() -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 69-75: a state restored but
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 69-75: a state restored but
     # never registered, absent from the next restore's files, becomes empty
     # with the meta info it was restored with.
     source = HeapKeyedStateBackend(restore_support.FULL, MAX_P)
@@ -2632,7 +2632,7 @@ def test_restored_tables_are_the_backends_own_even_without_entries_here() -> Non
 
 @pytest.mark.kills(module="cowstate.heap_backend")
 def test_an_unregistered_state_restores_with_the_backends_namespace_serializer() -> None:
-    # heap_backend.HeapKeyedStateBackend._prepare 38 and 45: namespaces of a
+    # heap_backend.HeapKeyedStateBackend._decode_and_fill 38 and 45: namespaces of a
     # state no descriptor names are read with the backend's namespace serializer
     # (a file cannot choose one: this one is not even built in).
     def backend() -> HeapKeyedStateBackend:

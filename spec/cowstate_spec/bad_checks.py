@@ -126,11 +126,12 @@ _EVERYWHERE = frozenset({"first", "middle", "last", "last-block"})
 _LAST = frozenset({"last"})
 
 # The chains from a snapshot check to a heap backend: _decode -> read_snapshot
-# -> HeapKeyedStateBackend._prepare (prepare_restore and restore call it).
+# -> HeapKeyedStateBackend._decode_and_fill (prepare_restore and restore call it,
+# through _prepare).
 _HEAP_DECODE: tuple[Caller, ...] = (
     snapshot_restore._decode,
     snapshot_restore.read_snapshot,
-    (HeapKeyedStateBackend, "_prepare"),
+    (HeapKeyedStateBackend, "_decode_and_fill"),
 )
 # ... and from a document check to a restore of a checkpoint.
 _RESTORE_DOCUMENT: tuple[Caller, ...] = (
@@ -238,7 +239,7 @@ CHECK_BUGS: list[CheckBug] = [
             "for key in keys[:1]:",
             "E6: every key of a block of mixed types is admitted, not its first",
         ),
-        ((HeapKeyedStateBackend, "_prepare"),),
+        ((HeapKeyedStateBackend, "_decode_and_fill"),),
         _LATER,
     ),
     CheckBug(

@@ -241,7 +241,7 @@ def _heap_class_with(**helpers: Any) -> type[Any]:
     """A heap backend whose writers (``snapshot``'s and ``snapshot_to``'s) and
     restore use ``helpers`` (broken callees)."""
     cls: type[Any] = HeapKeyedStateBackend
-    for method in ("_write", "_write_to", "_prepare"):
+    for method in ("_write", "_write_to", "_decode_and_fill"):
         head = f"def {method}("
         identity_bug = Bug(f"rebound-{method}", method, head, head, "rebound", cls)
         cls = broken_class(identity_bug, **helpers)
