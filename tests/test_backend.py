@@ -1650,13 +1650,13 @@ def collections_while_decoding(restore: Callable[[], Any], monkeypatch: pytest.M
         if phase == "start" and inside[0]:
             started.append(info["generation"])
 
-    monkeypatch.setattr(HeapKeyedStateBackend, "_decode_and_fill", watched)
-    gc.callbacks.append(count)
-    try:
-        restore()
-    finally:
-        gc.callbacks.remove(count)
-        monkeypatch.setattr(HeapKeyedStateBackend, "_decode_and_fill", decode_and_fill)
+    with monkeypatch.context() as patched:
+        patched.setattr(HeapKeyedStateBackend, "_decode_and_fill", watched)
+        gc.callbacks.append(count)
+        try:
+            restore()
+        finally:
+            gc.callbacks.remove(count)
     return len(started)
 
 
