@@ -89,7 +89,7 @@ from cowstate.errors import (
     UnsupportedMetadataVersionError,
 )
 from cowstate.heap_backend import HeapKeyedStateBackend
-from cowstate.heap_incremental import Removals, apply_deltas
+from cowstate.heap_incremental import Removals, fold_deltas
 from cowstate.key_groups import (
     KeyGroupRange,
     assign_to_key_group,
@@ -2854,9 +2854,11 @@ def test_heap_deltas_applied_to_the_base_are_each_delta_applied_to_a_dict_in_tur
     table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4)
     for (key, namespace), state in base.items():
         table.put(key, namespace, state, key_group=2)
-    apply_deltas(chain, {"s": table})
+    for key_group in table.key_group_range:  # the other key groups: nothing to fold
+        fold_deltas(chain, "s", key_group, table.state_map(key_group))
     snapshot = table.snapshot()
     assert {(k, n): s for k, n, s in snapshot.key_group_items(2)} == model
+    assert [len(table.state_map(g)) for g in (0, 1, 3)] == [0, 0, 0]
     snapshot.release()
 
 
@@ -2868,7 +2870,7 @@ def test_a_delta_file_holding_a_mapping_twice_is_refused(at: str) -> None:
     rows.insert(twice + 1, ((twice, "a"), 99))
     table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4)
     with pytest.raises(DuplicateMappingError, match=rf"\({twice}, 'a'\) twice in key group 2"):
-        apply_deltas([({}, restored_of(2, rows))], {"s": table})
+        fold_deltas([({}, restored_of(2, rows))], "s", 2, table.state_map(2))
 
 
 def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any]]:

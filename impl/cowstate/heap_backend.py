@@ -93,10 +93,10 @@ from cowstate.heap_incremental import (
     Chain,
     IncrementalOptions,
     Removals,
-    apply_deltas,
     check_chain,
     check_chain_base,
     check_chain_handle,
+    fold_deltas,
     read_removals,
     write_removals,
 )
@@ -582,11 +582,12 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 check_key_types(name, key_group, block.keys, key_types)
         for name, key_group, keys in added + removed:  # a removal's key is a key too (I4)
             check_key_types(name, key_group, keys, key_types)
+        folded = [delta for deltas in chain_deltas for delta in deltas]  # chains: apart
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
-            tables[name] = self._filled_table(metas.get(name, meta), restored.blocks.pop(name, {}))
-        for deltas in chain_deltas:  # I5: the bases are in, each delta on top in turn
-            apply_deltas(deltas, tables)
+            tables[name] = self._filled_table(
+                metas.get(name, meta), restored.blocks.pop(name, {}), folded
+            )
         for name, holder in self._holders.items():  # registered, absent: empty
             if name not in tables:
                 tables[name] = self._new_table(metas.get(name, holder.table.meta))
@@ -594,18 +595,29 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         return HeapPreparedRestore(self, tables, staged, key_types)
 
     def _filled_table(
-        self, meta: StateMetaInfo, blocks: dict[int, DecodedBlock]
+        self,
+        meta: StateMetaInfo,
+        blocks: dict[int, DecodedBlock],
+        deltas: Sequence[tuple[Removals, RestoredSnapshot]] = (),
     ) -> StateTable[Any, Any, Any]:
         """A new table of ``meta`` holding ``blocks`` (key group -> entries, all
-        checked but E4), its maps sized for them; refuses a duplicate mapping."""
+        checked but E4), its maps sized for them; refuses a duplicate mapping.
+        Each key group's map, once filled, gets its part of ``deltas`` (the
+        chains' deltas, each chain's in order: I5, :func:`fold_deltas`)."""
         table = self._restored_table(meta, [len(block) for block in blocks.values()])
-        for key_group, block in blocks.items():
-            put = table.state_map(key_group).put  # a fresh table: straight into its map
-            for key, namespace, state in zip(
-                block.keys, block.namespaces, block.states, strict=True
-            ):
-                if not put(key, namespace, state):
-                    raise duplicate_error(meta.name, key_group, key, namespace)
+        name = meta.name
+        for key_group in table.key_group_range if deltas else blocks:
+            state_map = table.state_map(key_group)  # a fresh table: straight into its map
+            block = blocks.get(key_group)
+            if block is not None:
+                put = state_map.put
+                for key, namespace, state in zip(
+                    block.keys, block.namespaces, block.states, strict=True
+                ):
+                    if not put(key, namespace, state):
+                        raise duplicate_error(name, key_group, key, namespace)
+            if deltas:
+                fold_deltas(deltas, name, key_group, state_map)
         return table
 
     def _restored_table(self, meta: StateMetaInfo, sizes: list[int]) -> StateTable[Any, Any, Any]:
