@@ -1047,12 +1047,17 @@ restart:;
     Py_ssize_t b;
     Table *t = select_table(m, h, &b);
     Entry *p = NULL;
-    if (m->nopen > 0) {
-        /* A write after this lookup reads the chunk's `refs` (rule C), a line
-         * of its own far from the slot: fetch it beside the chain's misses. */
+    if (m->nopen > 0 || m->removal_limit != 0) {
+        /* A write after this lookup reads the chunk's `refs` (rule C) and,
+         * while tracking, sets the bucket's bit of its marks (rule M): lines
+         * of their own far from the slot, so fetch them beside the chain's
+         * misses (the address is computed, not read: a prefetch cannot fault). */
         Chunk *c = t->dir[b >> t->bits];
-        if (c != NULL)
+        if (c != NULL) {
             __builtin_prefetch(c, 0);
+            if (m->removal_limit != 0)
+                __builtin_prefetch(&c->marks[(b & (chunk_slots(t) - 1)) >> 6], 1);
+        }
     }
     for (Entry *e = slot_get(t, b); e != NULL; p = e, e = e->next) {
         int found = entry_matches(e, h, key, ns);
