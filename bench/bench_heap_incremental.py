@@ -83,8 +83,13 @@ checkpoint wrote).
    per-round ratios.
 4. ``put`` [ns/op]: ``put`` of existing keys to a new int, straight on the
    maps of a table of ``N // 10`` entries (each key's key-group map, in
-   shuffled order; as many passes as make 200,000 puts), interleaved, 1
-   warm-up then ``--repeats`` rounds, at least 7 (its ratio is a few percent):
+   shuffled order), in 101 rounds after 1 warm-up: a round times one block
+   of 20,000 puts per column (the next 20,000 of the shuffled keys, cycled),
+   the columns' order rotating from round to round. Short blocks, many
+   rounds: on the 2-vCPU VM the time of adjacent 20,000-put blocks swings
+   2x, and 7 rounds of 1M puts each gave per-round ratios from 0.63 to 1.79
+   at 10M; 101 rounds of blocks give the same median within about 1% from
+   run to run (its ratio is a few percent). The columns:
    ``off`` -- a backend without incremental checkpoints (no incremental
    checkpoint configured: its maps never track); ``on`` -- a backend with
    incremental checkpoints (its maps tracking, between checkpoints);
@@ -126,7 +131,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import functools
 import gc
 import importlib.machinery
 import importlib.util
@@ -175,8 +179,8 @@ RESULTS_PATH = Path(__file__).resolve().parent / "results" / "heap_incremental.j
 MAXP = 128
 VALUE: ValueStateDescriptor[Any] = ValueStateDescriptor("bench_value")
 OWNER_BATCH = 128
-PUT_OPS = 200_000  # puts per timed run at least (small tables: several passes)
-PUT_ROUNDS = 7  # put rounds at least: the row's ratio is a few percent
+PUT_BLOCK = 20_000  # puts per timed block (a slice of the shuffled keys, cycled)
+PUT_ROUNDS = 101  # rounds of one block per column: the row's ratio is a few percent
 clock = time.perf_counter_ns
 
 FULL, DELTA, ROCKS_FULL, ROCKS_INCR = "full", "delta", "rocks_full", "rocks_incr"
@@ -658,22 +662,20 @@ def phase_put(cfg: Config, root: str) -> Result:
     columns = [OFF, ON] if cfg.baseline_cmap is None else [BASE, OFF, ON]
     made = {column: put_table(cfg, column, root) for column in columns}
 
-    passes = -(-PUT_OPS // cfg.put_entries)  # a run of at least PUT_OPS puts
-
-    def run(pairs: list[tuple[Any, int]]) -> int:
-        t0 = clock()
-        for value in range(passes):
-            for map_put, key in pairs:
-                map_put(key, VOID_NAMESPACE, value)
-        return clock() - t0
-
-    times = measure_interleaved(
-        {c: functools.partial(run, made[c][0]) for c in columns},
-        warmup=cfg.warmup,
-        repeats=max(cfg.repeats, PUT_ROUNDS),
-    )
-    for column, sample in times.items():
-        put.set(column, sample.scaled(1 / (cfg.put_entries * passes)))
+    values: dict[str, list[float]] = {column: [] for column in columns}
+    for round_ in range(1 + PUT_ROUNDS):  # the first round warms up
+        start = round_ * PUT_BLOCK
+        turn = round_ % len(columns)  # the order rotates: no column always first
+        for column in columns[turn:] + columns[:turn]:
+            pairs = made[column][0]
+            block = [pairs[(start + i) % len(pairs)] for i in range(PUT_BLOCK)]
+            t0 = clock()
+            for map_put, key in block:
+                map_put(key, VOID_NAMESPACE, round_)
+            if round_:
+                values[column].append((clock() - t0) / PUT_BLOCK)
+    for column, got in values.items():
+        put.set(column, Sample(tuple(got)))
     for column in columns:
         for closing in made[column][1]:
             closing.close()
