@@ -13,11 +13,15 @@
   process can compare tables and heap backends over both maps.
 * :func:`settle` drives a map's incremental rehash to its end, so that
   measurements see the steady state.
+* :func:`load_cmap_build` loads another build of the C map (a ``_cmap*.so``
+  of another commit) under a private name, beside ``cowstate._cmap``.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -36,6 +40,7 @@ __all__ = [
     "StateMapLike",
     "implementation_summary",
     "is_rehashing",
+    "load_cmap_build",
     "map_class",
     "settle",
     "table_factory",
@@ -88,6 +93,20 @@ C_MAP, C_MAP_ERROR = _load_c_map()
 
 #: what ``cowstate.CopyOnWriteStateMap`` is in this process ("c" or "python")
 DEFAULT_IMPLEMENTATION: str = str(getattr(cowstate, "IMPLEMENTATION", PY))
+
+
+def load_cmap_build(path: str, package: str) -> MapClass:
+    """The C map class of the ``_cmap`` build at ``path``, loaded as
+    ``<package>._cmap`` (its init function is found by the name's last part,
+    ``_cmap``), so several builds live in one process beside ``cowstate._cmap``."""
+    loader = importlib.machinery.ExtensionFileLoader(f"{package}._cmap", path)
+    spec = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
+    if spec is None:
+        raise SystemExit(f"expected a _cmap extension at {path}")
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    found: MapClass = module.CopyOnWriteStateMap
+    return found
 
 
 def implementation_summary() -> str:

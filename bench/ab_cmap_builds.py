@@ -40,29 +40,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.machinery
-import importlib.util
 import random
 import statistics
 import time
 from typing import Any
+
+from _impls import load_cmap_build
 
 from cowstate import _cmap
 from cowstate.void_namespace import VOID_NAMESPACE
 
 GROUPS = 128
 KEYS = 300_000
-
-
-def load(path: str, name: str) -> Any:
-    """The C map class of the ``_cmap`` build at ``path``, under ``name``."""
-    loader = importlib.machinery.ExtensionFileLoader(f"{name}._cmap", path)
-    spec = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
-    if spec is None:
-        raise SystemExit(f"expected a _cmap extension at {path}")
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module.CopyOnWriteStateMap
 
 
 def build(cls: Any, entries: int, tracked: bool) -> list[Any]:
@@ -100,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--untracked", action="store_true", help="maps that do not track")
     args = parser.parse_args(argv)
-    classes = {"new": load(args.new, "ab_new"), "old": load(args.old, "ab_old")}
+    classes = {
+        which: load_cmap_build(getattr(args, which), f"ab_{which}") for which in ("new", "old")
+    }
     tracked = not args.untracked
     maps: dict[tuple[str, str], list[Any]] = {}
     for order in ("new-old", "old-new"):

@@ -132,8 +132,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import gc
-import importlib.machinery
-import importlib.util
 import os
 import random
 import shutil
@@ -161,6 +159,7 @@ from _harness import (
     measure_interleaved,
     write_json,
 )
+from _impls import load_cmap_build
 
 from cowstate.checkpoint import CheckpointCoordinator, CheckpointStorage, RestoreMode
 from cowstate.checkpoint.handles import KeyedStateHandle, SnapshotOptions
@@ -606,15 +605,9 @@ def phase_owner(job: Job) -> Result:
 
 
 def load_baseline_map(path: str) -> Any:
-    """The C map of a ``_cmap`` build at ``path``, loaded under a private name
-    (its init function is found by the name's last part, ``_cmap``)."""
-    loader = importlib.machinery.ExtensionFileLoader("cowstate_bench_baseline._cmap", path)
-    spec = importlib.util.spec_from_file_location(loader.name, path, loader=loader)
-    if spec is None:
-        raise SystemExit(f"expected a _cmap extension at {path}")
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    found = module.CopyOnWriteStateMap
+    """The C map of a ``_cmap`` build at ``path``, loaded under a private name,
+    refused if it is this checkout's own."""
+    found = load_cmap_build(path, "cowstate_bench_baseline")
     from cowstate import _cmap
 
     if not isinstance(found, type) or found is _cmap.CopyOnWriteStateMap:

@@ -582,7 +582,8 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                 check_key_types(name, key_group, block.keys, key_types)
         for name, key_group, keys in added + removed:  # a removal's key is a key too (I4)
             check_key_types(name, key_group, keys, key_types)
-        folded = [delta for deltas in chain_deltas for delta in deltas]  # chains: apart
+        # every chain's deltas, chain after chain: chains hold disjoint key groups
+        folded = [delta for deltas in chain_deltas for delta in deltas]
         tables: dict[str, StateTable[Any, Any, Any]] = {}
         for name, meta in restored.metas.items():
             tables[name] = self._filled_table(
