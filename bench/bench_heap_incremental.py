@@ -70,17 +70,29 @@ checkpoint wrote).
    delta's asynchronous part runs on the backend's writer thread, against
    the same updates with no checkpoint running (``idle``). A delta write is
    short, so a round holds ``--owner-writes`` deltas (default 5): for each,
-   a round of changes (untimed), ``trigger_checkpoint`` (untimed), then the
-   owner updates until the writer's future is done (timed), then on until
-   the owner freed what the writer's releases left it (``pending_reclaim``
-   is 0: rule G of ``_cmap.c``; the time those updates took beyond their
-   idle time is charged, as ``bench_snapshot_codec.py`` does), then
-   ``complete_checkpoint`` (untimed). The round's rate is its updates over
-   the summed timed windows; ``idle`` makes as many updates right after.
-   The owner updates, cycling, the keys the next round updates (its half of
-   the 1%), so every delta still holds 1% of the keys. ``--owner-rounds``
-   rounds (default 9; 3 with ``--quick``); the ratio is the median of the
-   per-round ratios.
+   a round of changes (untimed), ``trigger_checkpoint`` (its wall time is
+   the delta's *sync part*), then the owner updates until the writer's
+   future is done (timed), then on until the owner freed what the writer's
+   releases left it (``pending_reclaim`` is 0: rule G of ``_cmap.c``; the
+   time those updates took beyond their idle time is charged, as
+   ``bench_snapshot_codec.py`` does), then ``complete_checkpoint``
+   (untimed), then -- the *idle* block -- as many updates again, timed, the
+   writer done. Each delta's idle block follows it (on the 2-vCPU VM the
+   owner's rate drifts 2x within seconds; until 2026-11-28 the idle updates
+   ran after the round's five deltas). The round's rates are its updates
+   over its summed windows and over its summed idle blocks. The owner
+   updates, cycling, the keys the next round updates (its half of the 1%),
+   so every delta still holds 1% of the keys. ``--owner-rounds`` rounds
+   (default 9; 3 with ``--quick``) *each way*, alternating: ``owner
+   updates (changes frozen: I6)`` with the backend's default
+   ``IncrementalOptions(freeze_changes=True)`` (I6 of
+   ``cowstate.heap_incremental``: the changes held apart in the sync part,
+   the map snapshots released), and ``(snapshots kept open)`` with
+   ``freeze_changes=False`` on the same backend. Two more rows, per delta:
+   ``owner stopped: sync part`` [ms] and ``owner slowed: time lost while
+   written`` [ms] (the windows' and drains' time beyond their updates' idle
+   time) -- what the owner pays each way. The ratio is the median of the
+   per-round ratios of the frozen rounds (the default).
 4. ``put`` [ns/op]: ``put`` of existing keys to a new int, straight on the
    maps of a table of ``N // 10`` entries (each key's key-group map, in
    shuffled order), in 101 rounds after 1 warm-up: a round times one block
@@ -141,7 +153,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +203,8 @@ CHECKPOINT_COLUMNS = (
 )
 WRITING, IDLE = "writing", "idle"
 OWNER_COLUMNS = (Competitor(WRITING, "delta written"), Competitor(IDLE, "idle"))
+FROZEN, KEPT_OPEN = "frozen", "kept_open"
+STALL_COLUMNS = (Competitor(FROZEN, "frozen"), Competitor(KEPT_OPEN, "kept open"))
 BASE, OFF, ON = "base", "off", "on"
 PUT_COLUMNS = (
     Competitor(BASE, "no tracking code"),
@@ -521,12 +535,18 @@ def phase_restore(
 
 @dataclass(frozen=True)
 class OwnerRound:
+    """One round's sums over its deltas: updates and ns while each delta was
+    written, the drain after it, the idle block right after it, and the
+    synchronous parts (``trigger_checkpoint``)."""
+
     ops: int
     ns: int
     drain_ops: int
     drain_ns: int
     idle_ops: int
     idle_ns: int
+    sync_ns: int
+    writes: int
 
     @property
     def idle_rate(self) -> float:
@@ -539,11 +559,32 @@ class OwnerRound:
         extra = max(0.0, self.drain_ns - self.drain_ops / self.idle_rate * 1e9)
         return self.ops / ((self.ns + extra) / 1e9)
 
+    @property
+    def lost_ms(self) -> float:
+        """Per delta: the owner's time while it was written (and drained) beyond
+        what the same updates take idle."""
+        spent = self.ns + self.drain_ns
+        return (spent - (self.ops + self.drain_ops) / self.idle_rate * 1e9) / 1e6 / self.writes
 
-def owner_round(job: Job) -> OwnerRound:
+    @property
+    def sync_ms(self) -> float:
+        return self.sync_ns / 1e6 / self.writes
+
+
+def set_freezing(backend: HeapKeyedStateBackend, freeze: bool) -> None:
+    """Switch I6 (``IncrementalOptions.freeze_changes``) of the bench's backend:
+    the bench compares both ways on one backend's maps (a user chooses at
+    construction; the bench sets the private option, read at each checkpoint)."""
+    options = backend.incremental
+    assert options is not None
+    backend._incremental = replace(options, freeze_changes=freeze)
+
+
+def owner_round(job: Job, freeze: bool) -> OwnerRound:
     cfg = job.cfg
     backend, coordinator, workload = job.backend, job.coordinator, job.workload
     assert isinstance(backend, HeapKeyedStateBackend)
+    set_freezing(backend, freeze)
     state = backend.get_state(VALUE)
     set_key, value, update = backend.set_current_key, state.value, state.update
     base = backend.base_chain
@@ -562,20 +603,23 @@ def owner_round(job: Job) -> OwnerRound:
             value()
             update(key + at)
 
-    ops = ns = drain_ops = drain_ns = 0
+    ops = ns = drain_ops = drain_ns = idle_ops = idle_ns = sync_ns = 0
     upcoming = workload.draw()
     for _ in range(cfg.owner_writes):
         workload.apply(job.table, upcoming)
         upcoming = workload.draw()  # the owner updates its keys while this delta is written
         gc.collect()
+        t = clock()
         checkpoint_id = coordinator.trigger_checkpoint()
+        sync_ns += clock() - t
         future = job.timer.future
         assert future is not None
-        t0 = clock()
+        t0, done_ops = clock(), 0
         while not future.done():
             batch(upcoming.updates)
-            ops += OWNER_BATCH
+            done_ops += OWNER_BATCH
         ns += clock() - t0
+        ops += done_ops
         t1, drained = clock(), 0
         while backend.pending_reclaim > 0:
             batch(upcoming.updates)
@@ -585,23 +629,42 @@ def owner_round(job: Job) -> OwnerRound:
             drain_ops += drained
         done = coordinator.complete_checkpoint(checkpoint_id)
         job.check(done.metadata.subtasks[0], full=False)
+        # idle: as many updates right after, the writer done (adjacent blocks:
+        # on the 2-vCPU VM the owner's rate drifts 2x within seconds)
+        blocks = max(1, (done_ops + drained) // OWNER_BATCH)
+        t2 = clock()
+        for _ in range(blocks):
+            batch(upcoming.updates)
+        idle_ns += clock() - t2
+        idle_ops += blocks * OWNER_BATCH
     workload.apply(job.table, upcoming)
     backend.reclaim()
-    gc.collect()
-    idle_ops = max(ops, OWNER_BATCH)
-    t0 = clock()
-    for _ in range(idle_ops // OWNER_BATCH):
-        batch(upcoming.updates)
-    idle_ns = clock() - t0
-    return OwnerRound(ops, ns, drain_ops, drain_ns, idle_ops, idle_ns)
+    return OwnerRound(ops, ns, drain_ops, drain_ns, idle_ops, idle_ns, sync_ns, cfg.owner_writes)
 
 
-def phase_owner(job: Job) -> Result:
-    owner = Result("owner", "owner updates", "k/s", paired=True)
-    rounds = [owner_round(job) for _ in range(job.cfg.owner_rounds)]
-    owner.set(WRITING, Sample(tuple(r.writing_rate / 1e3 for r in rounds)))
-    owner.set(IDLE, Sample(tuple(r.idle_rate / 1e3 for r in rounds)))
-    return owner
+def phase_owner(job: Job) -> tuple[Result, Result, Result, Result]:
+    """The owner beside delta writes, rounds alternating I6 on (frozen, the
+    default) and off (snapshots kept open while written)."""
+    assert isinstance(job.backend, HeapKeyedStateBackend)
+    frozen: list[OwnerRound] = []
+    kept: list[OwnerRound] = []
+    for _ in range(job.cfg.owner_rounds):
+        frozen.append(owner_round(job, freeze=True))
+        kept.append(owner_round(job, freeze=False))
+    set_freezing(job.backend, True)
+    owner = Result("owner", "owner updates (changes frozen: I6)", "k/s", paired=True)
+    owner.set(WRITING, Sample(tuple(r.writing_rate / 1e3 for r in frozen)))
+    owner.set(IDLE, Sample(tuple(r.idle_rate / 1e3 for r in frozen)))
+    owner_open = Result("owner_open", "owner updates (snapshots kept open)", "k/s", paired=True)
+    owner_open.set(WRITING, Sample(tuple(r.writing_rate / 1e3 for r in kept)))
+    owner_open.set(IDLE, Sample(tuple(r.idle_rate / 1e3 for r in kept)))
+    sync = Result("owner_sync", "owner stopped: sync part per delta", "ms", paired=True)
+    sync.set(FROZEN, Sample(tuple(r.sync_ms for r in frozen)))
+    sync.set(KEPT_OPEN, Sample(tuple(r.sync_ms for r in kept)))
+    lost = Result("owner_lost", "owner slowed: time lost while written", "ms", paired=True)
+    lost.set(FROZEN, Sample(tuple(r.lost_ms for r in frozen)))
+    lost.set(KEPT_OPEN, Sample(tuple(r.lost_ms for r in kept)))
+    return owner, owner_open, sync, lost
 
 
 def load_baseline_map(path: str) -> Any:
@@ -766,7 +829,7 @@ def run(cfg: Config) -> dict[str, Any]:
             log(f"heap: restore of a base + {cfg.deltas} deltas and of a full checkpoint")
             phase_restore(job, FULL, DELTA, rows, notes)
             log("heap: the owner's updates while deltas are written, and idle")
-            owner = phase_owner(job)
+            owner, owner_open, stall_sync, stall_lost = phase_owner(job)
         finally:
             job.close()
         del job
@@ -791,7 +854,7 @@ def run(cfg: Config) -> dict[str, Any]:
     if not cfg.rocksdb:
         for row in rows.all():
             row.missing.update({ROCKS_FULL: "skipped", ROCKS_INCR: "skipped"})
-    results = [*rows.all(), owner, put]
+    results = [*rows.all(), owner, owner_open, stall_sync, stall_lost, put]
     outcomes = check_targets(targets(cfg), results)
     wall = time.perf_counter() - started
     print()
@@ -804,7 +867,9 @@ def run(cfg: Config) -> dict[str, Any]:
     print()
     print(format_table(rows.all(), CHECKPOINT_COLUMNS))
     print()
-    print(format_table([owner], OWNER_COLUMNS))
+    print(format_table([owner, owner_open], OWNER_COLUMNS))
+    print()
+    print(format_table([stall_sync, stall_lost], STALL_COLUMNS))
     print()
     print(format_table([put], PUT_COLUMNS))
     print()
@@ -823,7 +888,9 @@ def run(cfg: Config) -> dict[str, Any]:
     print()
     print(f"load average before: {notes['load_before']}, after: {os.getloadavg()}")
     print("TARGETS (median of per-round ratios)")
-    labels = {c.key: c.label for c in (*CHECKPOINT_COLUMNS, *OWNER_COLUMNS, *PUT_COLUMNS)}
+    labels = {
+        c.key: c.label for c in (*CHECKPOINT_COLUMNS, *OWNER_COLUMNS, *STALL_COLUMNS, *PUT_COLUMNS)
+    }
     print(format_targets(outcomes, values=True, labels=labels))
     print()
     print(f"wall time {wall:.1f}s")

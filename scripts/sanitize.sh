@@ -137,12 +137,13 @@ CODEC_LOG="$OUT/codec-tests.log"
 # the codec's names, "leak_test_catches" in the maps'.
 # One process for both files (each Python under ASan takes seconds to start and
 # collect): the codec's tests (their names say "python" for the Python serializers:
-# no "python" filter), and the writer's and reader's of test_snapshot_io.py.
+# no "python" filter), the writer's and reader's of test_snapshot_io.py, and
+# the frozen changes' (test_frozen_changes.py).
 COWSTATE_PROFILE=$CODEC_PROFILE $PY -m pytest -q -p no:cacheprovider \
-    tests/test_c_codec.py tests/test_snapshot_io.py \
+    tests/test_c_codec.py tests/test_snapshot_io.py tests/test_frozen_changes.py \
     -k "(test_c_codec.py and not planted and not built_the_same_way) or (test_snapshot_io.py \
         and (codec or c_reader or c_writer or hands_back or keyboard or long_section) \
-        and not planted)" "$@" > "$CODEC_LOG" 2>&1 &
+        and not planted) or test_frozen_changes.py" "$@" > "$CODEC_LOG" 2>&1 &
 CODEC=$!
 MAPS_STATUS=0
 COWSTATE_PROFILE=$MAPS_PROFILE $PY -m pytest -q -p no:cacheprovider \

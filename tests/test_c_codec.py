@@ -50,7 +50,7 @@ from cowstate.errors import (
     UndecodableValueError,
     UnsupportedValueError,
 )
-from cowstate.maps import FORCED_PURE
+from cowstate.maps import FORCED_PURE, c_map_class
 from cowstate.serializers import (
     BytesSerializer,
     DefaultSerializer,
@@ -832,6 +832,23 @@ def test_encoding_and_decoding_leak_no_reference_and_no_memory() -> None:
     items = [(o, VOID_NAMESPACE, v) for o, v in zip(objects + objects[:3], values, strict=True)]
     section = CODEC.encode_section(items[:-3], 1, encode, 1, encode, 1, encode)
     decoder = EntryDecoder("s", decode, decode, decode)
+    # frozen changes (freeze_changes, flat_removals, FrozenChanges): a C map
+    # of the objects, tracking, one snapshot frozen whole, one refused (a list)
+    cmap = c_map_class()
+    assert cmap is not None
+    changed = cmap()
+    changed.track_changes()
+    base = changed.snapshot()
+    since = base.version
+    base.release()
+    for o in objects:
+        changed.put(o, VOID_NAMESPACE, o)
+    frozen_snapshot = changed.snapshot()
+    refused_map = cmap()
+    refused_map.track_changes()
+    refused_map.put(objects[0], VOID_NAMESPACE, [objects[0]])
+    refused_snapshot = refused_map.snapshot()
+    pairs = [(o, VOID_NAMESPACE) for o in objects]
 
     def cycle() -> None:
         for value in values:
@@ -851,6 +868,15 @@ def test_encoding_and_decoding_leak_no_reference_and_no_memory() -> None:
             CODEC.decode_section(
                 section, 0, 9, 0, 1, EntryDecoder("s", bad_key, decode, decode), 0, DecodedBlock()
             )
+        frozen = CODEC.freeze_changes(frozen_snapshot, since)
+        assert frozen is not None and len(frozen) == 3 * len(objects)
+        assert {id(state) for state in list(frozen)[2::3]} == {id(o) for o in objects}
+        assert CODEC.freeze_changes(refused_snapshot, 0) is None
+        with pytest.raises(TypeError):
+            CODEC.freeze_changes(pairs, since)
+        assert len(CODEC.flat_removals(pairs)) == 3 * len(pairs)
+        with pytest.raises(TypeError):
+            CODEC.flat_removals([*pairs, (1,)])
 
     cycle()
     baseline = [sys.getrefcount(o) for o in objects]

@@ -2873,6 +2873,22 @@ def test_a_delta_file_holding_a_mapping_twice_is_refused(at: str) -> None:
         fold_deltas([({}, restored_of(2, rows))], "s", 2, table.state_map(2))
 
 
+@pytest.mark.parametrize("at", ["first", "middle", "last"])
+def test_a_delta_file_repeating_a_key_under_another_namespace_is_folded(at: str) -> None:
+    """E4's check is over pairs, not keys: the same rows as above but the
+    repeated key under another namespace (first, in the middle or last) are
+    two mappings, folded. (With one namespace throughout, as above, the check
+    compares the keys alone.)"""
+    rows = [((k, "a"), k) for k in range(5)]
+    twice = {"first": 0, "middle": 2, "last": 4}[at]
+    rows.insert(twice + 1, ((twice, "b"), 99))
+    table: CopyOnWriteStateTable[Any, Any, Any] = CopyOnWriteStateTable(KeyGroupRange(0, 3), 4)
+    fold_deltas([({}, restored_of(2, rows))], "s", 2, table.state_map(2))
+    snapshot = table.snapshot()
+    assert {(k, n): s for k, n, s in snapshot.key_group_items(2)} == dict(rows)
+    snapshot.release()
+
+
 def _other_job_chain(directories: list[str], subtask: int) -> list[dict[str, Any]]:
     """Subtask ``subtask``'s chain in job ``other``'s checkpoint (a base, a delta)."""
     handle = read_metadata(FileSystem(), directories[3]).subtasks[subtask]

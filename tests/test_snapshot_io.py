@@ -31,6 +31,7 @@
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import gc
@@ -78,7 +79,7 @@ from cowstate.errors import (
     UnknownStateError,
     UnsupportedVersionError,
 )
-from cowstate.heap_incremental import write_removals
+from cowstate.heap_incremental import IncrementalOptions, held_removals, write_removals
 from cowstate.introspection import describe
 from cowstate.key_groups import (
     KeyGroupRange,
@@ -114,6 +115,7 @@ from cowstate.snapshot.format import RawEntry
 from cowstate.state_meta import MAX_STATES, SnapshotFormat, StateKind, StateMetaInfo
 from cowstate.state_table import (
     CopyOnWriteStateTable,
+    CopyOnWriteStateTableSnapshot,
     NestedMapsStateTable,
     StateTable,
     StateTableSnapshot,
@@ -4153,12 +4155,17 @@ def change_tables(
     mappings: list[list[tuple[Any, Any]]],
     states: list[WriterState],
     changes: list[DeltaChange],
+    *,
+    after_snapshot: bool = False,
 ) -> None:
     """Apply ``changes`` to every table: puts of another mapping's state,
     removals, gets, and gets whose list or dict state is then mutated in place
-    (rule T must record those)."""
+    (rule T must record those). ``after_snapshot``: the owner's writes while
+    a snapshot is written, so no state of ImmutableSerializer (whose user
+    promises never to mutate one in place) is mutated."""
     for table, pairs, state in zip(tables, mappings, states, strict=True):
         values = [value for _, _, value in state.entries] or [None]
+        promised = isinstance(CODEC_STATES[state.state_name][0], ImmutableSerializer)
         for operation, which, value in changes:
             if not pairs:
                 break
@@ -4170,6 +4177,8 @@ def change_tables(
                     table.remove(key, namespace)
                 else:
                     got = table.get(key, namespace)
+                    if after_snapshot and promised:
+                        continue
                     if operation == "get and mutate" and isinstance(got, list):
                         got.append(len(got))
                     elif operation == "get and mutate" and isinstance(got, dict):
@@ -4188,7 +4197,12 @@ def check_delta_file(
     writes fail alike. ``later``: changes made after a snapshot that is not the
     base (taken and released after ``changes``): the chunks they touch start
     their marks over after the base (rule M of _cmap.c), so the writer must walk
-    those chunks whole."""
+    those chunks whole. And frozen (I6 of cowstate.heap_incremental: the
+    changes held apart by ``codec``'s freeze_changes, the map snapshots
+    released) at the same moment, then ``changes`` made again -- puts,
+    removals, lists mutated in place after a get --, the same file comes out
+    of the C writer and of the Python loops: the owner's writes after the
+    synchronous part reach none of it."""
     tables = writer_tables(key_name, states)
     for table in tables:
         for key_group in table.key_group_range:
@@ -4209,10 +4223,30 @@ def check_delta_file(
         second = [t.snapshot() for t in tables]
         for snap, since in zip(first + second, versions + versions, strict=True):
             snap.only_changed_since(since)  # type: ignore[attr-defined]
+        frozen = [frozen_delta(tables, versions, codec) for _ in ("C", "Python")]
         with_c = outcome(lambda: written(first))
         patch.setattr(ccodec, "CODEC", None)
         with_python = outcome(lambda: written(second))
+        change_tables(tables, mappings, states, changes, after_snapshot=True)  # the owner goes on
+        frozen_python = outcome(lambda: written(frozen[1]))
+        patch.setattr(ccodec, "CODEC", codec)
+        frozen_c = outcome(lambda: written(frozen[0]))
     assert with_c == with_python
+    assert frozen_c == with_python
+    assert frozen_python == with_python
+
+
+def frozen_delta(
+    tables: list[Table], versions: list[tuple[int, ...]], codec: Any
+) -> list[StateTableSnapshot[Any, Any, Any]]:
+    """Every table's snapshot read only_changed_since ``versions``, its changes
+    frozen by ``codec`` (I6 of cowstate.heap_incremental)."""
+    snaps = [t.snapshot() for t in tables]
+    for snap, since in zip(snaps, versions, strict=True):
+        assert isinstance(snap, CopyOnWriteStateTableSnapshot)
+        snap.only_changed_since(since)
+        snap.freeze_changes(codec.freeze_changes, codec.snapshot_type())
+    return snaps
 
 
 @needs_codec
@@ -4247,9 +4281,12 @@ def test_the_c_writer_writes_the_python_loops_bytes_for_a_delta_across_a_later_s
 def test_the_c_codec_frames_a_removals_file_as_the_python_loop_does(
     key_name: str, namespace_name: str, data: st.DataObject
 ) -> None:
-    """A heap delta's removals file (empty state bytes) by the C codec's
-    encode_section is the Python loop's byte for byte, or both fail alike:
-    built-in serializers and others (pickle, rows), two states."""
+    """A heap delta's removals file (empty state bytes) by the C writer (and
+    encode_section for a state of a serializer it does not know) is the
+    Python loop's byte for byte, or both fail alike: built-in serializers and
+    others (pickle, rows), two states; and so with the removals held as the
+    synchronous part holds them (``held_removals``: the C codec's
+    ``flat_removals``), through the C writer and through the Python loop."""
     key_ser, keys = CODEC_KEYS[key_name]
     namespace_ser, namespaces = CODEC_NAMESPACES[namespace_name]
     pairs = st.lists(st.tuples(keys, namespaces), min_size=1, max_size=4)
@@ -4263,17 +4300,27 @@ def test_the_c_codec_frames_a_removals_file_as_the_python_loop_does(
     )
     serializers = [(key_ser, namespace_ser)] * 2
 
-    def removals_file() -> bytes:
+    def removals_file(held: Sequence[Mapping[int, Any]] = removals) -> bytes:
         stream = io.BytesIO()
-        write_removals(stream, metadata, removals, serializers)
+        write_removals(stream, metadata, held, serializers)
         return stream.getvalue()
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(ccodec, "CODEC", ccodec.BUILT)
         with_c = outcome(removals_file)
+        flat = [{kg: held_removals(p) for kg, p in groups.items()} for groups in removals]
+        frozen_type = getattr(ccodec.BUILT, "FrozenChanges", None)
+        assert all(type(h) is frozen_type for g in flat for h in g.values())
+        held_c = outcome(lambda: removals_file(flat))
         patch.setattr(ccodec, "CODEC", None)
         with_python = outcome(removals_file)
+        patch.setattr(ccodec, "CODEC", ccodec.BUILT)  # flat_removals' form, then no codec
+        flat = [{kg: held_removals(p) for kg, p in groups.items()} for groups in removals]
+        patch.setattr(ccodec, "CODEC", None)
+        held_python = outcome(lambda: removals_file(flat))
     assert with_c == with_python
+    assert held_c == with_python
+    assert held_python == with_python
 
 
 @needs_codec
@@ -4379,6 +4426,7 @@ WRITER_BUG_CATCHERS: dict[str, Callable[[Any], None]] = {
     ),
     "writer-delta-misses-changes-at-the-base-version": check_a_delta_of_every_kind_of_change,
     "writer-trusts-marks-of-a-later-era": check_a_delta_across_a_later_snapshot,
+    "writer-freezes-a-mutable-state": check_a_delta_of_every_kind_of_change,
 }
 
 
@@ -4491,13 +4539,17 @@ def test_the_c_writer_raises_the_error_the_python_loops_raise_first(
 # ------------------------------------- checkpoint loops leak nothing (issue 28)
 
 
+@pytest.mark.parametrize("incremental", [False, True], ids=["full", "heap-deltas"])
 def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_and_no_memory(
-    tmp_path: Path,
+    tmp_path: Path, incremental: bool
 ) -> None:
     """A job's checkpoint loop -- the owner changes value, list and map
     states, the coordinator takes a checkpoint (the C writer walks the C
-    maps' snapshots into files), retention deletes the older one, and a new
-    backend restores the newest (the C reader) -- run 52 times: every key and
+    maps' snapshots into files; with ``incremental``, mostly heap deltas: the
+    value states' changes frozen (I6), the list and map states' refused, the
+    removals held as flat_removals), retention deletes the older one, and a
+    new backend restores the newest (the C reader; a chain: the base and its
+    deltas) -- run 52 times: every key and
     state the owner holds is back at its reference count, the interpreter's
     memory grows by less than one object leaked per restored entry would add,
     and malloc's does not grow. Under ``make sanitize``, LeakSanitizer checks
@@ -4527,7 +4579,9 @@ def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_an
     # the table's reallocation, a megabyte at once, would land in a window)
     states = [(sys.intern(f"state-{i}"), 1000 + i * 7919, 2**70 + i) for i in range(100)]
     range_ = KeyGroupRange(0, 127)
-    owner = HeapKeyedStateBackend(range_, 128)
+    # every round changes every key: deltas as big as the base, four in a chain
+    options = IncrementalOptions(max_deltas=4, max_delta_ratio=10.0) if incremental else None
+    owner = HeapKeyedStateBackend(range_, 128, incremental=options or False)
     value, list_, map_ = owner.get_state(value_d), owner.get_state(list_d), owner.get_state(map_d)
     storage = CheckpointStorage(str(tmp_path), "job")
     coordinator = CheckpointCoordinator(storage, [owner], num_retained=1)
@@ -4546,13 +4600,34 @@ def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_an
     def expected() -> dict[str, dict[Any, Any]]:
         return {d.name: {(k, n): s for k, n, s in owner.entries(d.name)} for d in descriptors}
 
+    def logged() -> collections.Counter[int]:
+        """Per key (by id): the records of the maps' removal logs that hold it
+        (rule D: a delta's base keeps the removals since it)."""
+        records: collections.Counter[int] = collections.Counter()
+        for d in descriptors if incremental else ():
+            table = owner.table(d.name)
+            for key_group in range_:
+                tracked = table.state_map(key_group)
+                for removed, _ in tracked.removals_since(tracked.tracking_since) or ():  # type: ignore[attr-defined]
+                    records[id(removed)] += 1
+        return records
+
+    def references() -> list[int]:
+        """The reference counts of ``counted`` but the removal logs'."""
+        records = logged()
+        return [sys.getrefcount(o) - records[id(o)] for o in counted]
+
     rounds = iter(range(10**6))
+    deltas: list[bool] = []
 
     def cycle() -> None:
         change(next(rounds))
         completed = coordinator.complete_checkpoint(coordinator.trigger_checkpoint())
         metadata = read_metadata(storage.filesystem, completed.directory)
-        restored = HeapKeyedStateBackend(range_, 128)
+        if incremental:
+            delta = len(metadata.subtasks[0].files) > 1
+            deltas.append(delta)
+        restored = HeapKeyedStateBackend(range_, 128, incremental=options or False)
         try:
             for d in descriptors:
                 restored.get_state(d)
@@ -4567,7 +4642,7 @@ def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_an
     try:
         change(0)
         counted = [*keys, *(s for triple in states for s in triple)]
-        baseline = [sys.getrefcount(o) for o in counted]
+        baseline = references()
         cycle()  # the first checkpoint and restore fill caches
         # twice: what fills once (caches, a worker process's earlier tests'
         # leftovers) grows in the first window only, a leak in both
@@ -4577,7 +4652,7 @@ def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_an
         grown = traced_growth(cycle, count)
         gc.collect()
         grown_malloc = malloc_in_use() - before
-        assert [sys.getrefcount(o) for o in counted] == baseline
+        assert references() == baseline
         # 25 checkpoints restore 7,500 entries: one object leaked per entry
         # restored would be 240 KB or more. (Under make sanitize -- the malloc
         # allocator, every block traced -- blocks the reader allocated grow by
@@ -4589,5 +4664,7 @@ def test_checkpoint_loops_through_the_c_writer_and_c_reader_leak_no_reference_an
         )
         assert grown_malloc < 2 * 1024 * 1024, f"malloc'd memory grew by {grown_malloc} bytes"
         assert owner.pending_snapshots == 0
+        if incremental:  # mostly deltas: every fifth checkpoint starts a chain
+            assert sum(deltas) >= len(deltas) * 3 // 5, deltas
     finally:
         owner.close()

@@ -784,6 +784,24 @@ static cs_status enc_obj(Enc *e, PyObject *v, int depth)
     return CS_FALLBACK;
 }
 
+static int immutable_at(PyObject *v, int depth)
+{
+    if (v == Py_None || v == Py_True || v == Py_False || v == void_namespace)
+        return 1;
+    PyTypeObject *type = Py_TYPE(v);
+    if (type == &PyLong_Type || type == &PyFloat_Type || type == &PyUnicode_Type
+        || type == &PyBytes_Type)
+        return 1;
+    if (type != &PyTuple_Type || depth >= CS_MAX_EXT_DEPTH)
+        return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(v); i++)
+        if (!immutable_at(PyTuple_GET_ITEM(v, i), depth + 1))
+            return 0;
+    return 1;
+}
+
+int cs_immutable(PyObject *v) { return v != NULL && immutable_at(v, 0); }
+
 cs_status cs_encode_value(PyObject *v, cs_buf *out, int gil_held)
 {
     size_t start = out->len;

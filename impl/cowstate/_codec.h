@@ -77,6 +77,14 @@ cs_status cs_encode(cs_kind kind, PyObject *v, cs_buf *out, int gil_held);
 /* cs_encode(CS_KIND_VALUE, ...): the value codec's bytes, version byte first. */
 cs_status cs_encode_value(PyObject *v, cs_buf *out, int gil_held);
 
+/* 1 when `v` can never change: exactly None, bool, VOID_NAMESPACE (by
+ * address), or of exact type int, float, str, bytes, or a tuple of such (at
+ * most CS_MAX_EXT_DEPTH tuples deep); else 0 (a list, dict, set, a subclass,
+ * anything else). With the GIL (cs_prepare called); reads the types and a
+ * tuple's items only. What a heap delta may hold once its snapshot is gone
+ * (_writer.c, "Frozen changes"). */
+int cs_immutable(PyObject *v);
+
 /* With the GIL: the object the bytes decode to under `kind` (a new
  * reference), or NULL with *status CS_FALLBACK (no exception set: the bytes
  * are for the Python deserializer, which decodes or refuses them with its own

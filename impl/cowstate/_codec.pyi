@@ -1,7 +1,7 @@
 """Type stub of impl/cowstate/_codecmodule.c (the C codec, impl/cowstate/_codec.c)."""
 
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, final
 
 #: What decode() returns for bytes the Python deserializer must decide about.
 FALLBACK: Final[object]
@@ -50,9 +50,19 @@ def write_blocks(
     last: int,
     states: list[tuple[list[Any], int, int, int, Any, Any, Any, list[int] | None] | None],
     cancelled: Callable[[int], object] | None,
-    written: Callable[[int], object],
+    written: Callable[[int], object] | None,
     python_section: Callable[[int, int], tuple[int, bytes]],
     buffer_size: int,
     /,
 ) -> tuple[list[int], int, int]: ...
+
+@final
+class FrozenChanges:
+    """Key, namespace and state per entry, flat (freeze_changes, flat_removals)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int, /) -> Any: ...
+
+def flat_removals(pairs: list[tuple[Any, Any]], /) -> FrozenChanges: ...
+def freeze_changes(snapshot: Any, since: int, /) -> FrozenChanges | None: ...
 def snapshot_type() -> type | None: ...

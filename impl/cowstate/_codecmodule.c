@@ -50,7 +50,14 @@
  *
  * write_blocks(...) and snapshot_type(): the snapshot writer in C, which
  * frames whole blocks straight from C map snapshots (_writer.c; its header
- * is the design, and says what runs without the GIL).
+ * is the design, and says what runs without the GIL); freeze_changes(...):
+ * a heap delta's changes held apart from their snapshot (_writer.c, "Frozen
+ * changes").
+ *
+ * flat_removals(pairs) -> FrozenChanges: the (key, namespace) pairs of a list, as
+ * write_blocks' frozen changes of a heap-removals file: key, namespace and
+ * b"" (the empty state) per pair, flat. A TypeError names the first item
+ * that is not a 2-tuple.
  *
  * encode_without_gil(kind, values, rounds): a test hook. It encodes every
  * value of the list `values` `rounds` times with the GIL released (the path
@@ -152,6 +159,50 @@ static PyObject *m_decode(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (v == NULL && status == CS_FALLBACK)
         return Py_NewRef(FALLBACK);
     return v;
+}
+
+static PyObject *m_flat_removals(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 1 || !PyList_CheckExact(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "flat_removals() takes one list of (key, namespace)");
+        return NULL;
+    }
+    PyObject *pairs = args[0];
+    Py_ssize_t n = PyList_GET_SIZE(pairs);
+    for (Py_ssize_t i = 0; i < n; i++) { /* checked first: nothing below runs Python code */
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "expected (key, namespace) pairs, got %.100s at %zd",
+                         Py_TYPE(pair)->tp_name, i);
+            return NULL;
+        }
+    }
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    if (empty == NULL)
+        return NULL;
+    /* the allocation may run a collection, and a finalizer may change the
+     * list: each pair is checked again below */
+    PyObject *flat = cw_frozen_new(3 * n);
+    if (flat == NULL) {
+        Py_DECREF(empty);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i >= PyList_GET_SIZE(pairs) || !PyTuple_CheckExact(PyList_GET_ITEM(pairs, i))
+            || PyTuple_GET_SIZE(PyList_GET_ITEM(pairs, i)) != 2) {
+            Py_DECREF(flat);
+            Py_DECREF(empty);
+            PyErr_SetString(PyExc_RuntimeError, "the removals changed while they were read");
+            return NULL;
+        }
+        PyObject *pair = PyList_GET_ITEM(pairs, i);
+        PyObject **items = cw_frozen_items(flat) + 3 * i;
+        items[0] = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
+        items[1] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
+        items[2] = Py_NewRef(empty);
+    }
+    Py_DECREF(empty);
+    return flat;
 }
 
 static PyObject *m_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -751,6 +802,12 @@ static PyMethodDef codec_methods[] = {
     {"write_blocks", (PyCFunction)(void (*)(void))cw_write_blocks, METH_FASTCALL,
      "write_blocks(stream, position, first, last, states, cancelled, written, python_section, "
      "buffer_size) -> (offsets, entries, position): the blocks of a snapshot file (_writer.c)."},
+    {"flat_removals", (PyCFunction)(void (*)(void))m_flat_removals, METH_FASTCALL,
+     "flat_removals(pairs) -> FrozenChanges: key, namespace, b'' per pair (write_blocks' "
+     "frozen form)."},
+    {"freeze_changes", (PyCFunction)(void (*)(void))cw_freeze_changes, METH_FASTCALL,
+     "freeze_changes(snapshot, since) -> FrozenChanges | None: a heap delta's changes, held apart "
+     "from the snapshot (_writer.c, \"Frozen changes\")."},
     {"snapshot_type", (PyCFunction)cw_snapshot_type, METH_NOARGS,
      "snapshot_type() -> type | None: the C map snapshot type write_blocks walks."},
     {"encode_without_gil", (PyCFunction)(void (*)(void))m_encode_without_gil, METH_FASTCALL,
@@ -775,9 +832,15 @@ PyMODINIT_FUNC CAT(PyInit_, COWSTATE_CODEC_MODULE)(void)
         if (FALLBACK == NULL)
             return NULL;
     }
+    if (PyType_Ready(&cw_FrozenType) < 0)
+        return NULL;
     PyObject *module = PyModule_Create(&codec_module);
     if (module == NULL)
         return NULL;
+    if (PyModule_AddObjectRef(module, "FrozenChanges", (PyObject *)&cw_FrozenType) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     if (PyModule_AddObjectRef(module, "FALLBACK", FALLBACK) < 0
         || PyModule_AddIntConstant(module, "KIND_PYTHON", CS_KIND_PYTHON) < 0
         || PyModule_AddIntConstant(module, "KIND_VALUE", CS_KIND_VALUE) < 0

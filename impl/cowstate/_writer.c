@@ -86,16 +86,18 @@
  *
  * What is read without the GIL, and why the owner cannot change it
  * ------------------------------------------------------------------
- * Only these, and only of snapshots pinned in the window's preparation:
+ * Only these, and only of snapshots pinned (and frozen changes held) in the
+ * window's preparation:
  *
- *   SnapObject   primary, rehash (dir, capacity, bits), r, size, marks_from
+ *   SnapObject   primary, rehash (dir, capacity, bits, ndir), r, size, marks_from
  *   Chunk        slots[], marks_since, marks[] (the snapshot's directory
  *                copies hold the chunks)
  *   Entry        next, key, ns, state, state_version
  *   objects      what cs_encode(gil_held = 0) reads of exact None, bool,
  *                int, float, str, bytes, tuple and VOID_NAMESPACE (_codec.c's
  *                header: their fields are fixed from creation, (1)-(4)),
- *                and Python-path section bytes the window holds
+ *                and Python-path section bytes and FrozenChanges (ob_size,
+ *                items[]) the window holds
  *
  * (a) The snapshot's fields: primary, rehash, r, size and marks_from are set when it is
  *     taken and never written again while it is pinned: a release() by any
@@ -134,6 +136,34 @@
  * only read with the GIL held and no Python code running, so it is never
  * seen half-mutated, and the entry keeps it alive.
  *
+ * Frozen changes
+ * --------------
+ * freeze_changes(snapshot, since), with the GIL on the owner's thread (a heap
+ * delta's synchronous part: I6 of cowstate.heap_incremental), walks the
+ * snapshot as a delta's section would be framed (walk, the same marks and
+ * order) but collects instead of framing: per entry with state_version >=
+ * since, new references to its key, namespace and state, into one
+ * FrozenChanges (key, namespace, state, key, ...: a sequence, immutable).
+ * It refuses (returns None) as soon
+ * as one of those is not cs_immutable -- a list, dict, set, subclass, any
+ * object that could change -- because the caller then releases the map
+ * snapshot: rule S no longer copies a state the owner gets, so only a
+ * value that can never change may outlive it there. The snapshot is pinned
+ * while the walk and the allocation run (a finalizer may release it). A
+ * refused walk drops what it collected. Dropping a FrozenChanges (with the
+ * GIL, on the writer's thread once its key group is written) prefetches the
+ * objects a few entries ahead of each decref.
+ *
+ * write_blocks takes a FrozenChanges in place of a key group's snapshot (the
+ * `snapshots` list of a state): prepare holds a reference to it for the
+ * window and counts its entries, frame_frozen frames them in order, without
+ * the GIL as a walk does. What it reads then: its ob_size and items[]
+ * (fixed once made; the window's reference keeps it and, through it, every
+ * object alive) and the objects as (d)
+ * below. A heap-removals file takes the same path: flat_removals (in
+ * _codecmodule.c) puts its (key, namespace) pairs in this form with an empty
+ * bytes state.
+ *
  * Test knobs: -DCOWSTATE_WRITER_BUG=n plants one defect the differential
  * tests must catch (cowstate_spec.bad_codecs.WRITER_BUGS): 1 an entry
  * skipped at a chunk boundary (counted, not written), 2 the CRC over a stale
@@ -144,7 +174,9 @@
  * released before its block reaches the stream; 5 a delta that leaves out
  * the changes made at the base's own version; 6 a delta that trusts a
  * chunk's marks although they start after its base (a chunk changed after a
- * later snapshot than the base: its earlier changes are not marked).
+ * later snapshot than the base: its earlier changes are not marked); 7
+ * freeze_changes collecting a state it must refuse (a list: the owner's
+ * in-place change after a get then reaches the delta).
  */
 #include "_writer.h"
 
@@ -166,6 +198,7 @@
 #define WBUG_RELEASES_BEFORE_ENCODING 4
 #define WBUG_DELTA_SINCE_OFF_BY_ONE 5
 #define WBUG_TRUSTS_MARKS_OF_A_LATER_ERA 6
+#define WBUG_FREEZES_A_MUTABLE_STATE 7
 
 #define WINDOW_ENTRIES ((Py_ssize_t)1 << 16)
 #define WINDOW_KEY_GROUPS 1024
@@ -175,6 +208,7 @@
 #define PREFETCH_SLOT 24    /* marked buckets ahead: the slot (flush_marked) */
 #define PREFETCH_ENTRY 16   /* buckets ahead: the head entry */
 #define PREFETCH_OBJECTS 8  /* buckets ahead: its key and state */
+#define PREFETCH_CHUNKS 4   /* chunks ahead: the head and marks a delta's walk reads */
 
 int cw_planted_bug(void) { return COWSTATE_WRITER_BUG; }
 
@@ -225,6 +259,69 @@ PyObject *cw_snapshot_type(PyObject *self, PyObject *unused)
     return Py_NewRef((PyObject *)layout->snap_type);
 }
 
+/* ------------------------------------------------------ frozen changes */
+
+/* Key, namespace and state per entry, flat ("Frozen changes" above). Made
+ * whole by freeze_changes or flat_removals and never changed after; not a
+ * GC type: it holds only objects cs_immutable admits (and b""), none of
+ * which can refer back to it. */
+typedef struct {
+    PyObject_VAR_HEAD
+    PyObject *items[1];
+} FrozenObject;
+
+/* Drop the references in order, fetching the objects of the entries a few
+ * ahead (each decref writes a random line of memory: at 10M mappings, a
+ * delta's 75,000 changes took 6 ms of the writer's GIL without). */
+static void Frozen_dealloc(FrozenObject *f)
+{
+    Py_ssize_t n = Py_SIZE(f);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_OBJECTS * 3 < n && f->items[i + PREFETCH_OBJECTS * 3] != NULL)
+            __builtin_prefetch(f->items[i + PREFETCH_OBJECTS * 3], 1);
+        Py_XDECREF(f->items[i]);
+    }
+    Py_TYPE(f)->tp_free((PyObject *)f);
+}
+
+static Py_ssize_t Frozen_length(FrozenObject *f) { return Py_SIZE(f); }
+
+static PyObject *Frozen_item(FrozenObject *f, Py_ssize_t i)
+{
+    if (i < 0 || i >= Py_SIZE(f)) {
+        PyErr_SetString(PyExc_IndexError, "FrozenChanges index out of range");
+        return NULL;
+    }
+    return Py_NewRef(f->items[i]);
+}
+
+static PySequenceMethods Frozen_as_sequence = {
+    .sq_length = (lenfunc)Frozen_length,
+    .sq_item = (ssizeargfunc)Frozen_item,
+};
+
+PyTypeObject cw_FrozenType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "cowstate._codec.FrozenChanges",
+    .tp_basicsize = offsetof(FrozenObject, items),
+    .tp_itemsize = sizeof(PyObject *),
+    .tp_dealloc = (destructor)Frozen_dealloc,
+    .tp_as_sequence = &Frozen_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A heap delta's changes held apart from their snapshot: key, namespace and "
+              "state per entry, flat (freeze_changes, flat_removals; _writer.c).",
+};
+
+PyObject *cw_frozen_new(Py_ssize_t n)
+{
+    FrozenObject *f = PyObject_NewVar(FrozenObject, &cw_FrozenType, n);
+    if (f != NULL)
+        memset(f->items, 0, (size_t)n * sizeof(PyObject *)); /* NULL: nothing to drop yet */
+    return (PyObject *)f;
+}
+
+PyObject **cw_frozen_items(PyObject *frozen) { return ((FrozenObject *)frozen)->items; }
+
 /* ------------------------------------------------------------- the GIL */
 
 typedef struct {
@@ -238,6 +335,10 @@ typedef struct {
     Entry *const **marked;  /* slots of marked buckets queued by walk_marked (malloc) */
     size_t nmarked, marked_cap;
     size_t last_entry;  /* where the last entry framed starts (WBUG_CRC_OVER_STALE_BUFFER) */
+    int gathering;      /* freeze_changes: walk_chain collects the entries, frames nothing */
+    int refused;        /* freeze_changes met a value that is not immutable */
+    PyObject **held;    /* key, ns, state of each entry collected (strong references) */
+    size_t nheld, held_cap;
 } Writer;
 
 static uint64_t now_ns(void)
@@ -357,9 +458,9 @@ static int frame_entry(Writer *w, const Spec *sp, PyObject *const objs[3], int g
     return 0;
 }
 
-static int encode_entry(Writer *w, const Spec *sp, const Entry *e)
+/* Frame one entry (namespace, key, state), without the GIL if it can. */
+static int encode_objs(Writer *w, const Spec *sp, PyObject *const objs[3])
 {
-    PyObject *const objs[3] = {e->ns, e->key, e->state};
     w->last_entry = w->out.len;
     if (w->ts != NULL) {
         int rc = frame_entry(w, sp, objs, 0);
@@ -373,6 +474,39 @@ static int encode_entry(Writer *w, const Spec *sp, const Entry *e)
     return 0;
 }
 
+static int encode_entry(Writer *w, const Spec *sp, const Entry *e)
+{
+    PyObject *const objs[3] = {e->ns, e->key, e->state};
+    return encode_objs(w, sp, objs);
+}
+
+/* freeze_changes: collect an entry's key, namespace and state (the GIL held),
+ * or refuse the snapshot if one of them could change ("Frozen changes"). */
+static int gather_entry(Writer *w, const Entry *e)
+{
+    if (!cs_immutable(e->key) || !cs_immutable(e->ns)
+        || (!cs_immutable(e->state) && !PLANTED(WBUG_FREEZES_A_MUTABLE_STATE))) {
+        w->refused = 1;
+        return -1;
+    }
+    if (w->nheld + 3 > w->held_cap) {
+        size_t cap = w->held_cap ? 2 * w->held_cap : 3 * 256;
+        PyObject **grown = realloc(w->held, cap * sizeof *grown);
+        if (grown == NULL) {
+            w->nomem = 1;
+            return -1;
+        }
+        w->held = grown;
+        w->held_cap = cap;
+    }
+    /* owned here at once, while the objects are in cache (the GIL is held:
+     * freeze_changes runs on the owner's thread) */
+    w->held[w->nheld++] = Py_NewRef(e->key);
+    w->held[w->nheld++] = Py_NewRef(e->ns);
+    w->held[w->nheld++] = Py_NewRef(e->state);
+    return 0;
+}
+
 /* Frame the chain of one bucket (a delta: only state_version >= since). */
 static int walk_chain(Writer *w, const Spec *sp, const Entry *e, long long since,
                       Py_ssize_t *n, Py_ssize_t *written)
@@ -383,7 +517,7 @@ static int walk_chain(Writer *w, const Spec *sp, const Entry *e, long long since
          * version holds the base's mapping (rule T of _cmap.c). */
         if (e->state_version < since + PLANTED(WBUG_DELTA_SINCE_OFF_BY_ONE))
             continue;
-        if (encode_entry(w, sp, e) < 0)
+        if ((w->gathering ? gather_entry(w, e) : encode_entry(w, sp, e)) < 0)
             return -1;
         (*written)++;
     }
@@ -502,6 +636,17 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
                 b = (((b >> t->bits) + 1) << t->bits) - 1;
                 continue;
             }
+            if (since != LLONG_MIN && (b == begin[k] || (b & (per - 1)) == 0)
+                && (b >> t->bits) + PREFETCH_CHUNKS < t->ndir) {
+                /* a delta reads every chunk's head and marks (3 lines) and
+                 * few of its slots: fetch those of a chunk ahead */
+                const char *ahead = (const char *)t->dir[(b >> t->bits) + PREFETCH_CHUNKS];
+                if (ahead != NULL) {
+                    __builtin_prefetch(ahead);
+                    __builtin_prefetch(ahead + 64);
+                    __builtin_prefetch(ahead + 128);
+                }
+            }
             if (marks_serve(s, c, since)) { /* the rest of this chunk by its marks */
                 Py_ssize_t hi = ((b >> t->bits) + 1) << t->bits;
                 if (hi > end[k])
@@ -562,12 +707,50 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
     return 0;
 }
 
+/* Frame the section of frozen changes (key, namespace and state per entry,
+ * in the walk's order): what walk() framed from the snapshot they were
+ * collected from. */
+static int frame_frozen(Writer *w, const Spec *sp, PyObject *frozen, int state_id,
+                        uint32_t *count)
+{
+    Py_ssize_t n = Py_SIZE(frozen) / 3;
+    if (n == 0) /* nothing changed since the base: no section, as in Python */
+        return 0;
+    if (n > 0xFFFFFFFF) {
+        w->size_mismatch = 1;
+        return -1;
+    }
+    if (cs_buf_reserve(&w->out, 6) < 0) {
+        w->nomem = 1;
+        return -1;
+    }
+    size_t head = w->out.len;
+    w->out.len += 6;
+    PyObject *const *items = ((FrozenObject *)frozen)->items;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + PREFETCH_OBJECTS < n) {
+            __builtin_prefetch(items[3 * (i + PREFETCH_OBJECTS)]);
+            __builtin_prefetch(items[3 * (i + PREFETCH_OBJECTS) + 2]);
+        }
+        PyObject *const objs[3] = {items[3 * i + 1], items[3 * i], items[3 * i + 2]};
+        if (encode_objs(w, sp, objs) < 0)
+            return -1;
+    }
+    unsigned char *at = w->out.data + head;
+    at[0] = (unsigned char)(state_id >> 8);
+    at[1] = (unsigned char)state_id;
+    put_u32_at(at + 2, (uint32_t)n);
+    *count += (uint32_t)n;
+    return 0;
+}
+
 /* ------------------------------------------------------------ windows */
 
 typedef struct {
     Py_ssize_t nstates, cap;
     Py_ssize_t used;          /* key groups in the window */
     SnapObject **snaps;       /* [used * nstates]: pinned, owned; or NULL */
+    PyObject **frozen;        /* [used * nstates]: FrozenChanges, owned; or NULL */
     PyObject **sections;      /* [used * nstates]: bytes from python_section, owned; or NULL */
     size_t *block_end;        /* [used]: where each block ends in out */
     size_t *block_start;
@@ -581,6 +764,7 @@ static void window_clear(Window *win)
             layout->snap_unpin(win->snaps[i]);
             Py_CLEAR(win->snaps[i]);
         }
+        Py_CLEAR(win->frozen[i]);
         Py_CLEAR(win->sections[i]);
     }
     win->used = 0;
@@ -644,8 +828,14 @@ static int prepare(Job *job, Window *win, long kg)
                     return -1;
                 }
                 PyObject *s = PyList_GET_ITEM(sp->snapshots, kg - job->first);
+                if (Py_TYPE(s) == &cw_FrozenType) { /* it holds what is framed */
+                    win->frozen[base + sid] = Py_NewRef(s);
+                    entries += Py_SIZE(s) / 3;
+                    continue;
+                }
                 if (Py_TYPE(s) != layout->snap_type) {
-                    PyErr_Format(PyExc_TypeError, "expected a C map snapshot, got %.100s",
+                    PyErr_Format(PyExc_TypeError,
+                                 "expected a C map snapshot or frozen changes, got %.100s",
                                  Py_TYPE(s)->tp_name);
                     return -1;
                 }
@@ -672,6 +862,7 @@ static int prepare(Job *job, Window *win, long kg)
                         layout->snap_unpin(win->snaps[at]);
                         Py_CLEAR(win->snaps[at]);
                     }
+                    Py_CLEAR(win->frozen[at]);
                     Py_CLEAR(win->sections[at]);
                 }
                 win->used--;
@@ -725,6 +916,11 @@ static int frame_window(Job *job, Window *win, Writer *w, long first_kg)
                 const Spec *sp = &job->specs[sid];
                 long long since = sp->since == NULL ? LLONG_MIN : sp->since[kg - job->first];
                 if (walk(w, sp, win->snaps[at], (int)sid, since, &count) < 0)
+                    return -1;
+                continue;
+            }
+            if (win->frozen[at] != NULL) {
+                if (frame_frozen(w, &job->specs[sid], win->frozen[at], (int)sid, &count) < 0)
                     return -1;
                 continue;
             }
@@ -882,11 +1078,12 @@ PyObject *cw_write_blocks(PyObject *self, PyObject *const *args, Py_ssize_t narg
     win.cap = WINDOW_KEY_GROUPS;
     size_t slots = (size_t)(win.cap * (job.nstates > 0 ? job.nstates : 1));
     win.snaps = PyMem_Calloc(slots, sizeof(SnapObject *));
+    win.frozen = PyMem_Calloc(slots, sizeof(PyObject *));
     win.sections = PyMem_Calloc(slots, sizeof(PyObject *));
     win.block_start = PyMem_Calloc((size_t)win.cap, sizeof(size_t));
     win.block_end = PyMem_Calloc((size_t)win.cap, sizeof(size_t));
     win.counts = PyMem_Calloc((size_t)win.cap, sizeof(uint32_t));
-    if (win.snaps == NULL || win.sections == NULL || win.block_start == NULL
+    if (win.snaps == NULL || win.frozen == NULL || win.sections == NULL || win.block_start == NULL
         || win.block_end == NULL || win.counts == NULL) {
         PyErr_NoMemory();
         goto finally;
@@ -899,9 +1096,12 @@ PyObject *cw_write_blocks(PyObject *self, PyObject *const *args, Py_ssize_t narg
             goto finally;
         }
         Py_ssize_t pinned = 0;
-        for (Py_ssize_t i = 0; i < win.used * win.nstates; i++)
+        for (Py_ssize_t i = 0; i < win.used * win.nstates; i++) {
             if (win.snaps[i] != NULL)
                 pinned += win.snaps[i]->size;
+            if (win.frozen[i] != NULL)
+                pinned += Py_SIZE(win.frozen[i]) / 3;
+        }
         w.keep_gil = pinned < KEEP_GIL_BELOW;
         gil_give(&w, 0);
         int rc = frame_window(&job, &win, &w, kg);
@@ -947,7 +1147,7 @@ PyObject *cw_write_blocks(PyObject *self, PyObject *const *args, Py_ssize_t narg
         goto finally;
     result = Py_BuildValue("OLL", offsets, entries, job.out_position + (long long)w.out.len);
 finally:
-    if (win.snaps != NULL && win.sections != NULL) {
+    if (win.snaps != NULL && win.frozen != NULL && win.sections != NULL) {
         /* unpinning may finish a release and run finalizers: not with an error set */
         PyObject *type, *value, *tb;
         PyErr_Fetch(&type, &value, &tb);
@@ -955,6 +1155,7 @@ finally:
         PyErr_Restore(type, value, tb);
     }
     PyMem_Free(win.snaps);
+    PyMem_Free(win.frozen);
     PyMem_Free(win.sections);
     PyMem_Free(win.block_start);
     PyMem_Free(win.block_end);
@@ -968,5 +1169,67 @@ finally:
     free((void *)w.marked);
     Py_DECREF(offsets);
     Py_DECREF(job.states);
+    return result;
+}
+
+PyObject *cw_freeze_changes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_Format(PyExc_TypeError, "freeze_changes() takes 2 positional arguments (%zd given)",
+                     nargs);
+        return NULL;
+    }
+    if (load_layout(1) < 0 || cs_prepare() < 0)
+        return NULL;
+    PyObject *s = args[0];
+    if (Py_TYPE(s) != layout->snap_type) {
+        PyErr_Format(PyExc_TypeError, "expected a C map snapshot, got %.100s",
+                     Py_TYPE(s)->tp_name);
+        return NULL;
+    }
+    if (!PyLong_CheckExact(args[1])) {
+        PyErr_Format(PyExc_TypeError, "expected an int base version, got %.100s",
+                     Py_TYPE(args[1])->tp_name);
+        return NULL;
+    }
+    long long since = PyLong_AsLongLong(args[1]);
+    if (since == -1 && PyErr_Occurred())
+        return NULL;
+    SnapObject *snap = (SnapObject *)s;
+    if (snap->released) {
+        PyErr_SetString(PyExc_ValueError, "expected an open C map snapshot, got a released one");
+        return NULL;
+    }
+    Writer w = {0};
+    cs_buf_init(&w.out);
+    w.gathering = 1;
+    /* Pinned: the result's allocation may run a finalizer that releases the
+     * snapshot; the entries collected stay reachable until the unpin. */
+    layout->snap_pin(snap);
+    uint32_t count = 0;
+    PyObject *result = NULL;
+    if (walk(&w, NULL, snap, 0, since, &count) == 0) {
+        result = cw_frozen_new((Py_ssize_t)w.nheld);
+        if (result != NULL && w.nheld > 0) { /* held's references move into it */
+            memcpy(cw_frozen_items(result), w.held, w.nheld * sizeof(PyObject *));
+            w.nheld = 0;
+        }
+    }
+    else if (w.refused)
+        result = Py_NewRef(Py_None);
+    else if (w.nomem)
+        PyErr_NoMemory();
+    else
+        PyErr_SetString(PyExc_AssertionError,
+                        "a snapshot's chains hold another number of entries than its size");
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb); /* decrefs and unpinning may run finalizers */
+    for (size_t i = 0; i < w.nheld; i++) /* refused or failed: what was collected */
+        Py_DECREF(w.held[i]);
+    free(w.held);
+    free((void *)w.marked);
+    cs_buf_free(&w.out);
+    layout->snap_unpin(snap);
+    PyErr_Restore(type, value, tb);
     return result;
 }

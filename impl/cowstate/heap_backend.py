@@ -97,6 +97,7 @@ from cowstate.heap_incremental import (
     check_chain_base,
     check_chain_handle,
     fold_deltas,
+    held_removals,
     read_removals,
     write_removals,
 )
@@ -109,6 +110,7 @@ from cowstate.snapshot import (
     RestoredSnapshot,
     SnapshotFileInfo,
     SnapshotReader,
+    ccodec,
     read_snapshot,
     write_snapshot,
 )
@@ -730,7 +732,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         taken: Sequence[StateTableSnapshot[Any, Any, Any]],
         states: tuple[StateMetadata, ...],
         generation: int,
-    ) -> list[dict[int, list[tuple[Any, Any]]]] | None:
+    ) -> list[dict[int, Sequence[Any]]] | None:
         """The removals per state (by id) and key group of a delta against
         ``base``, with every table snapshot set to read only what changed; or
         None: this checkpoint is full (I2). Owner's thread, right after the
@@ -745,7 +747,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             or base.delta_bytes > options.max_delta_ratio * base.base_bytes
         ):
             return None
-        removals: list[dict[int, list[tuple[Any, Any]]]] = []
+        removals: list[dict[int, Sequence[Any]]] = []
         for snap in taken:
             table = self._holders[snap.meta.name].table
             if (
@@ -754,7 +756,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
             ):
                 return None
             since = base.versions.get(snap.meta.name)
-            groups: dict[int, list[tuple[Any, Any]]] = {}
+            groups: dict[int, Sequence[Any]] = {}
             if since is not None:
                 for index, key_group in enumerate(snap.key_group_range):
                     of_map = getattr(table.state_map(key_group), "removals_since", None)
@@ -762,14 +764,23 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
                     if pairs is None:
                         return None
                     if pairs:
-                        groups[key_group] = pairs
+                        groups[key_group] = held_removals(pairs)
             removals.append(groups)
+        codec = ccodec.CODEC
+        snap_type = None if codec is None else codec.snapshot_type()
+        freeze = (
+            None
+            if codec is None or snap_type is None or not options.freeze_changes
+            else (codec.freeze_changes, snap_type)
+        )
         for snap in taken:  # a delta it is: read only the changes, trim the logs
             base_versions = base.versions.get(snap.meta.name)
             if base_versions is None:
                 continue  # a state new since the base: written whole
             assert isinstance(snap, CopyOnWriteStateTableSnapshot)
             snap.only_changed_since(base_versions)
+            if freeze is not None:  # I6: the owner copies nothing for this delta
+                snap.freeze_changes(*freeze)
             table = self._holders[snap.meta.name].table
             for index, key_group in enumerate(snap.key_group_range):
                 # a tracking map (I2: only tables of maps that track reach here)
@@ -782,7 +793,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         taken: list[StateTableSnapshot[Any, Any, Any]],
         location: SnapshotLocation,
         base: Chain | None,
-        removals: list[dict[int, list[tuple[Any, Any]]]] | None,
+        removals: list[dict[int, Sequence[Any]]] | None,
         states: tuple[StateMetadata, ...],
         versions: dict[str, tuple[int, ...]],
         generation: int,

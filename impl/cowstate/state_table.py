@@ -476,6 +476,9 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         super().__init__(owner, len(snapshots))
         self._snapshots = snapshots
         self._since: Sequence[int] | None = None
+        # key-group index -> the changes freeze_changes held apart (flat: key,
+        # namespace, state per mapping); that map snapshot is released
+        self._frozen: dict[int, Sequence[Any]] = {}
 
     def map_versions(self) -> tuple[int, ...]:
         """The version of every key group's map snapshot, in key-group order (the
@@ -493,6 +496,43 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
             )
         self._since = tuple(versions)
 
+    def freeze_changes(
+        self,
+        freeze: Callable[[Any, int], Sequence[Any] | None],
+        snapshot_type: type,
+    ) -> int:
+        """Hold each key group's changes since the base apart from its map
+        snapshot, and release that snapshot at once (a heap delta's synchronous
+        part: the owner then copies nothing for the delta while it is written).
+        ``freeze(map_snapshot, since)`` is the C writer's ``freeze_changes``:
+        the mappings :meth:`only_changed_since` reads, as one flat sequence of
+        key, namespace and state each, or None when one of those values could
+        change (a list, a dict, a subclass: rule S must keep copying it, so
+        that key group keeps its snapshot). Only maps whose snapshots are of
+        ``snapshot_type`` are frozen. From then on a frozen key group reads
+        as its changes (entries, items and size alike). Returns how many key
+        groups were frozen."""
+        if self._since is None:
+            raise InvalidArgumentError(
+                "expected a table snapshot set to only_changed_since before freezing its "
+                "changes, got one that reads everything"
+            )
+        frozen = 0
+        # The owner's thread, before a writer has the snapshot (no lock: a
+        # release() that freeze or a finalizer runs may take it).
+        for index, snapshot in enumerate(self._snapshots):
+            if not self._open[index] or index in self._frozen:
+                continue
+            if type(snapshot) is not snapshot_type:
+                continue
+            changes = freeze(snapshot, self._since[index])
+            if changes is None:
+                continue
+            self._frozen[index] = changes
+            snapshot.release()
+            frozen += 1
+        return frozen
+
     @property
     def changed_since(self) -> tuple[int, ...] | None:
         """The base versions :meth:`only_changed_since` set (what the table
@@ -504,24 +544,36 @@ class CopyOnWriteStateTableSnapshot(StateTableSnapshot[K, N, S]):
         """The map snapshot of ``key_group`` (Flink's ``getStateMapSnapshotForKeyGroup``)."""
         return self._snapshots[self._open_index(key_group)]
 
-    def map_snapshots(self) -> list[MapSnapshot[K, N, S]]:
+    def map_snapshots(self) -> list[MapSnapshot[K, N, S] | Sequence[Any]]:
         """Every key group's map snapshot, released or not, in key-group order
-        (the C snapshot writer walks them; it checks each one's release)."""
-        return list(self._snapshots)
+        (the C snapshot writer walks them; it checks each one's release), or
+        for a key group :meth:`freeze_changes` froze, the changes it holds."""
+        return [self._frozen.get(i, snap) for i, snap in enumerate(self._snapshots)]
 
     def _entries(self, index: int) -> Iterator[StateEntry[K, N, S]]:
+        if index in self._frozen:
+            return (StateEntry(k, n, s) for k, n, s in self._items(index))
         return iter(self._snapshots[index])
 
     def _items(self, index: int) -> list[tuple[K, N, S]]:
+        changes = self._frozen.get(index)
+        if changes is not None:
+            flat = iter(changes)
+            return list(zip(flat, flat, flat, strict=True))
         if self._since is not None:
             tracking = cast("TrackingMapSnapshot[K, N, S]", self._snapshots[index])
             return tracking.changed_items(self._since[index])
         return self._snapshots[index].items()
 
     def _size(self, index: int) -> int:
+        changes = self._frozen.get(index)
+        if changes is not None:
+            return len(changes) // 3
         return len(self._snapshots[index])
 
     def _release(self, index: int) -> None:
+        if self._frozen.pop(index, None) is not None:
+            return  # its map snapshot was released when it was frozen
         # The snapshot writer releases key groups from its own thread: the C
         # map's hand_back leaves freeing what only the snapshot kept alive to
         # the owner's next writes (rule G of _cmap.c), so the owner is not

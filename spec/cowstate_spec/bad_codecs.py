@@ -129,6 +129,15 @@ WRITER_BUGS = [
         "_codec_wbug",
         "writer",
     ),
+    CodecBug(
+        "writer-freezes-a-mutable-state",
+        7,
+        "a heap delta's frozen changes (I6): a list or dict state held apart and its "
+        "snapshot released, so the owner's in-place change after a get reaches the delta",
+        "COWSTATE_WRITER_BUG",
+        "_codec_wbug",
+        "writer",
+    ),
 ]
 
 _LOADED: dict[str, ModuleType] = {}

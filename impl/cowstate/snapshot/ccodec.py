@@ -90,11 +90,19 @@ class Codec(Protocol):
         last: int,
         states: list[WalkedState | None],
         cancelled: Callable[[int], object] | None,
-        written: Callable[[int], object],
+        written: Callable[[int], object] | None,
         python_section: Callable[[int, int], tuple[int, bytes]],
         buffer_size: int,
         /,
     ) -> tuple[list[int], int, int]: ...
+
+    @property
+    def FrozenChanges(self) -> type: ...
+
+    # FrozenChanges: a sequence (len, index) of key, namespace, state per entry
+    def freeze_changes(self, snapshot: Any, since: int, /) -> Any: ...
+
+    def flat_removals(self, pairs: list[tuple[Any, Any]], /) -> Any: ...
 
     def snapshot_type(self) -> type | None: ...
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import threading
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cowstate.errors import (
@@ -55,7 +55,7 @@ from cowstate.snapshot.format import (
 from cowstate.state_meta import MAX_STATES, SnapshotFormat
 from cowstate.state_table import CopyOnWriteStateTableSnapshot, StateTableSnapshot
 
-__all__ = ["SnapshotWriter", "write_snapshot"]
+__all__ = ["SnapshotWriter", "framed_section", "write_snapshot"]
 
 #: One state's entries of a block: raw rows, or framed by the C codec.
 Entries = Sequence[RawEntry] | EncodedEntries
@@ -113,7 +113,7 @@ class SnapshotWriter:
         self._write_block(key_group, per_state)
 
     def _write_block(self, key_group: int, per_state: Mapping[int, Entries]) -> None:
-        sections = [_section(state_id, per_state[state_id]) for state_id in sorted(per_state)]
+        sections = [framed_section(state_id, per_state[state_id]) for state_id in sorted(per_state)]
         count = sum(section_count for section_count, _ in sections)
         payload = b"".join(data for _, data in sections)
         head = _BLOCK.pack(key_group, count, len(payload))
@@ -125,6 +125,32 @@ class SnapshotWriter:
         self._entries += count
         self._last = key_group
         self._hand_over()
+
+    def write_blocks_in_c(
+        self,
+        codec: ccodec.Codec,
+        states: list[ccodec.WalkedState | None],
+        cancelled: Callable[[int], object] | None,
+        written: Callable[[int], object] | None,
+        python_section: Callable[[int, int], tuple[int, bytes]],
+    ) -> None:
+        """Every key group's block by the C writer (``codec.write_blocks``: its
+        ``states`` walked or frozen, ``python_section(state_id, kg)`` framing
+        the others), straight after the header; :meth:`finish` follows."""
+        first, last = self._range.start_key_group, self._range.end_key_group
+        self._flush()
+        offsets, entries, position = codec.write_blocks(
+            self._stream,
+            self._position,
+            first,
+            last,
+            states,
+            cancelled,
+            written,
+            python_section,
+            self._buffer_size,
+        )
+        self._blocks_written(first, offsets, entries, position)
 
     def _blocks_written(
         self, first: int, offsets: Sequence[int], entries: int, position: int
@@ -171,7 +197,7 @@ class SnapshotWriter:
             self._stream.write(data)
 
 
-def _section(state_id: int, entries: Entries) -> tuple[int, bytes]:
+def framed_section(state_id: int, entries: Entries) -> tuple[int, bytes]:
     """One state's section of a block: (entry count, bytes), (0, b"") if empty."""
     if isinstance(entries, EncodedEntries):
         if not entries.count:
@@ -238,19 +264,13 @@ def write_snapshot(
         first, last = metadata.key_group_range
         walked = sections.walked()
         if sections.codec is not None and first <= last and any(s is not None for s in walked):
-            writer._flush()
-            offsets, entries, position = sections.codec.write_blocks(
-                stream,
-                writer._position,
-                first,
-                last,
+            writer.write_blocks_in_c(
+                sections.codec,
                 walked,
                 None if cancel is None else cancelled,
                 written,
                 sections.section,
-                buffer_size,
             )
-            writer._blocks_written(first, offsets, entries, position)
             return writer.finish()
         for key_group in range(first, last + 1):
             cancelled(key_group)
@@ -293,6 +313,7 @@ class _Sections:
         """Per state: what the C writer needs to walk its map snapshots, or None."""
         codec = self.codec
         snap_type = None if codec is None else codec.snapshot_type()
+        frozen_type = None if codec is None else codec.FrozenChanges
         states: list[ccodec.WalkedState | None] = []
         for state_id, snap in enumerate(self.tables):
             maps = snap.map_snapshots() if isinstance(snap, CopyOnWriteStateTableSnapshot) else None
@@ -302,12 +323,13 @@ class _Sections:
                 or maps is None
                 or snap.meta.snapshot_transformer is not None
                 or ccodec.KIND_PYTHON in kinds
-                or any(type(m) is not snap_type for m in maps)
+                or any(type(m) is not snap_type and type(m) is not frozen_type for m in maps)
             ):
                 states.append(None)
                 continue
             assert isinstance(snap, CopyOnWriteStateTableSnapshot)  # maps is not None
-            # a heap delta: the walk frames only what changed since the base (rule T)
+            # a heap delta: the walk frames only what changed since the base (rule T),
+            # and a key group's frozen changes (I6 of cowstate.heap_incremental) as they are
             since = None if snap.changed_since is None else list(snap.changed_since)
             states.append((maps, *kinds, *self.serializers[state_id], since))
         return states
@@ -339,7 +361,7 @@ class _Sections:
     def section(self, state_id: int, key_group: int) -> tuple[int, bytes]:
         """The Python path's framed section (the C writer's ``python_section``)."""
         items = self.tables[state_id].key_group_items(key_group)
-        return _section(state_id, self.entries(state_id, items))
+        return framed_section(state_id, self.entries(state_id, items))
 
 
 def _metadata_of(
