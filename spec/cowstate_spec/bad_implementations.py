@@ -676,8 +676,8 @@ STORAGE_BUGS += [
     Bug(
         "delta-misses-a-removal",
         "_delta_plan",
-        "groups[key_group] = pairs",
-        "groups[key_group] = pairs[1:]",
+        "groups[key_group] = held_removals(pairs)",
+        "groups[key_group] = held_removals(pairs[1:])",
         "I5 of cowstate.heap_incremental: a delta without the first removal of a key "
         "group keeps the removed key in every checkpoint built on it",
         HeapKeyedStateBackend,
