@@ -734,8 +734,10 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         generation: int,
     ) -> list[dict[int, Sequence[Any]]] | None:
         """The removals per state (by id) and key group of a delta against
-        ``base``, with every table snapshot set to read only what changed; or
-        None: this checkpoint is full (I2). Owner's thread, right after the
+        ``base`` (as :func:`held_removals` holds them), with every table
+        snapshot set to read only what changed and its changes frozen (I6,
+        unless ``freeze_changes`` is off); or None: this checkpoint is full
+        (I2). Owner's thread, right after the
         snapshots were taken."""
         options = self._incremental
         assert options is not None
