@@ -262,9 +262,13 @@ PyObject *cw_snapshot_type(PyObject *self, PyObject *unused)
 /* ------------------------------------------------------ frozen changes */
 
 /* Key, namespace and state per entry, flat ("Frozen changes" above). Made
- * whole by freeze_changes or flat_removals and never changed after; not a
- * GC type: it holds only objects cs_immutable admits (and b""), none of
- * which can refer back to it. */
+ * whole by freeze_changes or flat_removals and never changed after. Not a
+ * GC type: it holds a map's keys, namespaces and states -- from
+ * freeze_changes only what cs_immutable admits, from flat_removals removed
+ * keys and namespaces (any hashable object; the writer frames one that is
+ * not immutable with the GIL, as frame_entry does) and b"" -- and the
+ * library hands it to no user code, so none of those can come to hold it:
+ * no cycle runs through it. */
 typedef struct {
     PyObject_VAR_HEAD
     PyObject *items[1];
