@@ -169,33 +169,27 @@ static PyObject *m_flat_removals(PyObject *self, PyObject *const *args, Py_ssize
     }
     PyObject *pairs = args[0];
     Py_ssize_t n = PyList_GET_SIZE(pairs);
-    for (Py_ssize_t i = 0; i < n; i++) { /* checked first: nothing below runs Python code */
-        PyObject *pair = PyList_GET_ITEM(pairs, i);
-        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
-            PyErr_Format(PyExc_TypeError, "expected (key, namespace) pairs, got %.100s at %zd",
-                         Py_TYPE(pair)->tp_name, i);
-            return NULL;
-        }
-    }
-    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0);
+    PyObject *empty = PyBytes_FromStringAndSize(NULL, 0); /* the singleton: no collection */
     if (empty == NULL)
         return NULL;
-    /* the allocation may run a collection, and a finalizer may change the
-     * list: each pair is checked again below */
     PyObject *flat = cw_frozen_new(3 * n);
     if (flat == NULL) {
         Py_DECREF(empty);
         return NULL;
     }
+    /* Read after the allocation, which may run a collection whose finalizer
+     * changes the list; nothing below runs Python code. */
     for (Py_ssize_t i = 0; i < n; i++) {
-        if (i >= PyList_GET_SIZE(pairs) || !PyTuple_CheckExact(PyList_GET_ITEM(pairs, i))
-            || PyTuple_GET_SIZE(PyList_GET_ITEM(pairs, i)) != 2) {
-            Py_DECREF(flat);
-            Py_DECREF(empty);
+        if (i >= PyList_GET_SIZE(pairs)) {
             PyErr_SetString(PyExc_RuntimeError, "the removals changed while they were read");
-            return NULL;
+            goto failed;
         }
         PyObject *pair = PyList_GET_ITEM(pairs, i);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2) {
+            PyErr_Format(PyExc_TypeError, "expected (key, namespace) pairs, got %.100s at %zd",
+                         Py_TYPE(pair)->tp_name, i);
+            goto failed;
+        }
         PyObject **items = cw_frozen_items(flat) + 3 * i;
         items[0] = Py_NewRef(PyTuple_GET_ITEM(pair, 0));
         items[1] = Py_NewRef(PyTuple_GET_ITEM(pair, 1));
@@ -203,6 +197,10 @@ static PyObject *m_flat_removals(PyObject *self, PyObject *const *args, Py_ssize
     }
     Py_DECREF(empty);
     return flat;
+failed:
+    Py_DECREF(flat); /* the items filled so far; the rest are NULL */
+    Py_DECREF(empty);
+    return NULL;
 }
 
 static PyObject *m_crc32(PyObject *self, PyObject *const *args, Py_ssize_t nargs)

@@ -737,8 +737,7 @@ class HeapKeyedStateBackend(AbstractKeyedStateBackend[StateTable[Any, Any, Any]]
         ``base`` (as :func:`held_removals` holds them), with every table
         snapshot set to read only what changed and its changes frozen (I6,
         unless ``freeze_changes`` is off); or None: this checkpoint is full
-        (I2). Owner's thread, right after the
-        snapshots were taken."""
+        (I2). Owner's thread, right after the snapshots were taken."""
         options = self._incremental
         assert options is not None
         if (

@@ -73,8 +73,9 @@ I5. A restore folds the chain in order, per state and key group: the base's
 I6. A delta's changes are *frozen* in its synchronous part: for each key
     group, the mappings it will write (rule M's marked buckets, state
     version at least the base's) are collected from the map snapshot into
-    one tuple of their key, namespace and state objects (the C writer's
-    ``freeze_changes``), and that map snapshot is released at once, so the
+    one flat sequence of their key, namespace and state objects (a
+    ``FrozenChanges``, by the C writer's ``freeze_changes``), and that map
+    snapshot is released at once, so the
     owner copies no entry and no chunk for the delta while it is written
     (rules E and C copy only for an open snapshot). Only values that can
     never change are frozen -- exactly None, bool, int, float, str, bytes,
@@ -82,7 +83,7 @@ I6. A delta's changes are *frozen* in its synchronous part: for each key
     a key group with any other changed key, namespace or state keeps its
     snapshot, and rule S copies such a state before the owner may change
     it. The delta's bytes are those of the unfrozen snapshot (the writer
-    frames the tuple in the walk's order). Without the C codec
+    frames the entries in the walk's order). Without the C codec
     (``COWSTATE_PURE_PYTHON``), for maps of another kind, and with
     ``IncrementalOptions(freeze_changes=False)`` nothing is frozen. Cost:
     the synchronous part visits the changed mappings, O(changes) instead of
@@ -334,7 +335,7 @@ def _removals_walked(
         elif type(held) is codec.FrozenChanges:
             frozen.append(held)
         else:
-            frozen.append(codec.flat_removals(list(held)))
+            frozen.append(_flat(codec, held))
     return (frozen, key_kind, namespace_kind, state_kind, *functions, None)
 
 
@@ -346,8 +347,11 @@ def held_removals(pairs: Sequence[tuple[Any, Any]]) -> Sequence[Any]:
     the GIL once the file is written -- 25,000 of them took the owner 5-10 ms
     at 10M mappings); else the pairs."""
     codec = ccodec.CODEC
-    if codec is None:
-        return pairs
+    return pairs if codec is None else _flat(codec, pairs)
+
+
+def _flat(codec: ccodec.Codec, pairs: Sequence[tuple[Any, Any]]) -> Sequence[Any]:
+    """``pairs`` as the C codec's ``flat_removals`` holds them."""
     held: Sequence[Any] = codec.flat_removals(pairs if type(pairs) is list else list(pairs))
     return held
 
