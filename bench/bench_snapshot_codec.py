@@ -63,8 +63,25 @@ issue 28's separate GC item). Rows, in M entries/s:
    where the threads' GIL hand-overs fall). Rows 2 and 3 write a checkpoint
    file into a temporary directory, as a checkpoint does (``CheckpointFile``,
    a ``FileIO``: its ``write`` releases the GIL while the kernel copies the
-   buffer, where ``io.BytesIO`` would hold it for every copy).
-4. ``restore``: a fresh backend with the descriptor registered (untimed), then
+   buffer, where ``io.BytesIO`` would hold it for every copy). The owner's
+   keys: distinct keys in a fresh random order for every run
+   (``owner_keys``, drawn untimed before it), so every update is a first
+   touch of its key in that run, as in the fixed cycle below, but no run
+   walks the keys in an order an earlier run laid out.
+4. ``owner updates, key cycle``: row 3's ``c`` and ``idle`` again, in the
+   same rounds, with the keys row 3 had until 2026-11-28: every run walks
+   the same cycle, keys 7919, 15838, 23757, ... modulo N. It is reported,
+   not a target: it measures where memory lies as much as what a checkpoint
+   costs. An update that copies an entry (rule E) and stores a new state
+   puts both in memory in the order it updates, so a run over the keys an
+   earlier run just updated reads them nearly in address order (row 3's
+   idle run used to start where the ``open`` run before it had copied, now
+   this row's idle run where its writing run did): at 10M idle updates ran
+   at 660-1,030 k/s so, against 440-630 k/s with random keys (540-590 right
+   after the build), while the owner's rate during a write moved much less.
+   The ratio falls from 0.87-0.97 (random keys) to 0.66-0.73 (the cycle),
+   measured 2026-11-28 (bench/README.md).
+5. ``restore``: a fresh backend with the descriptor registered (untimed), then
    ``backend.restore([data])``; ``pickle`` times ``pickle.loads``.
 
 Targets (issue 28; the ratio is the median of the per-round ratios): the
@@ -88,10 +105,12 @@ import io
 import itertools
 import os
 import pickle
+import random
 import sys
 import tempfile
 import threading
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -130,6 +149,9 @@ SHAPES: dict[str, Callable[[int], Any]] = {
     "list": lambda i: [i, i + 1],
 }
 OWNER_BATCH = 128  # owner updates between two looks at the writer's future
+RANDOM_ORDER = "random"  # the owner's keys in a fresh random order for every run
+CYCLE = "cycle"  # the owner's keys in one fixed cycle (the owner rows' second form)
+CYCLE_STEP = 7919  # the cycle's step: keys 7919, 15838, ... modulo n
 MAX_PARALLELISM = 128
 clock = time.perf_counter_ns
 T = TypeVar("T")
@@ -245,6 +267,18 @@ class OwnerRun:
         return self.ops / ((self.elapsed_ns + extra_ns) / 1e9)
 
 
+def owner_keys(n: int, mode: str, ops: int, order: str, seed: str) -> array[int] | None:
+    """The keys of one owner run in the order the owner updates them. RANDOM_ORDER:
+    distinct keys in a fresh random order for every run (``random.Random(seed)``;
+    n/2 keys for a WRITING run -- more than a write and its drain take here at
+    1M and 10M; past the end the order starts over --, ``ops`` for OPEN and
+    IDLE). CYCLE: None, the fixed key cycle of ``run_owner``."""
+    if order == CYCLE:
+        return None
+    count = n // 2 if mode == C else min(n, ops)
+    return array("q", random.Random(seed).sample(range(n), count))
+
+
 def run_owner(
     backend: HeapKeyedStateBackend,
     ids: Iterator[int],
@@ -253,6 +287,7 @@ def run_owner(
     mode: str,
     ops: int,
     directory: Path,
+    keys: array[int] | None,
 ) -> OwnerRun:
     """The owner's updates (``set_current_key``, ``value()``, ``update()``) in
     ``mode``: WRITING -- while the snapshot's asynchronous part writes a
@@ -261,7 +296,9 @@ def run_owner(
     writer's releases left them (``backend.pending_reclaim`` is 0); OPEN -- for
     ``ops`` updates while a snapshot is open but its writer waits
     (copy-on-write alone); IDLE -- for ``ops`` updates, no snapshot. OPEN and
-    IDLE start with nothing left to free (``backend.reclaim()``, untimed)."""
+    IDLE start with nothing left to free (``backend.reclaim()``, untimed).
+    The keys are ``keys`` in order, or with None the fixed cycle: k *
+    CYCLE_STEP modulo n for k = 1, 2, ..., from k = 1 again in every run."""
     state = backend.get_state(descriptor())
     set_key, value, update, value_of = (
         backend.set_current_key,
@@ -278,13 +315,25 @@ def run_owner(
     def checkpoint_file() -> CheckpointFile:
         return CheckpointFile(directory / "checkpoint", "w")
 
-    def batch(key: int) -> int:
+    def cycle_batch(key: int) -> int:
         for _ in range(OWNER_BATCH):
-            key = (key + 7919) % n
+            key = (key + CYCLE_STEP) % n
             set_key(key)
             value()
             update(value_of(key))
         return key
+
+    def keys_batch(position: int) -> int:
+        assert keys is not None
+        if position >= len(keys):
+            position = 0
+        for key in keys[position : position + OWNER_BATCH]:
+            set_key(key)
+            value()
+            update(value_of(key))
+        return position + OWNER_BATCH
+
+    batch = cycle_batch if keys is None else keys_batch
 
     if mode != C:
         backend.reclaim()
@@ -338,6 +387,9 @@ def phase(shape: str, cfg: Config, notes: dict[str, Any]) -> list[Result]:
     write = Result(f"write_{shape}", f"{shape}: write", "M entries/s", paired=True)
     busy = Result(f"busy_{shape}", f"{shape}: write, owner busy", "M entries/s", paired=True)
     owner = Result(f"owner_{shape}", f"{shape}: owner updates", "k/s", paired=True)
+    owner_cycle = Result(
+        f"owner_cycle_{shape}", f"{shape}: owner updates, key cycle", "k/s", paired=True
+    )
     restore = Result(f"restore_{shape}", f"{shape}: restore", "M entries/s", paired=True)
     log(f"{shape}: building {n:,} entries")
     backend = build(shape, n)
@@ -365,24 +417,33 @@ def phase(shape: str, cfg: Config, notes: dict[str, Any]) -> list[Result]:
         write.set(key, rate(sample, n))
     log(f"{shape}: owner rounds (the owner updating while the writer writes, and idle)")
     owner_rates: dict[str, list[float]] = {C: [], OPEN: [], IDLE: []}
+    cycle_rates: dict[str, list[float]] = {C: [], IDLE: []}
     busy_rates: list[float] = []
     with tempfile.TemporaryDirectory(prefix="cowstate-bench-") as directory:
-        for _ in range(cfg.owner_rounds):
-            runs: dict[str, OwnerRun] = {}
-            for mode in (C, OPEN, IDLE):
-                gc.collect()
-                runs[mode] = with_codec(
-                    codec,
-                    lambda mode=mode: run_owner(
-                        backend, ids, n, shape, mode, cfg.owner_ops, Path(directory)
-                    ),
-                )()
-            idle_rate = runs[IDLE].uncharged
-            for mode, one in runs.items():
-                owner_rates[mode].append(one.rate(idle_rate) / 1e3)
-            busy_rates.append(runs[C].writer_rate)
+        for round_number in range(cfg.owner_rounds):
+            for order, rates in ((RANDOM_ORDER, owner_rates), (CYCLE, cycle_rates)):
+                runs: dict[str, OwnerRun] = {}
+                for mode in rates:
+                    keys = owner_keys(
+                        n, mode, cfg.owner_ops, order, f"{shape}-{round_number}-{mode}"
+                    )
+                    gc.collect()
+                    runs[mode] = with_codec(
+                        codec,
+                        lambda mode=mode, keys=keys: run_owner(
+                            backend, ids, n, shape, mode, cfg.owner_ops, Path(directory), keys
+                        ),
+                    )()
+                    del keys
+                idle_rate = runs[IDLE].uncharged
+                for mode, one in runs.items():
+                    rates[mode].append(one.rate(idle_rate) / 1e3)
+                if order == RANDOM_ORDER:
+                    busy_rates.append(runs[C].writer_rate)
     for key, values in owner_rates.items():
         owner.set(key, Sample(tuple(values)))
+    for key, values in cycle_rates.items():
+        owner_cycle.set(key, Sample(tuple(values)))
     busy.set(C, Sample(tuple(busy_rates)))
     busy.set(PICKLE, write.samples[PICKLE])
     log(f"{shape}: restore rounds")
@@ -399,7 +460,7 @@ def phase(shape: str, cfg: Config, notes: dict[str, Any]) -> list[Result]:
     for key, sample in times.items():
         restore.set(key, rate(sample, n))
     backend.close()
-    return [write, busy, owner, restore]
+    return [write, busy, owner, owner_cycle, restore]
 
 
 def _written(backend: HeapKeyedStateBackend, ids: Iterator[int], codec: Any) -> bytes:
