@@ -598,6 +598,34 @@ static int flush_marked(Writer *w, const Spec *sp, long long since, Py_ssize_t *
     return 0;
 }
 
+/* A state's section: a 6-byte head (state id, entry count) then its entries.
+ * section_open reserves the head; section_close fills it in, or drops the
+ * section when it holds no entry (as in Python: no empty section). */
+static int section_open(Writer *w, size_t *head)
+{
+    if (cs_buf_reserve(&w->out, 6) < 0) {
+        w->nomem = 1;
+        return -1;
+    }
+    *head = w->out.len;
+    w->out.len += 6;
+    return 0;
+}
+
+static void section_close(Writer *w, size_t head, int state_id, uint32_t written,
+                          uint32_t *count)
+{
+    if (written == 0) {
+        w->out.len = head;
+        return;
+    }
+    unsigned char *at = w->out.data + head;
+    at[0] = (unsigned char)(state_id >> 8);
+    at[1] = (unsigned char)state_id;
+    put_u32_at(at + 2, written);
+    *count += written;
+}
+
 /* Frame the section of a pinned snapshot: its entries in items() order. A
  * delta visits, in each chunk whose marks serve its base (rule M), only the
  * marked buckets: then not every entry is counted, and the count is not
@@ -607,12 +635,9 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
 {
     if (s->size == 0)
         return 0;
-    if (cs_buf_reserve(&w->out, 6) < 0) {
-        w->nomem = 1;
+    size_t head;
+    if (section_open(w, &head) < 0)
         return -1;
-    }
-    size_t head = w->out.len;
-    w->out.len += 6;
     const Table *tables[3];
     Py_ssize_t begin[3], end[3], regions;
     if (s->rehash.dir == NULL) {
@@ -699,15 +724,7 @@ static int walk(Writer *w, const Spec *sp, const SnapObject *s, int state_id, lo
         w->size_mismatch = 1;
         return -1;
     }
-    if (written == 0) { /* nothing changed since the base: no section, as in Python */
-        w->out.len = head;
-        return 0;
-    }
-    unsigned char *at = w->out.data + head;
-    at[0] = (unsigned char)(state_id >> 8);
-    at[1] = (unsigned char)state_id;
-    put_u32_at(at + 2, (uint32_t)written);
-    *count += (uint32_t)written;
+    section_close(w, head, state_id, (uint32_t)written, count); /* none: nothing changed */
     return 0;
 }
 
@@ -724,12 +741,9 @@ static int frame_frozen(Writer *w, const Spec *sp, PyObject *frozen, int state_i
         w->size_mismatch = 1;
         return -1;
     }
-    if (cs_buf_reserve(&w->out, 6) < 0) {
-        w->nomem = 1;
+    size_t head;
+    if (section_open(w, &head) < 0)
         return -1;
-    }
-    size_t head = w->out.len;
-    w->out.len += 6;
     PyObject *const *items = ((FrozenObject *)frozen)->items;
     for (Py_ssize_t i = 0; i < n; i++) {
         if (i + PREFETCH_OBJECTS < n) {
@@ -740,11 +754,7 @@ static int frame_frozen(Writer *w, const Spec *sp, PyObject *frozen, int state_i
         if (encode_objs(w, sp, objs) < 0)
             return -1;
     }
-    unsigned char *at = w->out.data + head;
-    at[0] = (unsigned char)(state_id >> 8);
-    at[1] = (unsigned char)state_id;
-    put_u32_at(at + 2, (uint32_t)n);
-    *count += (uint32_t)n;
+    section_close(w, head, state_id, (uint32_t)n, count);
     return 0;
 }
 
